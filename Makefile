@@ -1,0 +1,51 @@
+# rewardseal — one virtual environment for the whole repository (.venv), pinned by requirements.lock.
+# `make test` alone works on a fresh clone: it runs setup, lint and the generated-code check first.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.setup-stamp
+DISTS  := clients/python services/worker services/control
+SRC    := clients/python/src services/worker/src services/control/src
+HAND   := $(SRC) tests tools bench
+
+.PHONY: setup proto proto-check lint test demo bench lock clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock clients/python/pyproject.toml services/worker/pyproject.toml services/control/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation $(addprefix -e ,$(DISTS))
+	touch $@
+
+## Regenerate the committed stubs in clients/python/src/rewardseal/v1 from proto/.
+proto: setup
+	$(PY) tools/genproto.py
+
+## Fail when the committed stubs differ from what the pinned grpcio-tools generates now.
+proto-check: setup
+	$(PY) tools/genproto.py --check
+
+lint: setup
+	cd proto && ../$(VENV)/bin/buf lint
+	$(VENV)/bin/ruff check $(HAND)
+	$(VENV)/bin/ruff format --check $(HAND)
+	$(VENV)/bin/mypy $(SRC) tools
+
+test: setup lint proto-check
+	$(PY) -m pytest
+
+demo: setup
+	$(PY) -m rewardseal.demo
+
+bench: setup
+	$(PY) -m pytest bench -q -p no:cacheprovider
+
+## Re-pin requirements.lock from requirements.in (run after changing requirements.in).
+lock: setup
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.in
+	$(PY) -m pip freeze --all --exclude-editable --disable-pip-version-check | grep -v -e '^-e ' -e '^pip==' > requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,139 @@
+"""The one error hierarchy of rewardseal (R-VAL-7, SPEC section 8).
+
+Every error knows its gRPC status code and its ``ErrorInfo.reason`` so that the services map a
+domain error to ``google.rpc.Status`` in exactly one place. Raise the most specific class; pass
+``reason=`` only where SPEC section 8 names a finer reason than the class default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import grpc
+
+ERROR_DOMAIN = "rewardseal"
+
+
+class RewardSealError(Exception):
+    """Base of every rewardseal error."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    reason: str = "internal"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if reason is not None:
+            self.reason = reason
+        self.metadata: dict[str, str] = dict(metadata or {})
+
+
+class ValidationError(RewardSealError):
+    """A contract, certificate, receipt or descriptor breaks a rule of SPEC section 5."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "invalid_argument"
+
+
+class InvalidEpisode(ValidationError):
+    """A descriptor is malformed: bad id, UNSPECIFIED enum, forbidden metadata key."""
+
+    reason = "invalid_episode"
+
+
+class ContractMismatch(ValidationError):
+    """A descriptor names another contract digest, task or environment."""
+
+    reason = "contract_mismatch"
+
+
+class IdentityMissing(ValidationError):
+    """No oracle identity in the descriptor, its metadata, or a registration (R-W-2)."""
+
+    reason = "identity_missing"
+
+
+class IdentityMismatch(ValidationError):
+    """The identity's keys differ from the contract's identity_keys, or a value is empty (R-W-2)."""
+
+    reason = "identity_mismatch"
+
+
+class IdentityConflict(ValidationError):
+    """The descriptor names another subject than the BeginEpisode registration (R-W-2)."""
+
+    reason = "identity_conflict"
+
+
+class PolicyUpdateRegressed(ValidationError):
+    """A descriptor's policy update is below the highest one seen for its contract (R-W-7)."""
+
+    reason = "policy_update_regressed"
+
+
+class CertificationRefused(ValidationError):
+    """Something claims certified=true where the rules forbid it (R-VAL-2)."""
+
+    reason = "certification_refused"
+
+
+class SignatureError(RewardSealError):
+    """No trusted signature verifies over the exact payload (R-SIG-2)."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+    reason = "signature_invalid"
+
+
+class DuplicateEpisode(RewardSealError):
+    """The episode already has a receipt; metadata carries its receipt_id (R-W-8)."""
+
+    code = grpc.StatusCode.ALREADY_EXISTS
+    reason = "duplicate_episode"
+
+
+class IdentityBusy(RewardSealError):
+    """The identity already has an open episode (R-W-3)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "identity_busy"
+
+
+class Unscored(RewardSealError):
+    """A caller that cannot carry 'no score' asked for one on an unscored episode (R-W-9)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "unscored"
+
+
+class NotFound(RewardSealError):
+    """The receipt, contract or certificate is unknown."""
+
+    code = grpc.StatusCode.NOT_FOUND
+    reason = "not_found"
+
+
+class Unauthenticated(RewardSealError):
+    """The bearer token is missing or wrong (R-W-10)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+    reason = "unauthenticated"
+
+
+class PermissionDenied(RewardSealError):
+    """An admin RPC was called without the admin credential."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+    reason = "permission_denied"
+
+
+class Unavailable(RewardSealError):
+    """The service is overloaded or a dependency other than the system of record is down."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "unavailable"

@@ -1,0 +1,113 @@
+"""The MockMed reward contract: a synthetic EMR task, "create exactly one Triage encounter".
+
+Everything here is synthetic (no real patient data). The effect specs and oracle recipes are
+plain JSON documents; the contract binds them by digest only, so the documents themselves can
+stay with the worker inside the customer network.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewardseal.contract import contract_digest
+from rewardseal.digest import digest_json
+from rewardseal.v1.contract_pb2 import (
+    CertificatePolicy,
+    OracleSpec,
+    RewardComponent,
+    RewardContract,
+    ScoringPolicy,
+)
+from rewardseal.v1.enums_pb2 import OracleChannel
+
+IDENTITY_KEY = "patient_id"
+ENCOUNTER_FIELDS = ("patient_id", "type", "note", "status")
+"""The fields a policy may write on an encounter; anything else is an extra field."""
+
+REQUIRED_EFFECTS: dict[str, Any] = {
+    "effects": [
+        {
+            "name": "triage_encounter_created",
+            "collection": "encounters",
+            "select": {"patient_id": {"identity": IDENTITY_KEY}},
+            "expect": {"type": "Triage"},
+            "new_records": 1,
+            "allowed_fields": list(ENCOUNTER_FIELDS),
+        }
+    ]
+}
+FORBIDDEN_EFFECTS: dict[str, Any] = {
+    "effects": [
+        {
+            "name": "stat_priority_set",
+            "collection": "encounters",
+            "select": {"patient_id": {"identity": IDENTITY_KEY}, "priority": "stat"},
+        }
+    ]
+}
+TIER2_RECIPE: dict[str, Any] = {
+    "kind": "sql",
+    "url_env": "MOCKMED_DB_URL",
+    "table": "encounters",
+    "identity_columns": {IDENTITY_KEY: "patient_id"},
+    "timeout_seconds": 2.0,
+}
+TIER0_RECIPE: dict[str, Any] = {
+    "kind": "screen_dump",
+    "path": "mockmed/screen.json",
+    "timeout_seconds": 2.0,
+}
+CALIBRATION_CORPUS: dict[str, Any] = {
+    "corpus": "mockmed-extradup",
+    "scope": "synthetic",
+    "fault_classes": [
+        "extra_record",
+        "duplicate_record",
+        "missing_record",
+        "wrong_field",
+        "wrong_subject",
+        "forbidden_present",
+    ],
+}
+CORPUS_DIGEST = digest_json(CALIBRATION_CORPUS)
+THRESHOLD = 0.5
+
+
+def mockmed_contract(*, tier: int = 2) -> RewardContract:
+    """The seeded MockMed contract read at tier 2 (sql, channel DB) or tier 0 (screen dump, OCR).
+
+    It declares wrong_effect_reward 0.0 (R-MM-2): the penalty is the contract's choice.
+    """
+    if tier not in (0, 2):
+        raise ValueError("MockMed ships tier-2 and tier-0 contracts only")
+    recipe = TIER2_RECIPE if tier == 2 else TIER0_RECIPE
+    channel = OracleChannel.ORACLE_CHANNEL_DB if tier == 2 else OracleChannel.ORACLE_CHANNEL_OCR
+    return RewardContract(
+        contract_id=f"mockmed.triage-create.tier{tier}",
+        contract_version="1",
+        task_id="mockmed.task.create-triage-encounter",
+        task_digest=digest_json({"task": "create exactly one Triage encounter"}),
+        environment_id="mockmed.environment.synthetic-emr",
+        environment_digest=digest_json({"environment": "mockmed", "version": 1}),
+        required_effects_digest=digest_json(REQUIRED_EFFECTS),
+        forbidden_effects_digest=digest_json(FORBIDDEN_EFFECTS),
+        oracle=OracleSpec(
+            channel=channel,
+            identity_keys=[IDENTITY_KEY],
+            oracle_recipe_digest=digest_json(recipe),
+        ),
+        components=[RewardComponent(name="triage_encounter_created", weight=1.0)],
+        scoring_policy=ScoringPolicy(wrong_effect_reward=0.0),
+        certificate_policy=CertificatePolicy(
+            max_epsilon=0.05,
+            max_delta=0.05,
+            threshold=THRESHOLD,
+            calibration_corpus_digest=CORPUS_DIGEST,
+            max_expiry_policy_updates=1000,
+        ),
+    )
+
+
+def mockmed_contract_digest(*, tier: int = 2) -> str:
+    """Digest of :func:`mockmed_contract`."""
+    return contract_digest(mockmed_contract(tier=tier))

@@ -1,0 +1,107 @@
+"""Build a receipt from a judged outcome by the shared rules (R-MSG-7, R-SCORE-*, R-VAL-*).
+
+The worker calls ``build_receipt`` for every episode; anyone can call it to see what a correct
+receipt for an outcome looks like. Time, nonce and the certificate's revocation are arguments,
+so the function stays pure and testable at its boundaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rewardseal.certificates import certificate_state
+from rewardseal.contract import (
+    UNSCORED_OUTCOMES,
+    certificate_digest,
+    component_values,
+    contract_digest,
+)
+from rewardseal.scoring import score
+from rewardseal.validation import validate_receipt
+from rewardseal.v1.certificate_pb2 import RewardCertificate
+from rewardseal.v1.contract_pb2 import RewardContract
+from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
+
+
+@dataclass(frozen=True)
+class EpisodeFacts:
+    """What the worker knows about one judged episode when it writes the receipt."""
+
+    receipt_id: str
+    episode_id: str
+    policy_checkpoint_id: str
+    policy_update: int
+    outcome: RewardOutcome.ValueType
+    uncertainty: Uncertainty.ValueType
+    tier: int
+    evidence_digest: str
+    nonce: str
+    issued_at: datetime
+
+
+def build_receipt(
+    facts: EpisodeFacts,
+    *,
+    contract: RewardContract,
+    certificate: RewardCertificate | None,
+    issuer_key_id: str,
+    revoked: bool = False,
+    digest_of_contract: str | None = None,
+) -> RewardEvidenceReceipt:
+    """A validated receipt for ``facts`` scored against ``contract`` and ``certificate``.
+
+    ``digest_of_contract`` may be passed by a caller that already holds it, to skip rehashing.
+    """
+    result = score(
+        facts.outcome,
+        tier=facts.tier,
+        certificate=certificate,
+        policy_update=facts.policy_update,
+        contract=contract,
+        revoked=revoked,
+    )
+    receipt = RewardEvidenceReceipt(
+        receipt_id=facts.receipt_id,
+        reward_contract_digest=digest_of_contract or contract_digest(contract),
+        policy_checkpoint_id=facts.policy_checkpoint_id,
+        policy_update=facts.policy_update,
+        episode_id=facts.episode_id,
+        oracle_tier=facts.tier,
+        reward_outcome=facts.outcome,
+        evidence_digest=facts.evidence_digest,
+        uncertainty=facts.uncertainty,
+        certified=result.certified,
+        development_only=result.development_only,
+        certification_refusals=list(result.refusals),
+        issuer_key_id=issuer_key_id,
+        nonce=facts.nonce,
+        issued_at=_timestamp(facts.issued_at),
+        certificate_state=certificate_state(certificate, facts.policy_update, revoked=revoked),
+    )
+    if result.scalar is not None:
+        receipt.scalar_reward = result.scalar
+        receipt.reward_components.update(component_values(contract, result.scalar))
+    if certificate is not None:
+        receipt.certificate_id = certificate.certificate_id
+        receipt.certificate_digest = certificate_digest(certificate)
+        receipt.calibration_corpus_digest = certificate.calibration_corpus_digest
+        receipt.calibration_scope = certificate.calibration_scope
+    validate_receipt(receipt)
+    return receipt
+
+
+def is_unscored(receipt: RewardEvidenceReceipt) -> bool:
+    """True when the receipt's outcome carries no scalar (R-SCORE-2)."""
+    return receipt.reward_outcome in UNSCORED_OUTCOMES
+
+
+def _timestamp(moment: datetime) -> Timestamp:
+    if moment.tzinfo is None:
+        raise ValueError("issued_at must be timezone-aware (UTC)")
+    stamp = Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp

@@ -1,0 +1,430 @@
+"""Validators for contracts, certificates, receipts and descriptors (SPEC section 5, R-MSG-*).
+
+Each validator returns nothing and raises one error from ``rewardseal.errors`` naming the first
+rule broken. They run when a message is built and when one is parsed, so a bad message never
+travels far.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
+
+from google.protobuf.message import DecodeError, Message
+from google.protobuf.struct_pb2 import Struct
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from rewardseal.certificates import MAX_POLICY_UPDATE
+from rewardseal.contract import CERTIFIABLE_TIER, SCORING_DEFAULTS, UNSCORED_OUTCOMES
+from rewardseal.digest import is_digest
+from rewardseal.errors import CertificationRefused, InvalidEpisode, ValidationError
+from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
+from rewardseal.v1.contract_pb2 import RewardContract
+from rewardseal.v1.enums_pb2 import (
+    CalibrationScope,
+    CertificateIssuer,
+    CertificateState,
+    OracleChannel,
+    RewardOutcome,
+    RuntimeSignal,
+    Uncertainty,
+)
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
+
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{7,127}$")
+"""R-MSG-10: every id that enters the system."""
+
+KEY_ID_PATTERN = re.compile(r"^ed25519:sha256:[0-9a-f]{64}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+"""Identity keys, component names and metadata keys."""
+
+MAX_ABS_FLOAT = 1e6
+MAX_COMPONENTS = 64
+MAX_IDENTITY_KEYS = 32
+MAX_IDENTITY_VALUE_LENGTH = 256
+SIGNATURE_LENGTH = 64
+
+FORBIDDEN_METADATA_KEYS: frozenset[str] = frozenset(
+    {
+        "screenshot",
+        "screenshots",
+        "screen",
+        "screen_text",
+        "image",
+        "prompt",
+        "prompts",
+        "completion",
+        "completions",
+        "messages",
+        "note",
+        "notes",
+        "record",
+        "records",
+        "row",
+        "rows",
+        "evidence",
+        "phi",
+        "pii",
+        "patient",
+        "url",
+        "dsn",
+        "password",
+        "secret",
+        "token",
+        "credentials",
+    }
+)
+"""Metadata keys that name record contents or secrets (R-MSG-9); refused at any depth."""
+
+_Msg = TypeVar("_Msg", bound=Message)
+
+
+def validate_id(value: str, field: str, *, error: type[ValidationError] = ValidationError) -> str:
+    """Return ``value`` if it matches R-MSG-10, else raise ``error`` naming ``field``."""
+    if not isinstance(value, str) or not ID_PATTERN.match(value):
+        shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}..."
+        raise error(
+            f"{field} {shown!r} is not a valid id (8-128 of A-Z a-z 0-9 . _ : -, "
+            "starting with a letter or digit)"
+        )
+    return value
+
+
+def validate_digest(
+    value: str, field: str, *, error: type[ValidationError] = ValidationError
+) -> str:
+    """Return ``value`` if it is a ``sha256:`` digest, else raise ``error`` naming ``field``."""
+    if not is_digest(value):
+        raise error(f"{field} must be 'sha256:' followed by 64 lowercase hex digits")
+    return value
+
+
+def validate_key_id(value: str, field: str = "issuer_key_id") -> str:
+    """Return ``value`` if it is an ``ed25519:sha256:`` key id (R-SIG-1)."""
+    if not KEY_ID_PATTERN.match(value):
+        raise ValidationError(f"{field} must be 'ed25519:sha256:' followed by 64 hex digits")
+    return value
+
+
+def check_float(value: float, field: str, *, error: type[ValidationError] = ValidationError) -> None:
+    """Refuse a non-finite float or one with |x| > 1e6 (R-VAL-6)."""
+    if not math.isfinite(value) or abs(value) > MAX_ABS_FLOAT:
+        raise error(f"{field} must be finite with |x| <= 1e6, got {value!r}")
+
+
+def check_policy_update_field(
+    value: int, field: str, *, error: type[ValidationError] = ValidationError
+) -> None:
+    """Refuse a policy update outside 0 .. 2^53-1 (R-VAL-6)."""
+    if value < 0 or value > MAX_POLICY_UPDATE:
+        raise error(f"{field} must be in 0..2^53-1, got {value}")
+
+
+def _check_enum(value: int, enum: Any, field: str, error: type[ValidationError]) -> None:
+    if value not in enum.values() or value == 0:
+        raise error(f"{field} must be a known value other than UNSPECIFIED, got {value}")
+
+
+def _check_names(names: Iterable[str], field: str, *, low: int, high: int) -> None:
+    names = list(names)
+    if not low <= len(names) <= high:
+        raise ValidationError(f"{field} must have {low}-{high} entries, got {len(names)}")
+    if len(set(names)) != len(names):
+        raise ValidationError(f"{field} must be unique")
+    for name in names:
+        if not NAME_PATTERN.match(name):
+            raise ValidationError(f"{field} entry {name!r} is not a valid name")
+
+
+def validate_contract(contract: RewardContract) -> None:
+    """R-MSG-1..3, R-MSG-10: ids, digests, oracle, components, scoring and certificate policy."""
+    validate_id(contract.contract_id, "contract_id")
+    if not contract.contract_version:
+        raise ValidationError("contract_version is required")
+    validate_id(contract.task_id, "task_id")
+    validate_id(contract.environment_id, "environment_id")
+    for field in (
+        "task_digest",
+        "environment_digest",
+        "required_effects_digest",
+        "forbidden_effects_digest",
+    ):
+        validate_digest(getattr(contract, field), field)
+    if not contract.HasField("oracle"):
+        raise ValidationError("oracle is required")
+    _check_enum(contract.oracle.channel, OracleChannel, "oracle.channel", ValidationError)
+    _check_names(
+        contract.oracle.identity_keys, "oracle.identity_keys", low=1, high=MAX_IDENTITY_KEYS
+    )
+    validate_digest(contract.oracle.oracle_recipe_digest, "oracle.oracle_recipe_digest")
+    _check_names(
+        (c.name for c in contract.components), "components", low=1, high=MAX_COMPONENTS
+    )
+    for component in contract.components:
+        check_float(component.weight, f"component {component.name} weight")
+        if component.weight <= 0:
+            raise ValidationError(f"component {component.name} weight must be > 0")
+    policy = contract.scoring_policy
+    for name in SCORING_DEFAULTS:
+        if not policy.HasField(name):
+            continue
+        value = getattr(policy, name)
+        check_float(value, f"scoring_policy.{name}")
+        if name == "verified_reward" and value <= 0:
+            raise ValidationError("scoring_policy.verified_reward must be > 0")
+        if name != "verified_reward" and value > 0:
+            raise ValidationError(f"scoring_policy.{name} must be <= 0")
+    if not contract.HasField("certificate_policy"):
+        raise ValidationError("certificate_policy is required")
+    cert_policy = contract.certificate_policy
+    for name in ("max_epsilon", "max_delta"):
+        value = getattr(cert_policy, name)
+        if not (math.isfinite(value) and 0 < value < 1):
+            raise ValidationError(f"certificate_policy.{name} must be in (0, 1), got {value!r}")
+    check_float(cert_policy.threshold, "certificate_policy.threshold")
+    validate_digest(
+        cert_policy.calibration_corpus_digest, "certificate_policy.calibration_corpus_digest"
+    )
+    if cert_policy.max_expiry_policy_updates < 1:
+        raise ValidationError("certificate_policy.max_expiry_policy_updates must be >= 1")
+
+
+def validate_certificate(certificate: RewardCertificate) -> None:
+    """R-MSG-4/5, R-VAL-6: fields, ranges, issuer/scope combination, signature shape.
+
+    Signature *verification* is kept apart, in ``rewardseal.signing``.
+    """
+    validate_id(certificate.certificate_id, "certificate_id")
+    validate_digest(certificate.reward_contract_digest, "reward_contract_digest")
+    validate_digest(certificate.checker_configuration_digest, "checker_configuration_digest")
+    if not (math.isfinite(certificate.epsilon) and 0 <= certificate.epsilon <= 1):
+        raise ValidationError(f"epsilon must be in [0, 1], got {certificate.epsilon!r}")
+    if not (math.isfinite(certificate.delta) and 0 < certificate.delta < 1):
+        raise ValidationError(f"delta must be in (0, 1), got {certificate.delta!r}")
+    check_float(certificate.threshold, "threshold")
+    validate_digest(certificate.calibration_corpus_digest, "calibration_corpus_digest")
+    _check_enum(certificate.calibration_scope, CalibrationScope, "calibration_scope",
+                ValidationError)
+    check_policy_update_field(certificate.issued_at_policy_update, "issued_at_policy_update")
+    if certificate.expiry_policy_updates < 1:
+        raise ValidationError("expiry_policy_updates must be >= 1")
+    if not certificate.HasField("issued_at"):
+        raise ValidationError("issued_at is required")
+    _check_enum(certificate.issuer, CertificateIssuer, "issuer", ValidationError)
+    if (
+        certificate.issuer == CertificateIssuer.CERTIFICATE_ISSUER_SELF_SIGNED
+        and certificate.calibration_scope != CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC
+    ):
+        raise CertificationRefused("a SELF_SIGNED certificate may only carry SYNTHETIC scope")
+    validate_key_id(certificate.issuer_key_id)
+    if len(certificate.signature) != SIGNATURE_LENGTH:
+        raise ValidationError(
+            f"signature must be {SIGNATURE_LENGTH} bytes, got {len(certificate.signature)}"
+        )
+
+
+_UNCERTAINTY_BY_OUTCOME: Mapping[int, frozenset[int]] = {
+    RewardOutcome.REWARD_OUTCOME_RECONCILIATION_REQUIRED: frozenset(
+        {Uncertainty.UNCERTAINTY_EFFECT_UNCERTAIN, Uncertainty.UNCERTAINTY_DELIVERY_UNCERTAIN}
+    ),
+    RewardOutcome.REWARD_OUTCOME_FAILED_PLATFORM: frozenset(
+        {
+            Uncertainty.UNCERTAINTY_ORACLE_UNAVAILABLE,
+            Uncertainty.UNCERTAINTY_DELIVERY_UNCERTAIN,
+            Uncertainty.UNCERTAINTY_NONE,
+        }
+    ),
+}
+"""R-VAL-4; every scored outcome carries NONE."""
+
+
+def validate_receipt(receipt: RewardEvidenceReceipt) -> None:
+    """R-MSG-7, R-VAL-1..6: the receipt is internally consistent."""
+    validate_id(receipt.receipt_id, "receipt_id")
+    validate_digest(receipt.reward_contract_digest, "reward_contract_digest")
+    validate_id(receipt.policy_checkpoint_id, "policy_checkpoint_id")
+    check_policy_update_field(receipt.policy_update, "policy_update")
+    validate_id(receipt.episode_id, "episode_id")
+    if receipt.oracle_tier > 3:
+        raise ValidationError(f"oracle_tier {receipt.oracle_tier} is not one of 0, 1, 2, 3")
+    _check_enum(receipt.reward_outcome, RewardOutcome, "reward_outcome", ValidationError)
+    validate_digest(receipt.evidence_digest, "evidence_digest")
+    _check_enum(receipt.uncertainty, Uncertainty, "uncertainty", ValidationError)
+    _check_enum(receipt.certificate_state, CertificateState, "certificate_state", ValidationError)
+    validate_key_id(receipt.issuer_key_id)
+    if not receipt.nonce:
+        raise ValidationError("nonce is required")
+    if not receipt.HasField("issued_at"):
+        raise ValidationError("issued_at is required")
+
+    # R-VAL-1
+    if receipt.development_only != (receipt.oracle_tier < CERTIFIABLE_TIER):
+        raise ValidationError("development_only must be true exactly at oracle tier 0 or 1")
+
+    # R-VAL-3 and R-VAL-6
+    unscored = receipt.reward_outcome in UNSCORED_OUTCOMES
+    if unscored:
+        if receipt.HasField("scalar_reward") or receipt.reward_components:
+            raise ValidationError("an unscored outcome carries no scalar and no components")
+    else:
+        if not receipt.HasField("scalar_reward") or not receipt.reward_components:
+            raise ValidationError("a scored outcome requires a scalar and components")
+        check_float(receipt.scalar_reward, "scalar_reward")
+        verified = receipt.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
+        if verified and receipt.scalar_reward <= 0:
+            raise ValidationError("a VERIFIED scalar must be > 0")
+        if not verified and receipt.scalar_reward > 0:
+            raise ValidationError("a scored outcome other than VERIFIED must be <= 0")
+    if len(receipt.reward_components) > MAX_COMPONENTS:
+        raise ValidationError(f"at most {MAX_COMPONENTS} reward components")
+    for name, value in receipt.reward_components.items():
+        check_float(value, f"reward component {name}")
+
+    # R-VAL-4
+    allowed = _UNCERTAINTY_BY_OUTCOME.get(
+        receipt.reward_outcome, frozenset({Uncertainty.UNCERTAINTY_NONE})
+    )
+    if receipt.uncertainty not in allowed:
+        raise ValidationError(
+            f"{RewardOutcome.Name(receipt.reward_outcome)} cannot carry uncertainty "
+            f"{Uncertainty.Name(receipt.uncertainty)}"
+        )
+
+    # R-VAL-5
+    references = (
+        receipt.certificate_id,
+        receipt.certificate_digest,
+        receipt.calibration_corpus_digest,
+    )
+    if receipt.certificate_state == CertificateState.CERTIFICATE_STATE_ABSENT:
+        if any(references) or receipt.calibration_scope:
+            raise ValidationError("an ABSENT certificate state carries no certificate reference")
+    else:
+        validate_id(receipt.certificate_id, "certificate_id")
+        validate_digest(receipt.certificate_digest, "certificate_digest")
+        validate_digest(receipt.calibration_corpus_digest, "calibration_corpus_digest")
+        _check_enum(receipt.calibration_scope, CalibrationScope, "calibration_scope",
+                    ValidationError)
+
+    # R-VAL-2 and R-SCORE-4: certified is exactly "no refusals".
+    if receipt.certified:
+        if receipt.oracle_tier < CERTIFIABLE_TIER:
+            raise CertificationRefused(
+                f"a receipt at oracle tier {receipt.oracle_tier} cannot be certified"
+            )
+        if receipt.certificate_state != CertificateState.CERTIFICATE_STATE_CURRENT:
+            raise CertificationRefused("a certified receipt needs a CURRENT certificate")
+        if receipt.certification_refusals:
+            raise CertificationRefused("a certified receipt carries no certification refusals")
+    elif not receipt.certification_refusals:
+        raise ValidationError("an uncertified receipt must say why (certification_refusals)")
+
+
+def _walk_keys(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            yield key, f"{path}.{key}"
+            yield from _walk_keys(inner, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _walk_keys(inner, f"{path}[{index}]")
+
+
+def check_metadata(metadata: Struct) -> None:
+    """Refuse metadata keys that name record contents or secrets, at any depth (R-MSG-9)."""
+    from google.protobuf.json_format import MessageToDict
+
+    for key, path in _walk_keys(MessageToDict(metadata), "metadata"):
+        if key.lower() in FORBIDDEN_METADATA_KEYS:
+            raise InvalidEpisode(f"{path} names record contents; metadata may not carry it")
+
+
+def check_identity_values(identity: Mapping[str, str], field: str) -> None:
+    """Refuse empty or over-long identity values and malformed keys (R-W-2)."""
+    for key, value in identity.items():
+        if not NAME_PATTERN.match(key):
+            raise InvalidEpisode(f"{field} key {key!r} is not a valid name")
+        if not value or len(value) > MAX_IDENTITY_VALUE_LENGTH:
+            raise InvalidEpisode(f"{field}.{key} must be 1-{MAX_IDENTITY_VALUE_LENGTH} characters")
+
+
+def validate_descriptor(descriptor: EpisodeDescriptor) -> None:
+    """R-MSG-9/10 shape checks; every failure is InvalidEpisode (``invalid_episode``).
+
+    Checks that need the contract or the worker's state (digest match, identity keys,
+    policy-update ledger) belong to the worker.
+    """
+    validate_id(descriptor.episode_id, "episode_id", error=InvalidEpisode)
+    validate_id(descriptor.policy_checkpoint_id, "policy_checkpoint_id", error=InvalidEpisode)
+    check_policy_update_field(descriptor.policy_update, "policy_update", error=InvalidEpisode)
+    validate_digest(
+        descriptor.reward_contract_digest, "reward_contract_digest", error=InvalidEpisode
+    )
+    if descriptor.HasField("task_id"):
+        validate_id(descriptor.task_id, "task_id", error=InvalidEpisode)
+    if descriptor.HasField("environment_id"):
+        validate_id(descriptor.environment_id, "environment_id", error=InvalidEpisode)
+    if descriptor.HasField("runtime_signal"):
+        _check_enum(descriptor.runtime_signal, RuntimeSignal, "runtime_signal", InvalidEpisode)
+    check_identity_values(descriptor.oracle_identity, "oracle_identity")
+    check_metadata(descriptor.metadata)
+
+
+def validate_calibration_summary(summary: CalibrationSummary) -> None:
+    """R-CAL-2: counts that make sense and the digests that name contract and corpus."""
+    validate_digest(summary.reward_contract_digest, "reward_contract_digest")
+    validate_digest(summary.calibration_corpus_digest, "calibration_corpus_digest")
+    validate_digest(summary.checker_configuration_digest, "checker_configuration_digest")
+    if summary.trials < 1:
+        raise ValidationError("calibration needs at least one trial")
+    if summary.false_accepts > summary.trials:
+        raise ValidationError("false_accepts cannot exceed trials")
+    if summary.fault_classes:
+        if sum(c.trials for c in summary.fault_classes) != summary.trials:
+            raise ValidationError("fault class trials must add up to trials")
+        if sum(c.false_accepts for c in summary.fault_classes) != summary.false_accepts:
+            raise ValidationError("fault class false accepts must add up to false_accepts")
+    if not (math.isfinite(summary.confidence) and 0 < summary.confidence < 1):
+        raise ValidationError(f"confidence must be in (0, 1), got {summary.confidence!r}")
+    check_float(summary.threshold, "threshold")
+    if summary.gold_trials < 1:
+        raise ValidationError("calibration needs at least one gold control trial (R-CAL-3)")
+    if summary.gold_refused:
+        raise ValidationError("a gold control trial was not judged VERIFIED (R-CAL-3)")
+
+
+def parse_strict(message_type: type[_Msg], data: bytes) -> _Msg:
+    """Parse ``data`` as ``message_type``, refusing unknown fields at any depth.
+
+    A signed payload with fields this schema does not know could carry claims (an execution id,
+    say) that a reader would silently drop; refusing them keeps a receipt from being mistaken
+    for anything else (R-MSG-7).
+    """
+    message = message_type()
+    try:
+        message.ParseFromString(data)
+    except DecodeError as exc:
+        raise ValidationError(f"payload is not a valid {message_type.__name__}: {exc}") from exc
+    _refuse_unknown_fields(message, message_type.__name__)
+    return message
+
+
+def _refuse_unknown_fields(message: Message, path: str) -> None:
+    if len(UnknownFieldSet(message)):
+        raise ValidationError(f"{path} carries fields this schema does not know")
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            entry_value = field.message_type.fields_by_name["value"]
+            if entry_value.message_type is not None:
+                for key, inner in value.items():
+                    _refuse_unknown_fields(inner, f"{path}.{field.name}[{key}]")
+        elif field.label == field.LABEL_REPEATED:
+            for index, inner in enumerate(value):
+                _refuse_unknown_fields(inner, f"{path}.{field.name}[{index}]")
+        else:
+            _refuse_unknown_fields(value, f"{path}.{field.name}")
