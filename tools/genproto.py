@@ -1,4 +1,4 @@
-"""Generate the Python stubs for proto/rewardseal/v1 (one script for `make proto` and the drift test).
+"""Generate the Python stubs for proto/rewardseal/v1: one script for `make proto` and the check.
 
 Usage: python tools/genproto.py [OUT_DIR]   (default: clients/python/src)
        python tools/genproto.py --check    (exit 1 when the committed stubs are stale)
@@ -19,12 +19,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
 DEFAULT_OUT = ROOT / "clients" / "python" / "src"
 PACKAGE_DIR = Path("rewardseal") / "v1"
-INIT_TEXT = '"""Generated protobuf and gRPC stubs for rewardseal.v1 (do not edit; `make proto`)."""\n'
+INIT_TEXT = (
+    '"""Generated protobuf and gRPC stubs for rewardseal.v1 (do not edit; `make proto`)."""\n'
+)
 
 
 def proto_files() -> list[str]:
     """The .proto files, relative to proto/, in a stable order."""
-    return sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE_DIR).glob("*.proto"))
+    return sorted(
+        str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE_DIR).glob("*.proto")
+    )
 
 
 def generate(out_dir: Path) -> None:
@@ -44,7 +48,7 @@ def generate(out_dir: Path) -> None:
         f"--mypy_grpc_out={out_dir}",
         *proto_files(),
     ]
-    # protoc resolves relative plugin paths against the cwd; run from the repo root for stable output.
+    # protoc resolves relative paths against the cwd: run from the repo root for stable output.
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
@@ -56,7 +60,7 @@ def generate(out_dir: Path) -> None:
 
 
 def stale_files(committed: Path = DEFAULT_OUT) -> list[str]:
-    """Generated files whose committed copy differs from a fresh generation (or is missing/extra)."""
+    """Generated files whose committed copy differs from a fresh generation, or is missing."""
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp)
         generate(fresh)

@@ -62,7 +62,7 @@ def is_current(certificate: RewardCertificate, policy_update: int) -> bool:
 
 
 def unmet(certificate: RewardCertificate, policy: CertificatePolicy) -> list[str]:
-    """Every way ``certificate`` falls short of ``policy``, one sentence each, in R-SCORE-4 order."""
+    """Every way ``certificate`` falls short of ``policy``: one sentence each, R-SCORE-4 order."""
     shortfalls: list[str] = []
     if certificate.epsilon > policy.max_epsilon:
         shortfalls.append(

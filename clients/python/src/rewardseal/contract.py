@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Literal
 
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
@@ -33,7 +34,15 @@ TIER_BY_CHANNEL: Mapping[int, int] = MappingProxyType(
 CERTIFIABLE_TIER = 2
 """The lowest tier whose reads can be certified (R-SCORE-3)."""
 
-SCORING_DEFAULTS: Mapping[str, float] = MappingProxyType(
+ScoringField = Literal[
+    "verified_reward",
+    "halted_before_effect_reward",
+    "refused_reward",
+    "rejected_policy_reward",
+    "wrong_effect_reward",
+]
+
+SCORING_DEFAULTS: Mapping[ScoringField, float] = MappingProxyType(
     {
         "verified_reward": 1.0,
         "halted_before_effect_reward": 0.0,
@@ -44,7 +53,7 @@ SCORING_DEFAULTS: Mapping[str, float] = MappingProxyType(
 )
 """R-MSG-2 defaults for every ScoringPolicy field left unset."""
 
-SCALAR_FIELD_BY_OUTCOME: Mapping[int, str] = MappingProxyType(
+SCALAR_FIELD_BY_OUTCOME: Mapping[int, ScoringField] = MappingProxyType(
     {
         RewardOutcome.REWARD_OUTCOME_VERIFIED: "verified_reward",
         RewardOutcome.REWARD_OUTCOME_HALTED_BEFORE_EFFECT: "halted_before_effect_reward",
@@ -77,7 +86,7 @@ def contract_tier(contract: RewardContract) -> int:
     return tier_for_channel(contract.oracle.channel)
 
 
-def effective_scoring(policy: ScoringPolicy) -> dict[str, float]:
+def effective_scoring(policy: ScoringPolicy) -> dict[ScoringField, float]:
     """Every scoring field with R-MSG-2 defaults filled in for the unset ones."""
     return {
         name: getattr(policy, name) if policy.HasField(name) else default

@@ -19,12 +19,14 @@ from rewardseal.contract import (
     component_values,
     contract_digest,
 )
+from rewardseal.errors import SignatureError, ValidationError
 from rewardseal.scoring import score
-from rewardseal.validation import validate_receipt
+from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
-from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+from rewardseal.validation import parse_strict, validate_receipt
 
 
 @dataclass(frozen=True)
@@ -105,3 +107,35 @@ def _timestamp(moment: datetime) -> Timestamp:
     stamp = Timestamp()
     stamp.FromDatetime(moment)
     return stamp
+
+
+def seal_receipt(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvelope:
+    """Sign a validated receipt into a DSSE envelope over its exact serialized bytes (R-MSG-8)."""
+    validate_receipt(receipt)
+    if receipt.issuer_key_id != key.key_id:
+        raise ValidationError("the receipt's issuer_key_id is not the signing key's id")
+    payload = receipt.SerializeToString(deterministic=True)
+    return sign_envelope(RECEIPT_PAYLOAD_TYPE, payload, key, unscored=is_unscored(receipt))
+
+
+def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> RewardEvidenceReceipt:
+    """Verify, then parse, then validate a receipt envelope (R-MSG-8, R-T-5).
+
+    Steps, in this order:
+    1. a trusted key signs the exact payload bytes (nothing is parsed before this);
+    2. the payload parses as a receipt with no fields this schema does not know;
+    3. the receipt passes every R-VAL rule;
+    4. the receipt names a key that signed it;
+    5. the envelope's unsigned flags agree with the signed receipt.
+    """
+    verified = trust.verify(envelope, payload_type=RECEIPT_PAYLOAD_TYPE)  # step 1
+    receipt = parse_strict(RewardEvidenceReceipt, verified.payload)  # step 2
+    validate_receipt(receipt)  # step 3
+    if receipt.issuer_key_id not in verified.key_ids:  # step 4
+        raise SignatureError("the receipt's issuer_key_id did not sign it")
+    # Step 5: the flags sit outside the signed bytes, so they may only repeat what is signed.
+    if envelope.execute_seal or envelope.production_seal or envelope.flow_governed_policy:
+        raise ValidationError("a reward receipt envelope never claims a seal or a governed policy")
+    if envelope.unscored != is_unscored(receipt):
+        raise ValidationError("the envelope's unscored flag disagrees with the receipt")
+    return receipt

@@ -94,9 +94,7 @@ def certificate_refusals(
             f"{policy_update} (state {state_name(state)})"
         )
     if certificate.reward_contract_digest != contract_digest(contract):
-        refusals.append(
-            f"certificate {certificate.certificate_id} names another reward contract"
-        )
+        refusals.append(f"certificate {certificate.certificate_id} names another reward contract")
     refusals.extend(unmet(certificate, contract.certificate_policy))
     return refusals
 

@@ -450,7 +450,8 @@ def verify_certificate(cert: RewardCertificate, trust: TrustSet) -> str:
     key_id = cert.issuer_key_id
     if key_id not in trust:
         raise SignatureError(
-            f"certificate {cert.certificate_id!r} names issuer key {key_id!r}, which is not trusted",
+            f"certificate {cert.certificate_id!r} names issuer key {key_id!r}, "
+            "which is not trusted",
             metadata={"issuer_key_id": key_id},
         )
     if len(cert.signature) != SIGNATURE_SIZE:

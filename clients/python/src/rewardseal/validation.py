@@ -109,7 +109,9 @@ def validate_key_id(value: str, field: str = "issuer_key_id") -> str:
     return value
 
 
-def check_float(value: float, field: str, *, error: type[ValidationError] = ValidationError) -> None:
+def check_float(
+    value: float, field: str, *, error: type[ValidationError] = ValidationError
+) -> None:
     """Refuse a non-finite float or one with |x| > 1e6 (R-VAL-6)."""
     if not math.isfinite(value) or abs(value) > MAX_ABS_FLOAT:
         raise error(f"{field} must be finite with |x| <= 1e6, got {value!r}")
@@ -160,9 +162,7 @@ def validate_contract(contract: RewardContract) -> None:
         contract.oracle.identity_keys, "oracle.identity_keys", low=1, high=MAX_IDENTITY_KEYS
     )
     validate_digest(contract.oracle.oracle_recipe_digest, "oracle.oracle_recipe_digest")
-    _check_names(
-        (c.name for c in contract.components), "components", low=1, high=MAX_COMPONENTS
-    )
+    _check_names((c.name for c in contract.components), "components", low=1, high=MAX_COMPONENTS)
     for component in contract.components:
         check_float(component.weight, f"component {component.name} weight")
         if component.weight <= 0:
@@ -180,10 +180,10 @@ def validate_contract(contract: RewardContract) -> None:
     if not contract.HasField("certificate_policy"):
         raise ValidationError("certificate_policy is required")
     cert_policy = contract.certificate_policy
-    for name in ("max_epsilon", "max_delta"):
-        value = getattr(cert_policy, name)
+    for bound in ("max_epsilon", "max_delta"):
+        value = getattr(cert_policy, bound)
         if not (math.isfinite(value) and 0 < value < 1):
-            raise ValidationError(f"certificate_policy.{name} must be in (0, 1), got {value!r}")
+            raise ValidationError(f"certificate_policy.{bound} must be in (0, 1), got {value!r}")
     check_float(cert_policy.threshold, "certificate_policy.threshold")
     validate_digest(
         cert_policy.calibration_corpus_digest, "certificate_policy.calibration_corpus_digest"
@@ -206,8 +206,9 @@ def validate_certificate(certificate: RewardCertificate) -> None:
         raise ValidationError(f"delta must be in (0, 1), got {certificate.delta!r}")
     check_float(certificate.threshold, "threshold")
     validate_digest(certificate.calibration_corpus_digest, "calibration_corpus_digest")
-    _check_enum(certificate.calibration_scope, CalibrationScope, "calibration_scope",
-                ValidationError)
+    _check_enum(
+        certificate.calibration_scope, CalibrationScope, "calibration_scope", ValidationError
+    )
     check_policy_update_field(certificate.issued_at_policy_update, "issued_at_policy_update")
     if certificate.expiry_policy_updates < 1:
         raise ValidationError("expiry_policy_updates must be >= 1")
@@ -306,8 +307,9 @@ def validate_receipt(receipt: RewardEvidenceReceipt) -> None:
         validate_id(receipt.certificate_id, "certificate_id")
         validate_digest(receipt.certificate_digest, "certificate_digest")
         validate_digest(receipt.calibration_corpus_digest, "calibration_corpus_digest")
-        _check_enum(receipt.calibration_scope, CalibrationScope, "calibration_scope",
-                    ValidationError)
+        _check_enum(
+            receipt.calibration_scope, CalibrationScope, "calibration_scope", ValidationError
+        )
 
     # R-VAL-2 and R-SCORE-4: certified is exactly "no refusals".
     if receipt.certified:
@@ -423,7 +425,7 @@ def _refuse_unknown_fields(message: Message, path: str) -> None:
             if entry_value.message_type is not None:
                 for key, inner in value.items():
                     _refuse_unknown_fields(inner, f"{path}.{field.name}[{key}]")
-        elif field.label == field.LABEL_REPEATED:
+        elif field.is_repeated:
             for index, inner in enumerate(value):
                 _refuse_unknown_fields(inner, f"{path}.{field.name}[{index}]")
         else:
