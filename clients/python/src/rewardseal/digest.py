@@ -49,4 +49,5 @@ def digest_json(value: Any) -> str:
 
 def is_digest(value: str) -> bool:
     """True when ``value`` is a well-formed ``sha256:`` digest."""
-    return bool(DIGEST_PATTERN.match(value))
+    # fullmatch: ``$`` in DIGEST_PATTERN would also match before a trailing newline.
+    return isinstance(value, str) and DIGEST_PATTERN.fullmatch(value) is not None

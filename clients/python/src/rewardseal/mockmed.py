@@ -45,16 +45,22 @@ FORBIDDEN_EFFECTS: dict[str, Any] = {
         }
     ]
 }
+# The recipes live in data_dir/contracts/<bundle>/ and the MockMed store in data_dir/mockmed/, so
+# their relative paths climb two levels; paths resolve against the bundle, never an absolute path
+# (R-W-6), and they carry no credentials.
 TIER2_RECIPE: dict[str, Any] = {
     "kind": "sql",
-    "url_env": "MOCKMED_DB_URL",
+    "database": {"sqlite_path": "../../mockmed/mockmed.sqlite"},
     "table": "encounters",
-    "identity_columns": {IDENTITY_KEY: "patient_id"},
+    "id_column": "id",
+    "identity_fields": {IDENTITY_KEY: "patient_id"},
     "timeout_seconds": 2.0,
 }
 TIER0_RECIPE: dict[str, Any] = {
     "kind": "screen_dump",
-    "path": "mockmed/screen.json",
+    "path": "../../mockmed/screen.json",
+    "collection": "encounters",
+    "identity_fields": {IDENTITY_KEY: "patient_id"},
     "timeout_seconds": 2.0,
 }
 CALIBRATION_CORPUS: dict[str, Any] = {

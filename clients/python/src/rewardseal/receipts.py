@@ -103,7 +103,7 @@ def is_unscored(receipt: RewardEvidenceReceipt) -> bool:
 
 def _timestamp(moment: datetime) -> Timestamp:
     if moment.tzinfo is None:
-        raise ValueError("issued_at must be timezone-aware (UTC)")
+        raise ValidationError("issued_at must be timezone-aware (UTC)")
     stamp = Timestamp()
     stamp.FromDatetime(moment)
     return stamp

@@ -34,11 +34,14 @@ from rewardseal.v1.enums_pb2 import (
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
 
-ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{7,127}$")
-"""R-MSG-10: every id that enters the system."""
+ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{7,127}\Z")
+"""R-MSG-10: every id that enters the system.
 
-KEY_ID_PATTERN = re.compile(r"^ed25519:sha256:[0-9a-f]{64}$")
-NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+The patterns end in backslash-Z, not ``$``: ``$`` also matches before a trailing newline.
+"""
+
+KEY_ID_PATTERN = re.compile(r"^ed25519:sha256:[0-9a-f]{64}\Z")
+NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 """Identity keys, component names and metadata keys."""
 
 MAX_ABS_FLOAT = 1e6
@@ -339,7 +342,11 @@ def check_metadata(metadata: Struct) -> None:
     """Refuse metadata keys that name record contents or secrets, at any depth (R-MSG-9)."""
     from google.protobuf.json_format import MessageToDict
 
-    for key, path in _walk_keys(MessageToDict(metadata), "metadata"):
+    try:
+        document = MessageToDict(metadata)
+    except ValueError as exc:  # NaN or infinity: no JSON form, and every failure is invalid_episode
+        raise InvalidEpisode(f"metadata has no JSON form: {exc}") from exc
+    for key, path in _walk_keys(document, "metadata"):
         if key.lower() in FORBIDDEN_METADATA_KEYS:
             raise InvalidEpisode(f"{path} names record contents; metadata may not carry it")
 
@@ -385,6 +392,11 @@ def validate_calibration_summary(summary: CalibrationSummary) -> None:
     if summary.false_accepts > summary.trials:
         raise ValidationError("false_accepts cannot exceed trials")
     if summary.fault_classes:
+        for fault_class in summary.fault_classes:
+            if fault_class.false_accepts > fault_class.trials:
+                raise ValidationError(
+                    f"fault class {fault_class.name!r} false_accepts cannot exceed its trials"
+                )
         if sum(c.trials for c in summary.fault_classes) != summary.trials:
             raise ValidationError("fault class trials must add up to trials")
         if sum(c.false_accepts for c in summary.fault_classes) != summary.false_accepts:

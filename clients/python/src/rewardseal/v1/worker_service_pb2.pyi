@@ -134,7 +134,12 @@ class BeginEpisodeResponse(_message.Message):
 
     EPISODE_ID_FIELD_NUMBER: _builtins.int
     BEGUN_AT_FIELD_NUMBER: _builtins.int
+    BASELINE_RECORDED_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
+    baseline_recorded: _builtins.bool
+    """False when the system of record could not be read: the episode will then score
+    RECONCILIATION_REQUIRED (unscored), never 0. Begin again to retry the baseline.
+    """
     @_builtins.property
     def begun_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -142,10 +147,11 @@ class BeginEpisodeResponse(_message.Message):
         *,
         episode_id: _builtins.str = ...,
         begun_at: _timestamp_pb2.Timestamp | None = ...,
+        baseline_recorded: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["begun_at", b"begun_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["begun_at", b"begun_at", "episode_id", b"episode_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["baseline_recorded", b"baseline_recorded", "begun_at", b"begun_at", "episode_id", b"episode_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,138 @@
+"""The one place where rewardseal errors meet the gRPC wire (SPEC section 8).
+
+Servers turn a ``RewardSealError`` into ``google.rpc.Status`` with one ``ErrorInfo`` (domain
+``rewardseal``); clients turn such a status back into the same error class, so code on both
+sides handles ``DuplicateEpisode`` or ``Unscored`` rather than status numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar, cast
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from rewardseal import errors
+from rewardseal.v1.episode_pb2 import EpisodeError
+
+_log = logging.getLogger(__name__)
+
+_CLASS_BY_REASON: Mapping[str, type[errors.RewardSealError]] = {
+    cls.reason: cls
+    for cls in (
+        errors.ValidationError,
+        errors.InvalidEpisode,
+        errors.ContractMismatch,
+        errors.IdentityMissing,
+        errors.IdentityMismatch,
+        errors.IdentityConflict,
+        errors.PolicyUpdateRegressed,
+        errors.CertificationRefused,
+        errors.SignatureError,
+        errors.DuplicateEpisode,
+        errors.IdentityBusy,
+        errors.Unscored,
+        errors.NotFound,
+        errors.Unauthenticated,
+        errors.PermissionDenied,
+        errors.Unavailable,
+    )
+}
+_CODE_BY_VALUE: Mapping[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def error_info(error: errors.RewardSealError) -> error_details_pb2.ErrorInfo:
+    """The ``ErrorInfo`` detail for ``error``."""
+    return error_details_pb2.ErrorInfo(
+        reason=error.reason, domain=errors.ERROR_DOMAIN, metadata=error.metadata
+    )
+
+
+def to_status(error: errors.RewardSealError) -> grpc.Status:
+    """``error`` as a gRPC status carrying ``google.rpc.Status`` + ``ErrorInfo``."""
+    detail = any_pb2.Any()
+    detail.Pack(error_info(error))
+    status = status_pb2.Status(code=error.code.value[0], message=error.message, details=[detail])
+    return cast(grpc.Status, rpc_status.to_status(status))
+
+
+def to_episode_error(error: errors.RewardSealError) -> EpisodeError:
+    """``error`` as the per-episode error of a batch or stream result."""
+    return EpisodeError(
+        code=error.code.value[0],
+        reason=error.reason,
+        message=error.message,
+        metadata=error.metadata,
+    )
+
+
+def from_parts(
+    code: grpc.StatusCode, reason: str, message: str, metadata: Mapping[str, str]
+) -> errors.RewardSealError:
+    """Rebuild the rewardseal error named by ``reason`` (falls back on the code's generic class)."""
+    cls = _CLASS_BY_REASON.get(reason)
+    if cls is None or cls.code != code:
+        cls = errors.RewardSealError
+    error = cls(message, reason=reason or code.name.lower(), metadata=metadata)
+    error.code = code
+    return error
+
+
+def from_episode_error(error: EpisodeError) -> errors.RewardSealError:
+    """The rewardseal error a batch or stream result carries."""
+    code = _CODE_BY_VALUE.get(error.code, grpc.StatusCode.UNKNOWN)
+    return from_parts(code, error.reason, error.message, dict(error.metadata))
+
+
+def from_rpc_error(error: grpc.RpcError) -> errors.RewardSealError:
+    """The rewardseal error behind a failed sync or asyncio call, read from its ``ErrorInfo``."""
+    # Both grpc.Call errors and grpc.aio.AioRpcError expose these three methods.
+    code: grpc.StatusCode = getattr(error, "code", lambda: grpc.StatusCode.UNKNOWN)()
+    message: str = getattr(error, "details", lambda: str(error))() or ""
+    trailing = getattr(error, "trailing_metadata", lambda: None)() or ()
+    for key, value in trailing:
+        if key != rpc_status.GRPC_DETAILS_METADATA_KEY or not isinstance(value, bytes):
+            continue
+        status = status_pb2.Status.FromString(value)
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info):
+                return from_parts(code, info.reason, status.message, dict(info.metadata))
+    return from_parts(code, "", message, {})
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], error: errors.RewardSealError) -> None:
+    """End the call with ``error``'s status and ErrorInfo (raises, as aio abort does)."""
+    await context.abort_with_status(to_status(error))
+
+
+_Handler = TypeVar("_Handler", bound=Callable[..., Awaitable[Any]])
+
+
+def maps_errors(handler: _Handler) -> _Handler:
+    """Decorate an async unary-response servicer method: rewardseal errors become statuses.
+
+    Anything else is logged with its traceback and answered INTERNAL without details, so a
+    bug never leaks record contents or stack frames to a caller.
+    """
+
+    @functools.wraps(handler)
+    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        try:
+            return await handler(self, request, context)
+        except errors.RewardSealError as error:
+            await abort(context, error)
+        except (asyncio.CancelledError, grpc.aio.AbortError):
+            raise
+        except Exception:
+            _log.exception("unhandled error in %s", handler.__qualname__)
+            await abort(context, errors.RewardSealError("internal error"))
+        return None  # unreachable: abort raises
+
+    return cast(_Handler, wrapper)
