@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -20,7 +20,8 @@ HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_METHOD_PREFIX = "/grpc.reflection."
 
 
-_AnyHandler = grpc.RpcMethodHandler[Any, Any]
+# A string alias: grpc's handler class is generic only in its type stubs, not at run time.
+_AnyHandler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class BearerAuthInterceptor(grpc.aio.ServerInterceptor):

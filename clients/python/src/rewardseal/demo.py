@@ -78,7 +78,10 @@ def run(out: TextIO = sys.stdout) -> int:
     ]
     out.write(f"MockMed contract (tier 2) digest {contract_digest(tier2)}\n")
     out.write(f"worker key {key.key_id}\n\n")
-    header = f"{'outcome':<24} {'condition':<24} {'state':<9} {'scalar':>9} {'certified':>9} {'dev':>5}  first refusal\n"
+    header = (
+        f"{'outcome':<24} {'condition':<24} {'state':<9} {'scalar':>9} {'certified':>9} "
+        f"{'dev':>5}  first refusal\n"
+    )
     out.write(header + "-" * (len(header) + 20) + "\n")
     for outcome in RewardOutcome.values():
         if outcome == RewardOutcome.REWARD_OUTCOME_UNSPECIFIED:
@@ -88,10 +91,11 @@ def run(out: TextIO = sys.stdout) -> int:
                 outcome, tier=tier, certificate=certificate, policy_update=update, contract=tier2
             )
             state = state_name(certificate_state(certificate, update))
+            first_refusal = result.refusals[0] if result.refusals else "-"
             out.write(
                 f"{RewardOutcome.Name(outcome).removeprefix('REWARD_OUTCOME_'):<24} {label:<24} "
                 f"{state:<9} {_scalar(result.scalar):>9} {result.certified!s:>9} "
-                f"{result.development_only!s:>5}  {result.refusals[0] if result.refusals else '-'}\n"
+                f"{result.development_only!s:>5}  {first_refusal}\n"
             )
     receipt = build_receipt(
         EpisodeFacts(
@@ -113,10 +117,10 @@ def run(out: TextIO = sys.stdout) -> int:
     envelope = seal_receipt(receipt, key)
     verified = open_receipt(envelope, TrustSet([key.public_key]))
     ok = verified == receipt and verified.certified
+    scope = CalibrationScope.Name(verified.calibration_scope).removeprefix("CALIBRATION_SCOPE_")
     out.write(
         f"\nsigned receipt {receipt.receipt_id}: {len(envelope.payload)} payload bytes, "
-        f"verified from exact bytes: {ok}, certified: {verified.certified}, "
-        f"scope: {CalibrationScope.Name(verified.calibration_scope).removeprefix('CALIBRATION_SCOPE_')}\n"
+        f"verified from exact bytes: {ok}, certified: {verified.certified}, scope: {scope}\n"
     )
     return 0 if ok else 1
 

@@ -1,1 +1,3 @@
-"""rewardseal-worker: reads the system of record, judges, signs and stores receipts (SPEC section 7)."""
+"""rewardseal-worker: reads the system of record, judges, signs, stores receipts (SPEC §7)."""
+
+__version__ = "0.1.0"

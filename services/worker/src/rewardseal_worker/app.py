@@ -1,0 +1,88 @@
+"""Wire a worker from settings: key, optional MockMed seed, bundle, store, reader, server."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rewardseal.signing import SigningKey, TrustSet
+from rewardseal_worker.bundle import ContractBundle, load_bundle
+from rewardseal_worker.engine import Scorer
+from rewardseal_worker.oracles.base import OracleReader, make_reader
+from rewardseal_worker.seed import SeedResult, seed_mockmed
+from rewardseal_worker.server import RunningWorker, start_worker_server
+from rewardseal_worker.settings import WorkerSettings
+from rewardseal_worker.store import WorkerStore
+
+
+@dataclass
+class WorkerApp:
+    """A running worker and the parts it was built from."""
+
+    settings: WorkerSettings
+    key: SigningKey
+    bundle: ContractBundle
+    store: WorkerStore
+    reader: OracleReader
+    scorer: Scorer
+    running: RunningWorker
+    seeded: SeedResult | None
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return self.running.port
+
+    def banner(self) -> dict[str, Any]:
+        """What an operator or a script needs to call this worker."""
+        certificate = self.bundle.certificate
+        return {
+            "host": self.settings.host,
+            "port": self.port,
+            "token": self.settings.token,
+            "contract_digest": self.bundle.contract_digest,
+            "oracle_tier": self.bundle.tier,
+            "key_id": self.key.key_id,
+            "public_key": self.key.public_key.hex(),
+            "certificate_id": certificate.certificate_id if certificate else None,
+            "data_dir": str(self.settings.data_dir),
+            "contract_dir": str(self.bundle.path),
+        }
+
+    async def stop(self) -> None:
+        """Stop serving, then release the reader and the store."""
+        await self.running.stop()
+        self.reader.close()
+        self.store.close()
+
+
+async def start_worker(
+    settings: WorkerSettings, *, progress: Callable[[int, int], None] | None = None
+) -> WorkerApp:
+    """Build and start the worker described by ``settings``."""
+    key = SigningKey.load_or_create(settings.key_path)
+    seeded = None
+    if settings.seed_mockmed:
+        seeded = seed_mockmed(
+            settings.data_dir, key=key, trials=settings.calibration_trials, progress=progress
+        )
+    # A self-signed certificate verifies against the worker's own key.
+    bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
+    store = WorkerStore(settings.db_url)
+    reader = make_reader(bundle.recipe, bundle.path)
+    scorer = Scorer(
+        bundle=bundle,
+        store=store,
+        reader=reader,
+        key=key,
+        episode_ttl_seconds=settings.episode_ttl_seconds,
+    )
+    running = await start_worker_server(
+        scorer,
+        token=settings.token,
+        host=settings.host,
+        port=settings.port,
+        reflection=settings.reflection,
+    )
+    return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded)

@@ -1,0 +1,93 @@
+"""``rewardseal-worker``: run the reward worker (``serve``)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from rewardseal.errors import RewardSealError
+from rewardseal_worker.app import WorkerApp, start_worker
+from rewardseal_worker.calibration import text_progress
+from rewardseal_worker.settings import resolve_settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(prog="rewardseal-worker", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="serve RewardWorkerService over gRPC")
+    serve.add_argument(
+        "--seed-mockmed",
+        action="store_true",
+        help="write the MockMed SoR, bundles, calibration and certificate first",
+    )
+    serve.add_argument("--contract", type=Path, help="contract bundle directory to serve")
+    serve.add_argument("--data-dir", type=Path, help="keys, token, store and seeded files")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (0 picks a free one)")
+    serve.add_argument("--db-url", help="receipt store URL (default SQLite in the data dir)")
+    serve.add_argument("--calibration-trials", type=int, help="trials for --seed-mockmed")
+    serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
+    serve.add_argument(
+        "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
+    )
+    return parser
+
+
+def _banner_text(app: WorkerApp) -> str:
+    info = app.banner()
+    lines = [
+        f"rewardseal-worker serving on {info['host']}:{info['port']}",
+        f"  contract digest  {info['contract_digest']}  (tier {info['oracle_tier']})",
+        f"  worker key id    {info['key_id']}",
+        f"  certificate      {info['certificate_id'] or 'none'}",
+        f"  token            {info['token']}",
+        f"  data dir         {info['data_dir']}",
+    ]
+    return "\n".join(lines)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    settings = resolve_settings(
+        data_dir=args.data_dir,
+        contract_dir=args.contract,
+        host=args.host,
+        port=args.port,
+        db_url=args.db_url,
+        seed_mockmed=args.seed_mockmed,
+        calibration_trials=args.calibration_trials,
+        reflection=args.reflection,
+    )
+    app = await start_worker(settings, progress=text_progress(sys.stderr))
+    print(_banner_text(app), flush=True)
+    if args.ready_file:
+        temporary = args.ready_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(app.banner()))
+        temporary.replace(args.ready_file)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    await app.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``rewardseal-worker``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(_serve(args))
+    except RewardSealError as exc:
+        print(f"rewardseal-worker: {exc.message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

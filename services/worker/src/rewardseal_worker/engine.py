@@ -1,0 +1,485 @@
+"""The scoring pipeline: identity, ledger, oracle read, judge, receipt, signature, durable commit.
+
+R-W-1..8. Every RPC that scores goes through ``Scorer.score_jobs`` so the unary, batched,
+streamed and grader paths cannot disagree. A batch runs in one worker thread (blocking reads
+never touch the event loop) and ends in one store transaction, so the fsync that makes receipts
+durable is paid once per batch; ``Scorer.score`` groups concurrent unary calls into such batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf import json_format
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rewardseal.certificates import certificate_state
+from rewardseal.digest import canonical_json, digest_bytes
+from rewardseal.errors import (
+    ContractMismatch,
+    DuplicateEpisode,
+    IdentityConflict,
+    IdentityMismatch,
+    IdentityMissing,
+    InvalidEpisode,
+    NotFound,
+    PolicyUpdateRegressed,
+    RewardSealError,
+    Unavailable,
+    ValidationError,
+)
+from rewardseal.receipts import EpisodeFacts, build_receipt, is_unscored, seal_receipt
+from rewardseal.signing import SigningKey
+from rewardseal.v1.enums_pb2 import RuntimeSignal
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal.v1.worker_service_pb2 import (
+    BeginEpisodeRequest,
+    BeginEpisodeResponse,
+    HealthResponse,
+)
+from rewardseal.validation import validate_descriptor, validate_digest, validate_id
+from rewardseal_worker.bundle import ContractBundle
+from rewardseal_worker.judge import judge_episode
+from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
+from rewardseal_worker.store import ReceiptToCommit, WorkerStore
+
+_log = logging.getLogger(__name__)
+
+MAX_CREDIT_ROUNDS = 3
+"""How often one batch re-judges a job whose records a concurrent commit credited first."""
+
+Record = dict[str, Any]
+Clock = Callable[[], datetime]
+RevocationCheck = Callable[[str], bool]
+"""Given a certificate id, True when the worker has learned that it is revoked."""
+
+
+def utc_now() -> datetime:
+    """The wall clock, in UTC (injected everywhere so tests can fix it)."""
+    return datetime.now(UTC)
+
+
+def never_revoked(certificate_id: str) -> bool:
+    """The revocation check of a worker that follows no revocation list."""
+    return False
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """One episode to score. ``commit_unscored=False`` is the grader mirror's dry run (R-W-9)."""
+
+    descriptor: EpisodeDescriptor
+    commit_unscored: bool = True
+
+
+ScoreOutcome = SignedEnvelope | RewardSealError
+"""What one job yields: the signed receipt, or the error for that episode alone."""
+
+
+@dataclass
+class _Prepared:
+    """A job that passed every check and was judged, waiting for the batch commit."""
+
+    index: int
+    envelope: SignedEnvelope
+    commit: ReceiptToCommit | None
+    unscored: bool
+
+
+@dataclass
+class _Batcher:
+    """Groups concurrent unary calls into batches (group commit)."""
+
+    queue: asyncio.Queue[tuple[ScoreJob, asyncio.Future[ScoreOutcome]]] = field(
+        default_factory=asyncio.Queue
+    )
+    task: asyncio.Task[None] | None = None
+
+
+class Scorer:
+    """Scores episodes against one contract bundle with one signing key and one store."""
+
+    def __init__(
+        self,
+        *,
+        bundle: ContractBundle,
+        store: WorkerStore,
+        reader: OracleReader,
+        key: SigningKey,
+        clock: Clock = utc_now,
+        revoked: RevocationCheck = never_revoked,
+        episode_ttl_seconds: float = 3600.0,
+        max_batch: int = 256,
+        max_concurrent_batches: int = 4,
+    ) -> None:
+        self.bundle = bundle
+        self.store = store
+        self.reader = reader
+        self.key = key
+        self.clock = clock
+        self.revoked = revoked
+        self.episode_ttl_seconds = episode_ttl_seconds
+        self.max_batch = max_batch
+        self._slots = asyncio.Semaphore(max_concurrent_batches)
+        self._batcher = _Batcher()
+
+    # --- BeginEpisode (R-W-1, R-W-3) ---
+
+    async def begin(self, request: BeginEpisodeRequest) -> BeginEpisodeResponse:
+        """Record the baseline read for the identity before the rollout."""
+        validate_id(request.episode_id, "episode_id", error=InvalidEpisode)
+        self._check_contract_digest(request.reward_contract_digest)
+        identity = self._check_identity_keys(dict(request.oracle_identity))
+        return await asyncio.to_thread(self._begin_sync, request.episode_id, identity)
+
+    def _begin_sync(self, episode_id: str, identity: dict[str, str]) -> BeginEpisodeResponse:
+        existing = self.store.receipt_by_episode(episode_id)
+        if existing is not None:
+            raise DuplicateEpisode(
+                f"episode {episode_id} already has a receipt",
+                metadata={"receipt_id": existing.receipt_id},
+            )
+        baseline: list[Record] | None
+        try:
+            baseline = self.reader.read(identity)
+        except OracleUnavailable as exc:
+            # No baseline: the episode will be RECONCILIATION_REQUIRED, never paid 0.
+            _log.warning("baseline read failed for episode %s: %s", episode_id, exc)
+            baseline = None
+        begun_at = self.clock()
+        self.store.begin_episode(
+            contract_digest=self.bundle.contract_digest,
+            episode_id=episode_id,
+            identity_key=identity_key(identity),
+            identity=identity,
+            baseline=baseline,
+            begun_at=begun_at,
+            ttl_seconds=self.episode_ttl_seconds,
+        )
+        stamp = Timestamp()
+        stamp.FromDatetime(begun_at)
+        return BeginEpisodeResponse(
+            episode_id=episode_id, begun_at=stamp, baseline_recorded=baseline is not None
+        )
+
+    # --- Scoring ---
+
+    async def score(self, job: ScoreJob) -> SignedEnvelope:
+        """Score one episode through the group-commit batcher; raise its error if it has one."""
+        future: asyncio.Future[ScoreOutcome] = asyncio.get_running_loop().create_future()
+        await self._batcher.queue.put((job, future))
+        if self._batcher.task is None or self._batcher.task.done():
+            self._batcher.task = asyncio.create_task(self._drain())
+        outcome = await future
+        if isinstance(outcome, RewardSealError):
+            raise outcome
+        return outcome
+
+    async def _drain(self) -> None:
+        queue = self._batcher.queue
+        while not queue.empty():
+            items = [queue.get_nowait()]
+            while not queue.empty() and len(items) < self.max_batch:
+                items.append(queue.get_nowait())
+            await self._slots.acquire()
+            task = asyncio.create_task(self._run_batch(items))
+            task.add_done_callback(lambda _: self._slots.release())
+            # Let more calls queue up while this batch runs: that is what forms the next batch.
+            await asyncio.sleep(0)
+
+    async def _run_batch(self, items: list[tuple[ScoreJob, asyncio.Future[ScoreOutcome]]]) -> None:
+        try:
+            outcomes = await asyncio.to_thread(self.score_jobs_sync, [job for job, _ in items])
+        except Exception as exc:  # a store outage fails the batch, never a partial receipt
+            _log.exception("scoring batch failed")
+            error = Unavailable(f"the worker could not score the batch: {type(exc).__name__}")
+            outcomes = [error] * len(items)
+        for (_, future), outcome in zip(items, outcomes, strict=True):
+            if not future.done():
+                future.set_result(outcome)
+
+    async def score_jobs(self, jobs: Sequence[ScoreJob]) -> list[ScoreOutcome]:
+        """Score a batch in one thread and one commit; one outcome per job, in order."""
+        if not jobs:
+            return []
+        async with self._slots:
+            try:
+                return await asyncio.to_thread(self.score_jobs_sync, list(jobs))
+            except RewardSealError:
+                raise
+            except Exception as exc:
+                _log.exception("scoring batch failed")
+                raise Unavailable(
+                    f"the worker could not score the batch: {type(exc).__name__}"
+                ) from exc
+
+    def score_jobs_sync(self, jobs: Sequence[ScoreJob]) -> list[ScoreOutcome]:
+        """The blocking pipeline for a batch (runs in a worker thread)."""
+        outcomes: list[ScoreOutcome | None] = [None] * len(jobs)
+        first_index_of: dict[str, int] = {}
+        repeats: dict[int, int] = {}
+        pending: list[int] = []
+        for index, job in enumerate(jobs):
+            episode_id = job.descriptor.episode_id
+            if episode_id in first_index_of:
+                # The same episode twice in one batch: it is scored once; the repeat is told so.
+                repeats[index] = first_index_of[episode_id]
+            else:
+                first_index_of[episode_id] = index
+                pending.append(index)
+        committed_ids: dict[int, str] = {}
+        # A record credited by a concurrent commit sends its job round again: judged against
+        # the fresh credited set, it can no longer claim that record (R-W-3).
+        for _ in range(MAX_CREDIT_ROUNDS):
+            if not pending:
+                break
+            pending = self._score_round(jobs, pending, outcomes, committed_ids)
+        for index in pending:
+            outcomes[index] = Unavailable("episode kept colliding with concurrent commits")
+        for index, first in repeats.items():
+            outcome = outcomes[first]
+            if first in committed_ids:
+                outcomes[index] = _duplicate(jobs[index], committed_ids[first])
+            elif isinstance(outcome, RewardSealError):
+                outcomes[index] = outcome
+            else:
+                outcomes[index] = InvalidEpisode(
+                    f"episode {jobs[index].descriptor.episode_id} appears twice in one batch"
+                )
+        return [o if o is not None else Unavailable("episode was not scored") for o in outcomes]
+
+    def _score_round(
+        self,
+        jobs: Sequence[ScoreJob],
+        indexes: Sequence[int],
+        outcomes: list[ScoreOutcome | None],
+        committed_ids: dict[int, str],
+    ) -> list[int]:
+        """Prepare and commit ``indexes``; fill their outcomes; return those to retry."""
+        prepared: list[_Prepared] = []
+        for index in indexes:
+            try:
+                prepared.append(self._prepare(index, jobs[index]))
+            except RewardSealError as exc:
+                outcomes[index] = exc
+        to_commit = [p for p in prepared if p.commit is not None]
+        results = self.store.commit_receipts([p.commit for p in to_commit if p.commit])
+        retry: list[int] = []
+        for item, result in zip(to_commit, results, strict=True):
+            descriptor = jobs[item.index].descriptor
+            if result.duplicate_of is not None:
+                outcomes[item.index] = _duplicate(jobs[item.index], result.duplicate_of)
+            elif result.regressed:
+                outcomes[item.index] = PolicyUpdateRegressed(
+                    f"policy update {descriptor.policy_update} is below the highest already "
+                    "scored for this contract (R-W-7)"
+                )
+            elif result.credit_conflicts:
+                retry.append(item.index)
+            else:
+                outcomes[item.index] = item.envelope
+                committed_ids[item.index] = result.receipt_id
+        for item in prepared:
+            if item.commit is None:
+                # Grader dry run of an unscored episode: nothing stored, the id is not burned.
+                outcomes[item.index] = item.envelope
+        return retry
+
+    def _prepare(self, index: int, job: ScoreJob) -> _Prepared:
+        descriptor = job.descriptor
+        validate_descriptor(descriptor)
+        self._check_descriptor_contract(descriptor)
+        existing = self.store.receipt_by_episode(descriptor.episode_id)
+        if existing is not None:
+            raise _duplicate(job, existing.receipt_id)
+        highest = self.store.highest_policy_update(self.bundle.contract_digest)
+        if highest is not None and descriptor.policy_update < highest:
+            raise PolicyUpdateRegressed(
+                f"policy update {descriptor.policy_update} is below {highest}, the highest "
+                "already scored for this contract (R-W-7)"
+            )
+        registration = self.store.open_episode(self.bundle.contract_digest, descriptor.episode_id)
+        identity = self._resolve_identity(
+            descriptor, registration.identity if registration else None
+        )
+        key = identity_key(identity)
+        baseline = registration.baseline if registration is not None else None
+        current: list[Record] | None
+        oracle_error: str | None = None
+        try:
+            current = self.reader.read(identity)
+        except OracleUnavailable as exc:
+            current, oracle_error = None, str(exc) or "the system of record could not be read"
+        credited = self.store.credited_record_ids(self.bundle.contract_digest, key)
+        signal = (
+            descriptor.runtime_signal
+            if descriptor.HasField("runtime_signal")
+            else RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
+        )
+        decision = judge_episode(
+            self.bundle.required,
+            self.bundle.forbidden,
+            identity=identity,
+            baseline=baseline,
+            current=current,
+            runtime_signal=signal,
+            credited=credited,
+            oracle_error=oracle_error,
+        )
+        # The salt keeps the evidence digest from being guessed from low-entropy contents
+        # (record ids, counts): the trainer gets the digest, never the document.
+        evidence = canonical_json({"salt": secrets.token_hex(16), **decision.evidence()})
+        certificate = self.bundle.certificate
+        revoked = certificate is not None and self.revoked(certificate.certificate_id)
+        receipt = build_receipt(
+            EpisodeFacts(
+                receipt_id=new_receipt_id(),
+                episode_id=descriptor.episode_id,
+                policy_checkpoint_id=descriptor.policy_checkpoint_id,
+                policy_update=descriptor.policy_update,
+                outcome=decision.outcome,
+                uncertainty=decision.uncertainty,
+                tier=self.bundle.tier,
+                evidence_digest=digest_bytes(evidence),
+                nonce=secrets.token_hex(16),
+                issued_at=self.clock(),
+            ),
+            contract=self.bundle.contract,
+            certificate=certificate,
+            issuer_key_id=self.key.key_id,
+            revoked=revoked,
+            digest_of_contract=self.bundle.contract_digest,
+        )
+        envelope = seal_receipt(receipt, self.key)
+        unscored = is_unscored(receipt)
+        commit = None
+        if job.commit_unscored or not unscored:
+            commit = ReceiptToCommit(
+                receipt_id=receipt.receipt_id,
+                episode_id=receipt.episode_id,
+                contract_digest=self.bundle.contract_digest,
+                policy_update=receipt.policy_update,
+                identity_key=key,
+                envelope=envelope.SerializeToString(),
+                evidence=evidence,
+                credited_record_ids=decision.credited_record_ids,
+            )
+        return _Prepared(index=index, envelope=envelope, commit=commit, unscored=unscored)
+
+    # --- Checks (R-W-2, SPEC section 8) ---
+
+    def _check_contract_digest(self, digest: str) -> None:
+        validate_digest(digest, "reward_contract_digest", error=InvalidEpisode)
+        if digest != self.bundle.contract_digest:
+            raise ContractMismatch(
+                f"this worker scores contract {self.bundle.contract_digest}, not {digest}"
+            )
+
+    def _check_descriptor_contract(self, descriptor: EpisodeDescriptor) -> None:
+        self._check_contract_digest(descriptor.reward_contract_digest)
+        contract = self.bundle.contract
+        if descriptor.HasField("task_id") and descriptor.task_id != contract.task_id:
+            raise ContractMismatch(f"task {descriptor.task_id} is not the contract's task")
+        if (
+            descriptor.HasField("environment_id")
+            and descriptor.environment_id != contract.environment_id
+        ):
+            raise ContractMismatch(
+                f"environment {descriptor.environment_id} is not the contract's environment"
+            )
+
+    def _check_identity_keys(self, identity: Mapping[str, str]) -> dict[str, str]:
+        if not identity:
+            raise IdentityMissing("no oracle identity was given")
+        expected = set(self.bundle.contract.oracle.identity_keys)
+        if set(identity) != expected:
+            raise IdentityMismatch(
+                f"oracle identity keys {sorted(identity)} differ from the contract's "
+                f"{sorted(expected)}"
+            )
+        for name, value in identity.items():
+            if not isinstance(value, str) or not value:
+                raise IdentityMismatch(f"oracle identity {name} must be a non-empty string")
+        return dict(identity)
+
+    def _resolve_identity(
+        self, descriptor: EpisodeDescriptor, registered: Mapping[str, str] | None
+    ) -> dict[str, str]:
+        """Descriptor field, else metadata.oracle_identity, else the registration; a
+        registration wins and a descriptor naming another subject is refused (R-W-2)."""
+        given: dict[str, str] | None = None
+        if descriptor.oracle_identity:
+            given = dict(descriptor.oracle_identity)
+        elif "oracle_identity" in descriptor.metadata.fields:
+            raw = json_format.MessageToDict(descriptor.metadata).get("oracle_identity")
+            if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+                raise IdentityMismatch("metadata.oracle_identity must map names to strings")
+            given = raw
+        if registered is not None:
+            if given is not None and given != dict(registered):
+                raise IdentityConflict(
+                    "the descriptor names another subject than the BeginEpisode registration"
+                )
+            return self._check_identity_keys(registered)
+        if given is None:
+            raise IdentityMissing(
+                "no oracle identity in the descriptor, its metadata, or a BeginEpisode"
+            )
+        return self._check_identity_keys(given)
+
+    # --- Reads ---
+
+    def get_receipt(self, *, receipt_id: str = "", episode_id: str = "") -> SignedEnvelope:
+        """A stored receipt envelope by receipt id or episode id."""
+        if bool(receipt_id) == bool(episode_id):
+            raise ValidationError("give exactly one of receipt_id and episode_id")
+        if receipt_id:
+            validate_id(receipt_id, "receipt_id")
+            stored = self.store.receipt_by_id(receipt_id)
+        else:
+            validate_id(episode_id, "episode_id")
+            stored = self.store.receipt_by_episode(episode_id)
+        if stored is None:
+            raise NotFound("no receipt for that id")
+        return SignedEnvelope.FromString(stored.envelope)
+
+    def health(self) -> HealthResponse:
+        """What a caller needs to pin and check this worker."""
+        highest = self.store.highest_policy_update(self.bundle.contract_digest) or 0
+        certificate = self.bundle.certificate
+        revoked = certificate is not None and self.revoked(certificate.certificate_id)
+        return HealthResponse(
+            issuer_key_id=self.key.key_id,
+            issuer_public_key=self.key.public_key,
+            reward_contract_digest=self.bundle.contract_digest,
+            oracle_tier=self.bundle.tier,
+            oracle_channel=self.bundle.contract.oracle.channel,
+            certificate_state=certificate_state(certificate, highest, revoked=revoked),
+            certificate_id=certificate.certificate_id if certificate else "",
+            highest_policy_update=highest,
+        )
+
+
+def identity_key(identity: Mapping[str, str]) -> str:
+    """The canonical string of an identity: equal identities always give equal keys."""
+    return canonical_json(dict(identity)).decode()
+
+
+def new_receipt_id() -> str:
+    """A fresh receipt id that satisfies R-MSG-10."""
+    return f"rcpt.{uuid.uuid4().hex}"
+
+
+def _duplicate(job: ScoreJob, receipt_id: str) -> DuplicateEpisode:
+    return DuplicateEpisode(
+        f"episode {job.descriptor.episode_id} already has a receipt",
+        metadata={"receipt_id": receipt_id},
+    )

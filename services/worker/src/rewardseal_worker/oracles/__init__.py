@@ -1,0 +1,20 @@
+"""Oracle readers of the system of record (R-W-6): recipes in, records out.
+
+Use :func:`make_reader`; a read failure is :class:`OracleUnavailable`, an outcome, not an error.
+"""
+
+from rewardseal_worker.oracles.base import (
+    RESERVED_KINDS,
+    OracleReader,
+    OracleUnavailable,
+    make_reader,
+    validate_recipe,
+)
+
+__all__ = [
+    "RESERVED_KINDS",
+    "OracleReader",
+    "OracleUnavailable",
+    "make_reader",
+    "validate_recipe",
+]

@@ -1,0 +1,260 @@
+"""The oracle reader protocol, recipe checks and the reader factory (R-W-6).
+
+An oracle recipe is a JSON document in a contract bundle that says how to read the system of
+record (SoR). It carries no credentials: a database URL comes from an environment variable the
+recipe names (``url_env``), read when the reader is made. Relative paths resolve against the
+bundle directory and absolute paths are refused, so the recipe digest never depends on where a
+bundle happens to sit.
+
+Recipe problems are :class:`rewardseal.errors.ValidationError` (the bundle is wrong). A SoR that
+cannot be read is :class:`OracleUnavailable`, which is an *outcome* (FAILED_PLATFORM,
+ORACLE_UNAVAILABLE), never an RPC error.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import Any, Protocol
+
+from rewardseal.errors import IdentityMismatch, ValidationError
+from rewardseal_worker.effects import EFFECT_NAME_PATTERN, IDENTIFIER_PATTERN, RECORD_ID_FIELD
+
+KIND_SQL = "sql"
+KIND_JSON_FILE = "json_file"
+KIND_SCREEN_DUMP = "screen_dump"
+RESERVED_KINDS = frozenset({"rest", "fhir"})
+"""Kinds SPEC R-W-6 names that this worker cannot read yet."""
+
+DEFAULT_TIMEOUT_SECONDS = 2.0
+MAX_TIMEOUT_SECONDS = 300.0
+MAX_RECORDS = 10_000
+"""Most records one identity may have in one read; more means the recipe selects too widely."""
+
+_CREDENTIAL_WORDS = (
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "credential",
+    "dsn",
+    "api_key",
+    "apikey",
+    "private_key",
+)
+_URL_KEYS = frozenset({"url", "uri", "connection_string", "conninfo"})
+
+_COMMON_KEYS = frozenset({"kind", "identity_fields", "timeout_seconds"})
+RECIPE_KEYS: Mapping[str, frozenset[str]] = {
+    KIND_SQL: _COMMON_KEYS | {"database", "table", "id_column"},
+    KIND_JSON_FILE: _COMMON_KEYS | {"path", "collection"},
+    KIND_SCREEN_DUMP: _COMMON_KEYS | {"path", "collection"},
+}
+"""The keys each readable kind accepts; anything else is refused, not ignored."""
+
+
+class OracleUnavailable(Exception):
+    """The SoR could not be read (unreachable, timed out, malformed).
+
+    The message never holds record contents, identity values or a database URL.
+    """
+
+
+class OracleReader(Protocol):
+    """Reads the records of one identity from the SoR.
+
+    ``read`` is blocking; callers run it in a thread and may also bound it by
+    ``timeout_seconds``. It raises :class:`OracleUnavailable` for any I/O or database error.
+    """
+
+    kind: str
+    timeout_seconds: float
+
+    def read(self, identity: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Every record of ``identity``: a string ``"id"`` plus field -> JSON scalar."""
+        ...
+
+    def close(self) -> None:
+        """Release connections and files; the reader is not used afterwards."""
+        ...
+
+
+def _walk(value: Any, path: str) -> Iterable[tuple[str, Any, str]]:
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            yield str(key), inner, where
+            yield from _walk(inner, where)
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            yield from _walk(inner, f"{path}[{index}]")
+
+
+def check_no_credentials(recipe: Mapping[str, Any]) -> None:
+    """Refuse a recipe that carries, or looks like it carries, a credential (R-W-6).
+
+    Messages name the offending key, never its value.
+    """
+    for key, value, where in _walk(recipe, ""):
+        lowered = key.lower()
+        if any(word in lowered for word in _CREDENTIAL_WORDS) or lowered in _URL_KEYS:
+            raise ValidationError(
+                f"oracle recipe key {where!r} looks like a credential; recipes carry no "
+                "credentials, name an environment variable with 'url_env' instead"
+            )
+        if isinstance(value, str) and "://" in value:
+            raise ValidationError(
+                f"oracle recipe value at {where!r} looks like a URL; recipes carry no "
+                "credentials, name an environment variable with 'url_env' instead"
+            )
+
+
+def check_identifier(value: Any, where: str) -> str:
+    """Return ``value`` if it is a safe table/column/collection name, else ValidationError."""
+    if not isinstance(value, str) or not IDENTIFIER_PATTERN.match(value):
+        raise ValidationError(f"oracle recipe {where} must match {IDENTIFIER_PATTERN.pattern}")
+    return value
+
+
+def recipe_timeout(recipe: Mapping[str, Any]) -> float:
+    """The recipe's ``timeout_seconds`` (default 2.0), checked to be in (0, 300]."""
+    raw = recipe.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+    if (
+        isinstance(raw, bool)
+        or not isinstance(raw, int | float)
+        or not math.isfinite(raw)
+        or not 0 < raw <= MAX_TIMEOUT_SECONDS
+    ):
+        raise ValidationError(
+            f"oracle recipe timeout_seconds must be a number in (0, {MAX_TIMEOUT_SECONDS:g}]"
+        )
+    return float(raw)
+
+
+def recipe_identity_fields(recipe: Mapping[str, Any]) -> dict[str, str]:
+    """The recipe's ``identity_fields``: contract identity key -> column/field name."""
+    raw = recipe.get("identity_fields")
+    if not isinstance(raw, Mapping) or not raw:
+        raise ValidationError("oracle recipe identity_fields must be a non-empty JSON object")
+    fields: dict[str, str] = {}
+    for key, column in raw.items():
+        if not isinstance(key, str) or not EFFECT_NAME_PATTERN.match(key):
+            raise ValidationError(f"oracle recipe identity_fields key {key!r} is not a valid name")
+        fields[key] = check_identifier(column, f"identity_fields.{key}")
+    return fields
+
+
+def recipe_collection(recipe: Mapping[str, Any]) -> str:
+    """The table (sql) or collection (json_file, screen_dump) the recipe reads."""
+    field = "table" if recipe.get("kind") == KIND_SQL else "collection"
+    return check_identifier(recipe.get(field), field)
+
+
+def check_relative_path(raw: Any, where: str) -> str:
+    """Return ``raw`` if it is a non-empty relative path; absolute paths are refused.
+
+    An absolute path would tie the recipe (and so its digest) to one host's layout.
+    """
+    if not isinstance(raw, str) or not raw or "\x00" in raw:
+        raise ValidationError(f"oracle recipe {where} must be a non-empty relative path")
+    if PurePosixPath(raw).is_absolute() or PureWindowsPath(raw).is_absolute() or "\\" in raw:
+        raise ValidationError(f"oracle recipe {where} must be relative to the bundle directory")
+    return raw
+
+
+def resolve_relative(raw: Any, bundle_dir: Path, where: str) -> Path:
+    """Resolve a relative recipe path against the bundle directory (see check_relative_path)."""
+    return (bundle_dir / check_relative_path(raw, where)).resolve()
+
+
+def check_identity(identity: Mapping[str, str], identity_fields: Mapping[str, str]) -> None:
+    """Refuse an identity whose keys differ from the recipe's identity_fields (R-W-2)."""
+    if set(identity) != set(identity_fields):
+        raise IdentityMismatch(
+            f"identity keys {sorted(identity)} differ from the oracle's {sorted(identity_fields)}"
+        )
+    for key, value in identity.items():
+        if not isinstance(value, str) or not value:
+            raise IdentityMismatch(f"identity value for {key!r} must be a non-empty string")
+
+
+def validate_recipe(recipe: Mapping[str, Any]) -> str:
+    """Check a recipe's shape without touching the SoR or the environment; return its kind.
+
+    Raises:
+        ValidationError: credentials, unknown or reserved kind, unknown keys, bad identifiers,
+            paths or timeout.
+    """
+    if not isinstance(recipe, Mapping):
+        raise ValidationError("an oracle recipe must be a JSON object")
+    # Credentials first: their message must win over "unknown key".
+    check_no_credentials(recipe)
+    kind = recipe.get("kind")
+    if kind in RESERVED_KINDS:
+        raise ValidationError(f"oracle kind {kind!r} is not available yet")
+    if not isinstance(kind, str) or kind not in RECIPE_KEYS:
+        raise ValidationError(
+            f"oracle recipe kind must be one of {sorted(RECIPE_KEYS)}, got {kind!r}"
+        )
+    unknown = set(recipe) - RECIPE_KEYS[kind]
+    if unknown:
+        raise ValidationError(f"oracle recipe of kind {kind!r} has unknown keys {sorted(unknown)}")
+    recipe_timeout(recipe)
+    recipe_identity_fields(recipe)
+    recipe_collection(recipe)
+    if kind == KIND_SQL:
+        # Imported here: sql.py and files.py import this module (no import cycle at load time).
+        from rewardseal_worker.oracles.sql import check_database_spec
+
+        check_database_spec(recipe.get("database"))
+        column = recipe.get("id_column", RECORD_ID_FIELD)
+        check_identifier(column, "id_column")
+    else:
+        check_relative_path(recipe.get("path"), "path")
+    return kind
+
+
+def make_reader(recipe: Mapping[str, Any], bundle_dir: Path) -> OracleReader:
+    """Make the reader a recipe describes; relative paths resolve against ``bundle_dir``.
+
+    An environment variable named by ``url_env`` is read here, once.
+
+    Raises:
+        ValidationError: for any recipe problem, a reserved kind ('rest', 'fhir'), or a missing
+            environment variable (named, its value never shown).
+    """
+    kind = validate_recipe(recipe)
+    if kind == KIND_SQL:
+        from rewardseal_worker.oracles.sql import SqlReader
+
+        return SqlReader.from_recipe(recipe, bundle_dir, environ=os.environ)
+    from rewardseal_worker.oracles.files import JsonFileReader
+
+    return JsonFileReader.from_recipe(recipe, bundle_dir)
+
+
+def make_record(fields: Mapping[str, Any], id_field: str, source: str) -> dict[str, Any]:
+    """A record from raw fields: ``"id"`` as a string, other fields as JSON scalars.
+
+    Raises:
+        OracleUnavailable: when the id is missing or a value is not a JSON scalar; the message
+            names the source and the field, never a value.
+    """
+    raw_id = fields.get(id_field)
+    if raw_id is None or isinstance(raw_id, bool) or not isinstance(raw_id, str | int):
+        raise OracleUnavailable(f"{source}: a record has no usable {id_field!r}")
+    record: dict[str, Any] = {RECORD_ID_FIELD: str(raw_id)}
+    for field, value in fields.items():
+        if field == id_field:
+            continue
+        if field == RECORD_ID_FIELD:
+            # The record's "id" key is reserved for the id column; a second "id" would be lost.
+            raise OracleUnavailable(f"{source}: a field named 'id' besides the id field")
+        if value is not None and not isinstance(value, str | int | float | bool):
+            raise OracleUnavailable(f"{source}: field {field!r} is not a JSON scalar")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise OracleUnavailable(f"{source}: field {field!r} is not a finite number")
+        record[str(field)] = value
+    return record

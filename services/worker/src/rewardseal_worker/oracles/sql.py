@@ -1,0 +1,287 @@
+"""The ``sql`` oracle: SQLite or PostgreSQL through SQLAlchemy Core, read-only (R-W-6).
+
+Recipe::
+
+    {"kind": "sql",
+     "database": {"url_env": "ENV_NAME"} | {"sqlite_path": "rel/path.sqlite"},
+     "table": "encounters", "id_column": "id",
+     "identity_fields": {"patient_id": "patient_id"}, "timeout_seconds": 2.0}
+
+The statement is ``SELECT * FROM <table> WHERE <col> = :param ... LIMIT n`` with the identity in
+bound parameters, so the cost of a read follows the identity's index, not the table's size.
+Read-only is enforced by the database, not by trusting the statement: SQLite opens the file in
+URI ``mode=ro``; PostgreSQL sessions start with ``default_transaction_read_only=on``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+import sqlite3
+import time
+import uuid
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+
+from rewardseal.errors import ValidationError
+from rewardseal_worker.effects import RECORD_ID_FIELD
+from rewardseal_worker.oracles.base import (
+    KIND_SQL,
+    MAX_RECORDS,
+    OracleUnavailable,
+    check_identifier,
+    check_identity,
+    check_relative_path,
+    make_record,
+    recipe_identity_fields,
+    recipe_timeout,
+    resolve_relative,
+    validate_recipe,
+)
+
+ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_PROGRESS_STEPS = 1000
+"""SQLite virtual-machine steps between deadline checks."""
+
+
+def check_database_spec(raw: Any) -> None:
+    """Check the recipe's ``database``: exactly one of ``url_env`` or ``sqlite_path``."""
+    if not isinstance(raw, Mapping) or len(raw) != 1:
+        raise ValidationError(
+            'oracle recipe database must be {"url_env": NAME} or {"sqlite_path": PATH}'
+        )
+    if "url_env" in raw:
+        name = raw["url_env"]
+        if not isinstance(name, str) or not ENV_NAME_PATTERN.match(name):
+            raise ValidationError(
+                "oracle recipe database.url_env must name an environment variable"
+            )
+    elif "sqlite_path" in raw:
+        # Checked for shape now; resolved against the bundle when the reader is made.
+        check_relative_path(raw["sqlite_path"], "database.sqlite_path")
+    else:
+        raise ValidationError(
+            'oracle recipe database must be {"url_env": NAME} or {"sqlite_path": PATH}'
+        )
+
+
+def sqlite_readonly_url(path: Path) -> URL:
+    """``sqlite+pysqlite:///file:<abs>?mode=ro&uri=true`` for an existing or future file.
+
+    Built as a URL object so that a path with ``?``, ``#`` or ``%`` cannot change the query.
+    """
+    absolute = path.resolve()
+    # SQLite URI filenames treat ? and # as delimiters and % as an escape.
+    quoted = str(absolute).replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+    return URL.create(
+        "sqlite+pysqlite", database=f"file:{quoted}", query={"mode": "ro", "uri": "true"}
+    )
+
+
+def _engine_from_env(name: str, environ: Mapping[str, str], timeout: float) -> tuple[Engine, bool]:
+    raw = environ.get(name)
+    if not raw:
+        raise ValidationError(f"environment variable {name} named by the oracle recipe is not set")
+    try:
+        url = make_url(raw)
+    except (ArgumentError, ValueError):
+        # from None: SQLAlchemy's message quotes the URL, which may hold a password.
+        raise ValidationError(
+            f"environment variable {name} does not hold a valid database URL"
+        ) from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        database = url.database
+        if not database or database == ":memory:" or database.startswith("file:"):
+            raise ValidationError(
+                f"environment variable {name} must name a SQLite file by plain path"
+            )
+        return _sqlite_engine(Path(database), timeout), True
+    if backend == "postgresql":
+        driver = url.get_driver_name()
+        if url.drivername == "postgresql":
+            url = url.set(drivername="postgresql+psycopg")
+        elif driver not in ("psycopg", "psycopg2"):
+            raise ValidationError(
+                f"environment variable {name}: driver {driver!r} is not supported"
+            )
+        millis = max(1, math.ceil(timeout * 1000))
+        try:
+            engine = sa.create_engine(
+                url,
+                pool_pre_ping=True,
+                connect_args={
+                    # Read-only and bounded by the server itself, whatever the statement says.
+                    "options": (
+                        f"-c default_transaction_read_only=on -c statement_timeout={millis}"
+                    ),
+                    "connect_timeout": max(1, math.ceil(timeout)),
+                },
+            )
+        except ImportError:
+            raise ValidationError(
+                "the PostgreSQL driver (psycopg) is not installed on this worker"
+            ) from None
+        except (ArgumentError, ValueError):
+            raise ValidationError(
+                f"environment variable {name} does not hold a usable PostgreSQL URL"
+            ) from None
+        return engine, False
+    raise ValidationError(
+        f"environment variable {name} names backend {backend!r}; only sqlite and postgresql"
+    )
+
+
+def _sqlite_engine(path: Path, timeout: float) -> Engine:
+    # "timeout" is SQLite's busy timeout: how long to wait on a writer's lock.
+    return sa.create_engine(sqlite_readonly_url(path), connect_args={"timeout": timeout})
+
+
+def _to_json_scalar(value: Any) -> Any:
+    """Database values as JSON scalars; anything else is left for make_record to refuse."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return value
+
+
+class SqlReader:
+    """Reads one table of a SQL system of record by identity, read-only and bounded in time."""
+
+    kind: str = KIND_SQL
+    timeout_seconds: float
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        table: str,
+        id_column: str,
+        identity_fields: Mapping[str, str],
+        timeout_seconds: float,
+        sqlite: bool,
+    ) -> None:
+        """Wrap ``engine`` (made once, reused for every read).
+
+        Prefer :meth:`from_recipe`; identifiers are validated here as well.
+        """
+        self._engine = engine
+        self._table_name = check_identifier(table, "table")
+        self._id_column = check_identifier(id_column, "id_column")
+        self._identity_fields = dict(identity_fields)
+        for key, column in self._identity_fields.items():
+            check_identifier(column, f"identity_fields.{key}")
+        self.timeout_seconds = timeout_seconds
+        self._sqlite = sqlite
+        self._keys = sorted(self._identity_fields)
+        columns = {self._id_column, *self._identity_fields.values()}
+        # A lightweight table built from validated identifiers: no reflection round trip, and
+        # SQLAlchemy quotes every name.
+        tbl = sa.table(self._table_name, *(sa.column(c) for c in sorted(columns)))
+        conditions = [
+            tbl.c[self._identity_fields[key]] == sa.bindparam(f"identity_{index}")
+            for index, key in enumerate(self._keys)
+        ]
+        self._statement: sa.Select[Any] = (
+            sa.select(sa.literal_column("*"))
+            .select_from(tbl)
+            .where(sa.and_(*conditions))
+            .order_by(tbl.c[self._id_column])
+            # One more than allowed, so "too many" is detectable without reading everything.
+            .limit(MAX_RECORDS + 1)
+        )
+
+    @classmethod
+    def from_recipe(
+        cls, recipe: Mapping[str, Any], bundle_dir: Path, *, environ: Mapping[str, str]
+    ) -> SqlReader:
+        """Make a reader from a ``sql`` recipe; ``url_env`` is looked up in ``environ``."""
+        validate_recipe(recipe)
+        timeout = recipe_timeout(recipe)
+        database = recipe["database"]
+        if "url_env" in database:
+            engine, sqlite = _engine_from_env(database["url_env"], environ, timeout)
+        else:
+            path = resolve_relative(database["sqlite_path"], bundle_dir, "database.sqlite_path")
+            engine, sqlite = _sqlite_engine(path, timeout), True
+        return cls(
+            engine,
+            table=recipe["table"],
+            id_column=recipe.get("id_column", RECORD_ID_FIELD),
+            identity_fields=recipe_identity_fields(recipe),
+            timeout_seconds=timeout,
+            sqlite=sqlite,
+        )
+
+    @property
+    def engine(self) -> Engine:
+        """The underlying engine (read-only at the database level); for diagnostics and tests."""
+        return self._engine
+
+    def read(self, identity: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Every row of ``identity`` as a record. Blocking.
+
+        Raises:
+            IdentityMismatch: when the identity's keys are not the recipe's.
+            OracleUnavailable: for any database error or timeout; the message names the table
+                and the error class, never the URL, the SQL parameters or a row.
+        """
+        check_identity(identity, self._identity_fields)
+        params = {f"identity_{index}": identity[key] for index, key in enumerate(self._keys)}
+        source = f"sql table {self._table_name!r}"
+        started = time.monotonic()
+        try:
+            with self._engine.connect() as conn:
+                rows = self._execute(conn, params, started + self.timeout_seconds)
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+            # from None: the chained error would print the SQL parameters (identity values).
+            raise OracleUnavailable(self._describe(exc, source, started)) from None
+        if len(rows) > MAX_RECORDS:
+            raise OracleUnavailable(f"{source}: more than {MAX_RECORDS} records for one identity")
+        return [
+            make_record({k: _to_json_scalar(v) for k, v in row.items()}, self._id_column, source)
+            for row in rows
+        ]
+
+    def _execute(
+        self, conn: sa.Connection, params: Mapping[str, str], deadline: float
+    ) -> list[Mapping[str, Any]]:
+        raw = conn.connection.driver_connection if self._sqlite else None
+        if isinstance(raw, sqlite3.Connection):
+            # SQLite has no statement timeout: abort the statement from its progress handler.
+            raw.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
+        try:
+            return [dict(row) for row in conn.execute(self._statement, params).mappings()]
+        finally:
+            if isinstance(raw, sqlite3.Connection):
+                raw.set_progress_handler(None, 0)
+
+    def _describe(self, exc: BaseException, source: str, started: float) -> str:
+        if time.monotonic() - started >= self.timeout_seconds:
+            return f"{source}: read timed out after {self.timeout_seconds:g}s"
+        orig = exc.orig if isinstance(exc, DBAPIError) else exc
+        text = str(orig) if isinstance(orig, sqlite3.Error) else ""
+        # Only SQLite's own fixed phrases are passed on; they hold no URL and no row.
+        if text.startswith("no such table"):
+            return f"{source}: the table does not exist"
+        if text.startswith("unable to open database file"):
+            return f"{source}: the database file could not be opened"
+        if text.startswith("no such column"):
+            return f"{source}: a recipe column does not exist"
+        return f"{source}: read failed ({type(orig).__name__})"
+
+    def close(self) -> None:
+        """Dispose of the engine's connection pool."""
+        self._engine.dispose()

@@ -1,0 +1,544 @@
+"""Seed a worker data directory with MockMed: the synthetic SoR, two bundles, a certificate.
+
+:func:`seed_mockmed` lays out::
+
+    data_dir/mockmed/mockmed.sqlite        the synthetic EMR (table ``encounters``, R-MM-1)
+    data_dir/mockmed/screen.json           the tier-0 screen dump (what the UI shows)
+    data_dir/contracts/mockmed/            tier-2 bundle (sql oracle) + certificate.json
+                                           + calibration.json
+    data_dir/contracts/mockmed-tier0/      tier-0 bundle (screen_dump oracle), no certificate
+
+Everything is synthetic: the background rows belong to invented patients, and no real patient
+data is involved anywhere.
+
+Seeding is idempotent. A second run (or a run on a copy of the directory at another path) keeps
+the database and its rows, the screen dump, the bundles and the certificate, so every digest and
+every receipt that points at a row stays valid; it recalibrates nothing and signs nothing. Files
+that exist with other content are never overwritten: seeding refuses instead. Keys, tokens and
+receipt stores elsewhere in ``data_dir`` are never touched.
+
+The helpers :func:`write_encounter`, :func:`add_background_rows` and :func:`show_on_screen` stage
+episodes for tests, demos and benchmarks: an honest write, a duplicate, and the banner lie (the
+screen shows a saved Triage encounter, the database has none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import random
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from rewardseal import mockmed
+from rewardseal.calibration import epsilon_from_summary
+from rewardseal.certificates import satisfies, unmet
+from rewardseal.contract import contract_digest
+from rewardseal.errors import ValidationError
+from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
+from rewardseal.v1.contract_pb2 import RewardContract
+from rewardseal_worker.bundle import (
+    CALIBRATION_FILE,
+    CERTIFICATE_FILE,
+    CONTRACT_FILE,
+    FORBIDDEN_EFFECTS_FILE,
+    ORACLE_RECIPE_FILE,
+    REQUIRED_EFFECTS_FILE,
+    ContractBundle,
+    load_bundle,
+    write_bundle,
+)
+from rewardseal_worker.calibration import (
+    DEFAULT_TRIALS,
+    ProgressCallback,
+    calibrate,
+    checker_configuration_digest,
+    self_signed_certificate,
+    summary_from_json,
+    summary_to_json,
+)
+
+__all__ = [
+    "DATABASE_PATH",
+    "DEFAULT_BACKGROUND_ROWS",
+    "DEFAULT_SEED",
+    "ENCOUNTERS_TABLE",
+    "SCREEN_PATH",
+    "TIER0_BUNDLE",
+    "TIER2_BUNDLE",
+    "SeedResult",
+    "add_background_rows",
+    "count_encounters",
+    "create_database",
+    "seed_mockmed",
+    "show_on_screen",
+    "write_encounter",
+]
+
+DATABASE_PATH: Final = Path("mockmed") / "mockmed.sqlite"
+"""The MockMed SoR, relative to the data directory (the tier-2 recipe points here)."""
+SCREEN_PATH: Final = Path("mockmed") / "screen.json"
+"""The tier-0 screen dump, relative to the data directory (the tier-0 recipe points here)."""
+TIER2_BUNDLE: Final = Path("contracts") / "mockmed"
+"""The tier-2 bundle directory, relative to the data directory."""
+TIER0_BUNDLE: Final = Path("contracts") / "mockmed-tier0"
+"""The tier-0 bundle directory, relative to the data directory."""
+ENCOUNTERS_TABLE: Final = "encounters"
+DEFAULT_SEED: Final = 20261130
+DEFAULT_BACKGROUND_ROWS: Final = 200
+DEFAULT_NOTE: Final = "Synthetic triage: mild headache since morning; vitals stable."
+
+_CORE_FILES = (CONTRACT_FILE, REQUIRED_EFFECTS_FILE, FORBIDDEN_EFFECTS_FILE, ORACLE_RECIPE_FILE)
+_BUSY_TIMEOUT_SECONDS = 30.0
+_MAX_BACKGROUND_ROWS = 10_000_000
+_SCHEMA = (
+    f"CREATE TABLE IF NOT EXISTS {ENCOUNTERS_TABLE} ("
+    " id TEXT PRIMARY KEY,"
+    " patient_id TEXT NOT NULL,"
+    " type TEXT,"
+    " note TEXT,"
+    " status TEXT,"
+    " priority TEXT NULL,"
+    " created_at TEXT"
+    ")",
+    f"CREATE INDEX IF NOT EXISTS {ENCOUNTERS_TABLE}_patient_id ON {ENCOUNTERS_TABLE} (patient_id)",
+)
+_TYPES = ("Triage", "Consult", "Follow-up", "Lab review", "Vaccination", "Telehealth")
+_STATUSES = ("open", "closed", "closed", "cancelled")
+_PRIORITIES: tuple[str | None, ...] = (None, None, None, None, "routine", "urgent", "stat")
+_COMPLAINTS = (
+    "mild headache since morning",
+    "sore throat for two days",
+    "twisted left ankle during a walk",
+    "seasonal allergy flare",
+    "low-grade fever overnight",
+    "minor cut on the right hand",
+    "persistent dry cough",
+    "lower back stiffness after lifting",
+)
+_PLANS = (
+    "vitals stable",
+    "recheck blood pressure in two weeks",
+    "fluids and rest advised",
+    "follow up if symptoms persist",
+    "ice and elevation advised",
+    "dressing applied",
+)
+_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """Where the seeded MockMed pieces are and what they are.
+
+    ``created`` is True when this call wrote anything (database, screen dump, a bundle file or
+    the certificate); False when it found everything in place and reused it.
+    """
+
+    tier2_bundle_dir: Path
+    tier0_bundle_dir: Path
+    database_path: Path
+    screen_path: Path
+    contract_digest: str
+    tier0_contract_digest: str
+    certificate: RewardCertificate
+    epsilon: float
+    created: bool
+    calibration: CalibrationSummary
+
+
+# --------------------------------------------------------------------------------------------
+# The SoR database
+# --------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _connect(db_path: Path) -> Iterator[sqlite3.Connection]:
+    """A connection in autocommit mode (transactions are explicit), closed on exit."""
+    conn = sqlite3.connect(db_path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _table_exists(conn: sqlite3.Connection) -> bool:
+    row = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (ENCOUNTERS_TABLE,)
+    ).fetchone()
+    return row is not None
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    for statement in _SCHEMA:
+        conn.execute(statement)
+
+
+def _background_rows(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
+    """``count`` synthetic encounters spread over about ``count / 4`` invented patients."""
+    # 10 hex digits: never the 8-digit ids of rewardseal.extradup.variants or the calibration.
+    patients = [f"patient-{rng.getrandbits(40):010x}" for _ in range(max(1, math.ceil(count / 4)))]
+    rows: list[tuple[Any, ...]] = []
+    for _ in range(count):
+        created = _EPOCH + timedelta(seconds=rng.randrange(0, 300 * 24 * 3600))
+        rows.append(
+            (
+                f"enc-{rng.getrandbits(96):024x}",
+                rng.choice(patients),
+                rng.choice(_TYPES),
+                f"Synthetic: {rng.choice(_COMPLAINTS)}; {rng.choice(_PLANS)}.",
+                rng.choice(_STATUSES),
+                rng.choice(_PRIORITIES),
+                created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            )
+        )
+    return rows
+
+
+def _insert_background(conn: sqlite3.Connection, count: int, seed: int) -> int:
+    existing = conn.execute(f"SELECT COUNT(*) FROM {ENCOUNTERS_TABLE}").fetchone()[0]
+    # The row count joins the seed so that repeated calls with one seed add new rows.
+    rng = random.Random(f"mockmed.background/{seed}/{existing}")
+    conn.executemany(
+        f"INSERT INTO {ENCOUNTERS_TABLE} "
+        "(id, patient_id, type, note, status, priority, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        _background_rows(rng, count),
+    )
+    return count
+
+
+def _check_count(count: int) -> int:
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int)
+        or not 0 <= count <= (_MAX_BACKGROUND_ROWS)
+    ):
+        raise ValidationError(f"row count must be an integer in 0..{_MAX_BACKGROUND_ROWS}")
+    return count
+
+
+def create_database(db_path: Path, *, background_rows: int, seed: int) -> bool:
+    """Create the MockMed database with ``background_rows`` synthetic rows, unless it exists.
+
+    The table, its ``patient_id`` index and the rows are written in one transaction. An
+    existing table is kept with every row it holds (receipts may point at them); only a missing
+    index is added. Returns True when the table was created.
+    """
+    _check_count(background_rows)
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with _connect(db_path) as conn, _transaction(conn):
+        if _table_exists(conn):
+            _ensure_schema(conn)
+            return False
+        _ensure_schema(conn)
+        _insert_background(conn, background_rows, seed)
+        return True
+
+
+def add_background_rows(db_path: Path, count: int, seed: int) -> int:
+    """Add ``count`` synthetic rows for invented patients in one transaction; return ``count``.
+
+    Rows are a pure function of ``seed`` and the current row count, so a benchmark can grow the
+    table to 50,000 rows reproducibly (one ``executemany``, well under a second).
+    """
+    _check_count(count)
+    with _connect(db_path) as conn, _transaction(conn):
+        _ensure_schema(conn)
+        return _insert_background(conn, count, seed)
+
+
+def write_encounter(
+    db_path: Path,
+    *,
+    patient_id: str,
+    type: str | None = "Triage",
+    note: str | None = DEFAULT_NOTE,
+    status: str | None = "open",
+    priority: str | None = None,
+    created_at: str | None = None,
+    encounter_id: str | None = None,
+) -> str:
+    """Write one encounter, as the policy's write would, and return its id.
+
+    ``created_at`` stays NULL unless given: the sql oracle reads every column, and the MockMed
+    contract's ``allowed_fields`` (patient_id, type, note, status) do not include it, so a
+    stamped row would be judged as carrying an extra field. Pass ``priority="stat"`` to stage
+    the forbidden effect.
+    """
+    if not isinstance(patient_id, str) or not patient_id:
+        raise ValidationError("patient_id must be a non-empty string")
+    if not Path(db_path).is_file():
+        raise ValidationError(f"{db_path} does not exist; seed MockMed first")
+    record_id = encounter_id or f"enc-{uuid.uuid4().hex}"
+    with _connect(db_path) as conn, _transaction(conn):
+        if not _table_exists(conn):
+            raise ValidationError(f"{db_path} holds no {ENCOUNTERS_TABLE} table; seed it first")
+        conn.execute(
+            f"INSERT INTO {ENCOUNTERS_TABLE} "
+            "(id, patient_id, type, note, status, priority, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (record_id, patient_id, type, note, status, priority, created_at),
+        )
+    return record_id
+
+
+def count_encounters(db_path: Path, *, patient_id: str | None = None) -> int:
+    """How many encounters the database holds (for one patient when ``patient_id`` is given)."""
+    with _connect(db_path) as conn:
+        if patient_id is None:
+            row = conn.execute(f"SELECT COUNT(*) FROM {ENCOUNTERS_TABLE}").fetchone()
+        else:
+            row = conn.execute(
+                f"SELECT COUNT(*) FROM {ENCOUNTERS_TABLE} WHERE patient_id = ?", (patient_id,)
+            ).fetchone()
+    return int(row[0])
+
+
+# --------------------------------------------------------------------------------------------
+# The tier-0 screen dump
+# --------------------------------------------------------------------------------------------
+
+
+def _empty_screen() -> dict[str, Any]:
+    return {"collections": {ENCOUNTERS_TABLE: []}, "banner": {}}
+
+
+def _write_json_atomic(path: Path, doc: Any) -> None:
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(doc, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive advisory lock beside ``path`` (one screen writer at a time)."""
+    lock_path = path.with_name(f".{path.name}.lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _create_screen(screen_path: Path) -> bool:
+    screen_path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(screen_path):
+        if screen_path.exists():
+            return False
+        _write_json_atomic(screen_path, _empty_screen())
+        return True
+
+
+def show_on_screen(
+    screen_path: Path,
+    *,
+    patient_id: str,
+    banner: str = "Saved",
+    fields: Mapping[str, str | None] | None = None,
+) -> str:
+    """Append what the UI displays for ``patient_id`` to the screen dump; return the row id.
+
+    ``fields`` default to a Triage encounter (type, note, status); ``banner`` is shown for the
+    patient (informational only: no oracle reads it as a record). Nothing is written to the
+    database, so calling this alone stages the banner lie.
+    """
+    if not isinstance(patient_id, str) or not patient_id:
+        raise ValidationError("patient_id must be a non-empty string")
+    shown = (
+        dict(fields)
+        if fields is not None
+        else {
+            "type": "Triage",
+            "note": DEFAULT_NOTE,
+            "status": "open",
+        }
+    )
+    if "id" in shown or "patient_id" in shown:
+        raise ValidationError("fields may not set 'id' or 'patient_id'")
+    row_id = f"screen-{uuid.uuid4().hex}"
+    screen_path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(screen_path):
+        try:
+            doc = json.loads(screen_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            doc = _empty_screen()
+        except ValueError as exc:
+            raise ValidationError(f"{screen_path.name} is not valid JSON") from exc
+        collections = doc.setdefault("collections", {})
+        rows = collections.setdefault(ENCOUNTERS_TABLE, [])
+        banners = doc.setdefault("banner", {})
+        if not isinstance(rows, list) or not isinstance(banners, dict):
+            raise ValidationError(f"{screen_path.name} does not have the screen dump's shape")
+        rows.append({"id": row_id, "patient_id": patient_id, **shown})
+        banners[patient_id] = banner
+        _write_json_atomic(screen_path, doc)
+    return row_id
+
+
+# --------------------------------------------------------------------------------------------
+# Bundles and the certificate
+# --------------------------------------------------------------------------------------------
+
+
+def _documents(tier: int) -> dict[str, Any]:
+    return {
+        "contract": mockmed.mockmed_contract(tier=tier),
+        "required_doc": mockmed.REQUIRED_EFFECTS,
+        "forbidden_doc": mockmed.FORBIDDEN_EFFECTS,
+        "recipe_doc": mockmed.TIER2_RECIPE if tier == 2 else mockmed.TIER0_RECIPE,
+    }
+
+
+def _ensure_bundle(directory: Path, tier: int, trust: TrustSet) -> tuple[ContractBundle, bool]:
+    """Load the MockMed bundle of ``tier`` at ``directory``, writing missing files first.
+
+    Existing files are never replaced: write_bundle refuses any that differ, and a bundle that
+    loads but holds another contract is refused here.
+    """
+    docs = _documents(tier)
+    contract: RewardContract = docs["contract"]
+    created = False
+    if not all((directory / name).exists() for name in _CORE_FILES):
+        # write_bundle leaves identical files alone and refuses differing or stale ones.
+        write_bundle(directory, **docs)
+        created = True
+    bundle = load_bundle(directory, trust=trust)
+    expected = contract_digest(contract)
+    if bundle.contract_digest != expected:
+        raise ValidationError(
+            f"{directory} holds contract {bundle.contract_digest}, not the MockMed tier-{tier} "
+            f"contract {expected}; refusing to overwrite it"
+        )
+    return bundle, created
+
+
+def _reused_certificate(bundle: ContractBundle) -> tuple[RewardCertificate, CalibrationSummary]:
+    """The bundle's existing certificate and summary, checked against each other."""
+    certificate = bundle.certificate
+    assert certificate is not None
+    if bundle.calibration is None:
+        raise ValidationError(
+            f"{bundle.path / CERTIFICATE_FILE} has no {CALIBRATION_FILE} beside it; "
+            "refusing to guess the calibration it rests on"
+        )
+    summary = summary_from_json(bundle.calibration)
+    epsilon = epsilon_from_summary(summary)
+    if not math.isclose(certificate.epsilon, epsilon, rel_tol=1e-12, abs_tol=0.0):
+        raise ValidationError(
+            f"{CERTIFICATE_FILE} states epsilon {certificate.epsilon!r} but {CALIBRATION_FILE} "
+            f"gives {epsilon!r}"
+        )
+    for name in ("checker_configuration_digest", "calibration_corpus_digest"):
+        if getattr(certificate, name) != getattr(summary, name):
+            raise ValidationError(f"{CERTIFICATE_FILE} and {CALIBRATION_FILE} differ in {name}")
+    policy = bundle.contract.certificate_policy
+    if not satisfies(certificate, policy):
+        raise ValidationError(
+            f"{CERTIFICATE_FILE} does not satisfy the contract's policy: "
+            + "; ".join(unmet(certificate, policy))
+        )
+    return certificate, summary
+
+
+def seed_mockmed(
+    data_dir: Path,
+    *,
+    key: SigningKey,
+    trials: int = DEFAULT_TRIALS,
+    seed: int = DEFAULT_SEED,
+    background_rows: int = DEFAULT_BACKGROUND_ROWS,
+    progress: ProgressCallback | None = None,
+) -> SeedResult:
+    """Seed (or re-open) MockMed in ``data_dir`` and return where everything is.
+
+    On first run: create the database with ``background_rows`` synthetic rows, the empty screen
+    dump, the tier-2 and tier-0 bundles, run ``trials`` calibration trials on the tier-2 bundle
+    (generator seed ``seed``), and self-sign a SYNTHETIC certificate with ``key`` that satisfies
+    the contract's certificate policy. Later runs reuse what exists (see the module docstring).
+
+    Raises:
+        ValidationError: an existing file differs from what seeding would write, the existing
+            certificate does not verify against ``key`` or does not match its calibration, or
+            the calibration does not earn a certificate the contract accepts (too few trials,
+            or false accepts).
+    """
+    data_dir = Path(data_dir)
+    trust = TrustSet([key.public_key])
+    database_path = data_dir / DATABASE_PATH
+    screen_path = data_dir / SCREEN_PATH
+    created = create_database(database_path, background_rows=background_rows, seed=seed)
+    created = _create_screen(screen_path) or created
+
+    tier0, tier0_created = _ensure_bundle(data_dir / TIER0_BUNDLE, 0, trust)
+    tier2, tier2_created = _ensure_bundle(data_dir / TIER2_BUNDLE, 2, trust)
+    created = created or tier0_created or tier2_created
+
+    if tier2.certificate is not None:
+        certificate, summary = _reused_certificate(tier2)
+    else:
+        result = calibrate(tier2, seed=seed, trials=trials, progress=progress)
+        summary = result.summary
+        calibration_doc = summary_to_json(summary)
+        if tier2.calibration is not None and dict(tier2.calibration) != calibration_doc:
+            # Left by an interrupted run with other parameters: not ours to replace.
+            raise ValidationError(
+                f"{tier2.path / CALIBRATION_FILE} exists without a certificate and differs from "
+                "this calibration; refusing to overwrite it"
+            )
+        if summary.checker_configuration_digest != checker_configuration_digest(tier2):
+            raise ValidationError("calibration ran with another checker configuration")
+        certificate = self_signed_certificate(tier2, summary, key)
+        write_bundle(
+            tier2.path,
+            **_documents(2),
+            certificate=certificate,
+            calibration=calibration_doc,
+        )
+        tier2 = load_bundle(tier2.path, trust=trust)
+        created = True
+
+    return SeedResult(
+        tier2_bundle_dir=tier2.path,
+        tier0_bundle_dir=tier0.path,
+        database_path=database_path.resolve(),
+        screen_path=screen_path.resolve(),
+        contract_digest=tier2.contract_digest,
+        tier0_contract_digest=tier0.contract_digest,
+        certificate=certificate,
+        epsilon=epsilon_from_summary(summary),
+        created=created,
+        calibration=summary,
+    )

@@ -1,0 +1,140 @@
+"""The gRPC face of the worker: ``RewardWorkerService`` over one ``Scorer`` (SPEC sections 7-8).
+
+Handlers only translate: requests in, ``Scorer`` calls, responses or mapped errors out. Every
+domain error reaches the wire through ``rewardseal.rpc_status`` (one mapping).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from rewardseal.errors import InvalidEpisode, RewardSealError, Unscored, ValidationError
+from rewardseal.receipts import is_unscored
+from rewardseal.rpc_status import maps_errors, to_episode_error
+from rewardseal.v1 import worker_service_pb2 as pb
+from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
+from rewardseal.v1.enums_pb2 import RewardOutcome
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
+from rewardseal.validation import parse_strict
+from rewardseal_worker import __version__
+from rewardseal_worker.engine import ScoreJob, ScoreOutcome, Scorer
+
+_log = logging.getLogger(__name__)
+
+MAX_BATCH = 1024
+"""The most descriptors one ScoreEpisodes call may carry."""
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _result(episode_id: str, outcome: ScoreOutcome) -> pb.EpisodeResult:
+    if isinstance(outcome, RewardSealError):
+        return pb.EpisodeResult(episode_id=episode_id, error=to_episode_error(outcome))
+    return pb.EpisodeResult(episode_id=episode_id, envelope=outcome)
+
+
+def descriptor_from_item(item: Mapping[str, Any]) -> EpisodeDescriptor:
+    """The episode descriptor a grader ``item`` carries by field name."""
+    descriptor = EpisodeDescriptor()
+    known = {f.name for f in EpisodeDescriptor.DESCRIPTOR.fields}
+    fields = {k: v for k, v in item.items() if k in known}
+    try:
+        # Struct numbers arrive as floats; the JSON mapping accepts integral floats for ints.
+        if isinstance(fields.get("policy_update"), float):
+            value = fields["policy_update"]
+            if not value.is_integer():
+                raise InvalidEpisode("policy_update must be an integer")
+            fields["policy_update"] = int(value)
+        json_format.ParseDict(fields, descriptor)
+    except json_format.ParseError as exc:
+        raise InvalidEpisode(f"the grader item is not an episode descriptor: {exc}") from exc
+    return descriptor
+
+
+class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
+    """Implements every RPC of ``RewardWorkerService``."""
+
+    def __init__(self, scorer: Scorer) -> None:
+        self.scorer = scorer
+
+    @maps_errors
+    async def Health(self, request: pb.HealthRequest, context: Context) -> pb.HealthResponse:  # noqa: N802
+        response = self.scorer.health()
+        response.version = __version__
+        return response
+
+    @maps_errors
+    async def BeginEpisode(  # noqa: N802
+        self, request: pb.BeginEpisodeRequest, context: Context
+    ) -> pb.BeginEpisodeResponse:
+        return await self.scorer.begin(request)
+
+    @maps_errors
+    async def ScoreEpisode(  # noqa: N802
+        self, request: pb.ScoreEpisodeRequest, context: Context
+    ) -> pb.ScoreEpisodeResponse:
+        envelope = await self.scorer.score(ScoreJob(request.descriptor))
+        return pb.ScoreEpisodeResponse(envelope=envelope)
+
+    @maps_errors
+    async def ScoreEpisodes(  # noqa: N802
+        self, request: pb.ScoreEpisodesRequest, context: Context
+    ) -> pb.ScoreEpisodesResponse:
+        if len(request.descriptors) > MAX_BATCH:
+            raise ValidationError(f"at most {MAX_BATCH} descriptors per call")
+        jobs = [ScoreJob(d) for d in request.descriptors]
+        outcomes = await self.scorer.score_jobs(jobs)
+        return pb.ScoreEpisodesResponse(
+            results=[
+                _result(job.descriptor.episode_id, o) for job, o in zip(jobs, outcomes, strict=True)
+            ]
+        )
+
+    async def StreamEpisodes(  # noqa: N802
+        self, request_iterator: AsyncIterator[pb.StreamEpisodesRequest], context: Context
+    ) -> AsyncIterator[pb.StreamEpisodesResponse]:
+        # Each descriptor goes through the same batcher as unary calls, so a pipelining trainer
+        # still gets group commits; answers keep the order of the requests.
+        async for request in request_iterator:
+            descriptor = request.descriptor
+            try:
+                outcome: ScoreOutcome = await self.scorer.score(ScoreJob(descriptor))
+            except RewardSealError as exc:
+                outcome = exc
+            yield pb.StreamEpisodesResponse(result=_result(descriptor.episode_id, outcome))
+
+    @maps_errors
+    async def GetReceipt(  # noqa: N802
+        self, request: pb.GetReceiptRequest, context: Context
+    ) -> pb.GetReceiptResponse:
+        envelope = self.scorer.get_receipt(
+            receipt_id=request.receipt_id, episode_id=request.episode_id
+        )
+        return pb.GetReceiptResponse(envelope=envelope)
+
+    @maps_errors
+    async def GradeOpenAI(  # noqa: N802
+        self, request: pb.GradeOpenAIRequest, context: Context
+    ) -> pb.GradeOpenAIResponse:
+        item = json_format.MessageToDict(request.item)
+        descriptor = descriptor_from_item(item)
+        envelope = await self.scorer.score(ScoreJob(descriptor, commit_unscored=False))
+        receipt = parse_strict(RewardEvidenceReceipt, envelope.payload)
+        if is_unscored(receipt):
+            # The grader schema has no "do not score" value; 0.0 would train on noise (R-W-9).
+            raise Unscored(
+                f"episode {descriptor.episode_id} is unscored; drop the sample",
+                metadata={"reward_outcome": RewardOutcome.Name(receipt.reward_outcome)},
+            )
+        return pb.GradeOpenAIResponse(score=grader_score(receipt), envelope=envelope)
+
+
+def grader_score(receipt: RewardEvidenceReceipt) -> float:
+    """Map a scored receipt onto the grader's [0, 1]: VERIFIED pays 1, everything else 0."""
+    return 1.0 if receipt.scalar_reward > 0 else 0.0

@@ -1,0 +1,109 @@
+"""Typed worker settings: command-line flags win over environment variables over defaults."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from rewardseal.errors import ValidationError
+
+ENV_PREFIX = "REWARDSEAL_WORKER_"
+DEFAULT_PORT = 8790
+TOKEN_FILE = "token"
+KEY_FILE = Path("keys") / "worker.ed25519"
+DEFAULT_BUNDLE = Path("contracts") / "mockmed"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything the worker process needs to start."""
+
+    data_dir: Path
+    contract_dir: Path
+    host: str
+    port: int
+    db_url: str
+    token: str
+    seed_mockmed: bool = False
+    calibration_trials: int = 300
+    reflection: bool = False
+    episode_ttl_seconds: float = 3600.0
+
+    @property
+    def key_path(self) -> Path:
+        """Where the worker's Ed25519 private key lives (created 0600 on first start)."""
+        return self.data_dir / KEY_FILE
+
+
+def default_data_dir(env: Mapping[str, str]) -> Path:
+    """``$REWARDSEAL_WORKER_DATA_DIR`` or ``~/.rewardseal/worker``."""
+    configured = env.get(f"{ENV_PREFIX}DATA_DIR")
+    return Path(configured) if configured else Path.home() / ".rewardseal" / "worker"
+
+
+def load_token(data_dir: Path, env: Mapping[str, str]) -> str:
+    """The bearer token: ``$REWARDSEAL_WORKER_TOKEN``, else the 0600 token file (made once)."""
+    configured = env.get(f"{ENV_PREFIX}TOKEN")
+    if configured:
+        if len(configured) < 16:
+            raise ValidationError(f"{ENV_PREFIX}TOKEN must have at least 16 characters")
+        return configured
+    path = data_dir / TOKEN_FILE
+    if path.exists():
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise ValidationError(f"{path} must not be readable by group or others (chmod 600)")
+        token = path.read_text().strip()
+        if len(token) < 16:
+            raise ValidationError(f"{path} holds no usable token")
+        return token
+    data_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(token + "\n")
+    return token
+
+
+def resolve_settings(
+    *,
+    data_dir: Path | None = None,
+    contract_dir: Path | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    db_url: str | None = None,
+    seed_mockmed: bool = False,
+    calibration_trials: int | None = None,
+    reflection: bool = False,
+    env: Mapping[str, str] | None = None,
+) -> WorkerSettings:
+    """Merge flags (arguments), environment and defaults into one settings object."""
+    env = os.environ if env is None else env
+    data = (data_dir or default_data_dir(env)).expanduser().resolve()
+    contract = contract_dir or _env_path(env, "CONTRACT") or data / DEFAULT_BUNDLE
+    resolved_port = port if port is not None else int(env.get(f"{ENV_PREFIX}PORT", DEFAULT_PORT))
+    if not 0 <= resolved_port <= 65535:
+        raise ValidationError(f"port {resolved_port} is out of range")
+    url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or f"sqlite:///{data / 'worker.sqlite'}"
+    trials = calibration_trials or int(env.get(f"{ENV_PREFIX}CALIBRATION_TRIALS", 300))
+    return WorkerSettings(
+        data_dir=data,
+        contract_dir=contract.expanduser().resolve(),
+        host=host or env.get(f"{ENV_PREFIX}HOST", "127.0.0.1"),
+        port=resolved_port,
+        db_url=url,
+        token=load_token(data, env),
+        seed_mockmed=seed_mockmed,
+        calibration_trials=trials,
+        reflection=reflection,
+        episode_ttl_seconds=float(env.get(f"{ENV_PREFIX}EPISODE_TTL_SECONDS", 3600.0)),
+    )
+
+
+def _env_path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(f"{ENV_PREFIX}{name}")
+    return Path(value) if value else None
