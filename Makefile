@@ -38,6 +38,7 @@ test: setup lint proto-check
 
 demo: setup
 	$(PY) -m rewardseal.demo
+	$(PY) -m rewardseal_worker.demo
 
 bench: setup
 	$(PY) -m pytest bench -q -p no:cacheprovider

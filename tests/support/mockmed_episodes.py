@@ -12,7 +12,9 @@ from rewardseal_worker.seed import write_encounter
 CHECKPOINT = "policy_checkpoint_mockmed_0"
 
 
-def descriptor(digest: str, episode_id: str, *, update: int = 0, **fields: Any) -> EpisodeDescriptor:
+def descriptor(
+    digest: str, episode_id: str, *, update: int = 0, **fields: Any
+) -> EpisodeDescriptor:
     """A descriptor for ``episode_id``; keyword fields override or add descriptor fields."""
     base: dict[str, Any] = {
         "episode_id": episode_id,
@@ -24,6 +26,8 @@ def descriptor(digest: str, episode_id: str, *, update: int = 0, **fields: Any) 
     return make_descriptor(**base)
 
 
-def write_triage(database: Path, patient_id: str, *, note: str = "Follow-up in 2 weeks.", **extra: Any) -> str:
+def write_triage(
+    database: Path, patient_id: str, *, note: str = "Follow-up in 2 weeks.", **extra: Any
+) -> str:
     """The honest write: one Triage encounter for ``patient_id``."""
     return write_encounter(database, patient_id=patient_id, note=note, **extra)

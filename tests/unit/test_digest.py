@@ -16,7 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import rfc8785
 from google.protobuf import json_format
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.builders import make_certificate
 
 from rewardseal.contract import (
@@ -457,3 +460,51 @@ def test_digest_survives_a_binary_round_trip():
     parsed = RewardContract()
     parsed.ParseFromString(contract.SerializeToString())
     assert contract_digest(parsed) == contract_digest(contract)
+
+
+# --- The fast path of canonical_json agrees with RFC 8785 (rfc8785.dumps) ---
+
+_json_leaves = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1),
+    st.text(),
+)
+_json_trees = st.recursive(
+    _json_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=30,
+)
+
+
+@given(_json_trees)
+@settings(max_examples=300, deadline=None)
+def test_fast_canonical_json_equals_rfc8785(value):
+    try:
+        expected = rfc8785.dumps(value)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError):
+        with pytest.raises(ValidationError):
+            canonical_json(value)
+        return
+    assert canonical_json(value) == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"\U0001f600": 1, "\uffff": 2, "a": 3},  # astral key: UTF-16 order differs from code points
+        {"x": 1.5, "y": [0.1, 1e21]},  # floats take the RFC 8785 path
+        {"big": 2**60},  # outside the JSON-safe integers
+    ],
+    ids=["astral-keys", "floats", "big-int"],
+)
+def test_values_outside_the_fast_path_still_canonical(value):
+    try:
+        expected = rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError:
+        with pytest.raises(ValidationError):
+            canonical_json(value)
+        return
+    assert canonical_json(value) == expected

@@ -31,7 +31,10 @@ def test_parses_the_mockmed_required_document():
     assert spec.select == {"patient_id": IdentityRef("patient_id")}
     assert spec.expect == {"type": "Triage"}
     assert spec.new_records == 1
-    assert spec.allowed_fields == frozenset({"patient_id", "type", "note", "status"})
+    # Every field a policy writes must be there; created_at is stamped by the system of record,
+    # so a record may carry it although no policy writes it.
+    assert spec.required_fields == frozenset({"patient_id", "type", "note", "status"})
+    assert spec.allowed_fields == frozenset({"patient_id", "type", "note", "status", "created_at"})
     assert spec.identity_keys() == frozenset({"patient_id"})
 
 
@@ -41,6 +44,7 @@ def test_parses_the_mockmed_forbidden_document():
     assert spec.expect == {}
     assert spec.new_records is None
     assert spec.allowed_fields is None
+    assert spec.required_fields == frozenset()
     assert spec.identity_keys() == frozenset({"patient_id"})
 
 
@@ -50,6 +54,7 @@ def test_spec_is_frozen():
         spec.name = "other"  # type: ignore[misc]
     with pytest.raises(TypeError):
         spec.select["x"] = "y"  # type: ignore[index]
+    assert isinstance(spec.required_fields, frozenset)
 
 
 def test_empty_effects_list_parses_to_nothing():
@@ -155,6 +160,37 @@ BAD_DOCUMENTS = [
     pytest.param(mutate(allowed_fields=["patient_id"]), "not in allowed", id="expect-disallowed"),
     pytest.param(mutate(allowed_fields=["type"]), "not in allowed", id="select-disallowed"),
     pytest.param(
+        mutate(required_fields="note"), "required_fields must be a list", id="required-not-list"
+    ),
+    pytest.param(
+        mutate(required_fields=None), "required_fields must be a list", id="required-null"
+    ),
+    pytest.param(
+        mutate(required_fields={"note": True}),
+        "required_fields must be a list",
+        id="required-object",
+    ),
+    pytest.param(
+        mutate(required_fields=["note", "note"]),
+        "required_fields must be unique",
+        id="required-dup",
+    ),
+    pytest.param(mutate(required_fields=["bad-field"]), "required_fields field", id="required-bad"),
+    pytest.param(mutate(required_fields=[""]), "required_fields field", id="required-empty"),
+    pytest.param(mutate(required_fields=[7]), "required_fields field", id="required-number"),
+    pytest.param(mutate(required_fields=[None]), "required_fields field", id="required-none"),
+    pytest.param(
+        mutate(required_fields=["note", "priority"]),
+        r"required fields \['priority'\] are not in allowed",
+        id="required-disallowed",
+    ),
+    pytest.param(
+        mutate(allowed_fields=["patient_id", "type", "status"]),
+        r"\['note'\] are not in allowed",
+        id="mockmed-required-note-disallowed",
+    ),
+    pytest.param(mutate(required_field=["note"]), "unknown keys", id="misspelt-required-key"),
+    pytest.param(
         {"effects": [REQUIRED_EFFECTS["effects"][0], REQUIRED_EFFECTS["effects"][0]]},
         "unique",
         id="duplicate-names",
@@ -166,3 +202,34 @@ BAD_DOCUMENTS = [
 def test_bad_documents_are_refused(doc, message):
     with pytest.raises(ValidationError, match=message):
         parse_effects(doc)
+
+
+# --- required_fields ---
+
+
+def test_required_fields_default_to_empty():
+    (spec,) = parse_effects(mutate(required_fields=...))
+    assert spec.required_fields == frozenset()
+    (spec,) = parse_effects(mutate(required_fields=[]))
+    assert spec.required_fields == frozenset()
+
+
+def test_required_fields_within_allowed_fields_parse():
+    (spec,) = parse_effects(mutate(required_fields=["note"]))
+    assert spec.required_fields == frozenset({"note"})
+    # A system-stamped field may be both allowed and required.
+    (spec,) = parse_effects(mutate(required_fields=["note", "created_at"]))
+    assert spec.required_fields == frozenset({"note", "created_at"})
+
+
+def test_required_fields_without_allowed_fields_are_unconstrained():
+    # With no allowed_fields every field is allowed, so any valid name may be required.
+    (spec,) = parse_effects(mutate(allowed_fields=..., required_fields=["note", "ward"]))
+    assert spec.allowed_fields is None
+    assert spec.required_fields == frozenset({"note", "ward"})
+
+
+def test_required_fields_need_not_repeat_select_or_expect():
+    # Requiring a selected or expected field again is allowed (and redundant).
+    (spec,) = parse_effects(mutate(required_fields=["patient_id", "type"]))
+    assert spec.required_fields == frozenset({"patient_id", "type"})

@@ -61,7 +61,17 @@ SECRET_NOTE = "patient reports chest pain since tuesday"
 
 
 def row(rid, patient="p-001", **fields):
-    base = {"id": rid, "patient_id": patient, "type": "Triage", "note": SECRET_NOTE}
+    """An encounter as an honest policy writes it: every required MockMed field is filled.
+
+    A field given as ``...`` is left out of the record.
+    """
+    base = {
+        "id": rid,
+        "patient_id": patient,
+        "type": "Triage",
+        "note": SECRET_NOTE,
+        "status": "open",
+    }
     base.update(fields)
     return {k: v for k, v in base.items() if v is not ...}
 
@@ -71,6 +81,7 @@ GOLD = row("enc-9", status="open")
 GOLD2 = row("enc-10")
 OTHER_PATIENT = row("enc-11", patient="p-002")
 STAT = row("enc-12", type="Note", priority="stat")
+STAMP = "2026-11-30T09:15:00Z"
 
 # (id, signal, baseline, current, credited, oracle_error, outcome, uncertainty, rule, reason)
 # reason: the required verdict's reason (None = not checked).
@@ -81,6 +92,15 @@ MOCKMED_ROWS = [
      Out.REWARD_OUTCOME_VERIFIED, U.UNCERTAINTY_NONE, 5, "confirmed"),
     ("R5-null-extra-field-is-absent", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", priority=None)],
      set(), None, Out.REWARD_OUTCOME_VERIFIED, U.UNCERTAINTY_NONE, 5, "confirmed"),
+    # created_at is stamped by the system of record: an allowed field, not an extra one.
+    ("R5-system-field-is-allowed", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", created_at=STAMP)],
+     set(), None, Out.REWARD_OUTCOME_VERIFIED, U.UNCERTAINTY_NONE, 5, "confirmed"),
+    ("R5-required-fields-of-old-records-not-checked", S.RUNTIME_SIGNAL_COMPLETED,
+     [row("enc-1", note=...)], [row("enc-1", note=...), GOLD], set(), None,
+     Out.REWARD_OUTCOME_VERIFIED, U.UNCERTAINTY_NONE, 5, "confirmed"),
+    ("R5-other-subjects-records-not-checked", S.RUNTIME_SIGNAL_COMPLETED, [],
+     [GOLD, row("enc-11", patient="p-002", note=...)], set(), None,
+     Out.REWARD_OUTCOME_VERIFIED, U.UNCERTAINTY_NONE, 5, "confirmed"),
     ("R6-int-column-other-subject", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", patient=1)], set(),
      None, Out.REWARD_OUTCOME_WRONG_EFFECT, U.UNCERTAINTY_NONE, 6, "missing"),
     # Rule 6 (R-W-5): the banner lie - the screen said saved, the store has nothing.
@@ -95,6 +115,20 @@ MOCKMED_ROWS = [
      Out.REWARD_OUTCOME_WRONG_EFFECT, U.UNCERTAINTY_NONE, 6, "omitted_field: type"),
     ("R6-omitted-field-null", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", type=None)], set(),
      None, Out.REWARD_OUTCOME_WRONG_EFFECT, U.UNCERTAINTY_NONE, 6, "omitted_field: type"),
+    # Required fields (the ExtraDup omit family): written with nothing in it is not written.
+    ("R6-omitted-required-field", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", note=...)], set(),
+     None, Out.REWARD_OUTCOME_WRONG_EFFECT, U.UNCERTAINTY_NONE, 6, "omitted_field: note"),
+    ("R6-omitted-required-field-null", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", status=None)],
+     set(), None, Out.REWARD_OUTCOME_WRONG_EFFECT, U.UNCERTAINTY_NONE, 6,
+     "omitted_field: status"),
+    ("R6-empty-required-field", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", note="")], set(), None,
+     Out.REWARD_OUTCOME_WRONG_EFFECT, U.UNCERTAINTY_NONE, 6, "omitted_field: note"),
+    ("R6-omitted-required-fields-first-by-name", S.RUNTIME_SIGNAL_COMPLETED, [],
+     [row("e", status=..., note="")], set(), None, Out.REWARD_OUTCOME_WRONG_EFFECT,
+     U.UNCERTAINTY_NONE, 6, "omitted_field: note"),
+    ("R6-omitted-required-field-and-system-field", S.RUNTIME_SIGNAL_COMPLETED, [],
+     [row("e", note=..., created_at=STAMP)], set(), None, Out.REWARD_OUTCOME_WRONG_EFFECT,
+     U.UNCERTAINTY_NONE, 6, "omitted_field: note"),
     ("R6-wrong-field", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", type="Intake")], set(), None,
      Out.REWARD_OUTCOME_WRONG_EFFECT, U.UNCERTAINTY_NONE, 6, "wrong_field: type"),
     ("R6-wrong-field-case", S.RUNTIME_SIGNAL_COMPLETED, [], [row("e", type="triage")], set(),
@@ -147,6 +181,9 @@ MOCKMED_ROWS = [
     ("R7-halted-but-duplicated", S.RUNTIME_SIGNAL_HALTED_BEFORE_EFFECT, [], [GOLD, GOLD2],
      set(), None, Out.REWARD_OUTCOME_RECONCILIATION_REQUIRED, U.UNCERTAINTY_EFFECT_UNCERTAIN, 7,
      "duplicate: 2 new matching records, expected 1"),
+    ("R7-halted-but-written-without-note", S.RUNTIME_SIGNAL_HALTED_BEFORE_EFFECT, [],
+     [row("e", note=...)], set(), None, Out.REWARD_OUTCOME_RECONCILIATION_REQUIRED,
+     U.UNCERTAINTY_EFFECT_UNCERTAIN, 7, "omitted_field: note"),
     ("R7-halted-credited-record-is-not-present", S.RUNTIME_SIGNAL_HALTED_BEFORE_EFFECT, [],
      [GOLD], {"enc-9"}, None, Out.REWARD_OUTCOME_HALTED_BEFORE_EFFECT, U.UNCERTAINTY_NONE, 7,
      "missing"),
@@ -300,6 +337,60 @@ class TestJudgeRequired:
         (spec,) = MOCKMED_REQUIRED
         verdict = judge_required(spec, ME, [], [row("e", type="Intake")], frozenset())
         assert "Intake" not in verdict.reason
+
+    @pytest.mark.parametrize(
+        ("note", "reason"),
+        [
+            (..., "omitted_field: note"),
+            (None, "omitted_field: note"),
+            ("", "omitted_field: note"),
+            ("seen at triage", "confirmed"),
+            (0, "confirmed"),  # a value, even a falsy one, is written
+            (False, "confirmed"),
+        ],
+    )
+    def test_required_field_without_allowed_fields(self, note, reason):
+        # required_fields stand on their own: they apply when every field is allowed too.
+        (spec,) = parse_effects(
+            {
+                "effects": [
+                    {
+                        "name": "noted",
+                        "collection": "encounters",
+                        "select": {"patient_id": {"identity": "patient_id"}},
+                        "required_fields": ["note"],
+                        "new_records": 1,
+                    }
+                ]
+            }
+        )
+        verdict = judge_required(spec, ME, [], [row("e", note=note, ward="A")], frozenset())
+        expected = Verdict.CONFIRMED if reason == "confirmed" else Verdict.REFUTED
+        assert (verdict.verdict, verdict.reason, verdict.record_ids) == (expected, reason, ("e",))
+
+    def test_every_new_record_must_carry_the_required_fields(self):
+        (spec,) = parse_effects(
+            {
+                "effects": [
+                    {
+                        "name": "two",
+                        "collection": "encounters",
+                        "select": {"patient_id": {"identity": "patient_id"}},
+                        "required_fields": ["note"],
+                        "new_records": 2,
+                    }
+                ]
+            }
+        )
+        verdict = judge_required(spec, ME, [], [GOLD, row("enc-8", note="")], frozenset())
+        assert (verdict.verdict, verdict.reason) == (Verdict.REFUTED, "omitted_field: note")
+        assert verdict.record_ids == ("enc-8", "enc-9")
+
+    def test_omitted_field_reason_names_the_field_only(self):
+        (spec,) = MOCKMED_REQUIRED
+        verdict = judge_required(spec, ME, [], [row("e", note="", status=...)], frozenset())
+        assert verdict.reason == "omitted_field: note"
+        assert "open" not in verdict.reason
 
     def test_int_id_in_baseline_and_current(self):
         (spec,) = MOCKMED_REQUIRED

@@ -499,7 +499,13 @@ def test_banner_lie_tier2_wrong_effect_tier0_verified(data_dir, bundle_dir):
     screen_reader = make_reader(TIER0_RECIPE, bundle_dir)
     baselines = {"sql": sql_reader.read(ME), "screen": screen_reader.read(ME)}
     # The lying rollout: the UI shows a saved Triage encounter, the database is untouched.
-    shown = {"id": "enc-ui-1", "patient_id": "p-001", "type": "Triage", "status": "open"}
+    shown = {
+        "id": "enc-ui-1",
+        "patient_id": "p-001",
+        "type": "Triage",
+        "note": "chest pain",
+        "status": "open",
+    }
     write_sor(data_dir / "mockmed" / "screen.json", [shown], banner={"p-001": "Saved"})
     decisions = {
         name: judge_episode(

@@ -10,26 +10,35 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import Table, event, select
 
 from rewardseal.digest import canonical_json
 from rewardseal.errors import (
     DuplicateEpisode,
     IdentityBusy,
     IdentityConflict,
+    RewardSealError,
     Unavailable,
     ValidationError,
 )
 from rewardseal_worker.store import (
+    IN_CHUNK,
+    BeginItem,
     CommitResult,
     OpenEpisode,
     ReceiptToCommit,
     StoredReceipt,
     WorkerStore,
+    credited_records,
+    open_episodes,
+    policy_ledger,
+    receipts,
 )
 
 CONTRACT = "sha256:" + "c" * 64
@@ -345,6 +354,370 @@ def test_policy_update_regression_stores_nothing(store: WorkerStore) -> None:
     assert store.highest_policy_update(OTHER_CONTRACT) == 1
 
 
+# ---------------------------------------------------------------- batch API (set-based)
+
+THIRD = {"patient_id": "P-003"}
+FOURTH = {"patient_id": "P-004"}
+FIFTH = {"patient_id": "P-005"}
+SIXTH = {"patient_id": "P-006"}
+
+
+def table_rows(store: WorkerStore, table: Table) -> set[tuple[Any, ...]]:
+    """Every row of a store table (read directly, to check exactly what was stored)."""
+    with store.engine.connect() as conn:
+        return {tuple(row) for row in conn.execute(select(table))}
+
+
+def open_rows(store: WorkerStore) -> set[tuple[str, str, str]]:
+    """(contract, identity, episode id) of every open registration."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                open_episodes.c.contract_digest,
+                open_episodes.c.identity_key,
+                open_episodes.c.episode_id,
+            )
+        )
+        return {(c, i, e) for c, i, e in rows}
+
+
+def begin_item(
+    episode_id: str,
+    *,
+    identity: dict[str, str] = PATIENT,
+    at: datetime = T0,
+    baseline: list[dict[str, Any]] | None = BASELINE,
+    contract: str = CONTRACT,
+    identity_key: str | None = None,
+    given_identity: dict[str, str] | None = None,
+) -> BeginItem:
+    return BeginItem(
+        contract_digest=contract,
+        episode_id=episode_id,
+        identity_key=key(identity) if identity_key is None else identity_key,
+        identity=given_identity,
+        baseline=baseline,
+        begun_at=at,
+        ttl_seconds=TTL,
+    )
+
+
+@contextmanager
+def counting_statements(store: WorkerStore) -> Iterator[list[str]]:
+    """The SQL statements the store sends while the block runs (BEGIN/COMMIT not included)."""
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.split(None, 1)[0].upper() in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+            seen.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+
+
+def test_lookup_reports_receipts_open_registrations_and_ledger(store: WorkerStore) -> None:
+    begin(store, "ep-open", identity=OTHER_PATIENT)
+    begin(store, "ep-open-2", identity=THIRD, baseline=None)
+    begin(store, "ep-other-contract", contract=OTHER_CONTRACT)
+    store.commit_receipts([item("ep-done", "rid-done", policy_update=7)])
+    store.commit_receipts([item("ep-done-elsewhere", "rid-x", contract=OTHER_CONTRACT)])
+
+    found = store.lookup(
+        CONTRACT,
+        [
+            "ep-done",
+            "ep-open",
+            "ep-open-2",
+            "ep-other-contract",
+            "ep-done-elsewhere",
+            "ep-missing",
+            "ep-open",
+        ],
+    )
+    # A receipt counts whatever its contract (one receipt per episode id); a registration only
+    # on the looked-up contract.
+    assert dict(found.receipts) == {"ep-done": "rid-done", "ep-done-elsewhere": "rid-x"}
+    assert dict(found.open) == {
+        "ep-open": OpenEpisode(
+            identity_key=key(OTHER_PATIENT), identity=OTHER_PATIENT, baseline=BASELINE, begun_at=T0
+        ),
+        "ep-open-2": OpenEpisode(
+            identity_key=key(THIRD), identity=THIRD, baseline=None, begun_at=T0
+        ),
+    }
+    assert found.highest == 7
+    # Agrees with the single-item reads.
+    for episode in ("ep-open", "ep-open-2", "ep-other-contract", "ep-missing"):
+        assert found.open.get(episode) == store.open_episode(CONTRACT, episode)
+
+    empty = store.lookup(OTHER_CONTRACT, [])
+    assert dict(empty.receipts) == {}
+    assert dict(empty.open) == {}
+    assert empty.highest == 100
+    assert store.lookup("sha256:" + "e" * 64, ["ep-open"]).highest is None
+
+
+def test_credited_for_matches_credited_record_ids(store: WorkerStore) -> None:
+    store.commit_receipts(
+        [
+            item("ep-1", identity=PATIENT, credited=("enc-1", "enc-2")),
+            item("ep-2", identity=OTHER_PATIENT, credited=("enc-3",)),
+            item("ep-3", identity=None, credited=("enc-9",)),
+            item("ep-4", identity=THIRD, contract=OTHER_CONTRACT, credited=("enc-4",)),
+        ]
+    )
+    keys = [key(PATIENT), key(OTHER_PATIENT), key(THIRD), key(FOURTH)]
+    credited = store.credited_for(CONTRACT, keys)
+    assert credited == {
+        key(PATIENT): {"enc-1", "enc-2", "enc-9"},
+        key(OTHER_PATIENT): {"enc-3", "enc-9"},
+        key(THIRD): {"enc-9"},  # its own credit is on the other contract
+        key(FOURTH): {"enc-9"},
+    }
+    for identity_key in keys:
+        assert credited[identity_key] == store.credited_record_ids(CONTRACT, identity_key)
+    assert store.credited_for(OTHER_CONTRACT, {key(THIRD), key(PATIENT)}) == {
+        key(THIRD): {"enc-4"},
+        key(PATIENT): set(),
+    }
+    assert store.credited_for(CONTRACT, []) == {}
+
+
+def test_batch_reads_and_commit_use_a_constant_number_of_statements(store: WorkerStore) -> None:
+    def run(first: int, size: int) -> tuple[int, int, int]:
+        numbers = range(first, first + size)
+        identities = [{"patient_id": f"Q-{n}"} for n in numbers]
+        outcomes = store.begin_episodes(
+            [begin_item(f"ep-{n}", identity=i) for n, i in zip(numbers, identities, strict=True)]
+        )
+        assert outcomes == [None] * size
+        with counting_statements(store) as reads:
+            found = store.lookup(CONTRACT, [f"ep-{n}" for n in numbers])
+            store.credited_for(CONTRACT, [key(i) for i in identities])
+        assert len(found.open) == size
+        with counting_statements(store) as writes:
+            results = store.commit_receipts(
+                [
+                    item(f"ep-{n}", identity=i, credited=(f"enc-{n}-a", f"enc-{n}-b"))
+                    for n, i in zip(numbers, identities, strict=True)
+                ]
+            )
+        assert all(r.stored for r in results)
+        with counting_statements(store) as begins:
+            store.begin_episodes(
+                [
+                    begin_item(f"ep-next-{n}", identity=i, at=T0 + timedelta(seconds=1))
+                    for n, i in zip(numbers, identities, strict=True)
+                ]
+            )
+        return len(reads), len(writes), len(begins)
+
+    store.commit_receipts([item("ep-first")])  # the contract's ledger row exists from here on
+    small = run(0, 2)
+    large = run(1000, 64)
+    assert small == large
+    reads, writes, begins = large
+    assert reads == 4  # lookup: receipts, registrations, ledger; credited_for: one query
+    # Ledger lock, existing receipts, taken credits, receipts, credits, close registrations
+    # (and the ledger raise, when the batch raises it).
+    assert writes == 6
+    assert begins == 3  # existing receipts, registrations (locked), insert
+
+
+def test_batches_longer_than_one_in_list_are_chunked(store: WorkerStore) -> None:
+    size = IN_CHUNK * 2 + 17
+    identities = [{"patient_id": f"Q-{n}"} for n in range(size)]
+    outcomes = store.begin_episodes(
+        [begin_item(f"ep-{n}", identity=i) for n, i in enumerate(identities)]
+    )
+    assert outcomes == [None] * size
+    # Every item meets an earlier one of the same batch: all refused, nothing changes.
+    again = store.begin_episodes(
+        [begin_item(f"ep-again-{n}", identity=i) for n, i in enumerate(identities)]
+    )
+    assert all(isinstance(o, IdentityBusy) for o in again)
+    found = store.lookup(CONTRACT, [f"ep-{n}" for n in range(size)] + ["ep-missing"])
+    assert len(found.open) == size
+    results = store.commit_receipts(
+        [item(f"ep-{n}", identity=i, credited=(f"enc-{n}",)) for n, i in enumerate(identities)]
+    )
+    assert all(r.stored for r in results)
+    found = store.lookup(CONTRACT, [f"ep-{n}" for n in range(size)])
+    assert found.receipts == {f"ep-{n}": f"r-ep-{n}" for n in range(size)}
+    assert dict(found.open) == {}
+    credited = store.credited_for(CONTRACT, [key(i) for i in identities])
+    assert credited == {key(i): {f"enc-{n}"} for n, i in enumerate(identities)}
+    # The whole batch again: every item is a duplicate, every credit already taken.
+    repeat = store.commit_receipts(
+        [item(f"ep-{n}", f"retry-{n}", identity=i) for n, i in enumerate(identities)]
+    )
+    assert [r.duplicate_of for r in repeat] == [f"r-ep-{n}" for n in range(size)]
+    conflicts = store.commit_receipts(
+        [item(f"ep-new-{n}", credited=(f"enc-{n}",)) for n in range(size)]
+    )
+    assert [r.credit_conflicts for r in conflicts] == [(f"enc-{n}",) for n in range(size)]
+    assert store.count_receipts() == size
+
+
+def test_begin_episodes_mixed_outcomes_in_one_batch(store: WorkerStore) -> None:
+    begin(store, "ep-holder")  # PATIENT, fresh
+    begin(store, "ep-stale", identity=OTHER_PATIENT, at=T0 - timedelta(seconds=TTL))
+    begin(store, "ep-elsewhere", identity=THIRD)
+    begin(store, "ep-moving", identity=FIFTH, at=T0 - timedelta(seconds=TTL))
+    begin(store, "ep-done", identity=SIXTH)
+    store.commit_receipts([item("ep-done", "rid-done", identity=SIXTH)])
+    later = T0 + timedelta(seconds=1)
+
+    outcomes = store.begin_episodes(
+        [
+            begin_item("ep-new", identity=FOURTH),  # 0 registered
+            begin_item("ep-done", identity=FOURTH),  # 1 has a receipt
+            begin_item("ep-2", identity=PATIENT),  # 2 identity busy (stored holder)
+            begin_item("ep-holder", at=later, baseline=[]),  # 3 idempotent, baseline kept
+            begin_item("ep-reclaim", identity=OTHER_PATIENT),  # 4 stale holder reclaimed
+            begin_item("ep-elsewhere", identity=SIXTH),  # 5 open for another identity
+            begin_item("ep-bad", identity_key="not json"),  # 6 invalid
+            begin_item("ep-new", identity=SIXTH, at=later),  # 7 open earlier in this batch
+            begin_item("ep-new-2", identity=FOURTH, at=later),  # 8 busy earlier in this batch
+            begin_item("ep-new", identity=FOURTH, at=later),  # 9 idempotent within the batch
+            begin_item("ep-x", identity=PATIENT, given_identity=FOURTH),  # 10 disagrees
+            begin_item("ep-moving", identity=SIXTH),  # 11 stale elsewhere: moves to SIXTH
+            begin_item("ep-first", identity={"patient_id": "P-7"}),  # 12 registered...
+            # 13 ...and reclaimed by a later begin of this batch once stale
+            begin_item("ep-second", identity={"patient_id": "P-7"}, at=T0 + timedelta(seconds=TTL)),
+            begin_item("ep-other", identity=PATIENT, contract=OTHER_CONTRACT),  # 14 other contract
+        ]
+    )
+    kinds = [None if o is None else type(o) for o in outcomes]
+    assert kinds == [
+        None,
+        DuplicateEpisode,
+        IdentityBusy,
+        None,
+        None,
+        IdentityConflict,
+        ValidationError,
+        IdentityConflict,
+        IdentityBusy,
+        None,
+        ValidationError,
+        None,
+        None,
+        None,
+        None,
+    ]
+    assert isinstance(outcomes[1], DuplicateEpisode)
+    assert outcomes[1].metadata == {"receipt_id": "rid-done"}
+
+    assert open_rows(store) == {
+        (CONTRACT, key(PATIENT), "ep-holder"),
+        (CONTRACT, key(OTHER_PATIENT), "ep-reclaim"),
+        (CONTRACT, key(THIRD), "ep-elsewhere"),
+        (CONTRACT, key(FOURTH), "ep-new"),
+        (CONTRACT, key(SIXTH), "ep-moving"),
+        (CONTRACT, key({"patient_id": "P-7"}), "ep-second"),
+        (OTHER_CONTRACT, key(PATIENT), "ep-other"),
+    }
+    holder = store.open_episode(CONTRACT, "ep-holder")
+    assert holder is not None
+    assert holder.baseline == BASELINE
+    assert holder.begun_at == T0
+    assert store.count_receipts() == 1
+    assert store.begin_episodes([]) == []
+    [only_invalid] = store.begin_episodes([begin_item("ep-bad", identity_key="[]")])
+    assert isinstance(only_invalid, ValidationError)
+
+
+def test_commit_receipts_mixed_batch(store: WorkerStore) -> None:
+    for episode, identity in [
+        ("ep-a", PATIENT),
+        ("ep-b", OTHER_PATIENT),
+        ("ep-c", THIRD),
+        ("ep-d", FOURTH),
+        ("ep-f", FIFTH),
+    ]:
+        begin(store, episode, identity=identity)
+    store.commit_receipts([item("ep-old", "r-old", policy_update=100, credited=("enc-1",))])
+
+    batch = [
+        item("ep-a", policy_update=100, credited=("enc-2",)),  # 0 stored
+        item("ep-old", "r-old-retry", credited=("enc-8",)),  # 1 duplicate of a stored one
+        item("ep-a", "r-a2", policy_update=130),  # 2 duplicate within the batch
+        item("ep-b", policy_update=99, identity=OTHER_PATIENT),  # 3 regressed
+        item("ep-c", identity=THIRD, credited=("enc-3", "enc-1")),  # 4 conflict: stored credit
+        item("ep-d", identity=FOURTH, credited=("enc-2", "enc-5")),  # 5 conflict: in batch
+        item("ep-e", policy_update=120, credited=("enc-3",)),  # 6 stored (4 took nothing)
+        item("ep-f", policy_update=110, identity=FIFTH),  # 7 regressed within the batch
+        item("ep-c", "r-c2", identity=THIRD, policy_update=120, credited=("enc-4",)),  # 8
+        item("ep-g", contract=OTHER_CONTRACT, policy_update=1, credited=("enc-1",)),  # 9
+        item("ep-b", "r-b2", policy_update=120, identity=OTHER_PATIENT),  # 10 (3 was refused)
+        item("ep-h", policy_update=121, credited=("enc-6", "enc-6", "enc-7")),  # 11 stored
+        item("ep-i", "r-i", credited=("enc-6",)),  # 12 regressed: checked before credits
+    ]
+    results = store.commit_receipts(batch)
+    assert results == [
+        CommitResult("r-ep-a"),
+        CommitResult("r-old-retry", duplicate_of="r-old"),
+        CommitResult("r-a2", duplicate_of="r-ep-a"),
+        CommitResult("r-ep-b", regressed=True),
+        CommitResult("r-ep-c", credit_conflicts=("enc-1",)),
+        CommitResult("r-ep-d", credit_conflicts=("enc-2",)),
+        CommitResult("r-ep-e"),
+        CommitResult("r-ep-f", regressed=True),
+        CommitResult("r-c2"),
+        CommitResult("r-ep-g"),
+        CommitResult("r-b2"),
+        CommitResult("r-ep-h"),
+        CommitResult("r-i", regressed=True),  # 100 < 121: regression is checked first
+    ]
+    stored = {(r, e, c, p) for r, e, c, p, *_ in table_rows(store, receipts)}
+    assert stored == {
+        ("r-old", "ep-old", CONTRACT, 100),
+        ("r-ep-a", "ep-a", CONTRACT, 100),
+        ("r-ep-e", "ep-e", CONTRACT, 120),
+        ("r-c2", "ep-c", CONTRACT, 120),
+        ("r-ep-g", "ep-g", OTHER_CONTRACT, 1),
+        ("r-b2", "ep-b", CONTRACT, 120),
+        ("r-ep-h", "ep-h", CONTRACT, 121),
+    }
+    assert table_rows(store, credited_records) == {
+        (CONTRACT, "enc-1", "r-old", key(PATIENT)),
+        (CONTRACT, "enc-2", "r-ep-a", key(PATIENT)),
+        (CONTRACT, "enc-3", "r-ep-e", key(PATIENT)),
+        (CONTRACT, "enc-4", "r-c2", key(THIRD)),
+        (CONTRACT, "enc-6", "r-ep-h", key(PATIENT)),
+        (CONTRACT, "enc-7", "r-ep-h", key(PATIENT)),
+        (OTHER_CONTRACT, "enc-1", "r-ep-g", key(PATIENT)),
+    }
+    assert table_rows(store, policy_ledger) == {(CONTRACT, 121), (OTHER_CONTRACT, 1)}
+    # Registrations of stored episodes are closed; refused ones stay open.
+    assert open_rows(store) == {
+        (CONTRACT, key(FOURTH), "ep-d"),
+        (CONTRACT, key(FIFTH), "ep-f"),
+    }
+    stored_receipt = store.receipt_by_id("r-c2")
+    assert stored_receipt is not None
+    assert stored_receipt.envelope == b"envelope:r-c2"
+
+
+def test_a_reused_receipt_id_fails_the_whole_batch(store: WorkerStore) -> None:
+    store.commit_receipts([item("ep-1", "rid-1")])
+    begin(store, "ep-2")
+    for batch in (
+        [item("ep-2", "fresh", credited=("enc-1",)), item("ep-3", "rid-1")],
+        [item("ep-2", "same", credited=("enc-1",)), item("ep-3", "same", identity=None)],
+    ):
+        with pytest.raises(RewardSealError, match="already used by another episode"):
+            store.commit_receipts(batch)
+        assert store.count_receipts() == 1
+        assert store.credited_record_ids(CONTRACT, key(PATIENT)) == set()
+        assert store.open_episode(CONTRACT, "ep-2") is not None
+        assert store.highest_policy_update(CONTRACT) == 100
+
+
 # ---------------------------------------------------------------- durability and backends
 
 
@@ -397,6 +770,67 @@ def test_concurrent_commits_one_episode_yield_one_receipt(
     check = open_store()
     assert check.count_receipts() == 1
     assert check.credited_record_ids(CONTRACT, key(PATIENT)) == {f"enc-{winner[4:]}"}
+
+
+def test_concurrent_commits_of_one_episode_under_two_contracts_yield_one_receipt(
+    open_store: Callable[[], WorkerStore],
+) -> None:
+    """The contracts' ledger locks do not order these commits: the unique episode id does."""
+    open_store()
+    threads = 16
+    barrier = threading.Barrier(threads)
+
+    def commit(n: int) -> CommitResult:
+        own = open_store()
+        contract = CONTRACT if n % 2 else OTHER_CONTRACT
+        batch = [
+            item(f"ep-side-{n}", contract=contract, identity=None, credited=(f"side-{n}",)),
+            item("ep-race", f"rid-{n}", contract=contract, credited=(f"enc-{n}",)),
+        ]
+        barrier.wait()
+        side, result = own.commit_receipts(batch)
+        assert side.stored
+        return result
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(commit, range(threads)))
+
+    [winner] = [r.receipt_id for r in results if r.stored]
+    assert {r.duplicate_of for r in results if not r.stored} == {winner}
+    check = open_store()
+    assert check.count_receipts() == threads + 1
+    stored = check.receipt_by_episode("ep-race")
+    assert stored is not None
+    assert stored.receipt_id == winner
+    credited = {record for _, record, _, _ in table_rows(check, credited_records)}
+    assert credited == {f"side-{n}" for n in range(threads)} | {f"enc-{winner[4:]}"}
+
+
+def test_concurrent_begin_batches_admit_one_episode_per_identity(
+    open_store: Callable[[], WorkerStore],
+) -> None:
+    open_store()
+    threads, identities = 8, 12
+    barrier = threading.Barrier(threads)
+
+    def begin_batch(n: int) -> list[RewardSealError | None]:
+        own = open_store()
+        order = list(range(identities))
+        if n % 2:
+            order.reverse()
+        batch = [begin_item(f"ep-{n}-{i}", identity={"patient_id": f"Q-{i}"}) for i in order]
+        barrier.wait()
+        return own.begin_episodes(batch)
+
+    with ThreadPoolExecutor(threads) as pool:
+        outcomes = [o for batch in pool.map(begin_batch, range(threads)) for o in batch]
+    assert sum(o is None for o in outcomes) == identities
+    assert all(o is None or isinstance(o, IdentityBusy) for o in outcomes)
+    rows = open_rows(open_store())
+    assert len(rows) == identities
+    assert {identity for _, identity, _ in rows} == {
+        key({"patient_id": f"Q-{i}"}) for i in range(identities)
+    }
 
 
 _COMMIT_IN_CHILD = """

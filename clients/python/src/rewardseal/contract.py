@@ -7,6 +7,7 @@ name. Two authors who mean the same contract therefore get the same digest.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal
@@ -112,12 +113,24 @@ def normalize_contract(contract: RewardContract) -> RewardContract:
 
 def contract_digest(contract: RewardContract) -> str:
     """The contract digest (R-DIG-2): canonical JSON of the normalized contract."""
-    return digest_json(normalize_contract(contract))
+    return _contract_digest_of(contract.SerializeToString(deterministic=True))
 
 
 def certificate_digest(certificate: RewardCertificate) -> str:
     """The certificate digest (R-DIG-2): covers the signed certificate, signature included."""
-    return digest_json(certificate)
+    return _certificate_digest_of(certificate.SerializeToString(deterministic=True))
+
+
+# Digests are pure functions of the message, and scoring asks for the same contract's digest on
+# every receipt: remember recent answers, keyed by the deterministic wire bytes.
+@functools.lru_cache(maxsize=256)
+def _contract_digest_of(wire: bytes) -> str:
+    return digest_json(normalize_contract(RewardContract.FromString(wire)))
+
+
+@functools.lru_cache(maxsize=256)
+def _certificate_digest_of(wire: bytes) -> str:
+    return digest_json(RewardCertificate.FromString(wire))
 
 
 def scalar_for(outcome: int, contract: RewardContract) -> float | None:

@@ -8,6 +8,7 @@ message was loaded enters the bytes, so two parties holding equal messages alway
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
@@ -26,10 +27,52 @@ def message_to_json_object(message: Message) -> dict[str, Any]:
     return MessageToDict(message, preserving_proto_field_name=True)
 
 
+MAX_SAFE_INTEGER = 2**53 - 1
+MAX_BMP = 0xFFFF
+
+
+def _plain(value: Any) -> bool:
+    """True when ``json.dumps`` with sorted keys already yields the RFC 8785 form of ``value``.
+
+    That holds for trees of dicts and lists whose keys are Basic-Multilingual-Plane strings
+    (Python's code-point order then equals JCS's UTF-16 order) and whose leaves are strings,
+    JSON-safe integers, booleans and None. Floats, whose JCS number form differs from Python's
+    repr, take the full RFC 8785 path.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str) or item is None or isinstance(item, bool):
+            continue
+        if isinstance(item, int):
+            if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                continue
+            return False
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str) or (key and max(map(ord, key)) > MAX_BMP):
+                    return False
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        else:
+            return False
+    return True
+
+
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 canonical JSON bytes of a JSON-compatible value or a protobuf message."""
     if isinstance(value, Message):
         value = message_to_json_object(value)
+    if _plain(value):
+        # The common case on the worker's hot path, at C speed; equal to rfc8785.dumps (a
+        # property test holds the two together).
+        try:
+            return json.dumps(
+                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            ).encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate has no UTF-8 form
+            raise ValidationError(f"value has no canonical JSON form: {exc}") from exc
     try:
         return rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:

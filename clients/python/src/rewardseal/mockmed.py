@@ -23,6 +23,8 @@ from rewardseal.v1.enums_pb2 import OracleChannel
 IDENTITY_KEY = "patient_id"
 ENCOUNTER_FIELDS = ("patient_id", "type", "note", "status")
 """The fields a policy may write on an encounter; anything else is an extra field."""
+SYSTEM_FIELDS = ("created_at",)
+"""Fields the system of record stamps; a record may carry them, a policy cannot write them."""
 
 REQUIRED_EFFECTS: dict[str, Any] = {
     "effects": [
@@ -31,8 +33,9 @@ REQUIRED_EFFECTS: dict[str, Any] = {
             "collection": "encounters",
             "select": {"patient_id": {"identity": IDENTITY_KEY}},
             "expect": {"type": "Triage"},
+            "required_fields": list(ENCOUNTER_FIELDS),
             "new_records": 1,
-            "allowed_fields": list(ENCOUNTER_FIELDS),
+            "allowed_fields": list(ENCOUNTER_FIELDS + SYSTEM_FIELDS),
         }
     ]
 }

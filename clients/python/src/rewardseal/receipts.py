@@ -53,10 +53,12 @@ def build_receipt(
     issuer_key_id: str,
     revoked: bool = False,
     digest_of_contract: str | None = None,
+    digest_of_certificate: str | None = None,
 ) -> RewardEvidenceReceipt:
     """A validated receipt for ``facts`` scored against ``contract`` and ``certificate``.
 
-    ``digest_of_contract`` may be passed by a caller that already holds it, to skip rehashing.
+    A caller that already holds the contract's or certificate's digest may pass it, to skip
+    rehashing on every receipt (the worker does, on its hot path).
     """
     result = score(
         facts.outcome,
@@ -89,7 +91,7 @@ def build_receipt(
         receipt.reward_components.update(component_values(contract, result.scalar))
     if certificate is not None:
         receipt.certificate_id = certificate.certificate_id
-        receipt.certificate_digest = certificate_digest(certificate)
+        receipt.certificate_digest = digest_of_certificate or certificate_digest(certificate)
         receipt.calibration_corpus_digest = certificate.calibration_corpus_digest
         receipt.calibration_scope = certificate.calibration_scope
     validate_receipt(receipt)

@@ -44,6 +44,15 @@ _CLASS_BY_REASON: Mapping[str, type[errors.RewardSealError]] = {
         errors.Unavailable,
     )
 }
+_CLASS_BY_CODE: Mapping[grpc.StatusCode, type[errors.RewardSealError]] = {
+    # For failures that carry no ErrorInfo (a transport error, a peer that is not ours).
+    grpc.StatusCode.INVALID_ARGUMENT: errors.ValidationError,
+    grpc.StatusCode.ALREADY_EXISTS: errors.DuplicateEpisode,
+    grpc.StatusCode.NOT_FOUND: errors.NotFound,
+    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
+    grpc.StatusCode.UNAVAILABLE: errors.Unavailable,
+}
 _CODE_BY_VALUE: Mapping[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
 
 
@@ -78,8 +87,10 @@ def from_parts(
     """Rebuild the rewardseal error named by ``reason`` (falls back on the code's generic class)."""
     cls = _CLASS_BY_REASON.get(reason)
     if cls is None or cls.code != code:
-        cls = errors.RewardSealError
-    error = cls(message, reason=reason or code.name.lower(), metadata=metadata)
+        cls = _CLASS_BY_CODE.get(code, errors.RewardSealError)
+    error = cls(message, reason=reason or None, metadata=metadata)
+    if not reason and cls is errors.RewardSealError:
+        error.reason = code.name.lower()
     error.code = code
     return error
 

@@ -7,6 +7,7 @@ travels far.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -128,8 +129,14 @@ def check_policy_update_field(
         raise error(f"{field} must be in 0..2^53-1, got {value}")
 
 
+@functools.cache
+def _known_values(enum: Any) -> frozenset[int]:
+    # Enum wrappers rebuild their value list on every call; validation runs per receipt.
+    return frozenset(v for v in enum.values() if v != 0)
+
+
 def _check_enum(value: int, enum: Any, field: str, error: type[ValidationError]) -> None:
-    if value not in enum.values() or value == 0:
+    if value not in _known_values(enum):
         raise error(f"{field} must be a known value other than UNSPECIFIED, got {value}")
 
 

@@ -262,6 +262,8 @@ def _template_from_effect(effect: EffectSpec) -> _WriteSpecTemplate | None:
         if not isinstance(value, str) or not value:
             return None
         fields[name] = value
+    for name in sorted(effect.required_fields - set(fields) - {identity_fields[0]}):
+        fields[name] = f"synthetic {name}"
     allowed = effect.allowed_fields if effect.allowed_fields is not None else frozenset()
     return _WriteSpecTemplate(
         collection=effect.collection,
@@ -432,6 +434,8 @@ def _gold_record(
     record: Record = {RECORD_ID_FIELD: world.mint()}
     record.update(_resolved_select(effect, identity))
     record.update(effect.expect)
+    for field in sorted(effect.required_fields - set(record)):
+        record[field] = _filler(rng, field)
     if effect.allowed_fields is not None:
         for field in sorted(effect.allowed_fields - set(record)):
             if rng.random() < 0.8:

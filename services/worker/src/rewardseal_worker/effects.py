@@ -11,8 +11,9 @@ Document shape::
                   "collection": "encounters",
                   "select": {"patient_id": {"identity": "patient_id"}},
                   "expect": {"type": "Triage"},
+                  "required_fields": ["patient_id", "type", "note", "status"],
                   "new_records": 1,
-                  "allowed_fields": ["patient_id", "type", "note", "status"]}]}
+                  "allowed_fields": ["patient_id", "type", "note", "status", "created_at"]}]}
 
 A record is ``dict[str, Any]`` with a string ``"id"`` plus field name -> JSON scalar. A field whose
 value is None counts as absent.
@@ -39,7 +40,7 @@ RECORD_ID_FIELD = "id"
 """The key every record carries its string id under."""
 
 _EFFECT_KEYS = frozenset(
-    {"name", "collection", "select", "expect", "new_records", "allowed_fields"}
+    {"name", "collection", "select", "expect", "required_fields", "new_records", "allowed_fields"}
 )
 _MAX_NEW_RECORDS = 1000
 
@@ -93,6 +94,8 @@ class EffectSpec:
             baseline read); None means "at least one".
         allowed_fields: the fields (besides ``"id"``) a new record may carry with a non-None
             value; None allows any field.
+        required_fields: fields every matching new record must carry with some non-empty value
+            (a note must be written, whatever it says); an omitted one refutes the effect.
     """
 
     name: str
@@ -101,6 +104,7 @@ class EffectSpec:
     expect: Mapping[str, Any]
     new_records: int | None
     allowed_fields: frozenset[str] | None
+    required_fields: frozenset[str] = frozenset()
 
     def matches(self, record: Mapping[str, Any], identity: Mapping[str, str]) -> bool:
         """True when ``record`` carries every selected value (identity refs resolved).
@@ -168,13 +172,15 @@ def _parse_effect(entry: Any, index: int) -> EffectSpec:
     expect = _parse_expect(entry.get("expect", {}), where)
     new_records = _parse_new_records(entry.get("new_records"), where)
     allowed = _parse_allowed(entry.get("allowed_fields"), where)
+    required = _parse_required(entry.get("required_fields", []), where)
     if allowed is not None:
-        # A selected or expected field outside allowed_fields could never be satisfied without
-        # also being an extra field: the effect would be unsatisfiable.
-        outside = sorted((set(select) | set(expect)) - allowed - {RECORD_ID_FIELD})
+        # A selected, expected or required field outside allowed_fields could never be
+        # satisfied without also being an extra field: the effect would be unsatisfiable.
+        outside = sorted((set(select) | set(expect) | required) - allowed - {RECORD_ID_FIELD})
         if outside:
             raise ValidationError(
-                f"{where}: selected or expected fields {outside} are not in allowed_fields"
+                f"{where}: selected, expected or required fields {outside} are not in "
+                "allowed_fields"
             )
     return EffectSpec(
         name=name,
@@ -183,7 +189,17 @@ def _parse_effect(entry: Any, index: int) -> EffectSpec:
         expect=MappingProxyType(expect),
         new_records=new_records,
         allowed_fields=allowed,
+        required_fields=required,
     )
+
+
+def _parse_required(raw: Any, where: str) -> frozenset[str]:
+    if not isinstance(raw, list):
+        raise ValidationError(f"{where}: required_fields must be a list of field names")
+    fields = [_check_field(field, where, "required_fields") for field in raw]
+    if len(set(fields)) != len(fields):
+        raise ValidationError(f"{where}: required_fields must be unique")
+    return frozenset(fields)
 
 
 def _check_field(field: Any, where: str, what: str) -> str:

@@ -12,8 +12,8 @@ import asyncio
 import logging
 import secrets
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence, Set
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,10 +46,11 @@ from rewardseal.v1.worker_service_pb2 import (
     HealthResponse,
 )
 from rewardseal.validation import validate_descriptor, validate_digest, validate_id
+from rewardseal_worker.batching import MicroBatcher
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.judge import judge_episode
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
-from rewardseal_worker.store import ReceiptToCommit, WorkerStore
+from rewardseal_worker.store import BeginItem, ReceiptToCommit, WorkerStore
 
 _log = logging.getLogger(__name__)
 
@@ -91,17 +92,23 @@ class _Prepared:
     index: int
     envelope: SignedEnvelope
     commit: ReceiptToCommit | None
-    unscored: bool
 
 
-@dataclass
-class _Batcher:
-    """Groups concurrent unary calls into batches (group commit)."""
+@dataclass(frozen=True)
+class _Checked:
+    """A job that passed the checks that need no read of the system of record."""
 
-    queue: asyncio.Queue[tuple[ScoreJob, asyncio.Future[ScoreOutcome]]] = field(
-        default_factory=asyncio.Queue
-    )
-    task: asyncio.Task[None] | None = None
+    index: int
+    job: ScoreJob
+    identity: dict[str, str]
+    key: str
+    baseline: list[Record] | None
+
+
+@dataclass(frozen=True)
+class _BeginJob:
+    episode_id: str
+    identity: dict[str, str]
 
 
 class Scorer:
@@ -127,9 +134,13 @@ class Scorer:
         self.clock = clock
         self.revoked = revoked
         self.episode_ttl_seconds = episode_ttl_seconds
-        self.max_batch = max_batch
         self._slots = asyncio.Semaphore(max_concurrent_batches)
-        self._batcher = _Batcher()
+        self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = MicroBatcher(
+            self.score_jobs_sync, max_batch=max_batch, slots=self._slots, name="scoring"
+        )
+        self._begins: MicroBatcher[_BeginJob, BeginEpisodeResponse] = MicroBatcher(
+            self._begin_batch, max_batch=max_batch, slots=self._slots, name="begin"
+        )
 
     # --- BeginEpisode (R-W-1, R-W-3) ---
 
@@ -138,73 +149,59 @@ class Scorer:
         validate_id(request.episode_id, "episode_id", error=InvalidEpisode)
         self._check_contract_digest(request.reward_contract_digest)
         identity = self._check_identity_keys(dict(request.oracle_identity))
-        return await asyncio.to_thread(self._begin_sync, request.episode_id, identity)
+        return await self._begins.submit(_BeginJob(request.episode_id, identity))
 
-    def _begin_sync(self, episode_id: str, identity: dict[str, str]) -> BeginEpisodeResponse:
-        existing = self.store.receipt_by_episode(episode_id)
-        if existing is not None:
-            raise DuplicateEpisode(
-                f"episode {episode_id} already has a receipt",
-                metadata={"receipt_id": existing.receipt_id},
-            )
-        baseline: list[Record] | None
-        try:
-            baseline = self.reader.read(identity)
-        except OracleUnavailable as exc:
-            # No baseline: the episode will be RECONCILIATION_REQUIRED, never paid 0.
-            _log.warning("baseline read failed for episode %s: %s", episode_id, exc)
-            baseline = None
+    def _begin_batch(
+        self, jobs: Sequence[_BeginJob]
+    ) -> list[BeginEpisodeResponse | RewardSealError]:
+        known = self.store.lookup(self.bundle.contract_digest, [j.episode_id for j in jobs])
         begun_at = self.clock()
-        self.store.begin_episode(
-            contract_digest=self.bundle.contract_digest,
-            episode_id=episode_id,
-            identity_key=identity_key(identity),
-            identity=identity,
-            baseline=baseline,
-            begun_at=begun_at,
-            ttl_seconds=self.episode_ttl_seconds,
-        )
         stamp = Timestamp()
         stamp.FromDatetime(begun_at)
-        return BeginEpisodeResponse(
-            episode_id=episode_id, begun_at=stamp, baseline_recorded=baseline is not None
-        )
+        items: list[BeginItem] = []
+        answers: list[BeginEpisodeResponse | RewardSealError] = []
+        fresh = [job for job in jobs if job.episode_id not in known.receipts]
+        reads = iter(self.reader.read_many([job.identity for job in fresh]))
+        for job in jobs:
+            if job.episode_id in known.receipts:
+                answers.append(_duplicate(job.episode_id, known.receipts[job.episode_id]))
+                continue
+            read = next(reads)
+            baseline: list[Record] | None = None
+            if isinstance(read, OracleUnavailable):
+                # No baseline: the episode will be RECONCILIATION_REQUIRED, never paid 0.
+                _log.warning("baseline read failed for episode %s: %s", job.episode_id, read)
+            else:
+                baseline = read
+            items.append(
+                BeginItem(
+                    contract_digest=self.bundle.contract_digest,
+                    episode_id=job.episode_id,
+                    identity_key=identity_key(job.identity),
+                    identity=job.identity,
+                    baseline=baseline,
+                    begun_at=begun_at,
+                    ttl_seconds=self.episode_ttl_seconds,
+                )
+            )
+            answers.append(
+                BeginEpisodeResponse(
+                    episode_id=job.episode_id,
+                    begun_at=stamp,
+                    baseline_recorded=baseline is not None,
+                )
+            )
+        errors = iter(self.store.begin_episodes(items))
+        return [
+            answer if isinstance(answer, RewardSealError) else (next(errors) or answer)
+            for answer in answers
+        ]
 
     # --- Scoring ---
 
     async def score(self, job: ScoreJob) -> SignedEnvelope:
         """Score one episode through the group-commit batcher; raise its error if it has one."""
-        future: asyncio.Future[ScoreOutcome] = asyncio.get_running_loop().create_future()
-        await self._batcher.queue.put((job, future))
-        if self._batcher.task is None or self._batcher.task.done():
-            self._batcher.task = asyncio.create_task(self._drain())
-        outcome = await future
-        if isinstance(outcome, RewardSealError):
-            raise outcome
-        return outcome
-
-    async def _drain(self) -> None:
-        queue = self._batcher.queue
-        while not queue.empty():
-            items = [queue.get_nowait()]
-            while not queue.empty() and len(items) < self.max_batch:
-                items.append(queue.get_nowait())
-            await self._slots.acquire()
-            task = asyncio.create_task(self._run_batch(items))
-            task.add_done_callback(lambda _: self._slots.release())
-            # Let more calls queue up while this batch runs: that is what forms the next batch.
-            await asyncio.sleep(0)
-
-    async def _run_batch(self, items: list[tuple[ScoreJob, asyncio.Future[ScoreOutcome]]]) -> None:
-        try:
-            outcomes = await asyncio.to_thread(self.score_jobs_sync, [job for job, _ in items])
-        except Exception as exc:  # a store outage fails the batch, never a partial receipt
-            _log.exception("scoring batch failed")
-            error = Unavailable(f"the worker could not score the batch: {type(exc).__name__}")
-            outcomes = [error] * len(items)
-        for (_, future), outcome in zip(items, outcomes, strict=True):
-            if not future.done():
-                future.set_result(outcome)
+        return await self._scores.submit(job)
 
     async def score_jobs(self, jobs: Sequence[ScoreJob]) -> list[ScoreOutcome]:
         """Score a batch in one thread and one commit; one outcome per job, in order."""
@@ -245,15 +242,14 @@ class Scorer:
         for index in pending:
             outcomes[index] = Unavailable("episode kept colliding with concurrent commits")
         for index, first in repeats.items():
+            episode_id = jobs[index].descriptor.episode_id
             outcome = outcomes[first]
             if first in committed_ids:
-                outcomes[index] = _duplicate(jobs[index], committed_ids[first])
+                outcomes[index] = _duplicate(episode_id, committed_ids[first])
             elif isinstance(outcome, RewardSealError):
                 outcomes[index] = outcome
             else:
-                outcomes[index] = InvalidEpisode(
-                    f"episode {jobs[index].descriptor.episode_id} appears twice in one batch"
-                )
+                outcomes[index] = InvalidEpisode(f"episode {episode_id} appears twice in one batch")
         return [o if o is not None else Unavailable("episode was not scored") for o in outcomes]
 
     def _score_round(
@@ -263,25 +259,23 @@ class Scorer:
         outcomes: list[ScoreOutcome | None],
         committed_ids: dict[int, str],
     ) -> list[int]:
-        """Prepare and commit ``indexes``; fill their outcomes; return those to retry."""
-        prepared: list[_Prepared] = []
-        for index in indexes:
-            try:
-                prepared.append(self._prepare(index, jobs[index]))
-            except RewardSealError as exc:
-                outcomes[index] = exc
+        """Check, read, judge, sign and commit ``indexes``; return those to run again."""
+        checked = self._check_batch(jobs, indexes, outcomes)
+        credited = self.store.credited_for(self.bundle.contract_digest, {c.key for c in checked})
+        reads = self.reader.read_many([c.identity for c in checked])
+        prepared = [
+            self._judge_and_sign(c, credited.get(c.key, set()), read)
+            for c, read in zip(checked, reads, strict=True)
+        ]
         to_commit = [p for p in prepared if p.commit is not None]
         results = self.store.commit_receipts([p.commit for p in to_commit if p.commit])
         retry: list[int] = []
         for item, result in zip(to_commit, results, strict=True):
             descriptor = jobs[item.index].descriptor
             if result.duplicate_of is not None:
-                outcomes[item.index] = _duplicate(jobs[item.index], result.duplicate_of)
+                outcomes[item.index] = _duplicate(descriptor.episode_id, result.duplicate_of)
             elif result.regressed:
-                outcomes[item.index] = PolicyUpdateRegressed(
-                    f"policy update {descriptor.policy_update} is below the highest already "
-                    "scored for this contract (R-W-7)"
-                )
+                outcomes[item.index] = _regressed(descriptor.policy_update, None)
             elif result.credit_conflicts:
                 retry.append(item.index)
             else:
@@ -293,32 +287,61 @@ class Scorer:
                 outcomes[item.index] = item.envelope
         return retry
 
-    def _prepare(self, index: int, job: ScoreJob) -> _Prepared:
-        descriptor = job.descriptor
-        validate_descriptor(descriptor)
-        self._check_descriptor_contract(descriptor)
-        existing = self.store.receipt_by_episode(descriptor.episode_id)
-        if existing is not None:
-            raise _duplicate(job, existing.receipt_id)
-        highest = self.store.highest_policy_update(self.bundle.contract_digest)
-        if highest is not None and descriptor.policy_update < highest:
-            raise PolicyUpdateRegressed(
-                f"policy update {descriptor.policy_update} is below {highest}, the highest "
-                "already scored for this contract (R-W-7)"
-            )
-        registration = self.store.open_episode(self.bundle.contract_digest, descriptor.episode_id)
-        identity = self._resolve_identity(
-            descriptor, registration.identity if registration else None
+    def _check_batch(
+        self,
+        jobs: Sequence[ScoreJob],
+        indexes: Sequence[int],
+        outcomes: list[ScoreOutcome | None],
+    ) -> list[_Checked]:
+        """Every check that needs only the descriptor and the store; failures go to outcomes."""
+        valid: list[int] = []
+        for index in indexes:
+            try:
+                validate_descriptor(jobs[index].descriptor)
+                self._check_descriptor_contract(jobs[index].descriptor)
+                valid.append(index)
+            except RewardSealError as exc:
+                outcomes[index] = exc
+        known = self.store.lookup(
+            self.bundle.contract_digest, [jobs[i].descriptor.episode_id for i in valid]
         )
-        key = identity_key(identity)
-        baseline = registration.baseline if registration is not None else None
-        current: list[Record] | None
+        checked: list[_Checked] = []
+        for index in valid:
+            descriptor = jobs[index].descriptor
+            try:
+                if descriptor.episode_id in known.receipts:
+                    raise _duplicate(descriptor.episode_id, known.receipts[descriptor.episode_id])
+                if known.highest is not None and descriptor.policy_update < known.highest:
+                    raise _regressed(descriptor.policy_update, known.highest)
+                registration = known.open.get(descriptor.episode_id)
+                identity = self._resolve_identity(
+                    descriptor, registration.identity if registration else None
+                )
+            except RewardSealError as exc:
+                outcomes[index] = exc
+                continue
+            checked.append(
+                _Checked(
+                    index=index,
+                    job=jobs[index],
+                    identity=identity,
+                    key=identity_key(identity),
+                    baseline=registration.baseline if registration is not None else None,
+                )
+            )
+        return checked
+
+    def _judge_and_sign(
+        self, checked: _Checked, credited: Set[str], read: list[Record] | OracleUnavailable
+    ) -> _Prepared:
+        """Judge the read of the system of record, build and sign the receipt (R-W-1, R-W-4)."""
+        descriptor = checked.job.descriptor
+        current: list[Record] | None = None
         oracle_error: str | None = None
-        try:
-            current = self.reader.read(identity)
-        except OracleUnavailable as exc:
-            current, oracle_error = None, str(exc) or "the system of record could not be read"
-        credited = self.store.credited_record_ids(self.bundle.contract_digest, key)
+        if isinstance(read, OracleUnavailable):
+            oracle_error = str(read) or "the system of record could not be read"
+        else:
+            current = read
         signal = (
             descriptor.runtime_signal
             if descriptor.HasField("runtime_signal")
@@ -327,8 +350,8 @@ class Scorer:
         decision = judge_episode(
             self.bundle.required,
             self.bundle.forbidden,
-            identity=identity,
-            baseline=baseline,
+            identity=checked.identity,
+            baseline=checked.baseline,
             current=current,
             runtime_signal=signal,
             credited=credited,
@@ -338,7 +361,6 @@ class Scorer:
         # (record ids, counts): the trainer gets the digest, never the document.
         evidence = canonical_json({"salt": secrets.token_hex(16), **decision.evidence()})
         certificate = self.bundle.certificate
-        revoked = certificate is not None and self.revoked(certificate.certificate_id)
         receipt = build_receipt(
             EpisodeFacts(
                 receipt_id=new_receipt_id(),
@@ -355,24 +377,24 @@ class Scorer:
             contract=self.bundle.contract,
             certificate=certificate,
             issuer_key_id=self.key.key_id,
-            revoked=revoked,
+            revoked=certificate is not None and self.revoked(certificate.certificate_id),
             digest_of_contract=self.bundle.contract_digest,
+            digest_of_certificate=self.bundle.certificate_digest,
         )
         envelope = seal_receipt(receipt, self.key)
-        unscored = is_unscored(receipt)
         commit = None
-        if job.commit_unscored or not unscored:
+        if checked.job.commit_unscored or not is_unscored(receipt):
             commit = ReceiptToCommit(
                 receipt_id=receipt.receipt_id,
                 episode_id=receipt.episode_id,
                 contract_digest=self.bundle.contract_digest,
                 policy_update=receipt.policy_update,
-                identity_key=key,
+                identity_key=checked.key,
                 envelope=envelope.SerializeToString(),
                 evidence=evidence,
                 credited_record_ids=decision.credited_record_ids,
             )
-        return _Prepared(index=index, envelope=envelope, commit=commit, unscored=unscored)
+        return _Prepared(index=checked.index, envelope=envelope, commit=commit)
 
     # --- Checks (R-W-2, SPEC section 8) ---
 
@@ -478,8 +500,15 @@ def new_receipt_id() -> str:
     return f"rcpt.{uuid.uuid4().hex}"
 
 
-def _duplicate(job: ScoreJob, receipt_id: str) -> DuplicateEpisode:
+def _duplicate(episode_id: str, receipt_id: str) -> DuplicateEpisode:
     return DuplicateEpisode(
-        f"episode {job.descriptor.episode_id} already has a receipt",
-        metadata={"receipt_id": receipt_id},
+        f"episode {episode_id} already has a receipt", metadata={"receipt_id": receipt_id}
+    )
+
+
+def _regressed(policy_update: int, highest: int | None) -> PolicyUpdateRegressed:
+    below = f"below {highest}, " if highest is not None else "below "
+    return PolicyUpdateRegressed(
+        f"policy update {policy_update} is {below}the highest already scored for this "
+        "contract (R-W-7)"
     )

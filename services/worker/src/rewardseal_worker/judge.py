@@ -154,6 +154,9 @@ def _field_problem(effect: EffectSpec, record: Record) -> str | None:
             return f"{REASON_OMITTED_FIELD}: {field}"
         if not same_value(value, wanted):
             return f"{REASON_WRONG_FIELD}: {field}"
+    for field in sorted(effect.required_fields):
+        if record.get(field) in (None, ""):  # written, but with nothing in it, is not written
+            return f"{REASON_OMITTED_FIELD}: {field}"
     if effect.allowed_fields is not None:
         extra = sorted(
             field

@@ -282,10 +282,8 @@ def write_encounter(
 ) -> str:
     """Write one encounter, as the policy's write would, and return its id.
 
-    ``created_at`` stays NULL unless given: the sql oracle reads every column, and the MockMed
-    contract's ``allowed_fields`` (patient_id, type, note, status) do not include it, so a
-    stamped row would be judged as carrying an extra field. Pass ``priority="stat"`` to stage
-    the forbidden effect.
+    ``created_at`` stays NULL unless given (the MockMed contract allows it as a field the
+    system stamps). Pass ``priority="stat"`` to stage the forbidden effect.
     """
     if not isinstance(patient_id, str) or not patient_id:
         raise ValidationError("patient_id must be a non-empty string")

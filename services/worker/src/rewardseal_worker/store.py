@@ -4,16 +4,28 @@ SQLAlchemy 2 Core over SQLite (the default; WAL, ``synchronous=FULL``, ``busy_ti
 PostgreSQL (``postgresql+psycopg://...``). Every write is one transaction and is durable when the
 method returns.
 
+The store is set-based: a scoring batch costs a constant number of statements, whatever its
+size (lists of ids are bound as ``IN`` parameters, in chunks of :data:`IN_CHUNK`). The batch
+methods are :meth:`WorkerStore.lookup` and :meth:`WorkerStore.credited_for` (the reads before
+judging), :meth:`WorkerStore.commit_receipts` and :meth:`WorkerStore.begin_episodes`; the
+single-item methods remain for callers that need one row.
+
 Concurrency model, which holds across threads, processes and replicas sharing one PostgreSQL:
 
 * SQLite: every write transaction starts with ``BEGIN IMMEDIATE``, so writers are serialized by
   the database lock (waiting up to ``busy_timeout``) and a read-then-write never fails midway.
-* PostgreSQL (READ COMMITTED): ``commit_receipts`` first creates and locks (``SELECT ... FOR
-  UPDATE``) the policy-ledger row of every contract in the batch, in sorted order. Everything a
-  receipt commit checks for a contract (ledger, credited records) is therefore read under that
-  lock. Receipt uniqueness is enforced by the ``UNIQUE (episode_id)`` constraint with ``INSERT
-  ... ON CONFLICT DO NOTHING``, so exactly one receipt per episode exists whatever the race.
-  Deadlocks and serialization failures (SQLSTATE 40P01 / 40001) are retried a few times.
+* PostgreSQL (READ COMMITTED): ``commit_receipts`` first locks (``SELECT ... ORDER BY ... FOR
+  UPDATE``, creating missing rows) the policy-ledger row of every contract in the batch, in
+  sorted order. Everything a receipt commit checks for a contract (existing receipts of its
+  episodes, ledger, credited records) is read after that lock is held, so those reads are
+  authoritative against every other writer of that contract. ``begin_episodes`` locks the open
+  registrations it reads (``FOR UPDATE``).
+* Both: rows are inserted with ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` and the number
+  of rows inserted is checked against what was decided. A shortfall means a concurrent writer
+  the locks do not cover won a row (the same episode id committed under another contract, or an
+  open registration inserted between our read and our insert): the whole transaction is rolled
+  back and run again, and its reads then see the winner. Nothing is ever stored partially.
+  Deadlocks and serialization failures (SQLSTATE 40P01 / 40001) are retried the same way.
 
 Only :mod:`rewardseal.errors` classes leave this module: a database that cannot be reached
 becomes :class:`~rewardseal.errors.Unavailable`.
@@ -22,10 +34,11 @@ becomes :class:`~rewardseal.errors.Unavailable`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 from sqlalchemy import (
@@ -42,6 +55,8 @@ from sqlalchemy import (
     String,
     Table,
     TypeDecorator,
+    and_,
+    bindparam,
     create_engine,
     delete,
     event,
@@ -54,7 +69,7 @@ from sqlalchemy import (
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from rewardseal.errors import (
@@ -67,6 +82,9 @@ from rewardseal.errors import (
 )
 
 __all__ = [
+    "IN_CHUNK",
+    "BatchLookup",
+    "BeginItem",
     "CommitResult",
     "OpenEpisode",
     "ReceiptToCommit",
@@ -80,9 +98,14 @@ _T = TypeVar("_T")
 SQLITE_BUSY_TIMEOUT_MS = 5000
 """How long a SQLite connection waits for the database lock before failing."""
 
+IN_CHUNK = 500
+"""Most values bound into one ``IN (...)`` list; longer lists are queried in chunks."""
+
 _TRANSIENT_RETRIES = 5
+_RACE_RETRIES = 32
 _TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
 _READ_ONLY_OPTION = "rewardseal_read_only"
+_AUTOCOMMIT_READ_OPTION = "rewardseal_autocommit_read"
 _SCHEMA_LOCK_KEY = 0x7265_7761_7264  # pg_advisory_xact_lock key serializing CREATE TABLE
 
 
@@ -99,7 +122,7 @@ class _UTCDateTime(TypeDecorator[datetime]):
         """Normalize to UTC (a naive value is taken as UTC); naive UTC for SQLite."""
         if value is None:
             return None
-        value = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        value = _as_utc(value)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
@@ -108,7 +131,12 @@ class _UTCDateTime(TypeDecorator[datetime]):
             return None
         if not isinstance(value, datetime):  # pragma: no cover - drivers return datetime
             raise TypeError(f"expected datetime, got {type(value).__name__}")
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return _as_utc(value)
+
+
+def _as_utc(value: datetime) -> datetime:
+    """``value`` as an aware UTC datetime (a naive value is taken as UTC)."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 metadata = MetaData()
@@ -154,6 +182,138 @@ policy_ledger = Table(
     # NULL: the row exists (it serves as the contract's lock) but nothing was committed yet.
     Column("highest_update", BigInteger, nullable=True),
 )
+
+
+# ---------------------------------------------------------------------- statements
+#
+# Built once: SQLAlchemy caches a statement's compiled form, and reusing the same object skips
+# building the expression and its cache key on every call. Lists are expanding bind parameters.
+
+_SELECT_ONE = text("SELECT 1")
+
+_RECEIPT_BY_EPISODE = select(
+    receipts.c.receipt_id,
+    receipts.c.episode_id,
+    receipts.c.contract_digest,
+    receipts.c.envelope,
+    receipts.c.evidence,
+).where(receipts.c.episode_id == bindparam("episode_id"))
+
+_RECEIPT_BY_ID = select(
+    receipts.c.receipt_id,
+    receipts.c.episode_id,
+    receipts.c.contract_digest,
+    receipts.c.envelope,
+    receipts.c.evidence,
+).where(receipts.c.receipt_id == bindparam("receipt_id"))
+
+_RECEIPT_IDS_OF_EPISODES = select(receipts.c.episode_id, receipts.c.receipt_id).where(
+    receipts.c.episode_id.in_(bindparam("episode_ids", expanding=True))
+)
+
+_EPISODES_OF_RECEIPT_IDS = select(receipts.c.receipt_id, receipts.c.episode_id).where(
+    receipts.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
+)
+
+_COUNT_RECEIPTS = select(func.count()).select_from(receipts)
+
+_OPEN_EPISODE = select(
+    open_episodes.c.identity_key,
+    open_episodes.c.identity,
+    open_episodes.c.baseline,
+    open_episodes.c.begun_at,
+).where(
+    open_episodes.c.contract_digest == bindparam("contract_digest"),
+    open_episodes.c.episode_id == bindparam("episode_id"),
+)
+
+_OPEN_EPISODES = select(
+    open_episodes.c.episode_id,
+    open_episodes.c.identity_key,
+    open_episodes.c.identity,
+    open_episodes.c.baseline,
+    open_episodes.c.begun_at,
+).where(
+    open_episodes.c.contract_digest == bindparam("contract_digest"),
+    open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True)),
+)
+
+# The registrations a batch of begins can meet: its episode ids anywhere, and its (contract,
+# identity) slots (the contract x identity product, filtered in Python), locked in one order.
+_OPEN_FOR_BEGIN = (
+    select(
+        open_episodes.c.contract_digest,
+        open_episodes.c.identity_key,
+        open_episodes.c.episode_id,
+        open_episodes.c.begun_at,
+    )
+    .where(
+        or_(
+            open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True)),
+            and_(
+                open_episodes.c.contract_digest.in_(bindparam("contracts", expanding=True)),
+                open_episodes.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
+            ),
+        )
+    )
+    .order_by(open_episodes.c.contract_digest, open_episodes.c.identity_key)
+    .with_for_update()
+)
+
+_CLOSE_OPEN_EPISODES = delete(open_episodes).where(
+    open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True))
+)
+
+_HIGHEST = select(policy_ledger.c.highest_update).where(
+    policy_ledger.c.contract_digest == bindparam("contract_digest")
+)
+
+# FOR UPDATE is applied after ORDER BY in PostgreSQL: the rows are locked in sorted order.
+_LOCK_LEDGERS = (
+    select(policy_ledger.c.contract_digest, policy_ledger.c.highest_update)
+    .where(policy_ledger.c.contract_digest.in_(bindparam("contracts", expanding=True)))
+    .order_by(policy_ledger.c.contract_digest)
+    .with_for_update()
+)
+
+_RAISE_LEDGER = (
+    update(policy_ledger)
+    .where(policy_ledger.c.contract_digest == bindparam("b_contract"))
+    .values(highest_update=bindparam("b_highest"))
+)
+
+_CREDITED_ONE = select(credited_records.c.record_id).where(
+    credited_records.c.contract_digest == bindparam("contract_digest"),
+    or_(
+        credited_records.c.identity_key == bindparam("identity_key"),
+        credited_records.c.identity_key.is_(None),
+    ),
+)
+
+_CREDITED_BY_KEYS_AND_ANONYMOUS = select(
+    credited_records.c.identity_key, credited_records.c.record_id
+).where(
+    credited_records.c.contract_digest == bindparam("contract_digest"),
+    or_(
+        credited_records.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
+        credited_records.c.identity_key.is_(None),
+    ),
+)
+
+_CREDITED_BY_KEYS = select(credited_records.c.identity_key, credited_records.c.record_id).where(
+    credited_records.c.contract_digest == bindparam("contract_digest"),
+    credited_records.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
+)
+
+# Credited (contract, record) pairs among a batch's records (contract x record product, filtered
+# in Python: a batch almost always has one contract).
+_TAKEN_RECORDS = select(credited_records.c.contract_digest, credited_records.c.record_id).where(
+    credited_records.c.contract_digest.in_(bindparam("contracts", expanding=True)),
+    credited_records.c.record_id.in_(bindparam("record_ids", expanding=True)),
+)
+
+
+# ---------------------------------------------------------------------- values
 
 
 @dataclass(frozen=True)
@@ -217,6 +377,35 @@ class OpenEpisode:
     begun_at: datetime
 
 
+@dataclass(frozen=True)
+class BatchLookup:
+    """What a scoring batch needs to know about its episodes before judging (one read)."""
+
+    receipts: Mapping[str, str]
+    """episode_id -> receipt_id, for the episodes that already have a receipt (any contract)."""
+    open: Mapping[str, OpenEpisode]
+    """episode_id -> registration, for the episodes open on the looked-up contract."""
+    highest: int | None
+    """The contract's highest committed policy update, or None if none was (R-W-7)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BeginItem:
+    """One episode to register: the keyword arguments of :meth:`WorkerStore.begin_episode`."""
+
+    contract_digest: str
+    episode_id: str
+    identity_key: str
+    identity: Mapping[str, str] | None = None
+    baseline: list[Record] | None
+    begun_at: datetime
+    ttl_seconds: float
+
+
+class _LostRace(Exception):
+    """A concurrent writer won a row this transaction counted on: roll back and run again."""
+
+
 def _identity_from_key(identity_key: str) -> dict[str, str]:
     """Parse a canonical identity string back into the identity mapping."""
     try:
@@ -228,6 +417,38 @@ def _identity_from_key(identity_key: str) -> dict[str, str]:
     ):
         raise ValidationError("identity_key must encode a JSON object of strings")
     return value
+
+
+def _chunks(values: Sequence[_T]) -> Iterator[Sequence[_T]]:
+    """``values`` in consecutive slices of at most :data:`IN_CHUNK` (none when empty)."""
+    for start in range(0, len(values), IN_CHUNK):
+        yield values[start : start + IN_CHUNK]
+
+
+def _as_dict(rows: Iterable[Row[str, str]]) -> dict[str, str]:
+    """Two-column rows as a mapping of the first column to the second."""
+    return {first: second for first, second in rows}
+
+
+def _open_episode(row: Row[*tuple[Any, ...]]) -> OpenEpisode:
+    return OpenEpisode(
+        identity_key=row.identity_key,
+        identity=dict(row.identity),
+        baseline=None if row.baseline is None else list(row.baseline),
+        begun_at=row.begun_at,
+    )
+
+
+def _stored_receipt(row: Row[*tuple[Any, ...]] | None) -> StoredReceipt | None:
+    if row is None:
+        return None
+    return StoredReceipt(
+        receipt_id=row.receipt_id,
+        episode_id=row.episode_id,
+        contract_digest=row.contract_digest,
+        envelope=bytes(row.envelope),
+        evidence=bytes(row.evidence),
+    )
 
 
 def _error_name(error: sa_exc.SQLAlchemyError) -> str:
@@ -271,6 +492,11 @@ class WorkerStore:
             if "+" not in parsed.drivername:
                 parsed = parsed.set(drivername="postgresql+psycopg")
             self._engine: Engine = self._create_engine(parsed, pool_pre_ping=True)
+            # Reads run in autocommit: under READ COMMITTED every statement takes its own
+            # snapshot anyway, and this saves the BEGIN and ROLLBACK round trips.
+            read_options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
+            self._snapshot_reader = self._engine.execution_options(**read_options)
+            self._statement_reader = self._snapshot_reader
         elif backend == "sqlite":
             database = parsed.database or ""
             if not database or ":memory:" in database or "mode=memory" in str(parsed):
@@ -281,9 +507,23 @@ class WorkerStore:
             self._engine = self._create_engine(parsed, connect_args={"check_same_thread": False})
             event.listen(self._engine, "connect", _sqlite_on_connect)
             event.listen(self._engine, "begin", _sqlite_on_begin)
+            # Several statements that must agree read in one deferred transaction (a snapshot);
+            # a single statement is its own snapshot and needs no BEGIN/ROLLBACK.
+            self._snapshot_reader = self._engine.execution_options(**{_READ_ONLY_OPTION: True})
+            self._statement_reader = self._engine.execution_options(
+                **{_AUTOCOMMIT_READ_OPTION: True}
+            )
         else:
             raise ValidationError(f"unsupported worker store backend {backend!r}")
         self._dialect = backend
+        # INSERT ... ON CONFLICT DO NOTHING RETURNING <key>: the rows returned are the rows
+        # inserted, so a shortfall names exactly what a concurrent writer won.
+        self._insert_receipts = self._insert_ignore(receipts).returning(receipts.c.episode_id)
+        self._insert_credits = self._insert_ignore(credited_records).returning(
+            credited_records.c.record_id
+        )
+        self._insert_open = self._insert_ignore(open_episodes).returning(open_episodes.c.episode_id)
+        self._insert_ledgers = self._insert_ignore(policy_ledger)
         try:
             self._create_schema()
         except BaseException:
@@ -310,15 +550,11 @@ class WorkerStore:
         """The underlying engine (for diagnostics and tests)."""
         return self._engine
 
-    def _insert_ignore(self, table: Table, values: Mapping[str, Any]) -> Insert:
-        """``INSERT ... ON CONFLICT DO NOTHING`` for this dialect; its result's ``rowcount``
-        says whether the row was inserted (1) or conflicted (0)."""
+    def _insert_ignore(self, table: Table) -> Insert:
+        """``INSERT ... ON CONFLICT DO NOTHING`` into ``table`` for this dialect."""
         if self._dialect == "postgresql":
-            statement: Insert = pg_dialect.insert(table).values(**values).on_conflict_do_nothing()
-        else:
-            statement = sqlite_dialect.insert(table).values(**values).on_conflict_do_nothing()
-        # Without this, drivers such as psycopg report rowcount -1 after an INSERT.
-        return statement.execution_options(preserve_rowcount=True)
+            return pg_dialect.insert(table).on_conflict_do_nothing()
+        return sqlite_dialect.insert(table).on_conflict_do_nothing()
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
@@ -335,26 +571,41 @@ class WorkerStore:
     def _write(self, work: Callable[[Connection], _T]) -> _T:
         """Run ``work`` in one write transaction, committed (durably) before returning.
 
-        Retries PostgreSQL deadlocks and serialization failures; ``work`` must therefore have
-        no effect outside the transaction.
+        Runs it again after a PostgreSQL deadlock or serialization failure, or when ``work``
+        raises :class:`_LostRace`; ``work`` must therefore have no effect outside the
+        transaction.
         """
+        transient_failures = lost_races = 0
         with self._translated():
-            for attempt in range(_TRANSIENT_RETRIES):
+            while True:
                 try:
                     with self._engine.begin() as conn:
                         return work(conn)
+                except _LostRace as exc:
+                    # Each lost race means another writer committed: progress, and the next
+                    # run reads what it wrote. The bound only guards against a bug.
+                    lost_races += 1
+                    if lost_races >= _RACE_RETRIES:
+                        raise Unavailable(
+                            "worker store: concurrent writers kept winning the same rows"
+                        ) from exc
                 except sa_exc.DBAPIError as exc:
+                    transient_failures += 1
                     if (
                         _sqlstate(exc) not in _TRANSIENT_SQLSTATES
-                        or attempt == _TRANSIENT_RETRIES - 1
+                        or transient_failures >= _TRANSIENT_RETRIES
                     ):
                         raise
-            raise AssertionError("unreachable")  # pragma: no cover
 
-    def _read(self, work: Callable[[Connection], _T]) -> _T:
-        """Run ``work`` in a read-only transaction (a deferred, lock-free one on SQLite)."""
-        with self._translated(), self._engine.connect() as conn:
-            conn.execution_options(**{_READ_ONLY_OPTION: True})
+    def _read(self, work: Callable[[Connection], _T], *, snapshot: bool = False) -> _T:
+        """Run ``work`` without taking any write lock.
+
+        ``snapshot``: its statements must see one state of the database (SQLite: one deferred
+        transaction). Otherwise ``work`` runs a single statement (or statements that need not
+        agree) in autocommit.
+        """
+        engine = self._snapshot_reader if snapshot else self._statement_reader
+        with self._translated(), engine.connect() as conn:
             return work(conn)
 
     def _create_schema(self) -> None:
@@ -369,11 +620,76 @@ class WorkerStore:
 
     def ping(self) -> None:
         """Check that the database answers; raise :class:`Unavailable` if it does not."""
-        self._read(lambda conn: conn.execute(text("SELECT 1")).scalar_one())
+        self._read(lambda conn: conn.execute(_SELECT_ONE).scalar_one())
 
     def close(self) -> None:
         """Close every pooled connection. The store must not be used afterwards."""
         self._engine.dispose()
+
+    # ------------------------------------------------------------------ batch reads
+
+    def lookup(self, contract_digest: str, episode_ids: Sequence[str]) -> BatchLookup:
+        """Everything scoring needs to know about a batch before judging, in one read.
+
+        One read transaction of three queries (more only past :data:`IN_CHUNK` ids): existing
+        receipts of the episodes, their open registrations on ``contract_digest``, and the
+        contract's highest committed policy update. Advisory: :meth:`commit_receipts` checks
+        again under its lock.
+        """
+        wanted = list(dict.fromkeys(episode_ids))
+
+        def work(conn: Connection) -> BatchLookup:
+            found: dict[str, str] = {}
+            registered: dict[str, OpenEpisode] = {}
+            for chunk in _chunks(wanted):
+                found.update(
+                    _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
+                )
+                rows = conn.execute(
+                    _OPEN_EPISODES, {"contract_digest": contract_digest, "episode_ids": chunk}
+                )
+                registered.update((row.episode_id, _open_episode(row)) for row in rows)
+            highest = conn.execute(_HIGHEST, {"contract_digest": contract_digest}).scalar()
+            return BatchLookup(
+                receipts=MappingProxyType(found),
+                open=MappingProxyType(registered),
+                highest=None if highest is None else int(highest),
+            )
+
+        return self._read(work, snapshot=True)
+
+    def credited_for(
+        self, contract_digest: str, identity_keys: Collection[str]
+    ) -> dict[str, set[str]]:
+        """For each identity key, the ids of the records already credited for the contract.
+
+        The same sets as :meth:`credited_record_ids` per key (records credited by receipts
+        committed without an identity key count for every identity), in one query (more only
+        past :data:`IN_CHUNK` keys). Keys with no credited record map to an empty set.
+        """
+        keys = sorted(set(identity_keys))
+        if not keys:
+            return {}
+
+        def work(conn: Connection) -> dict[str, set[str]]:
+            credited: dict[str, set[str]] = {k: set() for k in keys}
+            anonymous: set[str] = set()
+            for number, chunk in enumerate(_chunks(keys)):
+                statement = _CREDITED_BY_KEYS_AND_ANONYMOUS if number == 0 else _CREDITED_BY_KEYS
+                rows = conn.execute(
+                    statement, {"contract_digest": contract_digest, "identity_keys": chunk}
+                )
+                for identity_key, record_id in rows:
+                    if identity_key is None:
+                        anonymous.add(record_id)
+                    else:
+                        credited[identity_key].add(record_id)
+            if anonymous:
+                for records in credited.values():
+                    records |= anonymous
+            return credited
+
+        return self._read(work, snapshot=len(keys) > IN_CHUNK)
 
     # ------------------------------------------------------------------ episodes
 
@@ -394,7 +710,8 @@ class WorkerStore:
         ``ttl_seconds`` older is stale and is reclaimed (deleted). Re-beginning the same episode
         id on the same contract and identity is idempotent and keeps the first baseline.
         ``identity`` is the mapping ``identity_key`` encodes; when omitted it is parsed from
-        ``identity_key``; when given it must agree with it.
+        ``identity_key``; when given it must agree with it. One item of
+        :meth:`begin_episodes`.
 
         Raises:
             DuplicateEpisode: the episode already has a receipt (metadata ``receipt_id``).
@@ -404,99 +721,138 @@ class WorkerStore:
             ValidationError: ``identity_key`` is not a canonical identity string, or
                 ``identity`` disagrees with it.
         """
-        parsed_identity = _identity_from_key(identity_key)
-        if identity is not None and dict(identity) != parsed_identity:
-            raise ValidationError("identity does not match identity_key")
-
-        def stale(row_begun_at: datetime) -> bool:
-            return (begun_at - row_begun_at).total_seconds() >= ttl_seconds
-
-        def work(conn: Connection) -> None:
-            existing_receipt = conn.execute(
-                select(receipts.c.receipt_id).where(receipts.c.episode_id == episode_id)
-            ).scalar_one_or_none()
-            if existing_receipt is not None:
-                raise DuplicateEpisode(
-                    f"episode {episode_id!r} already has a receipt",
-                    metadata={"receipt_id": existing_receipt},
+        [error] = self.begin_episodes(
+            [
+                BeginItem(
+                    contract_digest=contract_digest,
+                    episode_id=episode_id,
+                    identity_key=identity_key,
+                    identity=identity,
+                    baseline=baseline,
+                    begun_at=begun_at,
+                    ttl_seconds=ttl_seconds,
                 )
-            # A concurrent writer can win the insert between our read and our write (only on
-            # PostgreSQL); re-reading then sees its row, so a second pass settles it.
-            for _ in range(3):
-                holder = conn.execute(
-                    select(open_episodes.c.episode_id, open_episodes.c.begun_at)
-                    .where(
-                        open_episodes.c.contract_digest == contract_digest,
-                        open_episodes.c.identity_key == identity_key,
+            ]
+        )
+        if error is not None:
+            raise error
+
+    def begin_episodes(self, items: Sequence[BeginItem]) -> list[RewardSealError | None]:
+        """Register a batch of episodes in ONE transaction; one outcome per item, in order.
+
+        Items are applied in order with the rules of :meth:`begin_episode`; an item's outcome
+        is None when it is registered (or already was: an idempotent re-begin), else the error
+        :meth:`begin_episode` would raise for it (DuplicateEpisode, IdentityBusy,
+        IdentityConflict, ValidationError). A refused item changes nothing and does not fail
+        the others; an unreachable database fails the call (Unavailable). Durable before return.
+        """
+        outcomes: list[RewardSealError | None] = [None] * len(items)
+        accepted: list[tuple[int, BeginItem, dict[str, str], datetime]] = []
+        for index, entry in enumerate(items):
+            try:
+                parsed = _identity_from_key(entry.identity_key)
+                if entry.identity is not None and dict(entry.identity) != parsed:
+                    raise ValidationError("identity does not match identity_key")
+            except ValidationError as exc:
+                outcomes[index] = exc
+                continue
+            accepted.append((index, entry, parsed, _as_utc(entry.begun_at)))
+        if not accepted:
+            return outcomes
+        episode_ids = list(dict.fromkeys(entry.episode_id for _, entry, _, _ in accepted))
+        contracts = sorted({entry.contract_digest for _, entry, _, _ in accepted})
+        keys = sorted({entry.identity_key for _, entry, _, _ in accepted})
+
+        def work(conn: Connection) -> list[RewardSealError | None]:
+            results = list(outcomes)
+            existing: dict[str, str] = {}
+            # Registrations as they stand, updated as the items are applied in order.
+            by_slot: dict[tuple[str, str], tuple[str, datetime]] = {}
+            by_episode: dict[str, tuple[str, str, datetime]] = {}
+            for chunk in _chunks(episode_ids):
+                existing.update(
+                    _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
+                )
+            for episode_chunk, key_chunk in _pairs_of_chunks(episode_ids, keys):
+                rows = conn.execute(
+                    _OPEN_FOR_BEGIN,
+                    {
+                        "episode_ids": episode_chunk,
+                        "contracts": contracts,
+                        "identity_keys": key_chunk,
+                    },
+                )
+                for contract, key, episode, begun in rows:
+                    by_slot[(contract, key)] = (episode, begun)
+                    by_episode[episode] = (contract, key, begun)
+            stored_episodes = set(by_episode)
+            to_delete: set[str] = set()
+            to_insert: dict[str, dict[str, Any]] = {}
+
+            def release(episode: str) -> None:
+                contract, key, _ = by_episode.pop(episode)
+                del by_slot[(contract, key)]
+                to_insert.pop(episode, None)
+                if episode in stored_episodes:
+                    to_delete.add(episode)
+
+            for index, entry, parsed, now in accepted:
+                receipt_id = existing.get(entry.episode_id)
+                if receipt_id is not None:
+                    results[index] = DuplicateEpisode(
+                        f"episode {entry.episode_id!r} already has a receipt",
+                        metadata={"receipt_id": receipt_id},
                     )
-                    .with_for_update()
-                ).one_or_none()
+                    continue
+                holder = by_slot.get((entry.contract_digest, entry.identity_key))
                 if holder is not None:
-                    if holder.episode_id == episode_id:
-                        return  # idempotent re-begin: keep the first registration
-                    if not stale(holder.begun_at):
-                        raise IdentityBusy(
+                    if holder[0] == entry.episode_id:
+                        continue  # idempotent re-begin: keep the first registration
+                    if (now - holder[1]).total_seconds() < entry.ttl_seconds:
+                        results[index] = IdentityBusy(
                             "the oracle identity already has an open episode for this contract"
                         )
-                    conn.execute(
-                        delete(open_episodes).where(open_episodes.c.episode_id == holder.episode_id)
-                    )
-                elsewhere = conn.execute(
-                    select(open_episodes.c.begun_at)
-                    .where(open_episodes.c.episode_id == episode_id)
-                    .with_for_update()
-                ).one_or_none()
+                        continue
+                    release(holder[0])
+                elsewhere = by_episode.get(entry.episode_id)
                 if elsewhere is not None:
-                    if not stale(elsewhere.begun_at):
-                        raise IdentityConflict(
-                            f"episode {episode_id!r} is already open for another identity"
+                    if (now - elsewhere[2]).total_seconds() < entry.ttl_seconds:
+                        results[index] = IdentityConflict(
+                            f"episode {entry.episode_id!r} is already open for another identity"
                             " or contract"
                         )
-                    conn.execute(
-                        delete(open_episodes).where(open_episodes.c.episode_id == episode_id)
-                    )
-                inserted = conn.execute(
-                    self._insert_ignore(
-                        open_episodes,
-                        {
-                            "contract_digest": contract_digest,
-                            "identity_key": identity_key,
-                            "episode_id": episode_id,
-                            "identity": parsed_identity,
-                            "baseline": baseline,
-                            "begun_at": begun_at,
-                        },
-                    )
-                )
-                if inserted.rowcount == 1:
-                    return
-            raise IdentityBusy("the oracle identity already has an open episode for this contract")
+                        continue
+                    release(entry.episode_id)
+                by_slot[(entry.contract_digest, entry.identity_key)] = (entry.episode_id, now)
+                by_episode[entry.episode_id] = (entry.contract_digest, entry.identity_key, now)
+                to_insert[entry.episode_id] = {
+                    "contract_digest": entry.contract_digest,
+                    "identity_key": entry.identity_key,
+                    "episode_id": entry.episode_id,
+                    "identity": parsed,
+                    "baseline": entry.baseline,
+                    "begun_at": now,
+                }
+            for chunk in _chunks(sorted(to_delete)):
+                conn.execute(_CLOSE_OPEN_EPISODES, {"episode_ids": chunk})
+            if to_insert:
+                inserted = conn.execute(self._insert_open, list(to_insert.values())).all()
+                if len(inserted) != len(to_insert):
+                    # A registration for one of these slots or episode ids was inserted (by a
+                    # PostgreSQL transaction) after our read: read again, it is visible now.
+                    raise _LostRace("open episode inserted concurrently")
+            return results
 
-        self._write(work)
+        return self._write(work)
 
     def open_episode(self, contract_digest: str, episode_id: str) -> OpenEpisode | None:
         """The open registration of an episode on a contract, or None."""
 
         def work(conn: Connection) -> OpenEpisode | None:
             row = conn.execute(
-                select(
-                    open_episodes.c.identity_key,
-                    open_episodes.c.identity,
-                    open_episodes.c.baseline,
-                    open_episodes.c.begun_at,
-                ).where(
-                    open_episodes.c.contract_digest == contract_digest,
-                    open_episodes.c.episode_id == episode_id,
-                )
+                _OPEN_EPISODE, {"contract_digest": contract_digest, "episode_id": episode_id}
             ).one_or_none()
-            if row is None:
-                return None
-            return OpenEpisode(
-                identity_key=row.identity_key,
-                identity=dict(row.identity),
-                baseline=None if row.baseline is None else list(row.baseline),
-                begun_at=row.begun_at,
-            )
+            return None if row is None else _open_episode(row)
 
         return self._read(work)
 
@@ -504,50 +860,29 @@ class WorkerStore:
 
     def receipt_by_episode(self, episode_id: str) -> StoredReceipt | None:
         """The receipt of an episode, or None."""
-        return self._receipt_where(receipts.c.episode_id == episode_id)
+        return self._read(
+            lambda conn: _stored_receipt(
+                conn.execute(_RECEIPT_BY_EPISODE, {"episode_id": episode_id}).one_or_none()
+            )
+        )
 
     def receipt_by_id(self, receipt_id: str) -> StoredReceipt | None:
         """A receipt by its id, or None."""
-        return self._receipt_where(receipts.c.receipt_id == receipt_id)
-
-    def _receipt_where(self, condition: Any) -> StoredReceipt | None:
-        def work(conn: Connection) -> StoredReceipt | None:
-            row = conn.execute(
-                select(
-                    receipts.c.receipt_id,
-                    receipts.c.episode_id,
-                    receipts.c.contract_digest,
-                    receipts.c.envelope,
-                    receipts.c.evidence,
-                ).where(condition)
-            ).one_or_none()
-            if row is None:
-                return None
-            return StoredReceipt(
-                receipt_id=row.receipt_id,
-                episode_id=row.episode_id,
-                contract_digest=row.contract_digest,
-                envelope=bytes(row.envelope),
-                evidence=bytes(row.evidence),
+        return self._read(
+            lambda conn: _stored_receipt(
+                conn.execute(_RECEIPT_BY_ID, {"receipt_id": receipt_id}).one_or_none()
             )
-
-        return self._read(work)
+        )
 
     def count_receipts(self) -> int:
         """How many receipts are stored (tests and benchmarks)."""
-        return self._read(
-            lambda conn: int(conn.execute(select(func.count()).select_from(receipts)).scalar_one())
-        )
+        return self._read(lambda conn: int(conn.execute(_COUNT_RECEIPTS).scalar_one()))
 
     def highest_policy_update(self, contract_digest: str) -> int | None:
         """The highest policy update committed for a contract, or None if none was (R-W-7)."""
 
         def work(conn: Connection) -> int | None:
-            value = conn.execute(
-                select(policy_ledger.c.highest_update).where(
-                    policy_ledger.c.contract_digest == contract_digest
-                )
-            ).scalar_one_or_none()
+            value = conn.execute(_HIGHEST, {"contract_digest": contract_digest}).scalar()
             return None if value is None else int(value)
 
         return self._read(work)
@@ -558,20 +893,14 @@ class WorkerStore:
         Also includes records credited by receipts committed without an identity key (those
         cannot be attributed to an identity, so they are excluded for every identity).
         """
-
-        def work(conn: Connection) -> set[str]:
-            rows = conn.execute(
-                select(credited_records.c.record_id).where(
-                    credited_records.c.contract_digest == contract_digest,
-                    or_(
-                        credited_records.c.identity_key == identity_key,
-                        credited_records.c.identity_key.is_(None),
-                    ),
-                )
-            ).scalars()
-            return set(rows)
-
-        return self._read(work)
+        return self._read(
+            lambda conn: set(
+                conn.execute(
+                    _CREDITED_ONE,
+                    {"contract_digest": contract_digest, "identity_key": identity_key},
+                ).scalars()
+            )
+        )
 
     def commit_receipts(self, items: Sequence[ReceiptToCommit]) -> list[CommitResult]:
         """Commit a batch of receipts in ONE transaction; one result per item, in order.
@@ -580,123 +909,170 @@ class WorkerStore:
 
         1. the episode already has a receipt (stored before, or earlier in this batch) ->
            ``duplicate_of`` = that receipt's id;
-        2. ``policy_update`` is below the contract's highest committed update -> ``regressed``;
-        3. a record to credit is already credited for the contract -> ``credit_conflicts``;
+        2. ``policy_update`` is below the contract's highest committed update (before, or by
+           an earlier item of this batch) -> ``regressed``;
+        3. a record to credit is already credited for the contract (before, or to an earlier
+           item of this batch) -> ``credit_conflicts`` (sorted);
         4. otherwise the receipt is inserted, its records credited, the episode's open
            registration closed and the ledger raised to ``max(highest, policy_update)``.
 
-        Nothing is stored for an item in cases 1-3. Durable before return.
+        Nothing is stored for an item in cases 1-3. Set-based: after the contracts' ledger rows
+        are locked, one query each reads the batch's existing receipts and credited records,
+        the items are decided here, and the rows are written with one statement per table.
+        Durable before return.
+
+        Raises:
+            RewardSealError: a receipt id is already used by another episode (nothing of the
+                batch is stored).
         """
         if not items:
             return []
-        contracts = sorted({item.contract_digest for item in items})
+        batch = list(items)
+        contracts = sorted({entry.contract_digest for entry in batch})
+        episode_ids = list(dict.fromkeys(entry.episode_id for entry in batch))
+        record_ids = sorted({r for entry in batch for r in entry.credited_record_ids})
 
         def work(conn: Connection) -> list[CommitResult]:
-            highest: dict[str, int | None] = {}
-            for contract in contracts:  # sorted: every transaction locks in the same order
-                conn.execute(
-                    self._insert_ignore(
-                        policy_ledger, {"contract_digest": contract, "highest_update": None}
-                    )
+            highest = self._lock_ledgers(conn, contracts)
+            before = dict(highest)
+            existing: dict[str, str] = {}
+            for chunk in _chunks(episode_ids):
+                existing.update(
+                    _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
                 )
-                highest[contract] = conn.execute(
-                    select(policy_ledger.c.highest_update)
-                    .where(policy_ledger.c.contract_digest == contract)
-                    .with_for_update()
-                ).scalar_one()
+            taken: set[tuple[str, str]] = set()
+            for chunk in _chunks(record_ids):
+                rows = conn.execute(_TAKEN_RECORDS, {"contracts": contracts, "record_ids": chunk})
+                taken.update((contract, record_id) for contract, record_id in rows)
             now = datetime.now(UTC)
-            results = [self._commit_one(conn, item, highest, now) for item in items]
-            for contract, value in highest.items():
-                conn.execute(
-                    update(policy_ledger)
-                    .where(policy_ledger.c.contract_digest == contract)
-                    .values(highest_update=value)
+            results: list[CommitResult] = []
+            receipt_rows: list[dict[str, Any]] = []
+            credit_rows: list[dict[str, Any]] = []
+            for entry in batch:
+                contract = entry.contract_digest
+                duplicate_of = existing.get(entry.episode_id)
+                if duplicate_of is not None:
+                    results.append(CommitResult(entry.receipt_id, duplicate_of=duplicate_of))
+                    continue
+                current = highest[contract]
+                if current is not None and entry.policy_update < current:
+                    results.append(CommitResult(entry.receipt_id, regressed=True))
+                    continue
+                wanted = sorted(set(entry.credited_record_ids))
+                conflicts = tuple(r for r in wanted if (contract, r) in taken)
+                if conflicts:
+                    results.append(CommitResult(entry.receipt_id, credit_conflicts=conflicts))
+                    continue
+                existing[entry.episode_id] = entry.receipt_id
+                taken.update((contract, r) for r in wanted)
+                highest[contract] = (
+                    entry.policy_update if current is None else max(current, entry.policy_update)
                 )
+                receipt_rows.append(
+                    {
+                        "receipt_id": entry.receipt_id,
+                        "episode_id": entry.episode_id,
+                        "contract_digest": contract,
+                        "policy_update": entry.policy_update,
+                        "envelope": entry.envelope,
+                        "evidence": entry.evidence,
+                        "created_at": now,
+                    }
+                )
+                credit_rows.extend(
+                    {
+                        "contract_digest": contract,
+                        "record_id": record_id,
+                        "receipt_id": entry.receipt_id,
+                        "identity_key": entry.identity_key,
+                    }
+                    for record_id in wanted
+                )
+                results.append(CommitResult(entry.receipt_id))
+            if receipt_rows:
+                self._write_receipts(conn, receipt_rows)
+            if credit_rows:
+                inserted = conn.execute(self._insert_credits, credit_rows).all()
+                if len(inserted) != len(credit_rows):
+                    # Read free under the contracts' locks: a conflict is a bug. Fail the whole
+                    # batch rather than credit a record twice.
+                    raise RewardSealError("worker store error (a record was credited twice)")
+            closed = [row["episode_id"] for row in receipt_rows]
+            for chunk in _chunks(closed):
+                conn.execute(_CLOSE_OPEN_EPISODES, {"episode_ids": chunk})
+            raised = [
+                {"b_contract": contract, "b_highest": value}
+                for contract, value in highest.items()
+                if value != before[contract]
+            ]
+            if raised:
+                conn.execute(_RAISE_LEDGER, raised)
             return results
 
         return self._write(work)
 
-    def _commit_one(
-        self,
-        conn: Connection,
-        item: ReceiptToCommit,
-        highest: dict[str, int | None],
-        now: datetime,
-    ) -> CommitResult:
-        """Apply one item inside the batch transaction (the contract's ledger row is locked)."""
-        existing = self._receipt_id_of_episode(conn, item.episode_id)
-        if existing is not None:
-            return CommitResult(receipt_id=item.receipt_id, duplicate_of=existing)
-        current = highest[item.contract_digest]
-        if current is not None and item.policy_update < current:
-            return CommitResult(receipt_id=item.receipt_id, regressed=True)
-        wanted = sorted(set(item.credited_record_ids))
-        if wanted:
-            taken = conn.execute(
-                select(credited_records.c.record_id).where(
-                    credited_records.c.contract_digest == item.contract_digest,
-                    credited_records.c.record_id.in_(wanted),
-                )
-            ).scalars()
-            conflicts = tuple(sorted(taken))
-            if conflicts:
-                return CommitResult(receipt_id=item.receipt_id, credit_conflicts=conflicts)
-        inserted = conn.execute(
-            self._insert_ignore(
-                receipts,
-                {
-                    "receipt_id": item.receipt_id,
-                    "episode_id": item.episode_id,
-                    "contract_digest": item.contract_digest,
-                    "policy_update": item.policy_update,
-                    "envelope": item.envelope,
-                    "evidence": item.evidence,
-                    "created_at": now,
-                },
-            )
-        )
-        if inserted.rowcount != 1:
-            # Lost a race with another transaction (on another contract) for this episode.
-            existing = self._receipt_id_of_episode(conn, item.episode_id)
-            if existing is None:
-                raise RewardSealError(
-                    f"receipt id {item.receipt_id!r} is already used by another episode"
-                )
-            return CommitResult(receipt_id=item.receipt_id, duplicate_of=existing)
-        if wanted:
-            # Checked free above under the contract's lock: a conflict here is a bug and fails
-            # the whole batch rather than crediting a record twice.
+    def _lock_ledgers(self, conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
+        """Lock (creating if missing) the ledger rows of ``contracts`` (sorted); their values."""
+        rows = self._read_ledgers(conn, contracts)
+        missing = [contract for contract in contracts if contract not in rows]
+        if missing:
             conn.execute(
-                credited_records.insert(),
-                [
-                    {
-                        "contract_digest": item.contract_digest,
-                        "record_id": record_id,
-                        "receipt_id": item.receipt_id,
-                        "identity_key": item.identity_key,
-                    }
-                    for record_id in wanted
-                ],
+                self._insert_ledgers,
+                [{"contract_digest": contract, "highest_update": None} for contract in missing],
             )
-        conn.execute(delete(open_episodes).where(open_episodes.c.episode_id == item.episode_id))
-        highest[item.contract_digest] = (
-            item.policy_update if current is None else max(current, item.policy_update)
-        )
-        return CommitResult(receipt_id=item.receipt_id)
+            rows = self._read_ledgers(conn, contracts)
+        return {contract: rows[contract] for contract in contracts}
 
     @staticmethod
-    def _receipt_id_of_episode(conn: Connection, episode_id: str) -> str | None:
-        value = conn.execute(
-            select(receipts.c.receipt_id).where(receipts.c.episode_id == episode_id)
-        ).scalar_one_or_none()
-        return None if value is None else str(value)
+    def _read_ledgers(conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
+        values: dict[str, int | None] = {}
+        for chunk in _chunks(contracts):
+            for contract, value in conn.execute(_LOCK_LEDGERS, {"contracts": chunk}):
+                values[contract] = None if value is None else int(value)
+        return values
+
+    def _write_receipts(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert the decided receipts; all of them, or roll the transaction back."""
+        inserted = set(conn.execute(self._insert_receipts, rows).scalars())
+        if len(inserted) == len(rows):
+            return
+        # Not inserted: the receipt id is taken (by another episode), or the episode got its
+        # receipt from a concurrent commit under another contract (whose lock we do not hold).
+        skipped = [row for row in rows if row["episode_id"] not in inserted]
+        owners: dict[str, str] = {}
+        for chunk in _chunks([row["receipt_id"] for row in skipped]):
+            owners.update(_as_dict(conn.execute(_EPISODES_OF_RECEIPT_IDS, {"receipt_ids": chunk})))
+        for row in skipped:
+            owner = owners.get(row["receipt_id"])
+            if owner is not None and owner != row["episode_id"]:
+                raise RewardSealError(
+                    f"receipt id {row['receipt_id']!r} is already used by another episode"
+                )
+        raise _LostRace("receipt committed concurrently")
+
+
+def _pairs_of_chunks(
+    episode_ids: Sequence[str], keys: Sequence[str]
+) -> Iterator[tuple[Sequence[str], Sequence[str]]]:
+    """Chunks of both lists, paired so that every episode id and every key is covered.
+
+    Each pair is one query of :data:`_OPEN_FOR_BEGIN`; an empty list binds as an empty ``IN``.
+    """
+    episode_chunks = list(_chunks(episode_ids)) or [[]]
+    key_chunks = list(_chunks(keys)) or [[]]
+    for number in range(max(len(episode_chunks), len(key_chunks))):
+        yield (
+            episode_chunks[number] if number < len(episode_chunks) else [],
+            key_chunks[number] if number < len(key_chunks) else [],
+        )
 
 
 def _sqlite_on_connect(dbapi_connection: Any, connection_record: ConnectionPoolEntry) -> None:
     """Configure every new SQLite connection (R-W-8) and take over transaction control.
 
     ``isolation_level = None`` stops the driver from issuing its own ``BEGIN``; the ``begin``
-    listener issues ``BEGIN IMMEDIATE`` (writes) or ``BEGIN`` (reads) instead.
+    listener issues ``BEGIN IMMEDIATE`` (writes) or ``BEGIN`` (reads) instead. Runs once per
+    pooled connection, not per use.
     """
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
@@ -710,8 +1086,15 @@ def _sqlite_on_connect(dbapi_connection: Any, connection_record: ConnectionPoolE
 
 
 def _sqlite_on_begin(conn: Connection) -> None:
-    """Start SQLite transactions: IMMEDIATE for writes (take the write lock up front)."""
-    if conn.get_execution_options().get(_READ_ONLY_OPTION):
+    """Start SQLite transactions: IMMEDIATE for writes (take the write lock up front).
+
+    Snapshot reads get a deferred ``BEGIN``; single-statement reads run in autocommit (the
+    statement is its own snapshot), so they issue no ``BEGIN`` and their ROLLBACK is a no-op.
+    """
+    options = conn.get_execution_options()
+    if options.get(_AUTOCOMMIT_READ_OPTION):
+        return
+    if options.get(_READ_ONLY_OPTION):
         conn.exec_driver_sql("BEGIN")
     else:
         conn.exec_driver_sql("BEGIN IMMEDIATE")

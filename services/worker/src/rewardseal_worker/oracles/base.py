@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Protocol
 
@@ -76,9 +76,32 @@ class OracleReader(Protocol):
         """Every record of ``identity``: a string ``"id"`` plus field -> JSON scalar."""
         ...
 
+    def read_many(
+        self, identities: Sequence[Mapping[str, str]]
+    ) -> list[list[dict[str, Any]] | OracleUnavailable]:
+        """``read`` for each identity, in order; a failed read yields its error, not a raise.
+
+        Readers may answer a whole batch with one round trip; the result must equal reading
+        each identity on its own.
+        """
+        ...
+
     def close(self) -> None:
         """Release connections and files; the reader is not used afterwards."""
         ...
+
+
+def read_each(
+    reader: OracleReader, identities: Sequence[Mapping[str, str]]
+) -> list[list[dict[str, Any]] | OracleUnavailable]:
+    """``read_many`` for readers with no batched read: one ``read`` per identity."""
+    results: list[list[dict[str, Any]] | OracleUnavailable] = []
+    for identity in identities:
+        try:
+            results.append(reader.read(identity))
+        except OracleUnavailable as exc:
+            results.append(exc)
+    return results
 
 
 def _walk(value: Any, path: str) -> Iterable[tuple[str, Any, str]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from rewardseal_worker.oracles.base import (
     OracleUnavailable,
     check_identity,
     make_record,
+    read_each,
     recipe_collection,
     recipe_identity_fields,
     recipe_timeout,
@@ -109,6 +110,12 @@ class JsonFileReader:
         if time.monotonic() - started > self.timeout_seconds:
             raise OracleUnavailable(f"{source}: read timed out after {self.timeout_seconds:g}s")
         return records
+
+    def read_many(
+        self, identities: Sequence[Mapping[str, str]]
+    ) -> list[list[dict[str, Any]] | OracleUnavailable]:
+        """One ``read`` per identity (file channels are not on the hot path)."""
+        return read_each(self, identities)
 
     def _load(self, source: str) -> Any:
         try:

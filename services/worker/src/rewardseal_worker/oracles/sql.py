@@ -21,7 +21,7 @@ import re
 import sqlite3
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from rewardseal.errors import ValidationError
 from rewardseal_worker.effects import RECORD_ID_FIELD
@@ -40,6 +41,7 @@ from rewardseal_worker.oracles.base import (
     check_identity,
     check_relative_path,
     make_record,
+    read_each,
     recipe_identity_fields,
     recipe_timeout,
     resolve_relative,
@@ -140,8 +142,12 @@ def _engine_from_env(name: str, environ: Mapping[str, str], timeout: float) -> t
 
 
 def _sqlite_engine(path: Path, timeout: float) -> Engine:
-    # "timeout" is SQLite's busy timeout: how long to wait on a writer's lock.
-    return sa.create_engine(sqlite_readonly_url(path), connect_args={"timeout": timeout})
+    # "timeout" is SQLite's busy timeout: how long to wait on a writer's lock. No pool: a pooled
+    # connection keeps reading a file that was moved or replaced, and an oracle must read the
+    # store as it is now (opening a SQLite file costs tens of microseconds).
+    return sa.create_engine(
+        sqlite_readonly_url(path), connect_args={"timeout": timeout}, poolclass=NullPool
+    )
 
 
 def _to_json_scalar(value: Any) -> Any:
@@ -202,6 +208,18 @@ class SqlReader:
             # One more than allowed, so "too many" is detectable without reading everything.
             .limit(MAX_RECORDS + 1)
         )
+        # The batched read: one indexed IN lookup for many identities (single-key identities;
+        # anything else reads one identity at a time).
+        self._batch_column = self._identity_fields[self._keys[0]] if len(self._keys) == 1 else None
+        self._many_statement: sa.Select[Any] | None = None
+        if self._batch_column is not None:
+            self._many_statement = (
+                sa.select(sa.literal_column("*"))
+                .select_from(tbl)
+                .where(tbl.c[self._batch_column].in_(sa.bindparam("values", expanding=True)))
+                .order_by(tbl.c[self._id_column])
+                .limit(sa.bindparam("cap"))
+            )
 
     @classmethod
     def from_recipe(
@@ -255,15 +273,67 @@ class SqlReader:
             for row in rows
         ]
 
+    def read_many(
+        self, identities: Sequence[Mapping[str, str]]
+    ) -> list[list[dict[str, Any]] | OracleUnavailable]:
+        """Every identity's rows with one indexed query; same answer as one ``read`` each."""
+        column = self._batch_column
+        if self._many_statement is None or column is None or len(identities) < 2:
+            return read_each(self, identities)
+        for identity in identities:
+            check_identity(identity, self._identity_fields)
+        key = self._keys[0]
+        values = sorted({identity[key] for identity in identities})
+        cap = (MAX_RECORDS + 1) * len(values)
+        source = f"sql table {self._table_name!r}"
+        started = time.monotonic()
+        try:
+            with self._engine.connect() as conn:
+                rows = self._execute(
+                    conn,
+                    {"values": values, "cap": cap},
+                    started + self.timeout_seconds,
+                    statement=self._many_statement,
+                )
+        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+            error = OracleUnavailable(self._describe(exc, source, started))
+            return [error for _ in identities]
+        if len(rows) >= cap:
+            # Some identity may exceed the per-identity cap: let the single reads say which.
+            return read_each(self, identities)
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            record = make_record(
+                {k: _to_json_scalar(v) for k, v in row.items()}, self._id_column, source
+            )
+            grouped.setdefault(str(row[column]), []).append(record)
+        results: list[list[dict[str, Any]] | OracleUnavailable] = []
+        for identity in identities:
+            records = grouped.get(identity[key], [])
+            if len(records) > MAX_RECORDS:
+                results.append(
+                    OracleUnavailable(f"{source}: more than {MAX_RECORDS} records for one identity")
+                )
+            else:
+                # Each identity gets its own copies: the judge may not share mutable records.
+                results.append([dict(r) for r in records])
+        return results
+
     def _execute(
-        self, conn: sa.Connection, params: Mapping[str, str], deadline: float
+        self,
+        conn: sa.Connection,
+        params: Mapping[str, Any],
+        deadline: float,
+        *,
+        statement: sa.Select[Any] | None = None,
     ) -> list[Mapping[str, Any]]:
         raw = conn.connection.driver_connection if self._sqlite else None
         if isinstance(raw, sqlite3.Connection):
             # SQLite has no statement timeout: abort the statement from its progress handler.
             raw.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
         try:
-            return [dict(row) for row in conn.execute(self._statement, params).mappings()]
+            query = self._statement if statement is None else statement
+            return [dict(row) for row in conn.execute(query, params).mappings()]
         finally:
             if isinstance(raw, sqlite3.Connection):
                 raw.set_progress_handler(None, 0)
