@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +26,11 @@ def seeded_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def data_dir(seeded_template: Path, tmp_path: Path) -> Iterator[Path]:
+def data_dir(seeded_template: Path, tmp_path: Path) -> Path:
     """A private copy of the seeded data dir (keys keep their 0600 mode)."""
     target = tmp_path / "data"
     shutil.copytree(seeded_template, target)
-    yield target
+    return target
 
 
 @dataclass

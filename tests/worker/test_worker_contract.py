@@ -52,7 +52,8 @@ async def wire_error(
     status = status_pb2.Status.FromString(details)
     assert status.code == error.code().value[0]
     info = error_details_pb2.ErrorInfo()
-    assert status.details and status.details[0].Unpack(info)
+    assert status.details
+    assert status.details[0].Unpack(info)
     assert info.domain == "rewardseal"
     return error.code(), info.reason, dict(info.metadata)
 

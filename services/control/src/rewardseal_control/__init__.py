@@ -1,1 +1,1 @@
-"""rewardseal-control: contract registry, certificates, revocation and receipt index (SPEC section 9)."""
+"""rewardseal-control: contract registry, certificates, revocation, receipt index (SPEC §9)."""
