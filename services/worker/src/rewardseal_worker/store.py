@@ -631,10 +631,14 @@ class WorkerStore:
     def lookup(self, contract_digest: str, episode_ids: Sequence[str]) -> BatchLookup:
         """Everything scoring needs to know about a batch before judging, in one read.
 
-        One read transaction of three queries (more only past :data:`IN_CHUNK` ids): existing
-        receipts of the episodes, their open registrations on ``contract_digest``, and the
-        contract's highest committed policy update. Advisory: :meth:`commit_receipts` checks
-        again under its lock.
+        Three queries (more only past :data:`IN_CHUNK` ids) on one connection: the episodes'
+        open registrations on ``contract_digest``, their existing receipts, and the contract's
+        highest committed policy update. On SQLite they share one read transaction (one
+        snapshot). On PostgreSQL (READ COMMITTED, where each statement takes its own snapshot
+        even inside a transaction) they run in autocommit, registrations first: a commit that
+        lands between the two reads can then only make an episode look registered *and*
+        receipted (reported as a duplicate), never neither. Advisory: :meth:`commit_receipts`
+        checks again under its lock.
         """
         wanted = list(dict.fromkeys(episode_ids))
 
@@ -642,13 +646,14 @@ class WorkerStore:
             found: dict[str, str] = {}
             registered: dict[str, OpenEpisode] = {}
             for chunk in _chunks(wanted):
-                found.update(
-                    _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
-                )
                 rows = conn.execute(
                     _OPEN_EPISODES, {"contract_digest": contract_digest, "episode_ids": chunk}
                 )
                 registered.update((row.episode_id, _open_episode(row)) for row in rows)
+            for chunk in _chunks(wanted):
+                found.update(
+                    _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
+                )
             highest = conn.execute(_HIGHEST, {"contract_digest": contract_digest}).scalar()
             return BatchLookup(
                 receipts=MappingProxyType(found),
@@ -769,10 +774,6 @@ class WorkerStore:
             # Registrations as they stand, updated as the items are applied in order.
             by_slot: dict[tuple[str, str], tuple[str, datetime]] = {}
             by_episode: dict[str, tuple[str, str, datetime]] = {}
-            for chunk in _chunks(episode_ids):
-                existing.update(
-                    _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
-                )
             for episode_chunk, key_chunk in _pairs_of_chunks(episode_ids, keys):
                 rows = conn.execute(
                     _OPEN_FOR_BEGIN,
@@ -785,6 +786,12 @@ class WorkerStore:
                 for contract, key, episode, begun in rows:
                     by_slot[(contract, key)] = (episode, begun)
                     by_episode[episode] = (contract, key, begun)
+            # Read after the registrations are locked: a receipt whose commit closed one of
+            # them before the lock is visible here.
+            for chunk in _chunks(episode_ids):
+                existing.update(
+                    _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
+                )
             stored_episodes = set(by_episode)
             to_delete: set[str] = set()
             to_insert: dict[str, dict[str, Any]] = {}
