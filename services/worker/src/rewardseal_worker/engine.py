@@ -125,7 +125,7 @@ class Scorer:
         revoked: RevocationCheck = never_revoked,
         episode_ttl_seconds: float = 3600.0,
         max_batch: int = 256,
-        max_concurrent_batches: int = 4,
+        max_concurrent_batches: int = 2,
     ) -> None:
         self.bundle = bundle
         self.store = store
@@ -134,12 +134,14 @@ class Scorer:
         self.clock = clock
         self.revoked = revoked
         self.episode_ttl_seconds = episode_ttl_seconds
+        # Few batches in flight on purpose: every batch pays a fixed cost (store round trips, one
+        # durable commit), and calls that arrive while one runs form a larger next batch.
         self._slots = asyncio.Semaphore(max_concurrent_batches)
         self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = MicroBatcher(
-            self.score_jobs_sync, max_batch=max_batch, slots=self._slots, name="scoring"
+            self.score_jobs_sync, max_batch=max_batch, slots=asyncio.Semaphore(1), name="scoring"
         )
         self._begins: MicroBatcher[_BeginJob, BeginEpisodeResponse] = MicroBatcher(
-            self._begin_batch, max_batch=max_batch, slots=self._slots, name="begin"
+            self._begin_batch, max_batch=max_batch, slots=asyncio.Semaphore(1), name="begin"
         )
 
     # --- BeginEpisode (R-W-1, R-W-3) ---

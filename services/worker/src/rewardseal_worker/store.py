@@ -34,8 +34,9 @@ becomes :class:`~rewardseal.errors.Unavailable`.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -492,6 +493,8 @@ class WorkerStore:
             if "+" not in parsed.drivername:
                 parsed = parsed.set(drivername="postgresql+psycopg")
             self._engine: Engine = self._create_engine(parsed, pool_pre_ping=True)
+            # PostgreSQL takes concurrent writers; its row locks order them.
+            self._write_gate: AbstractContextManager[Any] = nullcontext()
             # Reads run in autocommit: under READ COMMITTED every statement takes its own
             # snapshot anyway, and this saves the BEGIN and ROLLBACK round trips.
             read_options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
@@ -505,6 +508,7 @@ class WorkerStore:
                     "is not one (use sqlite:///path/to/file.db)"
                 )
             self._engine = self._create_engine(parsed, connect_args={"check_same_thread": False})
+            self._write_gate = threading.Lock()
             event.listen(self._engine, "connect", _sqlite_on_connect)
             event.listen(self._engine, "begin", _sqlite_on_begin)
             # Several statements that must agree read in one deferred transaction (a snapshot);
@@ -579,7 +583,10 @@ class WorkerStore:
         with self._translated():
             while True:
                 try:
-                    with self._engine.begin() as conn:
+                    # SQLite has one writer at a time; threads of this process queue on a Python
+                    # lock (woken at once) rather than on SQLite's busy handler, which sleeps
+                    # in growing steps and turned contention into long tail latencies.
+                    with self._write_gate, self._engine.begin() as conn:
                         return work(conn)
                 except _LostRace as exc:
                     # Each lost race means another writer committed: progress, and the next
