@@ -40,8 +40,9 @@ demo: setup
 	$(PY) -m rewardseal.demo
 	$(PY) -m rewardseal_worker.demo
 
+## Benchmarks (not tests): results go to bench/results/*.json; see bench/README.md.
 bench: setup
-	$(PY) -m pytest bench -q -p no:cacheprovider
+	$(PY) bench/worker_bench.py
 
 ## Re-pin requirements.lock from requirements.in (run after changing requirements.in).
 lock: setup
