@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 from support.postgres import PostgresServer, PostgresUnavailable
+from support.worker_stack import data_dir, seeded_template
+
+# Fixtures shared by the worker, control and integration tests.
+__all__ = ["data_dir", "seeded_template"]
 
 REQUIRE_POSTGRES_ENV = "REWARDSEAL_REQUIRE_POSTGRES"
 

@@ -14,6 +14,7 @@ from rewardseal.scoring import (
     RECEIPT_CERTIFICATE_MISSING,
     RECEIPT_CONTRACT_MISMATCH,
     receipt_refusals,
+    revocation_unknown_sentence,
     score,
 )
 from rewardseal.v1.contract_pb2 import ScoringPolicy
@@ -353,3 +354,63 @@ def test_receipt_refusals_are_deduplicated_in_order():
         "no certificate was given for this reward contract",
     ]
     assert len(refusals) == len(set(refusals))
+
+
+# --- A reader that follows revocations but holds no fresh list (R-C-4) ---
+
+
+def test_revocation_unknown_refuses_certification_with_its_own_sentence():
+    contract = mockmed_contract()
+    result = score(
+        Outcome.REWARD_OUTCOME_VERIFIED,
+        tier=2,
+        certificate=make_certificate(contract),
+        policy_update=ISSUED_AT_UPDATE,
+        contract=contract,
+        revocation_unknown=True,
+    )
+    assert result.scalar == 1.0
+    assert result.certified is False
+    assert result.refusals == (revocation_unknown_sentence("cert.mockmed.0001"),)
+
+
+def test_known_revocation_wins_over_unknown_status():
+    refusals = score(
+        Outcome.REWARD_OUTCOME_VERIFIED,
+        tier=2,
+        certificate=make_certificate(mockmed_contract()),
+        policy_update=ISSUED_AT_UPDATE,
+        contract=mockmed_contract(),
+        revoked=True,
+        revocation_unknown=True,
+    ).refusals
+    assert refusals == ("certificate cert.mockmed.0001 is revoked",)
+
+
+def test_revocation_unknown_sentence_sits_where_revoked_would():
+    contract = mockmed_contract()
+    refusals = score(
+        Outcome.REWARD_OUTCOME_VERIFIED,
+        tier=0,
+        certificate=make_certificate(contract),
+        policy_update=ISSUED_AT_UPDATE - 1,
+        contract=contract,
+        revocation_unknown=True,
+    ).refusals
+    assert refusals[0].startswith("oracle tier 0")
+    assert refusals[1] == revocation_unknown_sentence("cert.mockmed.0001")
+    assert refusals[2].startswith("certificate cert.mockmed.0001 is not current")
+
+
+def test_receipt_refusals_agree_when_revocation_status_was_unknown():
+    contract = mockmed_contract()
+    certificate = make_certificate(contract)
+    receipt = build_receipt(
+        make_facts(),
+        contract=contract,
+        certificate=certificate,
+        issuer_key_id="ed25519:sha256:" + "a" * 64,
+        revocation_unknown=True,
+    )
+    assert receipt.certified is False
+    assert receipt_refusals(receipt, contract, certificate) == list(receipt.certification_refusals)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Table, event, select
+from sqlalchemy import Table, event, inspect, select
 
 from rewardseal.digest import canonical_json
 from rewardseal.errors import (
@@ -29,14 +29,17 @@ from rewardseal.errors import (
 )
 from rewardseal_worker.store import (
     IN_CHUNK,
+    OUTBOX_ERROR_MAX,
     BeginItem,
     CommitResult,
     OpenEpisode,
+    OutboxItem,
     ReceiptToCommit,
     StoredReceipt,
     WorkerStore,
     credited_records,
     open_episodes,
+    outbox,
     policy_ledger,
     receipts,
 )
@@ -79,13 +82,16 @@ def item(
 
 
 @pytest.fixture
-def open_store(store_url: str) -> Iterator[Callable[[], WorkerStore]]:
-    """A factory of WorkerStore instances on the test's database, all closed at teardown."""
+def open_store(store_url: str) -> Iterator[Callable[..., WorkerStore]]:
+    """A factory of WorkerStore instances on the test's database, all closed at teardown.
+
+    Keyword arguments go to WorkerStore (``outbox=True``).
+    """
     stores: list[WorkerStore] = []
     lock = threading.Lock()
 
-    def make() -> WorkerStore:
-        store = WorkerStore(store_url)
+    def make(**options: Any) -> WorkerStore:
+        store = WorkerStore(store_url, **options)
         with lock:
             stores.append(store)
         return store
@@ -951,3 +957,226 @@ def test_unusable_urls_are_refused(tmp_path: Path) -> None:
         WorkerStore("mysql://localhost/db")
     with pytest.raises(Unavailable):
         WorkerStore(f"sqlite:///{tmp_path / 'missing-dir' / 'worker.db'}")
+
+
+# ---------------------------------------------------------------- outbox (R-C-5)
+
+
+def envelope_of(receipt_id: str) -> bytes:
+    """The envelope bytes ``item`` gives a receipt."""
+    return b"envelope:" + receipt_id.encode()
+
+
+def due_ids(store: WorkerStore, now: datetime, limit: int = 1000) -> list[str]:
+    return [entry.receipt_id for entry in store.outbox_due(limit, now)]
+
+
+def outbox_rows(store: WorkerStore) -> dict[str, tuple[Any, ...]]:
+    """receipt_id -> (created_at, attempts, next_attempt_at, last_error) of every outbox row."""
+    return {r: (c, a, n, e) for r, _, c, _, a, n, e in table_rows(store, outbox)}
+
+
+def test_outbox_holds_every_stored_receipt_in_commit_order(
+    open_store: Callable[..., WorkerStore],
+) -> None:
+    store = open_store(outbox=True)
+    assert store.outbox_enabled
+    store.commit_receipts([item("ep-old", "r-old", credited=("enc-1",))])
+    results = store.commit_receipts(
+        [
+            item("ep-z", "r-z"),  # stored
+            item("ep-old", "r-old-retry"),  # duplicate of a stored receipt
+            item("ep-a", "r-a", policy_update=99),  # regressed
+            item("ep-m", "r-m", credited=("enc-1",)),  # credit conflict
+            item("ep-b", "r-b", credited=("enc-2",)),  # stored
+            item("ep-z", "r-z2"),  # duplicate within the batch
+            item("ep-c", "r-c", credited=("enc-2",)),  # credit conflict within the batch
+            item("ep-k", "r-k"),  # stored
+        ]
+    )
+    assert [r.stored for r in results] == [True, False, False, False, True, False, False, True]
+    now = datetime.now(UTC)
+    # Oldest first; within one commit in batch order (not receipt-id order).
+    assert store.outbox_due(100, now) == [
+        OutboxItem("r-old", envelope_of("r-old"), 0),
+        OutboxItem("r-z", envelope_of("r-z"), 0),
+        OutboxItem("r-b", envelope_of("r-b"), 0),
+        OutboxItem("r-k", envelope_of("r-k"), 0),
+    ]
+    assert store.outbox_size() == 4
+    created = {r: c for r, _, _, _, _, _, c in table_rows(store, receipts)}
+    rows = outbox_rows(store)
+    assert rows == {rid: (created[rid], 0, created[rid], None) for rid in created}
+    assert all(c.tzinfo is not None for c in created.values())
+    # Only rows whose next attempt is due: none before they were committed.
+    assert store.outbox_due(100, min(created.values()) - timedelta(microseconds=1)) == []
+    assert due_ids(store, now, limit=2) == ["r-old", "r-z"]
+
+
+def test_outbox_off_writes_nothing_but_the_table_exists(
+    open_store: Callable[..., WorkerStore],
+) -> None:
+    store = open_store()
+    assert not store.outbox_enabled
+    begin(store, "ep-1")
+    [result] = store.commit_receipts([item("ep-1", "r-1", credited=("enc-1",))])
+    assert result.stored
+    assert "outbox" in inspect(store.engine).get_table_names()
+    now = datetime.now(UTC)
+    assert store.outbox_size() == 0
+    assert store.outbox_due(10, now) == []
+    assert store.outbox_oldest(now) is None
+    # Forwarding turned on later forwards what is committed from then on.
+    later = open_store(outbox=True)
+    later.commit_receipts([item("ep-2", "r-2")])
+    assert due_ids(later, datetime.now(UTC)) == ["r-2"]
+    assert store.outbox_size() == 1
+
+
+def test_outbox_done_later_and_due_with_backoff(open_store: Callable[..., WorkerStore]) -> None:
+    store = open_store(outbox=True)
+    store.commit_receipts([item("ep-1", "r-1"), item("ep-2", "r-2"), item("ep-3", "r-3")])
+    [created] = {c for c, *_ in outbox_rows(store).values()}
+    now = created + timedelta(seconds=5)
+    assert store.outbox_oldest(now) == 5.0
+    assert store.outbox_oldest(created - timedelta(seconds=1)) == 0.0, "never negative"
+
+    store.outbox_later(["r-1", "missing"], error="control: unavailable", now=now, delay_seconds=30)
+    assert due_ids(store, now) == ["r-2", "r-3"]
+    assert due_ids(store, now + timedelta(seconds=29.999)) == ["r-2", "r-3"]
+    due = store.outbox_due(10, now + timedelta(seconds=30))
+    assert due[0] == OutboxItem("r-1", envelope_of("r-1"), 1), "still the oldest once due"
+    assert [d.receipt_id for d in due] == ["r-1", "r-2", "r-3"]
+    assert outbox_rows(store)["r-1"] == (
+        created,
+        1,
+        now + timedelta(seconds=30),
+        "control: unavailable",
+    )
+    # Each failure counts; the last error is kept (cut to its bound); a naive now is UTC.
+    naive = (now + timedelta(seconds=40)).replace(tzinfo=None)
+    store.outbox_later({"r-1", "r-2"}, error="x" * 2000, now=naive, delay_seconds=0.5)
+    rows = outbox_rows(store)
+    assert rows["r-1"][1:] == (2, now + timedelta(seconds=40.5), "x" * OUTBOX_ERROR_MAX)
+    assert rows["r-2"][1:] == (1, now + timedelta(seconds=40.5), "x" * OUTBOX_ERROR_MAX)
+    assert due_ids(store, now + timedelta(seconds=40)) == ["r-3"]
+    assert store.outbox_oldest(now) == 5.0, "a backed-off row still counts for the age"
+
+    store.outbox_done(["r-2", "missing"])
+    store.outbox_done([])
+    store.outbox_later([], error="unused", now=now, delay_seconds=1)
+    assert store.outbox_size() == 2
+    assert due_ids(store, now + timedelta(hours=1)) == ["r-1", "r-3"]
+    store.outbox_done(("r-1", "r-3", "r-3"))
+    assert store.outbox_size() == 0
+    assert store.outbox_oldest(now) is None
+    assert store.count_receipts() == 3, "forwarding never touches the receipts"
+
+    with pytest.raises(ValidationError):
+        store.outbox_due(0, now)
+    for delay in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValidationError):
+            store.outbox_later(["r-1"], error="e", now=now, delay_seconds=delay)
+
+
+def test_outbox_rows_roll_back_with_a_failed_batch(
+    open_store: Callable[..., WorkerStore],
+) -> None:
+    store = open_store(outbox=True)
+    # A failure after the outbox insert (here: the ledger raise) rolls the rows back too.
+    seen: list[str] = []
+
+    def fail_on_ledger(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement.split("(", 1)[0].strip())
+        if statement.startswith("UPDATE policy_ledger"):
+            raise RuntimeError("injected failure")
+
+    event.listen(store.engine, "before_cursor_execute", fail_on_ledger)
+    try:
+        with pytest.raises(RuntimeError, match="injected"):
+            store.commit_receipts([item("ep-1", "r-1", credited=("enc-1",))])
+    finally:
+        event.remove(store.engine, "before_cursor_execute", fail_on_ledger)
+    assert "INSERT INTO outbox" in seen, "the outbox row was written before the failure"
+    assert store.outbox_size() == 0
+    assert store.count_receipts() == 0
+
+    # A batch refused as a whole (a reused receipt id) leaves no outbox row either.
+    store.commit_receipts([item("ep-1", "r-1")])
+    with pytest.raises(RewardSealError, match="already used by another episode"):
+        store.commit_receipts([item("ep-2", "fresh"), item("ep-3", "r-1")])
+    assert due_ids(store, datetime.now(UTC)) == ["r-1"]
+    assert set(outbox_rows(store)) == {r for r, *_ in table_rows(store, receipts)}
+
+
+def test_outbox_adds_one_statement_to_a_commit(open_store: Callable[..., WorkerStore]) -> None:
+    store = open_store(outbox=True)
+    store.commit_receipts([item("ep-first")])  # the contract's ledger row exists from here on
+    counts = []
+    for size in (2, 64):
+        with counting_statements(store) as writes:
+            store.commit_receipts(
+                [item(f"ep-{size}-{n}", credited=(f"enc-{size}-{n}",)) for n in range(size)]
+            )
+        counts.append(len(writes))
+    assert counts == [7, 7]  # test_batch_reads_and_commit_...: 6, and the outbox insert
+    assert store.outbox_size() == 1 + 2 + 64
+
+
+_COMMIT_AND_CRASH = """
+import os, sys
+from rewardseal_worker.store import ReceiptToCommit, WorkerStore
+store = WorkerStore(sys.argv[1], outbox=True)
+store.commit_receipts([ReceiptToCommit(
+    receipt_id=f"crash-{n}", episode_id=f"ep-crash-{n}", contract_digest=sys.argv[2],
+    policy_update=100, identity_key=None, envelope=f"env-{n}".encode(), evidence=b"{}")
+    for n in range(3)])
+os._exit(0)  # no close, no flush: the process dies right after the commit returned
+"""
+
+
+def test_outbox_survives_a_crash_between_commit_and_forward(
+    store_url: str, open_store: Callable[..., WorkerStore]
+) -> None:
+    open_store()  # the schema exists before the child runs
+    child = subprocess.run(
+        [sys.executable, "-c", _COMMIT_AND_CRASH, store_url, CONTRACT], timeout=60, check=False
+    )
+    assert child.returncode == 0
+    after = open_store(outbox=True)
+    now = datetime.now(UTC)
+    assert after.outbox_due(10, now) == [
+        OutboxItem(f"crash-{n}", f"env-{n}".encode(), 0) for n in range(3)
+    ]
+    # A forwarder that fails midway and dies: what it did not finish stays, attempts kept.
+    after.outbox_done(["crash-0"])
+    after.outbox_later(["crash-1"], error="control: unavailable", now=now, delay_seconds=0)
+    after.close()
+    again = open_store()
+    assert again.outbox_due(10, now) == [
+        OutboxItem("crash-1", b"env-1", 1),
+        OutboxItem("crash-2", b"env-2", 0),
+    ]
+
+
+def test_concurrent_commits_keep_receipts_and_outbox_in_step(
+    open_store: Callable[..., WorkerStore],
+) -> None:
+    open_store()
+    threads = 8
+    barrier = threading.Barrier(threads)
+
+    def commit(n: int) -> list[CommitResult]:
+        own = open_store(outbox=True)
+        barrier.wait()
+        return own.commit_receipts(
+            [item("ep-shared", f"shared-{n}", identity=None), item(f"ep-own-{n}", identity=None)]
+        )
+
+    with ThreadPoolExecutor(threads) as pool:
+        results = [r for batch in pool.map(commit, range(threads)) for r in batch]
+    stored = {r.receipt_id for r in results if r.stored}
+    assert len(stored) == threads + 1
+    check = open_store()
+    assert set(due_ids(check, datetime.now(UTC))) == stored
+    assert {r for r, *_ in table_rows(check, receipts)} == stored

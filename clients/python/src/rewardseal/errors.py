@@ -83,6 +83,12 @@ class CertificationRefused(ValidationError):
     reason = "certification_refused"
 
 
+class StaleRevocationList(ValidationError):
+    """A revocation list is older than one held, past its expiry, or contradicts one (R-C-4)."""
+
+    reason = "stale_revocation_list"
+
+
 class SignatureError(RewardSealError):
     """No trusted signature verifies over the exact payload (R-SIG-2)."""
 

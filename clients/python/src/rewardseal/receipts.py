@@ -52,6 +52,7 @@ def build_receipt(
     certificate: RewardCertificate | None,
     issuer_key_id: str,
     revoked: bool = False,
+    revocation_unknown: bool = False,
     digest_of_contract: str | None = None,
     digest_of_certificate: str | None = None,
 ) -> RewardEvidenceReceipt:
@@ -67,6 +68,7 @@ def build_receipt(
         policy_update=facts.policy_update,
         contract=contract,
         revoked=revoked,
+        revocation_unknown=revocation_unknown,
     )
     receipt = RewardEvidenceReceipt(
         receipt_id=facts.receipt_id,

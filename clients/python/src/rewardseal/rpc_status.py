@@ -34,6 +34,7 @@ _CLASS_BY_REASON: Mapping[str, type[errors.RewardSealError]] = {
         errors.IdentityConflict,
         errors.PolicyUpdateRegressed,
         errors.CertificationRefused,
+        errors.StaleRevocationList,
         errors.SignatureError,
         errors.DuplicateEpisode,
         errors.IdentityBusy,

@@ -46,6 +46,7 @@ def score(
     policy_update: int,
     contract: RewardContract,
     revoked: bool = False,
+    revocation_unknown: bool = False,
 ) -> Score:
     """Score one outcome against ``contract`` (R-SCORE-1..4). Pure: no I/O, no clock.
 
@@ -61,6 +62,7 @@ def score(
         policy_update=policy_update,
         contract=contract,
         revoked=revoked,
+        revocation_unknown=revocation_unknown,
     )
     return Score(
         scalar=scalar,
@@ -77,8 +79,14 @@ def certificate_refusals(
     policy_update: int,
     contract: RewardContract,
     revoked: bool = False,
+    revocation_unknown: bool = False,
 ) -> list[str]:
-    """The R-SCORE-4 refusal sentences, in order. The outcome never enters them."""
+    """The R-SCORE-4 refusal sentences, in order. The outcome never enters them.
+
+    ``revocation_unknown`` is for a reader that follows a revocation list but holds no fresh
+    one (rolled back, frozen or never received, R-C-4): it cannot vouch the certificate is
+    not revoked, so it does not certify.
+    """
     refusals: list[str] = []
     if tier < CERTIFIABLE_TIER:
         refusals.append(_tier_sentence(tier))
@@ -87,6 +95,8 @@ def certificate_refusals(
         return refusals
     if revoked:
         refusals.append(f"certificate {certificate.certificate_id} is revoked")
+    elif revocation_unknown:
+        refusals.append(revocation_unknown_sentence(certificate.certificate_id))
     state = schedule_state(certificate, policy_update)
     if state != CertificateState.CERTIFICATE_STATE_CURRENT:
         refusals.append(
@@ -97,6 +107,14 @@ def certificate_refusals(
         refusals.append(f"certificate {certificate.certificate_id} names another reward contract")
     refusals.extend(unmet(certificate, contract.certificate_policy))
     return refusals
+
+
+def revocation_unknown_sentence(certificate_id: str) -> str:
+    """The refusal given when no fresh revocation list vouches for ``certificate_id``."""
+    return (
+        f"the revocation status of certificate {certificate_id} is unknown: "
+        "no fresh revocation list is held"
+    )
 
 
 RECEIPT_CONTRACT_MISMATCH = "the receipt names a different reward contract"
@@ -138,6 +156,11 @@ def receipt_refusals(
             policy_update=receipt.policy_update,
             contract=contract,
             revoked=receipt.certificate_state == CertificateState.CERTIFICATE_STATE_REVOKED,
+            # Whether the issuer held a fresh list is a fact of issue time that only the
+            # receipt's own sentence records.
+            revocation_unknown=scored_with is not None
+            and revocation_unknown_sentence(scored_with.certificate_id)
+            in receipt.certification_refusals,
         )
     )
     # De-duplicate, keeping the first occurrence's position.

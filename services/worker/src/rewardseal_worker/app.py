@@ -8,6 +8,7 @@ from typing import Any
 
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal_worker.bundle import ContractBundle, load_bundle
+from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.engine import Scorer
 from rewardseal_worker.oracles.base import OracleReader, make_reader
 from rewardseal_worker.seed import SeedResult, seed_mockmed
@@ -28,6 +29,7 @@ class WorkerApp:
     scorer: Scorer
     running: RunningWorker
     seeded: SeedResult | None
+    control: ControlLink | None = None
 
     @property
     def port(self) -> int:
@@ -36,7 +38,7 @@ class WorkerApp:
 
     def banner(self) -> dict[str, Any]:
         """What an operator or a script needs to call this worker."""
-        certificate = self.bundle.certificate
+        certificate = self.scorer.certificate
         return {
             "host": self.settings.host,
             "port": self.port,
@@ -51,8 +53,10 @@ class WorkerApp:
         }
 
     async def stop(self) -> None:
-        """Stop serving, then release the reader and the store."""
+        """Stop serving, then release the control link, the reader and the store."""
         await self.running.stop()
+        if self.control is not None:
+            await self.control.stop()
         self.reader.close()
         self.store.close()
 
@@ -69,7 +73,7 @@ async def start_worker(
         )
     # A self-signed certificate verifies against the worker's own key.
     bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
-    store = WorkerStore(settings.db_url)
+    store = WorkerStore(settings.db_url, outbox=settings.control_target is not None)
     reader = make_reader(bundle.recipe, bundle.path)
     scorer = Scorer(
         bundle=bundle,
@@ -78,6 +82,21 @@ async def start_worker(
         key=key,
         episode_ttl_seconds=settings.episode_ttl_seconds,
     )
+    control = None
+    if settings.control_target is not None and settings.control_token is not None:
+        control = ControlLink(
+            target=settings.control_target,
+            token=settings.control_token,
+            admin_token=settings.control_admin_token,
+            key=key,
+            bundle=bundle,
+            store=store,
+            scorer=scorer,
+        )
+        # From here on the certificate is vouched for only by a fresh revocation list.
+        scorer.revoked = control.revocation
+        scorer.on_commit = control.notify
+        control.start()
     running = await start_worker_server(
         scorer,
         token=settings.token,
@@ -85,4 +104,4 @@ async def start_worker(
         port=settings.port,
         reflection=settings.reflection,
     )
-    return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded)
+    return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control)

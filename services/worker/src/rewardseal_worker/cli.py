@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--calibration-trials", type=int, help="trials for --seed-mockmed")
     serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
     serve.add_argument(
+        "--control",
+        metavar="HOST:PORT",
+        help="control plane to register with, follow revocations from and forward receipts to "
+        "(token in REWARDSEAL_WORKER_CONTROL_TOKEN)",
+    )
+    serve.add_argument(
         "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
     )
     return parser
@@ -62,6 +68,7 @@ async def _serve(args: argparse.Namespace) -> int:
         seed_mockmed=args.seed_mockmed,
         calibration_trials=args.calibration_trials,
         reflection=args.reflection,
+        control_target=args.control,
     )
     app = await start_worker(settings, progress=text_progress(sys.stderr))
     print(_banner_text(app), flush=True)

@@ -9,6 +9,7 @@ durable is paid once per batch; ``Scorer.score`` groups concurrent unary calls i
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import secrets
 import uuid
@@ -37,6 +38,7 @@ from rewardseal.errors import (
 )
 from rewardseal.receipts import EpisodeFacts, build_receipt, is_unscored, seal_receipt
 from rewardseal.signing import SigningKey
+from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
@@ -59,8 +61,19 @@ MAX_CREDIT_ROUNDS = 3
 
 Record = dict[str, Any]
 Clock = Callable[[], datetime]
-RevocationCheck = Callable[[str], bool]
-"""Given a certificate id, True when the worker has learned that it is revoked."""
+
+
+class Revocation(enum.Enum):
+    """What the worker knows about a certificate's revocation (R-C-4)."""
+
+    NOT_REVOKED = "not_revoked"
+    REVOKED = "revoked"
+    UNKNOWN = "unknown"
+    """The worker follows a revocation list but holds no fresh one."""
+
+
+RevocationCheck = Callable[[str], Revocation]
+"""Given a certificate id, what the worker knows of its revocation."""
 
 
 def utc_now() -> datetime:
@@ -68,9 +81,9 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def never_revoked(certificate_id: str) -> bool:
+def never_revoked(certificate_id: str) -> Revocation:
     """The revocation check of a worker that follows no revocation list."""
-    return False
+    return Revocation.NOT_REVOKED
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,10 @@ class Scorer:
         self.key = key
         self.clock = clock
         self.revoked = revoked
+        self.certificate = bundle.certificate
+        self.certificate_digest = bundle.certificate_digest
+        self.on_commit: Callable[[], None] | None = None
+        """Called (in the scoring thread) after receipts were committed: wakes the forwarder."""
         self.episode_ttl_seconds = episode_ttl_seconds
         # Few batches in flight on purpose: every batch pays a fixed cost (store round trips, one
         # durable commit), and calls that arrive while one runs form a larger next batch.
@@ -283,6 +300,8 @@ class Scorer:
             else:
                 outcomes[item.index] = item.envelope
                 committed_ids[item.index] = result.receipt_id
+        if committed_ids and self.on_commit is not None:
+            self.on_commit()
         for item in prepared:
             if item.commit is None:
                 # Grader dry run of an unscored episode: nothing stored, the id is not burned.
@@ -362,7 +381,10 @@ class Scorer:
         # The salt keeps the evidence digest from being guessed from low-entropy contents
         # (record ids, counts): the trainer gets the digest, never the document.
         evidence = canonical_json({"salt": secrets.token_hex(16), **decision.evidence()})
-        certificate = self.bundle.certificate
+        certificate = self.certificate
+        revocation = (
+            self.revoked(certificate.certificate_id) if certificate else Revocation.NOT_REVOKED
+        )
         receipt = build_receipt(
             EpisodeFacts(
                 receipt_id=new_receipt_id(),
@@ -379,9 +401,10 @@ class Scorer:
             contract=self.bundle.contract,
             certificate=certificate,
             issuer_key_id=self.key.key_id,
-            revoked=certificate is not None and self.revoked(certificate.certificate_id),
+            revoked=revocation is Revocation.REVOKED,
+            revocation_unknown=revocation is Revocation.UNKNOWN,
             digest_of_contract=self.bundle.contract_digest,
-            digest_of_certificate=self.bundle.certificate_digest,
+            digest_of_certificate=self.certificate_digest,
         )
         envelope = seal_receipt(receipt, self.key)
         commit = None
@@ -397,6 +420,12 @@ class Scorer:
                 credited_record_ids=decision.credited_record_ids,
             )
         return _Prepared(index=checked.index, envelope=envelope, commit=commit)
+
+    def use_certificate(self, certificate: RewardCertificate, digest: str) -> None:
+        """Score from now on under ``certificate`` (one the control plane issued and that the
+        caller verified); receipts already issued keep the one they name."""
+        self.certificate = certificate
+        self.certificate_digest = digest
 
     # --- Checks (R-W-2, SPEC section 8) ---
 
@@ -478,8 +507,11 @@ class Scorer:
     def health(self) -> HealthResponse:
         """What a caller needs to pin and check this worker."""
         highest = self.store.highest_policy_update(self.bundle.contract_digest) or 0
-        certificate = self.bundle.certificate
-        revoked = certificate is not None and self.revoked(certificate.certificate_id)
+        certificate = self.certificate
+        revoked = (
+            certificate is not None
+            and self.revoked(certificate.certificate_id) is Revocation.REVOKED
+        )
         return HealthResponse(
             issuer_key_id=self.key.key_id,
             issuer_public_key=self.key.public_key,

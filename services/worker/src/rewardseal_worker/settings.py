@@ -32,6 +32,11 @@ class WorkerSettings:
     calibration_trials: int = 300
     reflection: bool = False
     episode_ttl_seconds: float = 3600.0
+    control_target: str | None = None
+    """host:port of the control plane; None runs the worker on its own."""
+    control_token: str | None = None
+    control_admin_token: str | None = None
+    """Lets the worker register its own key with control; without it an operator does."""
 
     @property
     def key_path(self) -> Path:
@@ -79,6 +84,7 @@ def resolve_settings(
     seed_mockmed: bool = False,
     calibration_trials: int | None = None,
     reflection: bool = False,
+    control_target: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkerSettings:
     """Merge flags (arguments), environment and defaults into one settings object."""
@@ -90,6 +96,12 @@ def resolve_settings(
         raise ValidationError(f"port {resolved_port} is out of range")
     url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or f"sqlite:///{data / 'worker.sqlite'}"
     trials = calibration_trials or int(env.get(f"{ENV_PREFIX}CALIBRATION_TRIALS", 300))
+    control = control_target or env.get(f"{ENV_PREFIX}CONTROL") or None
+    control_token = env.get(f"{ENV_PREFIX}CONTROL_TOKEN") or None
+    if control and not control_token:
+        raise ValidationError(
+            f"--control needs the control plane's token in {ENV_PREFIX}CONTROL_TOKEN"
+        )
     return WorkerSettings(
         data_dir=data,
         contract_dir=contract.expanduser().resolve(),
@@ -101,6 +113,9 @@ def resolve_settings(
         calibration_trials=trials,
         reflection=reflection,
         episode_ttl_seconds=float(env.get(f"{ENV_PREFIX}EPISODE_TTL_SECONDS", 3600.0)),
+        control_target=control,
+        control_token=control_token,
+        control_admin_token=env.get(f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN") or None,
     )
 
 

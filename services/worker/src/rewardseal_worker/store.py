@@ -1,4 +1,5 @@
-"""The worker's durable store (R-W-3, R-W-7, R-W-8): open episodes, receipts, credits, ledger.
+"""The worker's durable store (R-W-3, R-W-7, R-W-8): open episodes, receipts, credits, ledger,
+and the outbox of receipts to forward to the control plane (R-C-5).
 
 SQLAlchemy 2 Core over SQLite (the default; WAL, ``synchronous=FULL``, ``busy_timeout``) or
 PostgreSQL (``postgresql+psycopg://...``). Every write is one transaction and is durable when the
@@ -14,6 +15,8 @@ Concurrency model, which holds across threads, processes and replicas sharing on
 
 * SQLite: every write transaction starts with ``BEGIN IMMEDIATE``, so writers are serialized by
   the database lock (waiting up to ``busy_timeout``) and a read-then-write never fails midway.
+  Threads sharing one ``WorkerStore`` queue on an in-process lock first (the write gate of
+  :class:`~rewardseal.sqlstore.StoreEngine`).
 * PostgreSQL (READ COMMITTED): ``commit_receipts`` first locks (``SELECT ... ORDER BY ... FOR
   UPDATE``, creating missing rows) the policy-ledger row of every contract in the batch, in
   sorted order. Everything a receipt commit checks for a contract (existing receipts of its
@@ -27,6 +30,15 @@ Concurrency model, which holds across threads, processes and replicas sharing on
   back and run again, and its reads then see the winner. Nothing is ever stored partially.
   Deadlocks and serialization failures (SQLSTATE 40P01 / 40001) are retried the same way.
 
+The outbox (``WorkerStore(url, outbox=True)``): every receipt :meth:`WorkerStore.commit_receipts`
+stores gets an outbox row (its id and envelope) in the same transaction, so no receipt is
+stored without its row and no row exists without its receipt. A forwarder reads due rows
+(:meth:`WorkerStore.outbox_due`), deletes what control recorded (:meth:`WorkerStore.outbox_done`)
+and backs off the rest (:meth:`WorkerStore.outbox_later`): delivery is at least once, and control
+is idempotent by receipt id. Scoring never waits on control. The table always exists, so
+forwarding can be turned on later; it then forwards receipts committed from then on.
+
+The SQL plumbing (URLs, engine, transactions, error mapping) is :mod:`rewardseal.sqlstore`.
 Only :mod:`rewardseal.errors` classes leave this module: a database that cannot be reached
 becomes :class:`~rewardseal.errors.Unavailable`.
 """
@@ -34,110 +46,63 @@ becomes :class:`~rewardseal.errors.Unavailable`.
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+import math
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Column,
-    DateTime,
-    Dialect,
     ForeignKey,
     Index,
-    Insert,
+    Integer,
     LargeBinary,
     MetaData,
     String,
     Table,
-    TypeDecorator,
     and_,
     bindparam,
-    create_engine,
     delete,
-    event,
     func,
+    insert,
     or_,
     select,
-    text,
     update,
 )
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.engine import URL, Connection, Engine, Row, make_url
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.engine import Connection, Engine, Row
 
 from rewardseal.errors import (
     DuplicateEpisode,
     IdentityBusy,
     IdentityConflict,
     RewardSealError,
-    Unavailable,
     ValidationError,
 )
+from rewardseal.sqlstore import IN_CHUNK, LostRace, StoreEngine, UTCDateTime, as_utc, chunks
 
 __all__ = [
     "IN_CHUNK",
+    "OUTBOX_ERROR_MAX",
     "BatchLookup",
     "BeginItem",
     "CommitResult",
     "OpenEpisode",
+    "OutboxItem",
     "ReceiptToCommit",
     "StoredReceipt",
     "WorkerStore",
 ]
 
 Record = dict[str, Any]
-_T = TypeVar("_T")
 
-SQLITE_BUSY_TIMEOUT_MS = 5000
-"""How long a SQLite connection waits for the database lock before failing."""
-
-IN_CHUNK = 500
-"""Most values bound into one ``IN (...)`` list; longer lists are queried in chunks."""
-
-_TRANSIENT_RETRIES = 5
-_RACE_RETRIES = 32
-_TRANSIENT_SQLSTATES = frozenset({"40P01", "40001"})  # deadlock_detected, serialization_failure
-_READ_ONLY_OPTION = "rewardseal_read_only"
-_AUTOCOMMIT_READ_OPTION = "rewardseal_autocommit_read"
+_STORE_NAME = "worker store"
 _SCHEMA_LOCK_KEY = 0x7265_7761_7264  # pg_advisory_xact_lock key serializing CREATE TABLE
-
-
-class _UTCDateTime(TypeDecorator[datetime]):
-    """A timestamp stored in UTC and always read back timezone-aware (UTC).
-
-    SQLite has no timezone-aware type, so values are stored there as naive UTC.
-    """
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        """Normalize to UTC (a naive value is taken as UTC); naive UTC for SQLite."""
-        if value is None:
-            return None
-        value = _as_utc(value)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: Any | None, dialect: Dialect) -> datetime | None:
-        """Return an aware UTC datetime."""
-        if value is None:
-            return None
-        if not isinstance(value, datetime):  # pragma: no cover - drivers return datetime
-            raise TypeError(f"expected datetime, got {type(value).__name__}")
-        return _as_utc(value)
-
-
-def _as_utc(value: datetime) -> datetime:
-    """``value`` as an aware UTC datetime (a naive value is taken as UTC)."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+OUTBOX_ERROR_MAX = 500
+"""Longest ``last_error`` kept on an outbox row (longer text is cut)."""
 
 
 metadata = MetaData()
@@ -150,7 +115,7 @@ open_episodes = Table(
     Column("episode_id", String, nullable=False, unique=True),
     Column("identity", JSON, nullable=False),
     Column("baseline", JSON(none_as_null=True), nullable=True),
-    Column("begun_at", _UTCDateTime, nullable=False),
+    Column("begun_at", UTCDateTime, nullable=False),
 )
 
 receipts = Table(
@@ -162,7 +127,7 @@ receipts = Table(
     Column("policy_update", BigInteger, nullable=False),
     Column("envelope", LargeBinary, nullable=False),
     Column("evidence", LargeBinary, nullable=False),
-    Column("created_at", _UTCDateTime, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
 )
 
 credited_records = Table(
@@ -184,13 +149,30 @@ policy_ledger = Table(
     Column("highest_update", BigInteger, nullable=True),
 )
 
+# Receipts waiting to be forwarded to the control plane (R-C-5); a row is deleted once control
+# has recorded its receipt.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("receipt_id", String, ForeignKey("receipts.receipt_id"), primary_key=True),
+    Column("envelope", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    # The receipt's place among those its commit stored: orders rows of one commit (they share
+    # created_at) as the batch did.
+    Column("batch_index", Integer, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    # Why the last attempt failed: text the forwarder wrote, never record contents.
+    Column("last_error", String, nullable=True),
+    Index("ix_outbox_due", "next_attempt_at"),
+    Index("ix_outbox_age", "created_at", "batch_index"),
+)
+
 
 # ---------------------------------------------------------------------- statements
 #
 # Built once: SQLAlchemy caches a statement's compiled form, and reusing the same object skips
 # building the expression and its cache key on every call. Lists are expanding bind parameters.
-
-_SELECT_ONE = text("SELECT 1")
 
 _RECEIPT_BY_EPISODE = select(
     receipts.c.receipt_id,
@@ -314,6 +296,34 @@ _TAKEN_RECORDS = select(credited_records.c.contract_digest, credited_records.c.r
 )
 
 
+_INSERT_OUTBOX = insert(outbox)
+
+_OUTBOX_DUE = (
+    select(outbox.c.receipt_id, outbox.c.envelope, outbox.c.attempts)
+    .where(outbox.c.next_attempt_at <= bindparam("now", type_=UTCDateTime))
+    .order_by(outbox.c.created_at, outbox.c.batch_index, outbox.c.receipt_id)
+    .limit(bindparam("limit", type_=Integer))
+)
+
+_OUTBOX_DONE = delete(outbox).where(
+    outbox.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
+)
+
+_OUTBOX_LATER = (
+    update(outbox)
+    .where(outbox.c.receipt_id.in_(bindparam("receipt_ids", expanding=True)))
+    .values(
+        attempts=outbox.c.attempts + 1,
+        next_attempt_at=bindparam("b_next", type_=UTCDateTime),
+        last_error=bindparam("b_error", type_=String),
+    )
+)
+
+_OUTBOX_SIZE = select(func.count()).select_from(outbox)
+
+_OUTBOX_OLDEST = select(func.min(outbox.c.created_at))
+
+
 # ---------------------------------------------------------------------- values
 
 
@@ -390,6 +400,17 @@ class BatchLookup:
     """The contract's highest committed policy update, or None if none was (R-W-7)."""
 
 
+@dataclass(frozen=True)
+class OutboxItem:
+    """A stored receipt waiting to be forwarded to the control plane."""
+
+    receipt_id: str
+    envelope: bytes
+    """The serialized ``SignedEnvelope`` of the receipt (what control records)."""
+    attempts: int
+    """How many forwarding attempts failed so far."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class BeginItem:
     """One episode to register: the keyword arguments of :meth:`WorkerStore.begin_episode`."""
@@ -403,10 +424,6 @@ class BeginItem:
     ttl_seconds: float
 
 
-class _LostRace(Exception):
-    """A concurrent writer won a row this transaction counted on: roll back and run again."""
-
-
 def _identity_from_key(identity_key: str) -> dict[str, str]:
     """Parse a canonical identity string back into the identity mapping."""
     try:
@@ -418,12 +435,6 @@ def _identity_from_key(identity_key: str) -> dict[str, str]:
     ):
         raise ValidationError("identity_key must encode a JSON object of strings")
     return value
-
-
-def _chunks(values: Sequence[_T]) -> Iterator[Sequence[_T]]:
-    """``values`` in consecutive slices of at most :data:`IN_CHUNK` (none when empty)."""
-    for start in range(0, len(values), IN_CHUNK):
-        yield values[start : start + IN_CHUNK]
 
 
 def _as_dict(rows: Iterable[Row[str, str]]) -> dict[str, str]:
@@ -452,186 +463,75 @@ def _stored_receipt(row: Row[*tuple[Any, ...]] | None) -> StoredReceipt | None:
     )
 
 
-def _error_name(error: sa_exc.SQLAlchemyError) -> str:
-    """A short description of a database error that cannot carry record contents.
-
-    Messages leave the worker (as RPC errors), and a driver message or a statement's
-    parameters could quote SoR records, so only the error classes and SQLSTATE are named.
-    """
-    if isinstance(error, sa_exc.DBAPIError):
-        state = _sqlstate(error)
-        name = type(error.orig).__name__
-        return f"{name}, SQLSTATE {state}" if state else name
-    return type(error).__name__
-
-
-def _sqlstate(error: sa_exc.DBAPIError) -> str | None:
-    """The SQLSTATE of a driver error, where the driver reports one."""
-    state = getattr(error.orig, "sqlstate", None)
-    return state if isinstance(state, str) else None
-
-
 class WorkerStore:
     """Durable worker state on SQLite (default) or PostgreSQL, shared safely by many processes.
 
     Thread-safe: one instance may be used from many threads (a connection pool backs it).
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, outbox: bool = False) -> None:
         """Open the store at a SQLAlchemy URL and create the tables if missing.
 
         ``sqlite:///path/to/file.db`` or ``postgresql+psycopg://user@host:port/db``
-        (``postgresql://`` and ``postgres://`` select psycopg too).
+        (``postgresql://`` and ``postgres://`` select psycopg too). ``outbox``: every receipt
+        :meth:`commit_receipts` stores also gets an outbox row, in the same transaction, for
+        forwarding to the control plane (the outbox table exists either way).
+
+        Raises:
+            ValidationError: the URL is not usable.
+            Unavailable: the database cannot be reached.
         """
-        try:
-            parsed = make_url(url)
-        except sa_exc.ArgumentError as exc:
-            raise ValidationError(f"malformed worker store URL: {exc}") from exc
-        backend = parsed.drivername.partition("+")[0]
-        if backend in ("postgres", "postgresql"):
-            backend = "postgresql"
-            if "+" not in parsed.drivername:
-                parsed = parsed.set(drivername="postgresql+psycopg")
-            self._engine: Engine = self._create_engine(parsed, pool_pre_ping=True)
-            # PostgreSQL takes concurrent writers; its row locks order them.
-            self._write_gate: AbstractContextManager[Any] = nullcontext()
-            # Reads run in autocommit: under READ COMMITTED every statement takes its own
-            # snapshot anyway, and this saves the BEGIN and ROLLBACK round trips.
-            read_options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"}
-            self._snapshot_reader = self._engine.execution_options(**read_options)
-            self._statement_reader = self._snapshot_reader
-        elif backend == "sqlite":
-            database = parsed.database or ""
-            if not database or ":memory:" in database or "mode=memory" in str(parsed):
-                raise ValidationError(
-                    "the worker store needs a durable database; an in-memory SQLite URL "
-                    "is not one (use sqlite:///path/to/file.db)"
-                )
-            self._engine = self._create_engine(parsed, connect_args={"check_same_thread": False})
-            self._write_gate = threading.Lock()
-            event.listen(self._engine, "connect", _sqlite_on_connect)
-            event.listen(self._engine, "begin", _sqlite_on_begin)
-            # Several statements that must agree read in one deferred transaction (a snapshot);
-            # a single statement is its own snapshot and needs no BEGIN/ROLLBACK.
-            self._snapshot_reader = self._engine.execution_options(**{_READ_ONLY_OPTION: True})
-            self._statement_reader = self._engine.execution_options(
-                **{_AUTOCOMMIT_READ_OPTION: True}
-            )
-        else:
-            raise ValidationError(f"unsupported worker store backend {backend!r}")
-        self._dialect = backend
+        self._db = StoreEngine(url, what=_STORE_NAME)
+        self._outbox = outbox
         # INSERT ... ON CONFLICT DO NOTHING RETURNING <key>: the rows returned are the rows
         # inserted, so a shortfall names exactly what a concurrent writer won.
-        self._insert_receipts = self._insert_ignore(receipts).returning(receipts.c.episode_id)
-        self._insert_credits = self._insert_ignore(credited_records).returning(
+        self._insert_receipts = self._db.insert_ignore(receipts).returning(receipts.c.episode_id)
+        self._insert_credits = self._db.insert_ignore(credited_records).returning(
             credited_records.c.record_id
         )
-        self._insert_open = self._insert_ignore(open_episodes).returning(open_episodes.c.episode_id)
-        self._insert_ledgers = self._insert_ignore(policy_ledger)
+        self._insert_open = self._db.insert_ignore(open_episodes).returning(
+            open_episodes.c.episode_id
+        )
+        self._insert_ledgers = self._db.insert_ignore(policy_ledger)
         try:
             self._create_schema()
         except BaseException:
-            self._engine.dispose()
+            self._db.dispose()
             raise
 
     # ------------------------------------------------------------------ plumbing
 
-    @staticmethod
-    def _create_engine(url: URL, **options: Any) -> Engine:
-        """create_engine with parameters kept out of error messages (they hold records)."""
-        try:
-            return create_engine(url, hide_parameters=True, **options)
-        except sa_exc.ArgumentError as exc:  # includes an unknown driver
-            raise ValidationError(f"cannot use worker store URL: {exc}") from exc
-
     @property
     def dialect(self) -> str:
         """``"sqlite"`` or ``"postgresql"``."""
-        return self._dialect
+        return self._db.backend
+
+    @property
+    def outbox_enabled(self) -> bool:
+        """True when :meth:`commit_receipts` writes outbox rows."""
+        return self._outbox
 
     @property
     def engine(self) -> Engine:
         """The underlying engine (for diagnostics and tests)."""
-        return self._engine
-
-    def _insert_ignore(self, table: Table) -> Insert:
-        """``INSERT ... ON CONFLICT DO NOTHING`` into ``table`` for this dialect."""
-        if self._dialect == "postgresql":
-            return pg_dialect.insert(table).on_conflict_do_nothing()
-        return sqlite_dialect.insert(table).on_conflict_do_nothing()
-
-    @contextmanager
-    def _translated(self) -> Iterator[None]:
-        """Map database failures onto rewardseal errors; let rewardseal errors through."""
-        try:
-            yield
-        except RewardSealError:
-            raise
-        except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
-            raise Unavailable(f"worker store unavailable ({_error_name(exc)})") from exc
-        except sa_exc.SQLAlchemyError as exc:
-            raise RewardSealError(f"worker store error ({_error_name(exc)})") from exc
-
-    def _write(self, work: Callable[[Connection], _T]) -> _T:
-        """Run ``work`` in one write transaction, committed (durably) before returning.
-
-        Runs it again after a PostgreSQL deadlock or serialization failure, or when ``work``
-        raises :class:`_LostRace`; ``work`` must therefore have no effect outside the
-        transaction.
-        """
-        transient_failures = lost_races = 0
-        with self._translated():
-            while True:
-                try:
-                    # SQLite has one writer at a time; threads of this process queue on a Python
-                    # lock (woken at once) rather than on SQLite's busy handler, which sleeps
-                    # in growing steps and turned contention into long tail latencies.
-                    with self._write_gate, self._engine.begin() as conn:
-                        return work(conn)
-                except _LostRace as exc:
-                    # Each lost race means another writer committed: progress, and the next
-                    # run reads what it wrote. The bound only guards against a bug.
-                    lost_races += 1
-                    if lost_races >= _RACE_RETRIES:
-                        raise Unavailable(
-                            "worker store: concurrent writers kept winning the same rows"
-                        ) from exc
-                except sa_exc.DBAPIError as exc:
-                    transient_failures += 1
-                    if (
-                        _sqlstate(exc) not in _TRANSIENT_SQLSTATES
-                        or transient_failures >= _TRANSIENT_RETRIES
-                    ):
-                        raise
-
-    def _read(self, work: Callable[[Connection], _T], *, snapshot: bool = False) -> _T:
-        """Run ``work`` without taking any write lock.
-
-        ``snapshot``: its statements must see one state of the database (SQLite: one deferred
-        transaction). Otherwise ``work`` runs a single statement (or statements that need not
-        agree) in autocommit.
-        """
-        engine = self._snapshot_reader if snapshot else self._statement_reader
-        with self._translated(), engine.connect() as conn:
-            return work(conn)
+        return self._db.engine
 
     def _create_schema(self) -> None:
         """Create missing tables, serialized against other processes doing the same."""
 
         def create(conn: Connection) -> None:
-            if self._dialect == "postgresql":
-                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _SCHEMA_LOCK_KEY})
+            self._db.advisory_lock(conn, _SCHEMA_LOCK_KEY)
             metadata.create_all(conn, checkfirst=True)
 
-        self._write(create)
+        self._db.write(create)
 
     def ping(self) -> None:
         """Check that the database answers; raise :class:`Unavailable` if it does not."""
-        self._read(lambda conn: conn.execute(_SELECT_ONE).scalar_one())
+        self._db.ping()
 
     def close(self) -> None:
         """Close every pooled connection. The store must not be used afterwards."""
-        self._engine.dispose()
+        self._db.dispose()
 
     # ------------------------------------------------------------------ batch reads
 
@@ -652,12 +552,12 @@ class WorkerStore:
         def work(conn: Connection) -> BatchLookup:
             found: dict[str, str] = {}
             registered: dict[str, OpenEpisode] = {}
-            for chunk in _chunks(wanted):
+            for chunk in chunks(wanted):
                 rows = conn.execute(
                     _OPEN_EPISODES, {"contract_digest": contract_digest, "episode_ids": chunk}
                 )
                 registered.update((row.episode_id, _open_episode(row)) for row in rows)
-            for chunk in _chunks(wanted):
+            for chunk in chunks(wanted):
                 found.update(
                     _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
                 )
@@ -668,7 +568,7 @@ class WorkerStore:
                 highest=None if highest is None else int(highest),
             )
 
-        return self._read(work, snapshot=True)
+        return self._db.read(work, snapshot=True)
 
     def credited_for(
         self, contract_digest: str, identity_keys: Collection[str]
@@ -686,7 +586,7 @@ class WorkerStore:
         def work(conn: Connection) -> dict[str, set[str]]:
             credited: dict[str, set[str]] = {k: set() for k in keys}
             anonymous: set[str] = set()
-            for number, chunk in enumerate(_chunks(keys)):
+            for number, chunk in enumerate(chunks(keys)):
                 statement = _CREDITED_BY_KEYS_AND_ANONYMOUS if number == 0 else _CREDITED_BY_KEYS
                 rows = conn.execute(
                     statement, {"contract_digest": contract_digest, "identity_keys": chunk}
@@ -701,7 +601,7 @@ class WorkerStore:
                     records |= anonymous
             return credited
 
-        return self._read(work, snapshot=len(keys) > IN_CHUNK)
+        return self._db.read(work, snapshot=len(keys) > IN_CHUNK)
 
     # ------------------------------------------------------------------ episodes
 
@@ -768,7 +668,7 @@ class WorkerStore:
             except ValidationError as exc:
                 outcomes[index] = exc
                 continue
-            accepted.append((index, entry, parsed, _as_utc(entry.begun_at)))
+            accepted.append((index, entry, parsed, as_utc(entry.begun_at)))
         if not accepted:
             return outcomes
         episode_ids = list(dict.fromkeys(entry.episode_id for _, entry, _, _ in accepted))
@@ -795,7 +695,7 @@ class WorkerStore:
                     by_episode[episode] = (contract, key, begun)
             # Read after the registrations are locked: a receipt whose commit closed one of
             # them before the lock is visible here.
-            for chunk in _chunks(episode_ids):
+            for chunk in chunks(episode_ids):
                 existing.update(
                     _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
                 )
@@ -847,17 +747,17 @@ class WorkerStore:
                     "baseline": entry.baseline,
                     "begun_at": now,
                 }
-            for chunk in _chunks(sorted(to_delete)):
+            for chunk in chunks(sorted(to_delete)):
                 conn.execute(_CLOSE_OPEN_EPISODES, {"episode_ids": chunk})
             if to_insert:
                 inserted = conn.execute(self._insert_open, list(to_insert.values())).all()
                 if len(inserted) != len(to_insert):
                     # A registration for one of these slots or episode ids was inserted (by a
                     # PostgreSQL transaction) after our read: read again, it is visible now.
-                    raise _LostRace("open episode inserted concurrently")
+                    raise LostRace("open episode inserted concurrently")
             return results
 
-        return self._write(work)
+        return self._db.write(work)
 
     def open_episode(self, contract_digest: str, episode_id: str) -> OpenEpisode | None:
         """The open registration of an episode on a contract, or None."""
@@ -868,13 +768,13 @@ class WorkerStore:
             ).one_or_none()
             return None if row is None else _open_episode(row)
 
-        return self._read(work)
+        return self._db.read(work)
 
     # ------------------------------------------------------------------ receipts
 
     def receipt_by_episode(self, episode_id: str) -> StoredReceipt | None:
         """The receipt of an episode, or None."""
-        return self._read(
+        return self._db.read(
             lambda conn: _stored_receipt(
                 conn.execute(_RECEIPT_BY_EPISODE, {"episode_id": episode_id}).one_or_none()
             )
@@ -882,7 +782,7 @@ class WorkerStore:
 
     def receipt_by_id(self, receipt_id: str) -> StoredReceipt | None:
         """A receipt by its id, or None."""
-        return self._read(
+        return self._db.read(
             lambda conn: _stored_receipt(
                 conn.execute(_RECEIPT_BY_ID, {"receipt_id": receipt_id}).one_or_none()
             )
@@ -890,7 +790,7 @@ class WorkerStore:
 
     def count_receipts(self) -> int:
         """How many receipts are stored (tests and benchmarks)."""
-        return self._read(lambda conn: int(conn.execute(_COUNT_RECEIPTS).scalar_one()))
+        return self._db.read(lambda conn: int(conn.execute(_COUNT_RECEIPTS).scalar_one()))
 
     def highest_policy_update(self, contract_digest: str) -> int | None:
         """The highest policy update committed for a contract, or None if none was (R-W-7)."""
@@ -899,7 +799,7 @@ class WorkerStore:
             value = conn.execute(_HIGHEST, {"contract_digest": contract_digest}).scalar()
             return None if value is None else int(value)
 
-        return self._read(work)
+        return self._db.read(work)
 
     def credited_record_ids(self, contract_digest: str, identity_key: str) -> set[str]:
         """Ids of the SoR records already credited to a receipt for this contract and identity.
@@ -907,7 +807,7 @@ class WorkerStore:
         Also includes records credited by receipts committed without an identity key (those
         cannot be attributed to an identity, so they are excluded for every identity).
         """
-        return self._read(
+        return self._db.read(
             lambda conn: set(
                 conn.execute(
                     _CREDITED_ONE,
@@ -928,7 +828,8 @@ class WorkerStore:
         3. a record to credit is already credited for the contract (before, or to an earlier
            item of this batch) -> ``credit_conflicts`` (sorted);
         4. otherwise the receipt is inserted, its records credited, the episode's open
-           registration closed and the ledger raised to ``max(highest, policy_update)``.
+           registration closed and the ledger raised to ``max(highest, policy_update)``; with
+           the outbox on, an outbox row is inserted for it (due at once).
 
         Nothing is stored for an item in cases 1-3. Set-based: after the contracts' ledger rows
         are locked, one query each reads the batch's existing receipts and credited records,
@@ -950,12 +851,12 @@ class WorkerStore:
             highest = self._lock_ledgers(conn, contracts)
             before = dict(highest)
             existing: dict[str, str] = {}
-            for chunk in _chunks(episode_ids):
+            for chunk in chunks(episode_ids):
                 existing.update(
                     _as_dict(conn.execute(_RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
                 )
             taken: set[tuple[str, str]] = set()
-            for chunk in _chunks(record_ids):
+            for chunk in chunks(record_ids):
                 rows = conn.execute(_TAKEN_RECORDS, {"contracts": contracts, "record_ids": chunk})
                 taken.update((contract, record_id) for contract, record_id in rows)
             now = datetime.now(UTC)
@@ -1005,6 +906,8 @@ class WorkerStore:
                 results.append(CommitResult(entry.receipt_id))
             if receipt_rows:
                 self._write_receipts(conn, receipt_rows)
+                if self._outbox:
+                    conn.execute(_INSERT_OUTBOX, _outbox_rows(receipt_rows))
             if credit_rows:
                 inserted = conn.execute(self._insert_credits, credit_rows).all()
                 if len(inserted) != len(credit_rows):
@@ -1012,7 +915,7 @@ class WorkerStore:
                     # batch rather than credit a record twice.
                     raise RewardSealError("worker store error (a record was credited twice)")
             closed = [row["episode_id"] for row in receipt_rows]
-            for chunk in _chunks(closed):
+            for chunk in chunks(closed):
                 conn.execute(_CLOSE_OPEN_EPISODES, {"episode_ids": chunk})
             raised = [
                 {"b_contract": contract, "b_highest": value}
@@ -1023,7 +926,74 @@ class WorkerStore:
                 conn.execute(_RAISE_LEDGER, raised)
             return results
 
-        return self._write(work)
+        return self._db.write(work)
+
+    # ------------------------------------------------------------------ outbox (R-C-5)
+
+    def outbox_due(self, limit: int, now: datetime) -> list[OutboxItem]:
+        """Up to ``limit`` outbox rows due at ``now``, oldest first (in commit order).
+
+        Raises:
+            ValidationError: ``limit`` is below 1.
+        """
+        if limit < 1:
+            raise ValidationError("limit must be at least 1")
+        rows = self._db.read(
+            lambda conn: conn.execute(_OUTBOX_DUE, {"now": now, "limit": limit}).all()
+        )
+        return [OutboxItem(row.receipt_id, bytes(row.envelope), int(row.attempts)) for row in rows]
+
+    def outbox_done(self, receipt_ids: Collection[str]) -> None:
+        """Delete the outbox rows of receipts control has recorded (unknown ids are ignored)."""
+        ids = sorted(set(receipt_ids))
+        if not ids:
+            return
+
+        def work(conn: Connection) -> None:
+            for chunk in chunks(ids):
+                conn.execute(_OUTBOX_DONE, {"receipt_ids": chunk})
+
+        self._db.write(work)
+
+    def outbox_later(
+        self, receipt_ids: Collection[str], *, error: str, now: datetime, delay_seconds: float
+    ) -> None:
+        """Record a failed attempt: count it, keep ``error`` and retry ``delay_seconds`` after
+        ``now`` (unknown ids are ignored).
+
+        ``error`` is kept on the rows (cut to :data:`OUTBOX_ERROR_MAX` characters); it must be
+        the forwarder's own text (an error class or reason), never record contents.
+
+        Raises:
+            ValidationError: ``delay_seconds`` is negative or not finite.
+        """
+        if not math.isfinite(delay_seconds) or delay_seconds < 0:
+            raise ValidationError("delay_seconds must be a finite number of seconds, at least 0")
+        ids = sorted(set(receipt_ids))
+        if not ids:
+            return
+        values = {
+            "b_next": as_utc(now) + timedelta(seconds=delay_seconds),
+            "b_error": error[:OUTBOX_ERROR_MAX],
+        }
+
+        def work(conn: Connection) -> None:
+            for chunk in chunks(ids):
+                conn.execute(_OUTBOX_LATER, {**values, "receipt_ids": chunk})
+
+        self._db.write(work)
+
+    def outbox_size(self) -> int:
+        """How many receipts wait in the outbox (due or not)."""
+        return self._db.read(lambda conn: int(conn.execute(_OUTBOX_SIZE).scalar_one()))
+
+    def outbox_oldest(self, now: datetime) -> float | None:
+        """Age in seconds at ``now`` of the oldest receipt in the outbox (at least 0), or None
+        when the outbox is empty (health and metrics)."""
+        oldest: datetime | None = self._db.read(lambda conn: conn.execute(_OUTBOX_OLDEST).scalar())
+        if oldest is None:
+            return None
+        return max(0.0, (as_utc(now) - oldest).total_seconds())
 
     def _lock_ledgers(self, conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
         """Lock (creating if missing) the ledger rows of ``contracts`` (sorted); their values."""
@@ -1040,7 +1010,7 @@ class WorkerStore:
     @staticmethod
     def _read_ledgers(conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
         values: dict[str, int | None] = {}
-        for chunk in _chunks(contracts):
+        for chunk in chunks(contracts):
             for contract, value in conn.execute(_LOCK_LEDGERS, {"contracts": chunk}):
                 values[contract] = None if value is None else int(value)
         return values
@@ -1054,7 +1024,7 @@ class WorkerStore:
         # receipt from a concurrent commit under another contract (whose lock we do not hold).
         skipped = [row for row in rows if row["episode_id"] not in inserted]
         owners: dict[str, str] = {}
-        for chunk in _chunks([row["receipt_id"] for row in skipped]):
+        for chunk in chunks([row["receipt_id"] for row in skipped]):
             owners.update(_as_dict(conn.execute(_EPISODES_OF_RECEIPT_IDS, {"receipt_ids": chunk})))
         for row in skipped:
             owner = owners.get(row["receipt_id"])
@@ -1062,7 +1032,23 @@ class WorkerStore:
                 raise RewardSealError(
                     f"receipt id {row['receipt_id']!r} is already used by another episode"
                 )
-        raise _LostRace("receipt committed concurrently")
+        raise LostRace("receipt committed concurrently")
+
+
+def _outbox_rows(receipt_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The outbox rows of receipts being inserted: due at once, in batch order."""
+    return [
+        {
+            "receipt_id": row["receipt_id"],
+            "envelope": row["envelope"],
+            "created_at": row["created_at"],
+            "batch_index": index,
+            "attempts": 0,
+            "next_attempt_at": row["created_at"],
+            "last_error": None,
+        }
+        for index, row in enumerate(receipt_rows)
+    ]
 
 
 def _pairs_of_chunks(
@@ -1072,43 +1058,10 @@ def _pairs_of_chunks(
 
     Each pair is one query of :data:`_OPEN_FOR_BEGIN`; an empty list binds as an empty ``IN``.
     """
-    episode_chunks = list(_chunks(episode_ids)) or [[]]
-    key_chunks = list(_chunks(keys)) or [[]]
+    episode_chunks = list(chunks(episode_ids)) or [[]]
+    key_chunks = list(chunks(keys)) or [[]]
     for number in range(max(len(episode_chunks), len(key_chunks))):
         yield (
             episode_chunks[number] if number < len(episode_chunks) else [],
             key_chunks[number] if number < len(key_chunks) else [],
         )
-
-
-def _sqlite_on_connect(dbapi_connection: Any, connection_record: ConnectionPoolEntry) -> None:
-    """Configure every new SQLite connection (R-W-8) and take over transaction control.
-
-    ``isolation_level = None`` stops the driver from issuing its own ``BEGIN``; the ``begin``
-    listener issues ``BEGIN IMMEDIATE`` (writes) or ``BEGIN`` (reads) instead. Runs once per
-    pooled connection, not per use.
-    """
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-    finally:
-        cursor.close()
-
-
-def _sqlite_on_begin(conn: Connection) -> None:
-    """Start SQLite transactions: IMMEDIATE for writes (take the write lock up front).
-
-    Snapshot reads get a deferred ``BEGIN``; single-statement reads run in autocommit (the
-    statement is its own snapshot), so they issue no ``BEGIN`` and their ROLLBACK is a no-op.
-    """
-    options = conn.get_execution_options()
-    if options.get(_AUTOCOMMIT_READ_OPTION):
-        return
-    if options.get(_READ_ONLY_OPTION):
-        conn.exec_driver_sql("BEGIN")
-    else:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")

@@ -1,0 +1,248 @@
+"""Signed revocation lists and the follower that refuses rollback and freeze (R-C-4).
+
+The control plane signs every :class:`RevocationList` into a DSSE envelope with its
+organization key. Whoever acts on revocations (the worker, a trainer) feeds each list it
+receives to a :class:`RevocationFollower`, which
+
+* verifies the signature over the exact payload bytes *before* parsing anything;
+* refuses a list whose version is below the highest it has accepted (rollback: an attacker who
+  replays an old list would otherwise un-revoke a certificate);
+* refuses a list with the same version but different content (a signer that says two things
+  under one version cannot be followed);
+* refuses a list that drops a certificate an older list revoked (revocation is permanent);
+* refuses a list past its own expiry (freeze: an attacker who withholds new lists would
+  otherwise keep a follower on a list that predates a revocation forever).
+
+Refusals raise :class:`~rewardseal.errors.SignatureError` for signatures and
+:class:`~rewardseal.errors.StaleRevocationList` for rollback, conflict and freeze; the follower
+keeps the list it held before. A follower whose list has expired is not :meth:`fresh`, and its
+owner should then treat every certificate as not current until a fresh list arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rewardseal.errors import SignatureError, StaleRevocationList, ValidationError
+from rewardseal.signing import REVOCATION_LIST_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
+from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList
+from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal.validation import parse_strict, validate_id, validate_key_id
+
+__all__ = [
+    "MAX_REASON_LENGTH",
+    "RevocationFollower",
+    "build_revocation_list",
+    "expires_at",
+    "open_revocation_list",
+    "sign_revocation_list",
+    "validate_revocation_list",
+]
+
+MAX_REASON_LENGTH = 1024
+"""Longest revocation reason a list may carry (a sentence for people, not a document)."""
+
+
+def _timestamp(moment: datetime, field: str) -> Timestamp:
+    if moment.tzinfo is None:
+        raise ValidationError(f"{field} must be timezone-aware (UTC)")
+    stamp = Timestamp()
+    stamp.FromDatetime(moment.astimezone(UTC))
+    return stamp
+
+
+def _aware(now: datetime) -> datetime:
+    # A naive "now" would compare against UTC instants as if it were UTC; refuse the ambiguity.
+    if now.tzinfo is None:
+        raise ValueError("now must be timezone-aware")
+    return now
+
+
+def expires_at(revocation_list: RevocationList) -> datetime:
+    """The instant (UTC) at and after which ``revocation_list`` is frozen and refused."""
+    return revocation_list.expires_at.ToDatetime(tzinfo=UTC)
+
+
+def build_revocation_list(
+    *,
+    version: int,
+    entries: Iterable[RevocationEntry],
+    issued_at: datetime,
+    ttl: timedelta,
+    issuer_key_id: str,
+) -> RevocationList:
+    """A validated revocation list, entries sorted by certificate id.
+
+    Sorting makes the payload a function of the set of revocations, not of the order a store
+    returned them in, so re-signing the same set under the same version gives the same bytes.
+
+    Raises:
+        ValidationError: on a version below 1, a non-positive ``ttl``, a naive ``issued_at``, a
+            bad id, a duplicate certificate id or an over-long reason.
+    """
+    if ttl <= timedelta(0):
+        raise ValidationError(f"a revocation list needs a positive lifetime, not {ttl}")
+    copies = sorted((_copy(entry) for entry in entries), key=lambda entry: entry.certificate_id)
+    revocation_list = RevocationList(
+        version=version,
+        issued_at=_timestamp(issued_at, "issued_at"),
+        expires_at=_timestamp(issued_at + ttl, "expires_at"),
+        entries=copies,
+        issuer_key_id=issuer_key_id,
+    )
+    validate_revocation_list(revocation_list)
+    return revocation_list
+
+
+def _copy(entry: RevocationEntry) -> RevocationEntry:
+    # Copy so the caller's messages are never moved into (and mutated by) the new list.
+    copy = RevocationEntry()
+    copy.CopyFrom(entry)
+    return copy
+
+
+def validate_revocation_list(revocation_list: RevocationList) -> None:
+    """Refuse a list that breaks its own shape: version, times, ids, reasons, duplicates."""
+    if revocation_list.version < 1:
+        raise ValidationError("a revocation list version starts at 1")
+    if not revocation_list.HasField("issued_at") or not revocation_list.HasField("expires_at"):
+        raise ValidationError("a revocation list carries issued_at and expires_at")
+    if expires_at(revocation_list) <= revocation_list.issued_at.ToDatetime(tzinfo=UTC):
+        raise ValidationError("a revocation list must expire after it was issued")
+    validate_key_id(revocation_list.issuer_key_id)
+    seen: set[str] = set()
+    for entry in revocation_list.entries:
+        validate_id(entry.certificate_id, "revocation entry certificate_id")
+        if entry.certificate_id in seen:
+            raise ValidationError(f"certificate {entry.certificate_id} is listed twice")
+        seen.add(entry.certificate_id)
+        if not entry.reason.strip() or len(entry.reason) > MAX_REASON_LENGTH:
+            raise ValidationError(
+                f"revocation of {entry.certificate_id} needs a reason of 1-{MAX_REASON_LENGTH} "
+                "characters"
+            )
+        if not entry.HasField("revoked_at"):
+            raise ValidationError(f"revocation of {entry.certificate_id} needs revoked_at")
+
+
+def sign_revocation_list(revocation_list: RevocationList, key: SigningKey) -> SignedEnvelope:
+    """Validate ``revocation_list`` and sign its exact deterministic bytes with ``key``.
+
+    Raises:
+        ValidationError: if the list is malformed or names another issuer key than ``key``.
+    """
+    validate_revocation_list(revocation_list)
+    if revocation_list.issuer_key_id != key.key_id:
+        raise ValidationError("the revocation list's issuer_key_id is not the signing key's id")
+    payload = revocation_list.SerializeToString(deterministic=True)
+    return sign_envelope(REVOCATION_LIST_PAYLOAD_TYPE, payload, key)
+
+
+def open_revocation_list(envelope: SignedEnvelope, trust: TrustSet) -> RevocationList:
+    """Verify, then parse, then validate one signed list; no history, no expiry check.
+
+    Steps, in this order: a trusted key signs the exact payload bytes (nothing is parsed
+    before); the payload parses with no unknown fields; the list passes
+    :func:`validate_revocation_list`; the list names a key that signed it.
+
+    Raises:
+        SignatureError: if no trusted key signed the payload or the named issuer did not sign.
+        ValidationError: if the payload is malformed.
+    """
+    verified = trust.verify(envelope, payload_type=REVOCATION_LIST_PAYLOAD_TYPE)
+    revocation_list = parse_strict(RevocationList, verified.payload)
+    validate_revocation_list(revocation_list)
+    if revocation_list.issuer_key_id not in verified.key_ids:
+        raise SignatureError("the revocation list's issuer_key_id did not sign it")
+    return revocation_list
+
+
+class RevocationFollower:
+    """Holds the newest revocation list a trusted issuer signed, and refuses going back.
+
+    Not thread-safe: give each follower one owner (one event loop or one lock).
+    """
+
+    def __init__(self, trust: TrustSet) -> None:
+        """Follow lists signed by a key in ``trust`` (the organization's revocation keys)."""
+        self._trust = trust
+        self._held: RevocationList | None = None
+        self._revoked: frozenset[str] = frozenset()
+
+    @property
+    def held(self) -> RevocationList | None:
+        """The newest accepted list (possibly expired by now), or None before the first."""
+        return self._held
+
+    @property
+    def version(self) -> int:
+        """The highest accepted version; 0 before the first list."""
+        return self._held.version if self._held is not None else 0
+
+    def accept(self, envelope: SignedEnvelope, now: datetime) -> RevocationList:
+        """Verify ``envelope`` and hold its list if it moves this follower forward.
+
+        The same list delivered again (same version, same content, still fresh) is accepted and
+        changes nothing, so a reconnecting watcher may be sent the head it already has.
+
+        Raises:
+            SignatureError: if no trusted key signed the exact payload.
+            ValidationError: if the verified payload is malformed.
+            StaleRevocationList: on rollback (a version below the held one), on conflict (the
+                held version with different content, or a newer list that drops a revoked
+                certificate) and on freeze (``now`` at or past the list's ``expires_at``).
+        """
+        now = _aware(now)
+        revocation_list = open_revocation_list(envelope, self._trust)
+        version = revocation_list.version
+        held = self._held
+        if held is not None:
+            if version < held.version:
+                raise StaleRevocationList(
+                    f"revocation list version {version} is older than the held version "
+                    f"{held.version} (rollback refused)",
+                    metadata=self._facts("rollback", version),
+                )
+            if version == held.version and revocation_list != held:
+                raise StaleRevocationList(
+                    f"revocation list version {version} differs from the held list of the same "
+                    "version (conflicting lists refused)",
+                    metadata=self._facts("conflict", version),
+                )
+            listed = {entry.certificate_id for entry in revocation_list.entries}
+            dropped = sorted(self._revoked - listed)
+            if dropped:
+                raise StaleRevocationList(
+                    f"revocation list version {version} drops revoked certificate "
+                    f"{dropped[0]} (revocation is permanent)",
+                    metadata=self._facts("conflict", version),
+                )
+        if now >= expires_at(revocation_list):
+            raise StaleRevocationList(
+                f"revocation list version {version} expired at "
+                f"{expires_at(revocation_list).isoformat()} (frozen list refused)",
+                metadata=self._facts("expired", version),
+            )
+        self._held = revocation_list
+        self._revoked = frozenset(entry.certificate_id for entry in revocation_list.entries)
+        return revocation_list
+
+    def _facts(self, problem: str, version: int) -> dict[str, str]:
+        return {"problem": problem, "version": str(version), "held_version": str(self.version)}
+
+    def is_revoked(self, certificate_id: str) -> bool:
+        """Whether the held list revokes ``certificate_id``.
+
+        This answers from the last accepted list even after it expired: a revocation never
+        lapses. Whether the list is still fresh enough to trust a *non*-revocation is
+        :meth:`fresh`'s question.
+        """
+        return certificate_id in self._revoked
+
+    def fresh(self, now: datetime) -> bool:
+        """True while a list is held and ``now`` is before its expiry."""
+        now = _aware(now)
+        return self._held is not None and now < expires_at(self._held)

@@ -1,0 +1,125 @@
+"""Wire the control plane from settings: migrations, store, organization key, server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from rewardseal.errors import NotFound
+from rewardseal.signing import SigningKey
+from rewardseal.v1.certificate_pb2 import IssuerKey
+from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal_control.repository import ControlStore
+from rewardseal_control.server import RunningControl, start_control_server
+from rewardseal_control.service import ControlPlaneServicer, utc_now
+from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
+
+_log = logging.getLogger(__name__)
+
+SYSTEM_ACTOR = "control.startup"
+"""Who the audit log names for what the service does to itself on start."""
+
+
+def ensure_organization_key(
+    store: ControlStore, key: SigningKey, *, at: datetime | None = None
+) -> IssuerKey:
+    """Register the service's own organization key if it is absent; return its registry entry.
+
+    A key that is registered already is left exactly as it is: in particular a key an admin
+    retired stays retired across restarts (it must not silently come back into service).
+    """
+    try:
+        entry = store.get_issuer_key(key.key_id)
+    except NotFound:
+        entry, created = store.register_issuer_key(
+            IssuerKey(
+                public_key=key.public_key,
+                role=IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION,
+                display_name=ORGANIZATION_KEY_NAME,
+            ),
+            SYSTEM_ACTOR,
+            "the control plane registers its own organization key on first start",
+            at=at or utc_now(),
+        )
+        if created:
+            _log.info("registered the organization key %s", key.key_id)
+        return entry
+    if entry.retired:
+        _log.warning("organization key %s is retired: no certificate can be issued", key.key_id)
+    elif entry.role != IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION:
+        _log.warning("key %s is registered, but not as an ORGANIZATION key", key.key_id)
+    return entry
+
+
+@dataclass
+class ControlApp:
+    """A running control plane and the parts it was built from."""
+
+    settings: ControlSettings
+    key: SigningKey
+    store: ControlStore
+    servicer: ControlPlaneServicer
+    running: RunningControl
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return self.running.port
+
+    @property
+    def target(self) -> str:
+        """``host:port`` to dial."""
+        return f"{self.settings.host}:{self.port}"
+
+    def banner(self) -> dict[str, Any]:
+        """What an operator or a script needs to call this control plane.
+
+        Tokens are never printed: the banner names the files (or variables) they come from.
+        """
+        return {
+            "host": self.settings.host,
+            "port": self.port,
+            "target": self.target,
+            "organization_key_id": self.key.key_id,
+            "organization_public_key": self.key.public_key.hex(),
+            "data_dir": str(self.settings.data_dir),
+            "db_url": make_url(self.settings.db_url).render_as_string(hide_password=True),
+            "admin_token_source": self.settings.admin_token_source,
+            "token_source": self.settings.token_source,
+            "revocation_ttl_seconds": self.settings.revocation_ttl.total_seconds(),
+        }
+
+    async def stop(self) -> None:
+        """Stop serving, then close the store."""
+        await self.running.stop()
+        self.store.close()
+
+
+async def start_control(settings: ControlSettings) -> ControlApp:
+    """Build and start the control plane described by ``settings``.
+
+    Migrations run first (``ControlStore`` applies them, serialized against other replicas), then
+    the organization key is loaded (created 0600 on first start) and registered if absent.
+    """
+    key = SigningKey.load_or_create(settings.key_path)
+    store = await asyncio.to_thread(ControlStore, settings.db_url)
+    try:
+        await asyncio.to_thread(ensure_organization_key, store, key)
+        servicer = ControlPlaneServicer(store, key, revocation_ttl=settings.revocation_ttl)
+        running = await start_control_server(
+            servicer,
+            admin_token=settings.admin_token,
+            token=settings.token,
+            host=settings.host,
+            port=settings.port,
+            reflection=settings.reflection,
+        )
+    except BaseException:
+        store.close()
+        raise
+    return ControlApp(settings, key, store, servicer, running)

@@ -1,0 +1,228 @@
+"""The control plane's tables (SPEC R-C-6): SQLAlchemy 2 ORM models.
+
+Privacy-safe columns only: ids, digests, enum values, scalars, times and signed bytes that hold
+no record contents. Times are UTC and read back timezone-aware (:class:`UTCDateTime`). Enum
+columns hold the protobuf enum numbers, except ``issuer_keys.role`` (``"worker"`` or
+``"organization"``, readable in the database).
+
+The schema is created by the Alembic migrations in ``migrations/versions``, never by
+``create_all``; a test checks that these models and the migrations agree.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from rewardseal.sqlstore import UTCDateTime
+
+__all__ = [
+    "DIGEST_LENGTH",
+    "ID_LENGTH",
+    "KEY_ID_LENGTH",
+    "ROLE_ORGANIZATION",
+    "ROLE_WORKER",
+    "AuditLog",
+    "Base",
+    "Certificate",
+    "Contract",
+    "IssuerKeyRow",
+    "Receipt",
+    "Revocation",
+    "RevocationListHead",
+]
+
+ID_LENGTH = 128
+"""R-MSG-10 ids are at most 128 characters."""
+DIGEST_LENGTH = 71
+"""``"sha256:"`` and 64 hex digits."""
+KEY_ID_LENGTH = 79
+"""``"ed25519:sha256:"`` and 64 hex digits."""
+ROLE_WORKER = "worker"
+ROLE_ORGANIZATION = "organization"
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+"""Constraint names are fixed here so that migrations can name them on every backend."""
+
+# SQLite only auto-increments an INTEGER PRIMARY KEY; PostgreSQL gets a 64-bit identity.
+_AUDIT_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the control plane's models."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Contract(Base):
+    """A registered reward contract (R-C-1). Immutable: a change is a new digest."""
+
+    __tablename__ = "contracts"
+
+    digest: Mapped[str] = mapped_column(String(DIGEST_LENGTH), primary_key=True)
+    contract_id: Mapped[str] = mapped_column(String(ID_LENGTH), index=True)
+    contract_version: Mapped[str] = mapped_column(Text)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    """Deterministic protobuf bytes of the normalized contract."""
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index(None, "registered_at", "digest"),)
+
+
+class IssuerKeyRow(Base):
+    """A worker or organization public key with its validity window (R-C-2)."""
+
+    __tablename__ = "issuer_keys"
+
+    key_id: Mapped[str] = mapped_column(String(KEY_ID_LENGTH), primary_key=True)
+    public_key: Mapped[bytes] = mapped_column(LargeBinary)
+    role: Mapped[str] = mapped_column(String(16))
+    display_name: Mapped[str] = mapped_column(Text)
+    not_before: Mapped[datetime] = mapped_column(UTCDateTime)
+    not_after: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """Exclusive end of the window; None: open-ended."""
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint(f"role IN ('{ROLE_WORKER}', '{ROLE_ORGANIZATION}')", name="role"),
+        CheckConstraint("length(public_key) = 32", name="public_key_size"),
+        Index(None, "registered_at", "key_id"),
+        Index(None, "role", "registered_at", "key_id"),
+    )
+
+
+class Certificate(Base):
+    """A signed certificate (R-MSG-4), as issued; ``body`` is its deterministic proto bytes."""
+
+    __tablename__ = "certificates"
+
+    certificate_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    contract_digest: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("contracts.digest")
+    )
+    digest: Mapped[str] = mapped_column(String(DIGEST_LENGTH), unique=True)
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    scope: Mapped[int] = mapped_column(Integer)
+    """CalibrationScope number."""
+    issuer: Mapped[int] = mapped_column(Integer)
+    """CertificateIssuer number."""
+    issuer_key_id: Mapped[str] = mapped_column(
+        String(KEY_ID_LENGTH), ForeignKey("issuer_keys.key_id")
+    )
+    issued_at_policy_update: Mapped[int] = mapped_column(BigInteger)
+    expiry_policy_updates: Mapped[int] = mapped_column(BigInteger)
+    epsilon: Mapped[float] = mapped_column(Double)
+    issued_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index(None, "contract_digest", "issued_at", "certificate_id"),
+        Index(None, "issued_at", "certificate_id"),
+    )
+
+
+class Revocation(Base):
+    """A revoked certificate (R-C-4); ``list_version`` is the first list that carried it."""
+
+    __tablename__ = "revocations"
+
+    certificate_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("certificates.certificate_id"), primary_key=True
+    )
+    reason: Mapped[str] = mapped_column(Text)
+    revoked_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    list_version: Mapped[int] = mapped_column(BigInteger)
+
+
+class RevocationListHead(Base):
+    """Every signed revocation list ever issued (append-only); the head is max(version)."""
+
+    __tablename__ = "revocation_list_heads"
+
+    version: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    envelope: Mapped[bytes] = mapped_column(LargeBinary)
+    """A serialized SignedEnvelope over a RevocationList."""
+    issued_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Receipt(Base):
+    """The privacy-safe index of one forwarded receipt (R-C-5).
+
+    The columns repeat fields of the signed receipt for filtering; ``envelope`` is the signed
+    envelope itself (ids, digests, tier, outcome, scalar, certificate state: no record
+    contents, no evidence).
+    """
+
+    __tablename__ = "receipts"
+
+    receipt_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    episode_id: Mapped[str] = mapped_column(String(ID_LENGTH), unique=True)
+    contract_digest: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("contracts.digest")
+    )
+    policy_checkpoint_id: Mapped[str] = mapped_column(String(ID_LENGTH))
+    policy_update: Mapped[int] = mapped_column(BigInteger)
+    oracle_tier: Mapped[int] = mapped_column(Integer)
+    reward_outcome: Mapped[int] = mapped_column(Integer)
+    """RewardOutcome number."""
+    scalar_reward: Mapped[float | None] = mapped_column(Double)
+    """None when the outcome is unscored (never 0.0 in its place)."""
+    certified: Mapped[bool] = mapped_column(Boolean)
+    development_only: Mapped[bool] = mapped_column(Boolean)
+    certificate_id: Mapped[str | None] = mapped_column(String(ID_LENGTH), index=True)
+    certificate_state: Mapped[int] = mapped_column(Integer)
+    """CertificateState number."""
+    calibration_scope: Mapped[int] = mapped_column(Integer)
+    """CalibrationScope number (0 when the state is ABSENT)."""
+    issuer_key_id: Mapped[str] = mapped_column(
+        String(KEY_ID_LENGTH), ForeignKey("issuer_keys.key_id")
+    )
+    issued_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    envelope: Mapped[bytes] = mapped_column(LargeBinary)
+    recorded_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index(None, "contract_digest", "policy_update", "receipt_id"),
+        Index(None, "policy_update", "receipt_id"),
+        Index(None, "contract_digest", "reward_outcome"),
+        Index(None, "contract_digest", "certified"),
+    )
+
+
+class AuditLog(Base):
+    """Append-only log of every admin action: who (a role or credential name, never a token),
+    what, when, on what, and why."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(_AUDIT_ID, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    actor: Mapped[str] = mapped_column(String(ID_LENGTH))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(Text)
+    reason: Mapped[str] = mapped_column(Text)
+    details: Mapped[str] = mapped_column(Text)
+    """JSON object (sorted keys)."""
+
+    __table_args__ = (Index(None, "action", "id"),)

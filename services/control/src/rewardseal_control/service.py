@@ -1,0 +1,624 @@
+"""The gRPC face of the control plane: ``ControlPlaneService`` over one ``ControlStore``.
+
+SPEC section 9 (R-C-1..5), R-MSG-5, R-CAL-4; errors per section 8. Handlers validate requests,
+apply the issuing and receipt rules, call the store (in a worker thread: the store is
+synchronous and must not stall the event loop), and answer. Every domain error reaches the
+wire through ``rewardseal.rpc_status`` (one mapping). Roles are enforced by the auth
+interceptor (``server.py``); the servicer only asks it which role to write into the audit log.
+
+The servicer also keeps the signed revocation list alive: it publishes the first list on start,
+re-signs the head under a new version when half its lifetime has passed (so a follower never
+holds a frozen list while the control plane is up), and pushes every new head to watchers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import math
+import secrets
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rewardseal.calibration import epsilon_from_summary
+from rewardseal.certificates import unmet
+from rewardseal.contract import contract_digest
+from rewardseal.errors import (
+    CertificationRefused,
+    ContractMismatch,
+    NotFound,
+    RewardSealError,
+    ValidationError,
+)
+from rewardseal.receipts import open_receipt
+from rewardseal.revocation import sign_revocation_list
+from rewardseal.rpc_status import maps_errors, to_episode_error
+from rewardseal.signing import SigningKey, TrustSet, sign_certificate
+from rewardseal.v1 import control_service_pb2 as pb
+from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
+from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, IssuerKeyRole
+from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal.validation import (
+    check_policy_update_field,
+    validate_calibration_summary,
+    validate_certificate,
+    validate_contract,
+    validate_digest,
+    validate_id,
+    validate_key_id,
+)
+from rewardseal_control.repository import (
+    ControlStore,
+    ReceiptFilter,
+    RecordResult,
+    RevocationHead,
+)
+
+__all__ = ["ADMIN_ROLE", "MAX_RECEIPT_BATCH", "TRAINER_ROLE", "ControlPlaneServicer", "utc_now"]
+
+_log = logging.getLogger(__name__)
+
+ADMIN_ROLE = "admin"
+"""The role of the admin token: keys, issuing and revocation."""
+TRAINER_ROLE = "trainer"
+"""The role of the client token that workers and trainers present."""
+UNKNOWN_ACTOR = "unknown"
+
+MAX_RECEIPT_BATCH = 1024
+"""The most receipts one RecordReceipts call may carry."""
+DELTA_TOLERANCE = 1e-12
+"""How far a stated delta may sit from ``1 - confidence`` (float noise, not a second opinion)."""
+MAX_REFRESH_INTERVAL = timedelta(seconds=60)
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Clock = Callable[[], datetime]
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def _timestamp(moment: datetime) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromDatetime(moment)
+    return stamp
+
+
+def _enum_name(enum: Any, value: int) -> str:
+    try:
+        return str(enum.Name(value))
+    except ValueError:
+        return str(value)
+
+
+class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
+    """Implements every RPC of ``ControlPlaneService``.
+
+    ``key`` is the organization key this control plane signs certificates and revocation lists
+    with; it must be registered (role ORGANIZATION) for IssueCertificate to succeed. Call
+    :meth:`start` before serving and :meth:`close` when stopping (``server.py`` does both).
+    """
+
+    def __init__(
+        self,
+        store: ControlStore,
+        key: SigningKey,
+        *,
+        revocation_ttl: timedelta = timedelta(hours=24),
+        clock: Clock = utc_now,
+        refresh_interval: timedelta | None = None,
+    ) -> None:
+        """``refresh_interval``: how often the head is re-read (other replicas may publish)
+        and re-signed when half its lifetime has passed; default ``min(ttl / 8, 60 s)``."""
+        if revocation_ttl <= timedelta(0):
+            raise ValueError("revocation_ttl must be positive")
+        self.store = store
+        self.key = key
+        self.revocation_ttl = revocation_ttl
+        self.clock = clock
+        self.refresh_interval = refresh_interval or min(revocation_ttl / 8, MAX_REFRESH_INTERVAL)
+        self.role_for: Callable[[str], str | None] | None = None
+        """Set by ``start_control_server``: the auth interceptor's token -> role lookup."""
+        self._head: RevocationHead | None = None
+        self._changed = asyncio.Condition()
+        self._refreshing = asyncio.Lock()
+        self._closing = False
+        self._refresher: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Make sure a fresh signed revocation list exists, then keep it fresh."""
+        await self.refresh_revocation_head()
+        if self._refresher is None:
+            self._refresher = asyncio.create_task(self._refresh_loop(), name="revocation-refresh")
+
+    async def close(self) -> None:
+        """Stop the refresher and end every watch stream."""
+        self._closing = True
+        async with self._changed:
+            self._changed.notify_all()
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
+            self._refresher = None
+
+    async def _refresh_loop(self) -> None:
+        while not self._closing:
+            await asyncio.sleep(self.refresh_interval.total_seconds())
+            try:
+                await self.refresh_revocation_head()
+            except RewardSealError as exc:
+                # The database may be down for a while; followers keep their list until it
+                # expires, and the next round tries again.
+                _log.warning("could not refresh the revocation list: %s", exc.message)
+            except Exception:
+                # Never let one bug end the loop: a dead refresher means frozen lists tomorrow.
+                _log.exception("unexpected error while refreshing the revocation list")
+
+    async def _run(self, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """Run a blocking store call in a worker thread."""
+        return await asyncio.to_thread(functools.partial(function, *args, **kwargs))
+
+    # ------------------------------------------------------------------ revocation head
+
+    def _sign_list(self, revocation_list: RevocationList) -> SignedEnvelope:
+        """The store's signer: name our key as issuer and sign the list's exact bytes."""
+        revocation_list.issuer_key_id = self.key.key_id
+        return sign_revocation_list(revocation_list, self.key)
+
+    def _needs_resign(self, head: RevocationHead | None, now: datetime) -> bool:
+        if head is None:
+            return True
+        # Re-sign at half-life: a follower polling or watching always holds a list with at
+        # least half its lifetime left while this control plane is up.
+        if now >= head.issued_at + self.revocation_ttl / 2:
+            return True
+        # Also when the organization key changed (a follower trusts the new key only), or the
+        # head was made with a longer lifetime than now configured.
+        issuer = RevocationList.FromString(head.envelope.payload).issuer_key_id
+        return issuer != self.key.key_id or head.expires_at > now + self.revocation_ttl
+
+    async def refresh_revocation_head(self) -> RevocationHead:
+        """Read the stored head, re-sign it if due, tell watchers about anything newer."""
+        # One refresh at a time in this process: the refresher and a GetRevocationList that
+        # both find the head due would otherwise publish two versions for one renewal.
+        async with self._refreshing:
+            now = self.clock()
+            head = await self._run(self.store.revocation_head)
+            if self._needs_resign(head, now):
+                head = await self._run(
+                    self.store.publish_revocation_list,
+                    sign=self._sign_list,
+                    ttl=self.revocation_ttl,
+                    at=now,
+                )
+                _log.info("published revocation list version %d", head.version)
+        assert head is not None
+        await self._advance(head)
+        return head
+
+    async def _advance(self, head: RevocationHead) -> None:
+        async with self._changed:
+            if self._head is None or head.version > self._head.version:
+                self._head = head
+                self._changed.notify_all()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _actor(self, context: Context) -> str:
+        """The caller's role for the audit log (never the token itself)."""
+        metadata = context.invocation_metadata() or ()
+        header = next((str(value) for key, value in metadata if key == "authorization"), "")
+        role = self.role_for(header) if self.role_for is not None else None
+        return role or UNKNOWN_ACTOR
+
+    # ------------------------------------------------------------------ contracts
+
+    @maps_errors
+    async def RegisterContract(  # noqa: N802
+        self, request: pb.RegisterContractRequest, context: Context
+    ) -> pb.RegisterContractResponse:
+        if not request.HasField("contract"):
+            raise ValidationError("contract is required")
+        if not request.reward_contract_digest:
+            # The caller states what it believes it registers; the server recomputes (R-C-1).
+            raise ValidationError("reward_contract_digest is required")
+        validate_digest(request.reward_contract_digest, "reward_contract_digest")
+        validate_contract(request.contract)
+        digest = contract_digest(request.contract)
+        if digest != request.reward_contract_digest:
+            raise ContractMismatch(
+                f"reward_contract_digest {request.reward_contract_digest} does not match the "
+                f"contract: the server computes {digest}",
+                metadata={"reward_contract_digest": digest},
+            )
+        stored_digest, created = await self._run(
+            self.store.register_contract,
+            request.contract,
+            request.reward_contract_digest,
+            at=self.clock(),
+        )
+        return pb.RegisterContractResponse(reward_contract_digest=stored_digest, created=created)
+
+    @maps_errors
+    async def GetContract(  # noqa: N802
+        self, request: pb.GetContractRequest, context: Context
+    ) -> pb.GetContractResponse:
+        registered = await self._run(self.store.get_contract, request.reward_contract_digest)
+        return pb.GetContractResponse(contract=registered)
+
+    @maps_errors
+    async def ListContracts(  # noqa: N802
+        self, request: pb.ListContractsRequest, context: Context
+    ) -> pb.ListContractsResponse:
+        page = await self._run(self.store.list_contracts, request.page_size, request.page_token)
+        return pb.ListContractsResponse(contracts=page.items, next_page_token=page.next_page_token)
+
+    # ------------------------------------------------------------------ issuer keys
+
+    @maps_errors
+    async def RegisterIssuerKey(  # noqa: N802
+        self, request: pb.RegisterIssuerKeyRequest, context: Context
+    ) -> pb.RegisterIssuerKeyResponse:
+        if not request.HasField("key"):
+            raise ValidationError("key is required")
+        key, _ = await self._run(
+            self.store.register_issuer_key,
+            request.key,
+            self._actor(context),
+            request.reason,
+            at=self.clock(),
+        )
+        return pb.RegisterIssuerKeyResponse(key=key)
+
+    @maps_errors
+    async def ListIssuerKeys(  # noqa: N802
+        self, request: pb.ListIssuerKeysRequest, context: Context
+    ) -> pb.ListIssuerKeysResponse:
+        page = await self._run(
+            self.store.list_issuer_keys, request.role, request.page_size, request.page_token
+        )
+        return pb.ListIssuerKeysResponse(keys=page.items, next_page_token=page.next_page_token)
+
+    @maps_errors
+    async def RetireIssuerKey(  # noqa: N802
+        self, request: pb.RetireIssuerKeyRequest, context: Context
+    ) -> pb.RetireIssuerKeyResponse:
+        key = await self._run(
+            self.store.retire_issuer_key,
+            request.key_id,
+            self._actor(context),
+            request.reason,
+            at=self.clock(),
+        )
+        if key.key_id == self.key.key_id:
+            _log.warning(
+                "the control plane's own organization key %s is retired: it can no longer issue "
+                "certificates; revocation lists stay signed by it until the key file is replaced",
+                key.key_id,
+            )
+        return pb.RetireIssuerKeyResponse(key=key)
+
+    # ------------------------------------------------------------------ certificates
+
+    @maps_errors
+    async def IssueCertificate(  # noqa: N802
+        self, request: pb.IssueCertificateRequest, context: Context
+    ) -> pb.IssueCertificateResponse:
+        now = self.clock()
+        certificate = await self._build_certificate(request, now)
+        stored, _ = await self._run(
+            self.store.record_certificate,
+            certificate,
+            self._actor(context),
+            request.reason,
+            at=now,
+        )
+        return pb.IssueCertificateResponse(
+            certificate=stored.certificate, certificate_digest=stored.digest
+        )
+
+    async def _build_certificate(
+        self, request: pb.IssueCertificateRequest, now: datetime
+    ) -> RewardCertificate:
+        """Apply every issuing rule (R-C-3, R-MSG-5, R-CAL-4) and sign; refuse on the first
+        broken one."""
+        digest = validate_digest(request.reward_contract_digest, "reward_contract_digest")
+        if not request.HasField("calibration"):
+            raise ValidationError("calibration (the calibration summary) is required")
+        summary = request.calibration
+        validate_calibration_summary(summary)
+        scope = request.calibration_scope
+        issuer = request.issuer
+        if scope not in (
+            CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC,
+            CalibrationScope.CALIBRATION_SCOPE_PRODUCTION,
+        ):
+            raise ValidationError("calibration_scope must be SYNTHETIC or PRODUCTION")
+        if issuer not in (
+            CertificateIssuer.CERTIFICATE_ISSUER_SELF_SIGNED,
+            CertificateIssuer.CERTIFICATE_ISSUER_ORGANIZATION,
+        ):
+            raise ValidationError("issuer must be SELF_SIGNED or ORGANIZATION")
+        check_policy_update_field(request.issued_at_policy_update, "issued_at_policy_update")
+        certificate_id = request.certificate_id or f"cert.{secrets.token_hex(8)}"
+        validate_id(certificate_id, "certificate_id")
+        key_id = request.issuer_key_id or self.key.key_id
+        validate_key_id(key_id)
+
+        registered = await self._run(self.store.get_contract, digest)
+        policy = registered.contract.certificate_policy
+        if summary.reward_contract_digest != digest:
+            raise ContractMismatch(
+                f"the calibration summary is for contract {summary.reward_contract_digest}, "
+                f"not {digest}"
+            )
+        if summary.calibration_corpus_digest != policy.calibration_corpus_digest:
+            raise CertificationRefused(
+                "the calibration summary's corpus differs from the contract's calibration corpus "
+                f"({summary.calibration_corpus_digest}, the contract names "
+                f"{policy.calibration_corpus_digest})",
+                metadata={"rule": "R-C-3"},
+            )
+
+        # R-MSG-5, in the order a reader would ask: who signs, for what scope, on what data.
+        production = scope == CalibrationScope.CALIBRATION_SCOPE_PRODUCTION
+        organization = issuer == CertificateIssuer.CERTIFICATE_ISSUER_ORGANIZATION
+        if production and not organization:
+            raise CertificationRefused(
+                "a SELF_SIGNED certificate may only carry SYNTHETIC scope; PRODUCTION needs an "
+                "ORGANIZATION issuer",
+                metadata={"rule": "R-MSG-5"},
+            )
+        if production and not summary.held_out:
+            raise CertificationRefused(
+                "PRODUCTION scope needs a calibration summary marked held-out",
+                metadata={"rule": "R-MSG-5"},
+            )
+        await self._check_signing_key(key_id, now, production=production)
+
+        # R-CAL-4: epsilon from the counts, never from the request; delta from the confidence.
+        epsilon = epsilon_from_summary(summary)
+        delta = round(1.0 - summary.confidence, 12)
+        if request.delta and not (
+            math.isfinite(request.delta) and abs(request.delta - delta) <= DELTA_TOLERANCE
+        ):
+            raise ValidationError(
+                f"delta {request.delta!r} does not match the summary's confidence "
+                f"{summary.confidence!r} (delta is 1 - confidence = {delta!r})"
+            )
+        # 0 means "as long as the contract allows"; anything longer is refused below.
+        expiry = request.expiry_policy_updates or policy.max_expiry_policy_updates
+        certificate = RewardCertificate(
+            certificate_id=certificate_id,
+            reward_contract_digest=digest,
+            checker_configuration_digest=summary.checker_configuration_digest,
+            epsilon=epsilon,
+            delta=delta,
+            threshold=summary.threshold,
+            calibration_corpus_digest=summary.calibration_corpus_digest,
+            calibration_scope=scope,
+            issued_at_policy_update=request.issued_at_policy_update,
+            expiry_policy_updates=expiry,
+            issued_at=_timestamp(now),
+            issuer=issuer,
+        )
+        shortfalls = unmet(certificate, policy)
+        if shortfalls:
+            raise CertificationRefused(
+                "the certificate would not satisfy the contract's certificate policy: "
+                + "; ".join(shortfalls),
+                metadata={"rule": "R-C-3", "shortfalls": str(len(shortfalls))},
+            )
+        signed = sign_certificate(certificate, self.key)
+        validate_certificate(signed)
+        return signed
+
+    async def _check_signing_key(self, key_id: str, now: datetime, *, production: bool) -> None:
+        """The named key must be this control plane's own key, registered as an active
+        ORGANIZATION key: a retired or unregistered key issues nothing."""
+        organization = IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
+        active = await self._run(self.store.active_key, key_id, organization, now)
+        if active is None:
+            state = await self._key_state(key_id, now)
+            needs = (
+                "PRODUCTION scope needs an ORGANIZATION issuer whose key is registered in the "
+                "control plane's issuer key registry; "
+                if production
+                else ""
+            )
+            raise CertificationRefused(
+                f"{needs}issuer key {key_id} {state}",
+                metadata={"rule": "R-MSG-5", "issuer_key_id": key_id},
+            )
+        if key_id != self.key.key_id:
+            raise CertificationRefused(
+                f"issuer key {key_id} is registered, but this control plane signs only with its "
+                f"own organization key {self.key.key_id}",
+                metadata={"issuer_key_id": key_id},
+            )
+
+    async def _key_state(self, key_id: str, now: datetime) -> str:
+        """Why ``key_id`` is not an active organization key, as the end of a sentence."""
+        try:
+            key: IssuerKey = await self._run(self.store.get_issuer_key, key_id)
+        except NotFound:
+            return "is not registered"
+        if key.retired:
+            return "is retired and cannot issue"
+        if key.role != IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION:
+            return f"is registered as {_enum_name(IssuerKeyRole, key.role)}, not ORGANIZATION"
+        return "is outside its validity window"
+
+    @maps_errors
+    async def GetCertificate(  # noqa: N802
+        self, request: pb.GetCertificateRequest, context: Context
+    ) -> pb.GetCertificateResponse:
+        stored = await self._run(self.store.get_certificate, request.certificate_id)
+        return pb.GetCertificateResponse(
+            certificate=stored.certificate,
+            certificate_digest=stored.digest,
+            revoked=stored.revoked,
+        )
+
+    @maps_errors
+    async def ListCertificates(  # noqa: N802
+        self, request: pb.ListCertificatesRequest, context: Context
+    ) -> pb.ListCertificatesResponse:
+        page = await self._run(
+            self.store.list_certificates,
+            request.reward_contract_digest or None,
+            request.page_size,
+            request.page_token,
+        )
+        return pb.ListCertificatesResponse(
+            certificates=[stored.certificate for stored in page.items],
+            next_page_token=page.next_page_token,
+        )
+
+    # ------------------------------------------------------------------ revocation
+
+    @maps_errors
+    async def RevokeCertificate(  # noqa: N802
+        self, request: pb.RevokeCertificateRequest, context: Context
+    ) -> pb.RevokeCertificateResponse:
+        head, created = await self._run(
+            self.store.revoke,
+            request.certificate_id,
+            request.reason,
+            self._actor(context),
+            sign=self._sign_list,
+            ttl=self.revocation_ttl,
+            at=self.clock(),
+        )
+        if created:
+            _log.info(
+                "revoked certificate %s; revocation list version %d",
+                request.certificate_id,
+                head.version,
+            )
+        await self._advance(head)
+        return pb.RevokeCertificateResponse(revocation_list=head.envelope, version=head.version)
+
+    @maps_errors
+    async def GetRevocationList(  # noqa: N802
+        self, request: pb.GetRevocationListRequest, context: Context
+    ) -> pb.GetRevocationListResponse:
+        # Read the store, not the cache: another replica may have published since.
+        head = await self.refresh_revocation_head()
+        return pb.GetRevocationListResponse(revocation_list=head.envelope)
+
+    async def WatchRevocations(  # noqa: N802
+        self, request: pb.WatchRevocationsRequest, context: Context
+    ) -> AsyncIterator[pb.WatchRevocationsResponse]:
+        """Send the head if newer than ``known_version``, then every newer head as it is made.
+
+        Re-signed heads (same entries, new version) are sent too: they are what keeps a
+        follower's list from expiring.
+        """
+        last = request.known_version
+        while not self._closing:
+            async with self._changed:
+                await self._changed.wait_for(functools.partial(self._newer_than, last))
+                head = self._head
+            if self._closing or head is None:
+                return
+            last = head.version
+            yield pb.WatchRevocationsResponse(revocation_list=head.envelope)
+
+    def _newer_than(self, version: int) -> bool:
+        """Wake a watcher: closing, or a head newer than ``version`` exists."""
+        return self._closing or (self._head is not None and self._head.version > version)
+
+    # ------------------------------------------------------------------ receipts
+
+    @maps_errors
+    async def RecordReceipts(  # noqa: N802
+        self, request: pb.RecordReceiptsRequest, context: Context
+    ) -> pb.RecordReceiptsResponse:
+        envelopes: Sequence[SignedEnvelope] = request.receipts
+        if len(envelopes) > MAX_RECEIPT_BATCH:
+            raise ValidationError(f"at most {MAX_RECEIPT_BATCH} receipts per call")
+        if not envelopes:
+            return pb.RecordReceiptsResponse()
+        now = self.clock()
+        trust: TrustSet = await self._run(self.store.worker_trust, now)
+        results: list[pb.RecordReceiptResult | None] = [None] * len(envelopes)
+        verified: list[tuple[int, SignedEnvelope]] = []
+        for index, envelope in enumerate(envelopes):
+            # Verify over the exact bytes against the registered, active worker keys before
+            # anything is parsed or stored (R-C-5); one bad item never fails the batch.
+            try:
+                open_receipt(envelope, trust)
+            except RewardSealError as exc:
+                # No receipt_id: an unverified payload is never parsed, not even for its id.
+                results[index] = pb.RecordReceiptResult(error=to_episode_error(exc))
+                continue
+            verified.append((index, envelope))
+        if verified:
+            stored: list[RecordResult] = await self._run(
+                self.store.record_receipts, [envelope for _, envelope in verified], at=now
+            )
+            for (index, _), outcome in zip(verified, stored, strict=True):
+                results[index] = _record_result(outcome)
+        return pb.RecordReceiptsResponse(results=[r for r in results if r is not None])
+
+    @maps_errors
+    async def ListReceipts(  # noqa: N802
+        self, request: pb.ListReceiptsRequest, context: Context
+    ) -> pb.ListReceiptsResponse:
+        filters = ReceiptFilter(
+            contract_digest=request.reward_contract_digest or None,
+            reward_outcome=request.reward_outcome or None,
+            certified=request.certified if request.HasField("certified") else None,
+            min_policy_update=(
+                request.min_policy_update if request.HasField("min_policy_update") else None
+            ),
+            max_policy_update=(
+                request.max_policy_update if request.HasField("max_policy_update") else None
+            ),
+        )
+        page = await self._run(
+            self.store.list_receipts, filters, request.page_size, request.page_token
+        )
+        return pb.ListReceiptsResponse(
+            receipts=[stored.receipt for stored in page.items],
+            next_page_token=page.next_page_token,
+        )
+
+    @maps_errors
+    async def GetReceiptSummary(  # noqa: N802
+        self, request: pb.GetReceiptSummaryRequest, context: Context
+    ) -> pb.GetReceiptSummaryResponse:
+        summary = await self._run(self.store.receipt_summary, request.reward_contract_digest)
+        return pb.GetReceiptSummaryResponse(
+            reward_contract_digest=summary.contract_digest,
+            total=summary.total,
+            counts=[
+                pb.OutcomeCount(reward_outcome=outcome, count=count)  # type: ignore[arg-type]
+                for outcome, count in summary.counts.items()
+            ],
+            certified_share=summary.certified_share,
+            unscored_share=summary.unscored_share,
+        )
+
+
+def _record_result(outcome: RecordResult) -> pb.RecordReceiptResult:
+    result = pb.RecordReceiptResult(
+        receipt_id=outcome.receipt_id, recorded=outcome.recorded, duplicate=outcome.duplicate
+    )
+    if outcome.error is not None:
+        result.error.CopyFrom(to_episode_error(outcome.error))
+    return result

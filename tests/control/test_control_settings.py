@@ -1,0 +1,113 @@
+"""Control settings (flags > environment > defaults, 0600 token files) and start-up key rules."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from rewardseal.errors import ValidationError
+from rewardseal.signing import SigningKey
+from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal_control.app import ensure_organization_key
+from rewardseal_control.repository import ControlStore
+from rewardseal_control.settings import (
+    ADMIN_TOKEN_ENV,
+    DEFAULT_PORT,
+    DEFAULT_REVOCATION_TTL,
+    TOKEN_ENV,
+    parse_duration,
+    resolve_settings,
+)
+
+
+def test_defaults_make_0600_token_files_once(tmp_path: Path) -> None:
+    settings = resolve_settings(data_dir=tmp_path, env={})
+    assert settings.port == DEFAULT_PORT
+    assert settings.db_url == f"sqlite:///{tmp_path.resolve() / 'control.sqlite'}"
+    assert settings.revocation_ttl == DEFAULT_REVOCATION_TTL
+    assert settings.admin_token != settings.token
+    for name in ("admin_token", "token"):
+        assert (os.stat(tmp_path / name).st_mode & 0o777) == 0o600
+    again = resolve_settings(data_dir=tmp_path, env={})
+    assert (again.admin_token, again.token) == (settings.admin_token, settings.token)
+    assert settings.admin_token not in repr(settings)
+    assert settings.token not in repr(settings)
+    assert settings.key_path == tmp_path.resolve() / "keys" / "organization.ed25519"
+
+
+def test_flags_win_over_environment(tmp_path: Path) -> None:
+    env = {
+        ADMIN_TOKEN_ENV: "admin-" + "x" * 20,
+        TOKEN_ENV: "client-" + "y" * 20,
+        "REWARDSEAL_CONTROL_PORT": "9999",
+        "REWARDSEAL_CONTROL_DB_URL": "sqlite:////tmp/from-env.sqlite",
+        "REWARDSEAL_CONTROL_REVOCATION_TTL": "2h",
+    }
+    from_env = resolve_settings(data_dir=tmp_path, env=env)
+    assert (from_env.port, from_env.db_url) == (9999, "sqlite:////tmp/from-env.sqlite")
+    assert from_env.revocation_ttl == timedelta(hours=2)
+    assert from_env.admin_token == env[ADMIN_TOKEN_ENV]
+    assert from_env.admin_token_source == f"${ADMIN_TOKEN_ENV}"
+    assert not (tmp_path / "admin_token").exists()
+    flagged = resolve_settings(
+        data_dir=tmp_path,
+        port=0,
+        db_url="sqlite:////tmp/flag.sqlite",
+        revocation_ttl=timedelta(minutes=5),
+        env=env,
+    )
+    assert (flagged.port, flagged.db_url) == (0, "sqlite:////tmp/flag.sqlite")
+    assert flagged.revocation_ttl == timedelta(minutes=5)
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {ADMIN_TOKEN_ENV: "short"},
+        {ADMIN_TOKEN_ENV: "same-token-" + "z" * 20, TOKEN_ENV: "same-token-" + "z" * 20},
+        {"REWARDSEAL_CONTROL_PORT": "70000"},
+        {"REWARDSEAL_CONTROL_REVOCATION_TTL": "-5m"},
+    ],
+    ids=["short-token", "equal-tokens", "port", "ttl"],
+)
+def test_bad_settings_are_refused(tmp_path: Path, env: dict[str, str]) -> None:
+    with pytest.raises(ValidationError):
+        resolve_settings(data_dir=tmp_path, env=env)
+
+
+def test_a_token_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    resolve_settings(data_dir=tmp_path, env={})
+    os.chmod(tmp_path / "admin_token", 0o644)
+    with pytest.raises(ValidationError, match="chmod 600"):
+        resolve_settings(data_dir=tmp_path, env={})
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("90s", 90), ("15m", 900), ("24h", 86400), ("7d", 604800), ("30", 30)],
+)
+def test_parse_duration(text: str, expected: int) -> None:
+    assert parse_duration(text) == timedelta(seconds=expected)
+
+
+def test_parse_duration_refuses_nonsense() -> None:
+    for text in ("", "soon", "0s", "-1h"):
+        with pytest.raises(ValidationError):
+            parse_duration(text)
+
+
+def test_organization_key_registered_once_and_a_retired_key_stays_retired(tmp_path: Path) -> None:
+    key = SigningKey.generate()
+    with ControlStore(f"sqlite:///{tmp_path / 'control.sqlite'}") as store:
+        first = ensure_organization_key(store, key)
+        assert first.role == IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
+        assert not first.retired
+        assert ensure_organization_key(store, key) == first
+        store.retire_issuer_key(key.key_id, "admin", "rotated out")
+        # A restart must not bring a retired key back into service.
+        assert ensure_organization_key(store, key).retired
+        organization = IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
+        assert [k.key_id for k in store.list_issuer_keys(organization).items] == [key.key_id]
