@@ -5,15 +5,15 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
-DISTS  := clients/python services/worker services/control
-SRC    := clients/python/src services/worker/src services/control/src
-HAND   := $(SRC) tests tools bench
+DISTS  := clients/python services/worker services/control services/mockmed
+SRC    := clients/python/src services/worker/src services/control/src services/mockmed/src
+HAND   := $(SRC) tests tools bench deploy
 
-.PHONY: setup proto proto-check lint test demo bench lock clean
+.PHONY: setup proto proto-check lint test demo up down status bench lock clean
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock clients/python/pyproject.toml services/worker/pyproject.toml services/control/pyproject.toml
+$(STAMP): requirements.lock clients/python/pyproject.toml services/worker/pyproject.toml services/control/pyproject.toml services/mockmed/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation $(addprefix -e ,$(DISTS))
@@ -31,7 +31,7 @@ lint: setup
 	cd proto && ../$(VENV)/bin/buf lint
 	$(VENV)/bin/ruff check $(HAND)
 	$(VENV)/bin/ruff format --check $(HAND)
-	$(VENV)/bin/mypy $(SRC) tools
+	$(VENV)/bin/mypy $(SRC) tools deploy/docker/healthcheck.py
 
 test: setup lint proto-check
 	$(PY) -m pytest
@@ -39,6 +39,18 @@ test: setup lint proto-check
 demo: setup
 	$(PY) -m rewardseal.demo
 	$(PY) -m rewardseal_worker.demo
+
+## The local stack for interactive use: control, the seeded worker and MockMed as background
+## processes on free loopback ports (pid files, logs, data and stack.json in .run/). `up` prints
+## how to call them; `down` stops them (data stays in .run/data); see tools/stack.py.
+up: setup
+	$(PY) tools/stack.py up
+
+status:
+	$(or $(wildcard $(PY)),$(PYTHON)) tools/stack.py status
+
+down:
+	$(or $(wildcard $(PY)),$(PYTHON)) tools/stack.py down
 
 ## Benchmarks (not tests): results go to bench/results/*.json; see bench/README.md.
 bench: setup

@@ -12,13 +12,14 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from rewardseal.calibration import METHOD
-from rewardseal.mockmed import CORPUS_DIGEST, THRESHOLD
+from rewardseal.mockmed import CALIBRATION_CORPUS, CORPUS_DIGEST, THRESHOLD
+from rewardseal.serving import RunningServer
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount
 from rewardseal_control.app import ensure_organization_key
 from rewardseal_control.repository import ControlStore
-from rewardseal_control.server import RunningControl, start_control_server
+from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 
 ADMIN_TOKEN = "admin-token-" + "a" * 24
@@ -43,7 +44,8 @@ class Clock:
 class ControlStack:
     """A started control plane, its store, its organization key and its clock."""
 
-    running: RunningControl
+    running: RunningServer
+    servicer: ControlPlaneServicer
     store: ControlStore
     key: SigningKey
     clock: Clock
@@ -53,10 +55,6 @@ class ControlStack:
     @property
     def target(self) -> str:
         return f"127.0.0.1:{self.running.port}"
-
-    @property
-    def servicer(self) -> ControlPlaneServicer:
-        return self.running.servicer
 
     @property
     def trust(self) -> TrustSet:
@@ -98,7 +96,9 @@ async def start_control(
     running = await start_control_server(
         servicer, admin_token=ADMIN_TOKEN, token=CLIENT_TOKEN, port=0, reflection=reflection
     )
-    return ControlStack(running=running, store=store, key=key, clock=clock, ttl=ttl)
+    return ControlStack(
+        running=running, servicer=servicer, store=store, key=key, clock=clock, ttl=ttl
+    )
 
 
 async def stop_control(stack: ControlStack) -> None:
@@ -151,19 +151,10 @@ def calibration_summary(
     confidence: float = 0.95,
 ) -> CalibrationSummary:
     """A summary for the MockMed contract's corpus that yields a certificate its policy takes."""
-    per_class = trials // 6
-    classes = [
-        FaultClassCount(name=name, trials=per_class, false_accepts=0)
-        for name in (
-            "extra_record",
-            "duplicate_record",
-            "missing_record",
-            "wrong_field",
-            "wrong_subject",
-            "forbidden_present",
-        )
-    ]
-    classes[0].trials += trials - per_class * 6
+    names = CALIBRATION_CORPUS["fault_classes"]
+    per_class = trials // len(names)
+    classes = [FaultClassCount(name=name, trials=per_class, false_accepts=0) for name in names]
+    classes[0].trials += trials - per_class * len(names)
     classes[0].false_accepts = false_accepts
     return CalibrationSummary(
         reward_contract_digest=contract_digest,

@@ -7,15 +7,10 @@ through the pinned client, which verifies the receipt's signature before any ass
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +21,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from psycopg import sql
 from support.mockmed_episodes import descriptor, write_triage
 from support.postgres import SUPERUSER, PostgresServer
+from support.worker_process import worker_process
 from worker.conftest import RunningStack, start_stack, stop_stack
 from worker.test_worker_contract import raw_stub, wire_error
 
-from rewardseal.client import VerifiedReceipt, WorkerClient
+from rewardseal.client import VerifiedReceipt
 from rewardseal.errors import DuplicateEpisode, IdentityBusy
 from rewardseal.extradup import (
     CONTROL,
@@ -41,7 +37,6 @@ from rewardseal.extradup import (
     scripted_report,
 )
 from rewardseal.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
-from rewardseal.signing import TrustSet
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -57,7 +52,6 @@ WRONG_EFFECT = RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT
 RECONCILIATION_REQUIRED = RewardOutcome.REWARD_OUTCOME_RECONCILIATION_REQUIRED
 FAILED_PLATFORM = RewardOutcome.REWARD_OUTCOME_FAILED_PLATFORM
 COMPONENT = "triage_encounter_created"
-WORKER_CLI = Path(sys.executable).with_name("rewardseal-worker")
 
 
 def identity(patient: str) -> dict[str, str]:
@@ -480,63 +474,12 @@ async def test_restart_keeps_every_receipt_and_still_refuses_the_duplicate(
         await stop_stack(second)
 
 
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("REWARDSEAL_WORKER_")}
-
-
-@contextmanager
-def worker_process(data_dir: Path, ready: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict]]:
-    """``rewardseal-worker serve`` on a free port; yields the process and its ready banner."""
-    ready.unlink(missing_ok=True)
-    log = ready.with_suffix(".log").open("wb")
-    proc = subprocess.Popen(
-        [
-            str(WORKER_CLI),
-            "serve",
-            "--data-dir",
-            str(data_dir),
-            "--port",
-            "0",
-            "--ready-file",
-            str(ready),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=_clean_env(),
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists():
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"worker exited {proc.returncode}: {ready.with_suffix('.log').read_text()}"
-                )
-            if time.monotonic() > deadline:
-                pytest.fail("worker did not become ready in 60 s")
-            time.sleep(0.05)
-        yield proc, json.loads(ready.read_text())
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        log.close()
-
-
-def _client(banner: Mapping[str, Any]) -> WorkerClient:
-    return WorkerClient(
-        f"127.0.0.1:{banner['port']}",
-        token=banner["token"],
-        trust=TrustSet([bytes.fromhex(banner["public_key"])]),
-        timeout=20.0,
-    )
-
-
 def test_restart_after_kill_9_keeps_every_receipt(data_dir: Path, tmp_path: Path) -> None:
     database = data_dir / "mockmed" / "mockmed.sqlite"
     scored: dict[str, VerifiedReceipt] = {}
-    with worker_process(data_dir, tmp_path / "ready-1.json") as (proc, banner):
-        with _client(banner) as client:
-            digest = banner["contract_digest"]
+    with worker_process(data_dir, tmp_path / "ready-1.json") as worker:
+        with worker.client() as client:
+            digest = worker.digest
             for index in range(20):
                 episode_id = f"episode.kill9.{index:04d}"
                 patient = f"patient-kill9-{index:04d}"
@@ -544,13 +487,12 @@ def test_restart_after_kill_9_keeps_every_receipt(data_dir: Path, tmp_path: Path
                 if index % 3:
                     write_triage(database, patient)
                 scored[episode_id] = client.score(descriptor(digest, episode_id))
-        proc.kill()
-        assert proc.wait(timeout=30) == -signal.SIGKILL
+        assert worker.kill() == -signal.SIGKILL
     assert sum(got.receipt.reward_outcome == VERIFIED for got in scored.values()) == 13
 
-    with worker_process(data_dir, tmp_path / "ready-2.json") as (_, banner):
-        assert banner["contract_digest"] == digest
-        with _client(banner) as client:
+    with worker_process(data_dir, tmp_path / "ready-2.json") as worker:
+        assert worker.digest == digest
+        with worker.client() as client:
             for episode_id, got in scored.items():
                 again = client.get_receipt(receipt_id=got.receipt.receipt_id)
                 assert again.envelope == got.envelope

@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from rewardseal.errors import PermissionDenied, RewardSealError, Unauthenticated
-from rewardseal.rpc_status import to_status
+from rewardseal.rpc_status import guard_decoding, to_status
 
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_METHOD_PREFIX = "/grpc.reflection."
@@ -65,7 +65,7 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
             or method.startswith(HEALTH_METHOD_PREFIX)
             or method.startswith(REFLECTION_METHOD_PREFIX)
         ):
-            return await continuation(handler_call_details)
+            return guard_decoding(await continuation(handler_call_details))
         metadata = handler_call_details.invocation_metadata or ()
         header = next((str(v) for k, v in metadata if k == "authorization"), "")
         role = self.role_for(header)
@@ -75,7 +75,8 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         required = self._roles_by_method.get(method)
         if required is not None and role not in required:
             return _refusing(handler, PermissionDenied(f"{method} needs the admin credential"))
-        return handler
+        # Every server this interceptor guards answers undecodable requests INVALID_ARGUMENT.
+        return guard_decoding(handler)
 
 
 def _refusing(handler: _AnyHandler | None, error: RewardSealError) -> _AnyHandler:

@@ -174,7 +174,7 @@ class WorkerClient:
         channel: grpc.Channel | None = None,
     ) -> None:
         self._protocol = _Protocol(token, trust, timeout, retries)
-        self._channel = channel or grpc.insecure_channel(target, options=_channel_options())
+        self._channel = channel or grpc.insecure_channel(target, options=message_size_options())
         self._stub = RewardWorkerServiceStub(self._channel)
 
     def __enter__(self) -> WorkerClient:
@@ -282,7 +282,7 @@ class AsyncWorkerClient:
         channel: grpc.aio.Channel | None = None,
     ) -> None:
         self._protocol = _Protocol(token, trust, timeout, retries)
-        self._channel = channel or grpc.aio.insecure_channel(target, options=_channel_options())
+        self._channel = channel or grpc.aio.insecure_channel(target, options=message_size_options())
         self._stub = RewardWorkerServiceStub(self._channel)
 
     async def __aenter__(self) -> AsyncWorkerClient:
@@ -389,7 +389,9 @@ class AsyncWorkerClient:
         return answer.score
 
 
-def _channel_options() -> list[tuple[str, int]]:
+def message_size_options() -> list[tuple[str, int]]:
+    """The gRPC send/receive caps (:data:`MAX_MESSAGE_BYTES`): clients' channels and the
+    services' servers use the same ones."""
     return [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 from rewardseal.errors import ValidationError
 from rewardseal.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
+from rewardseal.synthetic import synthetic_note
 
 __all__ = [
     "CONTROL",
@@ -793,24 +794,6 @@ def run_family(
     )
 
 
-_COMPLAINTS = (
-    "mild headache since morning",
-    "sore throat for two days",
-    "twisted left ankle during a walk",
-    "seasonal allergy flare",
-    "low-grade fever overnight",
-    "minor cut on the right hand",
-    "persistent dry cough",
-    "lower back stiffness after lifting",
-)
-_PLANS = (
-    "vitals stable",
-    "recheck blood pressure in two weeks",
-    "fluids and rest advised",
-    "follow up if symptoms persist",
-    "ice and elevation advised",
-    "dressing applied",
-)
 _FACILITIES = (
     "Synthetic Community Clinic",
     "Synthetic Riverside Practice",
@@ -840,7 +823,7 @@ def variants(
         if token in seen:
             continue
         seen.add(token)
-        text = f"Synthetic: {rng.choice(_COMPLAINTS)}; {rng.choice(_PLANS)}."
+        text = synthetic_note(rng)
         if kind == "mockmed":
             specs.append(mockmed_write_spec(f"patient-{token}", text))
         else:

@@ -11,6 +11,7 @@ from typing import Any
 
 from rewardseal.contract import contract_digest
 from rewardseal.digest import digest_json
+from rewardseal.faults import GENERIC_FAULT_CLASSES
 from rewardseal.v1.contract_pb2 import (
     CertificatePolicy,
     OracleSpec,
@@ -69,14 +70,7 @@ TIER0_RECIPE: dict[str, Any] = {
 CALIBRATION_CORPUS: dict[str, Any] = {
     "corpus": "mockmed-extradup",
     "scope": "synthetic",
-    "fault_classes": [
-        "extra_record",
-        "duplicate_record",
-        "missing_record",
-        "wrong_field",
-        "wrong_subject",
-        "forbidden_present",
-    ],
+    "fault_classes": list(GENERIC_FAULT_CLASSES),
 }
 CORPUS_DIGEST = digest_json(CALIBRATION_CORPUS)
 THRESHOLD = 0.5

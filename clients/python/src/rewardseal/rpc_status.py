@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar, cast
 
 import grpc
 from google.protobuf import any_pb2
@@ -148,3 +149,104 @@ def maps_errors(handler: _Handler) -> _Handler:
         return None  # unreachable: abort raises
 
     return cast(_Handler, wrapper)
+
+
+# -------------------------------------------------------------------------------------------
+# Requests that are not the message they claim to be
+# -------------------------------------------------------------------------------------------
+
+
+# A string alias: grpc's handler class is generic only in its type stubs, not at run time.
+_MethodHandler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+
+
+class _Undecodable:
+    """What a guarded deserializer hands on instead of raising (see :func:`guard_decoding`)."""
+
+    __slots__ = ()
+
+
+_UNDECODABLE = _Undecodable()
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception:  # DecodeError, or anything else a generated FromString may raise
+            return _UNDECODABLE
+
+    return deserialize
+
+
+def _undecodable_error() -> errors.ValidationError:
+    # The bytes are never echoed: they are the caller's, and may be anything.
+    return errors.ValidationError("the request is not a valid message of the method's type")
+
+
+def guard_decoding(handler: _MethodHandler | None) -> _MethodHandler | None:
+    """``handler`` with undecodable requests answered INVALID_ARGUMENT (SPEC section 8).
+
+    grpc answers a request its deserializer cannot parse with UNKNOWN and the parser's
+    exception text; here the deserializer hands on a marker instead, and the call is aborted
+    with ``invalid_argument`` (and ErrorInfo) before the servicer sees it. Streamed requests
+    are checked one by one as the servicer reads them. Behaviours keep their form (coroutine
+    function or async generator function) because grpc.aio dispatches on it. ``None``,
+    handlers without a deserializer and synchronous behaviours pass through unchanged.
+    """
+    if handler is None or handler.request_deserializer is None:
+        return handler
+    streaming_in = handler.request_streaming
+    streaming_out = handler.response_streaming
+    behavior = cast(
+        Callable[..., Any],
+        {
+            (False, False): handler.unary_unary,
+            (False, True): handler.unary_stream,
+            (True, False): handler.stream_unary,
+            (True, True): handler.stream_stream,
+        }[(streaming_in, streaming_out)],
+    )
+
+    async def checked(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        async for request in requests:
+            if request is _UNDECODABLE:
+                await abort(context, _undecodable_error())
+            yield request
+
+    def prepare(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        return checked(request, context) if streaming_in else request
+
+    wrapped: Callable[..., Any]
+    if inspect.iscoroutinefunction(behavior):
+
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if request is _UNDECODABLE:
+                return await abort(context, _undecodable_error())
+            return await behavior(prepare(request, context), context)
+
+    elif inspect.isasyncgenfunction(behavior):
+
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            if request is _UNDECODABLE:
+                await abort(context, _undecodable_error())
+            async for answer in behavior(prepare(request, context), context):
+                yield answer
+
+    else:  # a synchronous behaviour (grpc runs it in a thread with a blocking iterator)
+        return handler
+
+    factory: Callable[..., _MethodHandler] = {
+        (False, False): grpc.unary_unary_rpc_method_handler,
+        (False, True): grpc.unary_stream_rpc_method_handler,
+        (True, False): grpc.stream_unary_rpc_method_handler,
+        (True, True): grpc.stream_stream_rpc_method_handler,
+    }[(streaming_in, streaming_out)]
+    return factory(
+        wrapped,
+        request_deserializer=_tolerant(handler.request_deserializer),
+        response_serializer=handler.response_serializer,
+    )

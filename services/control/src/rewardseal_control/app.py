@@ -11,11 +11,12 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from rewardseal.errors import NotFound
+from rewardseal.serving import RunningServer
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.repository import ControlStore
-from rewardseal_control.server import RunningControl, start_control_server
+from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer, utc_now
 from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
 
@@ -64,7 +65,7 @@ class ControlApp:
     key: SigningKey
     store: ControlStore
     servicer: ControlPlaneServicer
-    running: RunningControl
+    running: RunningServer
 
     @property
     def port(self) -> int:

@@ -16,7 +16,6 @@ import asyncio
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from google.protobuf.message import Message
 
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.rpc_status import from_rpc_error
+from rewardseal.service_settings import read_token_file
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, IssuerKey
@@ -51,7 +51,6 @@ from rewardseal_control.settings import (
     TOKEN_FILE,
     default_data_dir,
     parse_duration,
-    read_token_file,
     resolve_settings,
 )
 
@@ -188,6 +187,7 @@ def _store_options(parser: argparse.ArgumentParser) -> None:
 
 
 async def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from rewardseal.serving import serve_until_signalled, write_ready_file
     from rewardseal_control.app import start_control
 
     settings = resolve_settings(
@@ -202,13 +202,8 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
     banner = app.banner()
     print(_banner_text(banner), file=out, flush=True)
     if args.ready_file:
-        _write_private(args.ready_file, json.dumps(banner, indent=2) + "\n")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await app.stop()
+        write_ready_file(args.ready_file, banner)
+    await serve_until_signalled(app.stop)
     return 0
 
 
@@ -223,15 +218,6 @@ def _banner_text(banner: Mapping[str, Any]) -> str:
             f"  data dir          {banner['data_dir']}",
         ]
     )
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a reader never sees half a file)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    temporary.replace(path)
 
 
 def _migrate(args: argparse.Namespace, out: TextIO) -> int:

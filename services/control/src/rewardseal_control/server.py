@@ -1,13 +1,16 @@
-"""Assemble and run the control plane's ``grpc.aio`` server: auth with roles, health, reflection."""
+"""Assemble and run the control plane's ``grpc.aio`` server: auth with roles, health, reflection.
+
+The serving plumbing (message-size caps, health, reflection, graceful stop) is
+:mod:`rewardseal.serving`; what is the control plane's own is here: its service, the bearer check
+with roles, and the servicer's start (a fresh revocation list) and close (the watch streams).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from rewardseal.auth import BearerAuthInterceptor
+from rewardseal.serving import RunningServer, start_grpc_server
 from rewardseal.v1 import control_service_pb2, control_service_pb2_grpc
 from rewardseal_control.service import ADMIN_ROLE, TRAINER_ROLE, ControlPlaneServicer
 
@@ -19,29 +22,11 @@ ADMIN_METHODS = (
     "RevokeCertificate",
 )
 """RPCs that change who is trusted or what is certified: the admin credential only."""
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 
 def admin_roles_by_method() -> dict[str, set[str]]:
     """The interceptor's method -> allowed roles map (methods not named accept any token)."""
     return {f"/{SERVICE_NAME}/{name}": {ADMIN_ROLE} for name in ADMIN_METHODS}
-
-
-@dataclass
-class RunningControl:
-    """A started server, the port it listens on, and its servicer."""
-
-    server: grpc.aio.Server
-    port: int
-    health: health.aio.HealthServicer
-    servicer: ControlPlaneServicer
-
-    async def stop(self, grace: float | None = 1.0) -> None:
-        """Mark NOT_SERVING, end the watch streams, then stop within ``grace``."""
-        await self.health.enter_graceful_shutdown()
-        # Watch streams never end on their own; close them first so stop() need not wait.
-        await self.servicer.close()
-        await self.server.stop(grace)
 
 
 async def start_control_server(
@@ -52,11 +37,13 @@ async def start_control_server(
     host: str = "127.0.0.1",
     port: int = 0,
     reflection: bool = False,
-) -> RunningControl:
+) -> RunningServer:
     """Start serving ``servicer`` on ``host:port`` (0 picks a free port).
 
     ``admin_token`` gets role ``admin`` (every RPC); ``token`` gets role ``trainer`` (every RPC
-    but the admin ones, which answer PERMISSION_DENIED).
+    but the admin ones, which answer PERMISSION_DENIED). The servicer is started once the port
+    is bound; stopping the server closes it (watch streams never end on their own, so they are
+    ended before the server stops and the stop need not wait for them).
     """
     interceptor = BearerAuthInterceptor(
         {admin_token: ADMIN_ROLE, token: TRAINER_ROLE},
@@ -64,25 +51,17 @@ async def start_control_server(
     )
     # The servicer names the role in the audit log; it asks the interceptor, never sees tokens.
     servicer.role_for = interceptor.role_for
-    server = grpc.aio.server(
-        interceptors=[interceptor],
-        options=[
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ],
-    )
-    control_service_pb2_grpc.add_ControlPlaneServiceServicer_to_server(servicer, server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    if reflection:
-        from grpc_reflection.v1alpha import reflection as grpc_reflection
 
-        grpc_reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), server
-        )
-    bound = server.add_insecure_port(f"{host}:{port}")
-    await servicer.start()
-    await server.start()
-    for name in ("", SERVICE_NAME):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningControl(server=server, port=bound, health=health_servicer, servicer=servicer)
+    def add_servicers(server: grpc.aio.Server) -> None:
+        control_service_pb2_grpc.add_ControlPlaneServiceServicer_to_server(servicer, server)
+
+    return await start_grpc_server(
+        add_servicers=add_servicers,
+        service_names=(SERVICE_NAME,),
+        interceptors=(interceptor,),
+        host=host,
+        port=port,
+        reflection=reflection,
+        on_start=servicer.start,
+        on_stop=servicer.close,
+    )

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
+from rewardseal import service_settings
 from rewardseal.errors import ValidationError
 
 ENV_PREFIX = "REWARDSEAL_CONTROL_"
@@ -28,7 +28,6 @@ TOKEN_FILE = "token"
 KEY_FILE = Path("keys") / "organization.ed25519"
 DB_FILE = "control.sqlite"
 DEFAULT_REVOCATION_TTL = timedelta(hours=24)
-MIN_TOKEN_LENGTH = 16
 ORGANIZATION_KEY_NAME = "control plane organization key"
 """Display name under which the service registers its own organization key."""
 
@@ -58,24 +57,9 @@ class ControlSettings:
 
 def default_data_dir(env: Mapping[str, str]) -> Path:
     """``$REWARDSEAL_CONTROL_DATA_DIR`` or ``~/.rewardseal/control``."""
-    configured = env.get(f"{ENV_PREFIX}DATA_DIR")
-    return Path(configured) if configured else Path.home() / ".rewardseal" / "control"
-
-
-def read_token_file(path: Path) -> str:
-    """The token in ``path``; refuses a file that group or others may read.
-
-    Raises:
-        ValidationError: if the file is readable by others or holds no usable token.
-        FileNotFoundError: if there is no such file.
-    """
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        raise ValidationError(f"{path} must not be readable by group or others (chmod 600)")
-    token = path.read_text().strip()
-    if len(token) < MIN_TOKEN_LENGTH:
-        raise ValidationError(f"{path} holds no usable token")
-    return token
+    return service_settings.default_data_dir(
+        env, env_name=f"{ENV_PREFIX}DATA_DIR", service="control"
+    )
 
 
 def load_token(
@@ -83,27 +67,7 @@ def load_token(
 ) -> tuple[str, str]:
     """A bearer token and where it came from: ``$env_name``, else the 0600 file
     ``data_dir/file_name`` (made on first start)."""
-    configured = env.get(env_name)
-    if configured:
-        if len(configured) < MIN_TOKEN_LENGTH:
-            raise ValidationError(f"{env_name} must have at least {MIN_TOKEN_LENGTH} characters")
-        return configured, f"${env_name}"
-    path = data_dir / file_name
-    try:
-        return read_token_file(path), str(path)
-    except FileNotFoundError:
-        pass
-    data_dir.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
-    try:
-        # O_EXCL with 0600 from the first byte: never write through a planted file or symlink.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        # Another starter made it between our read and create: use theirs.
-        return read_token_file(path), str(path)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
-    return token, str(path)
+    return service_settings.load_token(env, env_name=env_name, path=data_dir / file_name)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -141,9 +105,9 @@ def resolve_settings(
     """
     env = os.environ if env is None else env
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
-    resolved_port = port if port is not None else int(env.get(f"{ENV_PREFIX}PORT", DEFAULT_PORT))
-    if not 0 <= resolved_port <= 65535:
-        raise ValidationError(f"port {resolved_port} is out of range")
+    resolved_port = service_settings.resolve_port(
+        port, env, env_name=f"{ENV_PREFIX}PORT", default=DEFAULT_PORT
+    )
     url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or f"sqlite:///{data / DB_FILE}"
     ttl = revocation_ttl
     if ttl is None:

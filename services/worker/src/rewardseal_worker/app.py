@@ -6,13 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from rewardseal.serving import RunningServer
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.engine import Scorer
 from rewardseal_worker.oracles.base import OracleReader, make_reader
 from rewardseal_worker.seed import SeedResult, seed_mockmed
-from rewardseal_worker.server import RunningWorker, start_worker_server
+from rewardseal_worker.server import start_worker_server
 from rewardseal_worker.settings import WorkerSettings
 from rewardseal_worker.store import WorkerStore
 
@@ -27,7 +28,7 @@ class WorkerApp:
     store: WorkerStore
     reader: OracleReader
     scorer: Scorer
-    running: RunningWorker
+    running: RunningServer
     seeded: SeedResult | None
     control: ControlLink | None = None
 

@@ -66,6 +66,7 @@ from rewardseal.calibration import METHOD, clopper_pearson_upper, epsilon_from_s
 from rewardseal.certificates import satisfies, unmet
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
+from rewardseal.faults import GENERIC_FAULT_CLASSES
 from rewardseal.mockmed import IDENTITY_KEY as MOCKMED_IDENTITY_KEY
 from rewardseal.mockmed import REQUIRED_EFFECTS as MOCKMED_REQUIRED_EFFECTS
 from rewardseal.mockmed import mockmed_contract
@@ -118,15 +119,6 @@ DEFAULT_TRIALS: Final = 300
 """Fault trials of a default run: 0 false accepts in 300 gives epsilon 0.0099361 (R-CAL-1)."""
 JUDGE_VERSION: Final = f"rewardseal_worker.judge/{__version__}"
 """Names the judge implementation in the checker configuration digest."""
-GENERIC_FAULT_CLASSES: Final[tuple[str, ...]] = (
-    "extra_record",
-    "duplicate_record",
-    "missing_record",
-    "wrong_field",
-    "wrong_subject",
-    "forbidden_present",
-)
-"""The fault classes every contract is calibrated on, where its effects can express them."""
 EXTRADUP_PREFIX: Final = "extradup."
 """Prefix of the ExtraDup family fault classes (``extradup.dup``, ...)."""
 GOLD_REFUSED_MESSAGE: Final = "calibration refused: a gold control trial was not VERIFIED"

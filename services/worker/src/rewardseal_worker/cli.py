@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import signal
 import sys
 from pathlib import Path
 
 from rewardseal.errors import RewardSealError
+from rewardseal.serving import serve_until_signalled, write_ready_file
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.settings import resolve_settings
@@ -73,15 +72,8 @@ async def _serve(args: argparse.Namespace) -> int:
     app = await start_worker(settings, progress=text_progress(sys.stderr))
     print(_banner_text(app), flush=True)
     if args.ready_file:
-        temporary = args.ready_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(app.banner()))
-        temporary.replace(args.ready_file)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    await stop.wait()
-    await app.stop()
+        write_ready_file(args.ready_file, app.banner())
+    await serve_until_signalled(app.stop)
     return 0
 
 

@@ -45,6 +45,7 @@ from rewardseal.certificates import satisfies, unmet
 from rewardseal.contract import contract_digest
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.synthetic import synthetic_note
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal_worker.bundle import (
@@ -116,24 +117,6 @@ _SCHEMA = (
 _TYPES = ("Triage", "Consult", "Follow-up", "Lab review", "Vaccination", "Telehealth")
 _STATUSES = ("open", "closed", "closed", "cancelled")
 _PRIORITIES: tuple[str | None, ...] = (None, None, None, None, "routine", "urgent", "stat")
-_COMPLAINTS = (
-    "mild headache since morning",
-    "sore throat for two days",
-    "twisted left ankle during a walk",
-    "seasonal allergy flare",
-    "low-grade fever overnight",
-    "minor cut on the right hand",
-    "persistent dry cough",
-    "lower back stiffness after lifting",
-)
-_PLANS = (
-    "vitals stable",
-    "recheck blood pressure in two weeks",
-    "fluids and rest advised",
-    "follow up if symptoms persist",
-    "ice and elevation advised",
-    "dressing applied",
-)
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
@@ -208,7 +191,7 @@ def _background_rows(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
                 f"enc-{rng.getrandbits(96):024x}",
                 rng.choice(patients),
                 rng.choice(_TYPES),
-                f"Synthetic: {rng.choice(_COMPLAINTS)}; {rng.choice(_PLANS)}.",
+                synthetic_note(rng),
                 rng.choice(_STATUSES),
                 rng.choice(_PRIORITIES),
                 created.strftime("%Y-%m-%dT%H:%M:%SZ"),

@@ -122,7 +122,10 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
     async def GradeOpenAI(  # noqa: N802
         self, request: pb.GradeOpenAIRequest, context: Context
     ) -> pb.GradeOpenAIResponse:
-        item = json_format.MessageToDict(request.item)
+        try:
+            item = json_format.MessageToDict(request.item)
+        except ValueError as exc:  # NaN or infinity somewhere: no JSON form, not a descriptor
+            raise InvalidEpisode(f"the grader item has no JSON form: {exc}") from exc
         descriptor = descriptor_from_item(item)
         envelope = await self.scorer.score(ScoreJob(descriptor, commit_unscored=False))
         receipt = parse_strict(RewardEvidenceReceipt, envelope.payload)

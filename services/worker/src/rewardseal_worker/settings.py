@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import secrets
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from rewardseal import service_settings
 from rewardseal.errors import ValidationError
 
 ENV_PREFIX = "REWARDSEAL_WORKER_"
@@ -46,31 +45,16 @@ class WorkerSettings:
 
 def default_data_dir(env: Mapping[str, str]) -> Path:
     """``$REWARDSEAL_WORKER_DATA_DIR`` or ``~/.rewardseal/worker``."""
-    configured = env.get(f"{ENV_PREFIX}DATA_DIR")
-    return Path(configured) if configured else Path.home() / ".rewardseal" / "worker"
+    return service_settings.default_data_dir(
+        env, env_name=f"{ENV_PREFIX}DATA_DIR", service="worker"
+    )
 
 
 def load_token(data_dir: Path, env: Mapping[str, str]) -> str:
     """The bearer token: ``$REWARDSEAL_WORKER_TOKEN``, else the 0600 token file (made once)."""
-    configured = env.get(f"{ENV_PREFIX}TOKEN")
-    if configured:
-        if len(configured) < 16:
-            raise ValidationError(f"{ENV_PREFIX}TOKEN must have at least 16 characters")
-        return configured
-    path = data_dir / TOKEN_FILE
-    if path.exists():
-        mode = stat.S_IMODE(path.stat().st_mode)
-        if mode & 0o077:
-            raise ValidationError(f"{path} must not be readable by group or others (chmod 600)")
-        token = path.read_text().strip()
-        if len(token) < 16:
-            raise ValidationError(f"{path} holds no usable token")
-        return token
-    data_dir.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(token + "\n")
+    token, _ = service_settings.load_token(
+        env, env_name=f"{ENV_PREFIX}TOKEN", path=data_dir / TOKEN_FILE
+    )
     return token
 
 
@@ -91,9 +75,9 @@ def resolve_settings(
     env = os.environ if env is None else env
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     contract = contract_dir or _env_path(env, "CONTRACT") or data / DEFAULT_BUNDLE
-    resolved_port = port if port is not None else int(env.get(f"{ENV_PREFIX}PORT", DEFAULT_PORT))
-    if not 0 <= resolved_port <= 65535:
-        raise ValidationError(f"port {resolved_port} is out of range")
+    resolved_port = service_settings.resolve_port(
+        port, env, env_name=f"{ENV_PREFIX}PORT", default=DEFAULT_PORT
+    )
     url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or f"sqlite:///{data / 'worker.sqlite'}"
     trials = calibration_trials or int(env.get(f"{ENV_PREFIX}CALIBRATION_TRIALS", 300))
     control = control_target or env.get(f"{ENV_PREFIX}CONTROL") or None

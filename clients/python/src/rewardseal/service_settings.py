@@ -1,0 +1,121 @@
+"""Settings plumbing shared by the rewardseal services (the worker and the control plane).
+
+Each service keeps its own names (environment prefix, file names, default port); the rules live
+here once:
+
+* the data directory: ``$<PREFIX>DATA_DIR``, else ``~/.rewardseal/<service>``
+  (:func:`default_data_dir`);
+* the listen port: the flag, else the environment, else the default, within 0..65535
+  (:func:`resolve_port`);
+* bearer tokens: an environment variable, else a file in the data directory that only its owner
+  may read, made 0600 on first start (:func:`load_token`, :func:`load_or_create_token`,
+  :func:`read_token_file`). A token file that group or others may read is refused, never used.
+
+Standard library only: trainers importing :mod:`rewardseal` pay nothing for it.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from rewardseal.errors import ValidationError
+
+__all__ = [
+    "MIN_TOKEN_LENGTH",
+    "default_data_dir",
+    "load_or_create_token",
+    "load_token",
+    "read_token_file",
+    "resolve_port",
+]
+
+MIN_TOKEN_LENGTH: Final = 16
+"""Shortest bearer token accepted, from a variable or a file."""
+
+
+def default_data_dir(env: Mapping[str, str], *, env_name: str, service: str) -> Path:
+    """``$env_name`` or ``~/.rewardseal/<service>``."""
+    configured = env.get(env_name)
+    return Path(configured) if configured else Path.home() / ".rewardseal" / service
+
+
+def resolve_port(port: int | None, env: Mapping[str, str], *, env_name: str, default: int) -> int:
+    """``port``, else ``$env_name``, else ``default``.
+
+    Raises:
+        ValidationError: the port is outside 0..65535 (0 picks a free port).
+        ValueError: ``$env_name`` is not an integer.
+    """
+    resolved = port if port is not None else int(env.get(env_name, default))
+    if not 0 <= resolved <= 65535:
+        raise ValidationError(f"port {resolved} is out of range")
+    return resolved
+
+
+def read_token_file(path: Path) -> str:
+    """The token in ``path``; refuses a file that group or others may read.
+
+    Raises:
+        ValidationError: if the file is readable by others or holds no usable token.
+        FileNotFoundError: if there is no such file.
+    """
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        raise ValidationError(f"{path} must not be readable by group or others (chmod 600)")
+    token = path.read_text().strip()
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ValidationError(f"{path} holds no usable token")
+    return token
+
+
+def load_or_create_token(path: Path) -> str:
+    """The token in ``path`` (see :func:`read_token_file`); made there, 0600, if it is absent.
+
+    A new token is 32 random bytes, URL-safe base64, written with a trailing newline. The
+    directory is created if need be. When another process creates the file at the same moment,
+    its token is read and returned.
+    """
+    try:
+        return read_token_file(path)
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    # Written whole under a private name (0600, O_EXCL, from the first byte), then linked into
+    # place: a concurrent reader never sees a half-written file, and link() never replaces a
+    # file, nor writes through a planted symlink, that is already there.
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(token + "\n")
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            # Another starter made it between our read and our link: use theirs.
+            return read_token_file(path)
+    finally:
+        os.unlink(temporary)
+    return token
+
+
+def load_token(env: Mapping[str, str], *, env_name: str, path: Path) -> tuple[str, str]:
+    """A bearer token and where it came from: ``$env_name``, else the file ``path``.
+
+    The source is ``"$<env_name>"`` or the file's path, never the token itself.
+
+    Raises:
+        ValidationError: the variable's token is shorter than :data:`MIN_TOKEN_LENGTH`, or the
+            file is unusable (see :func:`read_token_file`).
+    """
+    configured = env.get(env_name)
+    if configured:
+        if len(configured) < MIN_TOKEN_LENGTH:
+            raise ValidationError(f"{env_name} must have at least {MIN_TOKEN_LENGTH} characters")
+        return configured, f"${env_name}"
+    return load_or_create_token(path), str(path)

@@ -1,0 +1,135 @@
+"""Serving plumbing shared by the rewardseal services (the worker and the control plane).
+
+Needs grpcio-health-checking (and grpcio-reflection when reflection is asked for): the ``serve``
+extra of the ``rewardseal`` distribution. Nothing else in the core package imports this module,
+so trainers never need those packages.
+
+What lives here, once:
+
+* :func:`start_grpc_server`: a ``grpc.aio`` server with the message-size caps the clients use
+  (:func:`rewardseal.client.message_size_options`), the services' servicers, the standard
+  ``grpc.health.v1`` service (SERVING for ``""`` and for every named service once started) and
+  optional server reflection; it returns a :class:`RunningServer`.
+* :meth:`RunningServer.stop`: the graceful stop (NOT_SERVING first, then the service's own
+  shutdown hook, then the server stops within a grace period).
+* :func:`write_ready_file` and :func:`serve_until_signalled`: the ``serve`` commands' ready file
+  (the banner as JSON, for scripts) and their wait for SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from rewardseal.client import message_size_options
+
+__all__ = [
+    "Hook",
+    "RunningServer",
+    "serve_until_signalled",
+    "start_grpc_server",
+    "write_ready_file",
+]
+
+Hook = Callable[[], Awaitable[None]]
+"""An async callable run at a fixed point of a server's start or stop."""
+
+
+@dataclass
+class RunningServer:
+    """A started server, the port it listens on, and its health servicer."""
+
+    server: grpc.aio.Server
+    port: int
+    health: health.aio.HealthServicer
+    on_stop: Hook | None = None
+    """Run by :meth:`stop` after NOT_SERVING is set and before the server stops (for example
+    to end streams that never end on their own, so that the stop need not wait for them)."""
+
+    async def stop(self, grace: float | None = 1.0) -> None:
+        """Mark NOT_SERVING, run ``on_stop``, then stop, letting in-flight calls finish within
+        ``grace`` seconds (None: wait for them)."""
+        await self.health.enter_graceful_shutdown()
+        if self.on_stop is not None:
+            await self.on_stop()
+        await self.server.stop(grace)
+
+
+async def start_grpc_server(
+    *,
+    add_servicers: Callable[[grpc.aio.Server], None],
+    service_names: Sequence[str],
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    host: str = "127.0.0.1",
+    port: int = 0,
+    reflection: bool = False,
+    on_start: Hook | None = None,
+    on_stop: Hook | None = None,
+) -> RunningServer:
+    """Start a ``grpc.aio`` server on ``host:port`` (0 picks a free port).
+
+    Args:
+        add_servicers: adds the service's servicers to the new server.
+        service_names: the full names of those services: marked SERVING in the health service
+            (as is ``""``, the whole server) and listed by reflection.
+        interceptors: server interceptors, outermost first (authentication, for one).
+        reflection: also serve ``grpc.reflection.v1alpha`` for the services, health and itself.
+        on_start: run after the port is bound and before the server starts taking calls.
+        on_stop: see :attr:`RunningServer.on_stop`.
+    """
+    server = grpc.aio.server(interceptors=list(interceptors), options=message_size_options())
+    add_servicers(server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if reflection:
+        from grpc_reflection.v1alpha import reflection as grpc_reflection
+
+        grpc_reflection.enable_server_reflection(
+            (*service_names, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), server
+        )
+    bound = server.add_insecure_port(f"{host}:{port}")
+    if on_start is not None:
+        await on_start()
+    await server.start()
+    for name in ("", *service_names):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return RunningServer(server=server, port=bound, health=health_servicer, on_stop=on_stop)
+
+
+def write_ready_file(path: Path, banner: Mapping[str, Any]) -> None:
+    """Write ``banner`` as JSON to ``path``: atomically (a reader never sees half a file) and
+    readable by the owner only (0600: a banner may carry a token)."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        # A temporary file left over from an earlier run keeps its mode under O_CREAT.
+        os.fchmod(handle.fileno(), 0o600)
+        handle.write(json.dumps(banner, indent=2) + "\n")
+    temporary.replace(path)
+
+
+async def serve_until_signalled(stop: Hook) -> None:
+    """Wait for SIGINT or SIGTERM, then await ``stop()``.
+
+    Further signals while ``stop()`` runs are absorbed; the handlers are removed once it is done.
+    """
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in signals:
+        loop.add_signal_handler(signum, stopping.set)
+    try:
+        await stopping.wait()
+        await stop()
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)

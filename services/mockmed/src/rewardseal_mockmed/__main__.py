@@ -1,0 +1,5 @@
+"""``python -m rewardseal_mockmed`` runs the ``rewardseal-mockmed`` command."""
+
+from rewardseal_mockmed.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""MockMed settings: command-line flags win over environment variables over defaults.
+
+Two bearer tokens: the *client* token guards the write, read, FHIR and screen APIs; the *admin*
+token guards the fault switch. Each comes from its variable (``MOCKMED_TOKEN``,
+``MOCKMED_ADMIN_TOKEN``) or, when that is unset, from a 0600 file (made with a fresh token on
+first start when missing). Without an admin token the fault switch is off. Tokens are never
+printed or logged; only where they came from is.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from rewardseal.errors import ValidationError
+from rewardseal_mockmed.store import DEFAULT_SEED, MAX_SEED_ROWS
+
+__all__ = [
+    "ADMIN_TOKEN_ENV",
+    "DB_URL_ENV",
+    "DEFAULT_DB_URL",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "MIN_TOKEN_LENGTH",
+    "TOKEN_ENV",
+    "MockMedSettings",
+    "load_token",
+    "read_token_file",
+    "resolve_settings",
+]
+
+TOKEN_ENV: Final = "MOCKMED_TOKEN"
+ADMIN_TOKEN_ENV: Final = "MOCKMED_ADMIN_TOKEN"
+DB_URL_ENV: Final = "MOCKMED_DB_URL"
+DEFAULT_DB_URL: Final = "sqlite:///mockmed.sqlite"
+"""SQLite in the working directory (WAL)."""
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8792
+MIN_TOKEN_LENGTH: Final = 16
+
+
+@dataclass(frozen=True)
+class MockMedSettings:
+    """Everything a MockMed process needs to start."""
+
+    db_url: str
+    token: str = field(repr=False)
+    admin_token: str | None = field(default=None, repr=False)
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    screen_file: Path | None = None
+    seed_rows: int = 0
+    seed: int = DEFAULT_SEED
+    token_source: str = ""
+    """Where the client token came from (a variable name or a file path; never the token)."""
+    admin_token_source: str = ""
+    """Where the admin token came from, or empty when the fault switch is off."""
+
+    def __post_init__(self) -> None:
+        """Check ports, row counts and tokens.
+
+        Raises:
+            ValidationError: on a bad port or row count, a short token, or equal tokens.
+        """
+        if not 0 <= self.port <= 65535:
+            raise ValidationError(f"port {self.port} is out of range")
+        if not 0 <= self.seed_rows <= MAX_SEED_ROWS:
+            raise ValidationError(f"--seed-rows must be in 0..{MAX_SEED_ROWS}")
+        for name, token in (("token", self.token), ("admin token", self.admin_token)):
+            if token is not None and len(token) < MIN_TOKEN_LENGTH:
+                raise ValidationError(
+                    f"the {name} must have at least {MIN_TOKEN_LENGTH} characters"
+                )
+        if self.admin_token is not None and secrets.compare_digest(self.admin_token, self.token):
+            raise ValidationError("the admin token and the client token must differ")
+
+
+def read_token_file(path: Path) -> str:
+    """The token in ``path``; refuses a file that group or others may read.
+
+    Raises:
+        FileNotFoundError: there is no such file.
+        ValidationError: the file is readable by others or holds no usable token.
+    """
+    if stat.S_IMODE(path.stat().st_mode) & 0o077:
+        raise ValidationError(f"{path} must not be readable by group or others (chmod 600)")
+    token = path.read_text(encoding="utf-8").strip()
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise ValidationError(f"{path} holds no usable token")
+    return token
+
+
+def load_token(env: Mapping[str, str], env_name: str, path: Path | None) -> tuple[str | None, str]:
+    """A token and where it came from: ``$env_name``, else the file ``path`` (made 0600 with a
+    fresh token when missing), else ``(None, "")``."""
+    configured = env.get(env_name)
+    if configured:
+        return configured, f"${env_name}"
+    if path is None:
+        return None, ""
+    path = path.expanduser().resolve()
+    try:
+        return read_token_file(path), str(path)
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        # O_EXCL with 0600 from the first byte: never write through a planted file or symlink.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return read_token_file(path), str(path)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(secrets.token_urlsafe(32) + "\n")
+    return read_token_file(path), str(path)
+
+
+def resolve_settings(
+    *,
+    db_url: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    token_file: Path | None = None,
+    admin_token_file: Path | None = None,
+    screen_file: Path | None = None,
+    seed_rows: int = 0,
+    seed: int = DEFAULT_SEED,
+    env: Mapping[str, str] | None = None,
+) -> MockMedSettings:
+    """Merge flags (arguments), environment and defaults into one settings object.
+
+    Raises:
+        ValidationError: no client token (neither ``$MOCKMED_TOKEN`` nor a token file), an
+            unreadable or short token, equal tokens, or a bad port or row count.
+    """
+    env = os.environ if env is None else env
+    token, token_source = load_token(env, TOKEN_ENV, token_file)
+    if token is None:
+        raise ValidationError(f"no client token: set ${TOKEN_ENV} or pass --token-file")
+    admin_token, admin_source = load_token(env, ADMIN_TOKEN_ENV, admin_token_file)
+    return MockMedSettings(
+        db_url=db_url or env.get(DB_URL_ENV) or DEFAULT_DB_URL,
+        token=token,
+        admin_token=admin_token,
+        host=host or env.get("MOCKMED_HOST") or DEFAULT_HOST,
+        port=port if port is not None else int(env.get("MOCKMED_PORT") or DEFAULT_PORT),
+        screen_file=screen_file.expanduser().resolve() if screen_file else None,
+        seed_rows=seed_rows,
+        seed=seed,
+        token_source=token_source,
+        admin_token_source=admin_source,
+    )

@@ -1,0 +1,627 @@
+"""``make up`` / ``make status`` / ``make down``: the local stack as background processes.
+
+    python tools/stack.py up [--run-dir DIR]       start control, the seeded worker, MockMed
+    python tools/stack.py status [--run-dir DIR]   which are running and healthy (exit 1 if not all)
+    python tools/stack.py down [--run-dir DIR]     stop them (SIGTERM, then SIGKILL after 20 s)
+
+``up`` starts, in order and each on a free loopback port (``--port 0`` and ``--ready-file``, so
+no port is guessed): ``rewardseal-control serve`` (SQLite), ``rewardseal-worker serve
+--seed-mockmed --control ...`` (registers its contract and its own key with control) and
+``rewardseal-mockmed serve`` over the worker's seeded MockMed database, so a write made through
+MockMed's REST API is what the worker's sql oracle reads. These are the console scripts and
+subcommands the Docker images run (deploy/docker-compose.yml; tests/deploy checks both).
+
+Everything lives in the run directory (default ``.run/``, git-ignored, mode 0700): one pid file
+per service, ``logs/``, ``data/`` (keys, databases, seeded files and ``tokens.json``: kept across
+``down``/``up``; delete the directory to start afresh) and ``stack.json`` (0600): ports, targets,
+tokens, the contract digest and the worker's public key, for scripts. ``up`` prints how to call
+the services. Services inherit no ``REWARDSEAL_*`` or ``MOCKMED_*`` variable from the caller's
+environment, so a shell set up for another deployment cannot point the stack at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+REPO: Final = Path(__file__).resolve().parent.parent
+DEFAULT_RUN_DIR: Final = REPO / ".run"
+BIN: Final = Path(sys.executable).parent
+"""Where the console scripts are: the virtual environment ``make up`` runs this file with."""
+HOST: Final = "127.0.0.1"
+
+CONTROL: Final = "control"
+WORKER: Final = "worker"
+MOCKMED: Final = "mockmed"
+ORDER: Final = (CONTROL, WORKER, MOCKMED)
+ENTRY_POINTS: Final[Mapping[str, tuple[str, str]]] = {
+    CONTROL: ("rewardseal-control", "serve"),
+    WORKER: ("rewardseal-worker", "serve"),
+    MOCKMED: ("rewardseal-mockmed", "serve"),
+}
+"""Console script and subcommand of each service: the same ones the Docker images run."""
+OPTIONAL: Final = frozenset({MOCKMED})
+"""Services ``up`` skips (with a note) when their console script is not installed."""
+
+START_TIMEOUT_SECONDS: Final[Mapping[str, float]] = {CONTROL: 60.0, WORKER: 300.0, MOCKMED: 60.0}
+STOP_TIMEOUT_SECONDS: Final = 20.0
+POLL_SECONDS: Final = 0.1
+INHERITED_PREFIXES: Final = ("REWARDSEAL_", "MOCKMED_")
+TOKEN_NAMES: Final = ("control_admin", "control", "worker", "mockmed", "mockmed_admin")
+CHECKPOINT: Final = "policy_checkpoint_mockmed_0"
+
+
+class StackError(Exception):
+    """Something the person running the stack must fix or look at (exit status 1)."""
+
+
+# ---------------------------------------------------------------------- layout and commands
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a stack keeps its files."""
+
+    run_dir: Path
+
+    @property
+    def state_file(self) -> Path:
+        return self.run_dir / "stack.json"
+
+    @property
+    def tokens_file(self) -> Path:
+        return self.run_dir / "data" / "tokens.json"
+
+    def data(self, service: str) -> Path:
+        return self.run_dir / "data" / service
+
+    def pid_file(self, service: str) -> Path:
+        return self.run_dir / f"{service}.pid"
+
+    def ready_file(self, service: str) -> Path:
+        return self.run_dir / f"{service}.ready.json"
+
+    def log_file(self, service: str) -> Path:
+        return self.run_dir / "logs" / f"{service}.log"
+
+    @property
+    def mockmed_database(self) -> Path:
+        """The MockMed SQLite database ``--seed-mockmed`` writes: the SoR the worker reads."""
+        return self.data(WORKER) / "mockmed" / "mockmed.sqlite"
+
+
+def _entry(service: str) -> list[str]:
+    script, subcommand = ENTRY_POINTS[service]
+    return [str(BIN / script), subcommand]
+
+
+def control_command(layout: Layout) -> list[str]:
+    """``rewardseal-control serve`` on a free loopback port, SQLite in its data directory."""
+    return [
+        *_entry(CONTROL),
+        "--host",
+        HOST,
+        "--port",
+        "0",
+        "--data-dir",
+        str(layout.data(CONTROL)),
+        "--reflection",
+        "--ready-file",
+        str(layout.ready_file(CONTROL)),
+    ]
+
+
+def worker_command(layout: Layout, control_target: str) -> list[str]:
+    """``rewardseal-worker serve --seed-mockmed``, joined to the control plane."""
+    return [
+        *_entry(WORKER),
+        "--seed-mockmed",
+        "--host",
+        HOST,
+        "--port",
+        "0",
+        "--data-dir",
+        str(layout.data(WORKER)),
+        "--control",
+        control_target,
+        "--reflection",
+        "--ready-file",
+        str(layout.ready_file(WORKER)),
+    ]
+
+
+def mockmed_command(layout: Layout) -> list[str]:
+    """``rewardseal-mockmed serve`` over the worker's seeded MockMed database."""
+    return [
+        *_entry(MOCKMED),
+        "--db-url",
+        f"sqlite:///{layout.mockmed_database}",
+        "--host",
+        HOST,
+        "--port",
+        "0",
+        "--ready-file",
+        str(layout.ready_file(MOCKMED)),
+    ]
+
+
+def service_env(service: str, tokens: Mapping[str, str]) -> dict[str, str]:
+    """The variables ``service`` gets on top of the (filtered) caller's environment."""
+    if service == CONTROL:
+        return {
+            "REWARDSEAL_CONTROL_ADMIN_TOKEN": tokens["control_admin"],
+            "REWARDSEAL_CONTROL_TOKEN": tokens["control"],
+        }
+    if service == WORKER:
+        # With the admin token the worker registers its own key: no operator step locally.
+        return {
+            "REWARDSEAL_WORKER_TOKEN": tokens["worker"],
+            "REWARDSEAL_WORKER_CONTROL_TOKEN": tokens["control"],
+            "REWARDSEAL_WORKER_CONTROL_ADMIN_TOKEN": tokens["control_admin"],
+        }
+    if service == MOCKMED:
+        return {"MOCKMED_TOKEN": tokens["mockmed"], "MOCKMED_ADMIN_TOKEN": tokens["mockmed_admin"]}
+    raise ValueError(f"unknown service {service!r}")
+
+
+def _base_env() -> dict[str, str]:
+    return {
+        name: value for name, value in os.environ.items() if not name.startswith(INHERITED_PREFIXES)
+    }
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (0600) atomically."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    temporary.replace(path)
+
+
+def _tokens(layout: Layout) -> dict[str, str]:
+    """The stack's bearer tokens: made once, kept in ``data/tokens.json`` (0600)."""
+    path = layout.tokens_file
+    if path.exists():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(stored, dict) and all(isinstance(stored.get(n), str) for n in TOKEN_NAMES):
+            return {name: str(stored[name]) for name in TOKEN_NAMES}
+    tokens = {name: secrets.token_urlsafe(32) for name in TOKEN_NAMES}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_private(path, json.dumps(tokens, indent=2) + "\n")
+    return tokens
+
+
+# ---------------------------------------------------------------------- processes
+
+
+def _read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _command_line(pid: int) -> list[str]:
+    """The arguments of ``pid``, or [] when there is no such (live) process."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        if Path("/proc/self").exists():
+            return []
+        # No procfs (macOS): ask ps (split on spaces: good enough for the first two words).
+        found = subprocess.run(
+            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
+        )
+        return found.stdout.split()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # "pid (comm) state ...": the state follows the last ")".
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
+
+
+def running_pid(layout: Layout, service: str) -> int | None:
+    """The pid in ``service``'s pid file if that process is alive and runs ``service``.
+
+    The command line is checked so a pid the system has since given to another program is
+    never signalled.
+    """
+    pid = _read_pid(layout.pid_file(service))
+    if pid is None or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return None
+    if _is_zombie(pid):
+        return None
+    # The console script runs as "python /path/to/rewardseal-worker serve ...".
+    script = ENTRY_POINTS[service][0]
+    return pid if script in {Path(arg).name for arg in _command_line(pid)[:2]} else None
+
+
+def _stop(layout: Layout, service: str) -> str:
+    """Stop ``service`` if it runs; say what happened."""
+    pid = running_pid(layout, service)
+    layout.ready_file(service).unlink(missing_ok=True)
+    if pid is None:
+        layout.pid_file(service).unlink(missing_ok=True)
+        return "not running"
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
+    while running_pid(layout, service) == pid:
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            _wait_gone(layout, service, pid)
+            layout.pid_file(service).unlink(missing_ok=True)
+            return f"killed (pid {pid}, no exit {STOP_TIMEOUT_SECONDS:.0f} s after SIGTERM)"
+        time.sleep(POLL_SECONDS)
+    layout.pid_file(service).unlink(missing_ok=True)
+    return f"stopped (pid {pid})"
+
+
+def _wait_gone(layout: Layout, service: str, pid: int) -> None:
+    deadline = time.monotonic() + 5.0
+    while running_pid(layout, service) == pid and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS)
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _start(
+    layout: Layout, service: str, command: Sequence[str], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """Start ``service`` in its own session (it outlives this script); return its banner."""
+    ready = layout.ready_file(service)
+    ready.unlink(missing_ok=True)
+    log_path = layout.log_file(service)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            list(command),
+            env={**_base_env(), **env},
+            cwd=layout.run_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    layout.pid_file(service).write_text(f"{process.pid}\n")
+    deadline = time.monotonic() + START_TIMEOUT_SECONDS[service]
+    while True:
+        if ready.exists():
+            try:
+                banner = json.loads(ready.read_text())
+            except ValueError:
+                banner = None
+            if isinstance(banner, dict):
+                return banner
+        code = process.poll()
+        if code is not None:
+            raise StackError(
+                f"{service} exited with status {code} while starting; the end of {log_path}:\n"
+                f"{_log_tail(log_path)}"
+            )
+        if time.monotonic() > deadline:
+            raise StackError(
+                f"{service} did not become ready within {START_TIMEOUT_SECONDS[service]:.0f} s; "
+                f"the end of {log_path}:\n{_log_tail(log_path)}"
+            )
+        time.sleep(POLL_SECONDS)
+
+
+# ---------------------------------------------------------------------- health
+
+
+def grpc_healthy(target: str, timeout: float = 3.0) -> bool:
+    """True when ``target`` answers grpc.health.v1 Check with SERVING (no token needed)."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(target) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return False
+    return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def http_healthy(url: str, timeout: float = 3.0) -> bool:
+    """True when ``url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return int(response.status) == 200
+    except (OSError, ValueError):
+        return False
+
+
+def service_healthy(service: str, entry: Mapping[str, Any]) -> bool:
+    """Health of one service described by its ``stack.json`` entry."""
+    if service == MOCKMED:
+        return http_healthy(f"{entry['url']}/healthz")
+    return grpc_healthy(str(entry["target"]))
+
+
+# ---------------------------------------------------------------------- commands
+
+
+def _running(layout: Layout) -> dict[str, int]:
+    found = {}
+    for service in ORDER:
+        pid = running_pid(layout, service)
+        if pid is not None:
+            found[service] = pid
+    return found
+
+
+def _available(service: str) -> bool:
+    return (BIN / ENTRY_POINTS[service][0]).is_file()
+
+
+def read_state(layout: Layout) -> dict[str, Any] | None:
+    """The stack's ``stack.json``, or None when it is not up."""
+    try:
+        state = json.loads(layout.state_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def up(layout: Layout, out: Callable[[str], None] = print) -> int:
+    """Start the stack unless it runs; print how to call it."""
+    running = _running(layout)
+    state = read_state(layout)
+    if running:
+        expected = set(state["services"]) if state else set()
+        if state is not None and set(running) == expected:
+            out("the stack is already up\n")
+            out(usage(state))
+            return 0
+        raise StackError(
+            f"part of a stack runs in {layout.run_dir} ({', '.join(sorted(running))}); "
+            "run `make down` first"
+        )
+    for service in ORDER:
+        if service not in OPTIONAL and not _available(service):
+            raise StackError(
+                f"{BIN / ENTRY_POINTS[service][0]} is missing: run `make up` (it sets up .venv)"
+            )
+    layout.run_dir.mkdir(parents=True, exist_ok=True)
+    layout.run_dir.chmod(0o700)
+    tokens = _tokens(layout)
+    services: dict[str, dict[str, Any]] = {}
+    notes: list[str] = []
+    try:
+        out(f"starting control ({ENTRY_POINTS[CONTROL][0]}) ...")
+        banner = _start(layout, CONTROL, control_command(layout), service_env(CONTROL, tokens))
+        services[CONTROL] = {
+            "pid": _read_pid(layout.pid_file(CONTROL)),
+            "port": banner["port"],
+            "target": f"{HOST}:{banner['port']}",
+            "organization_key_id": banner.get("organization_key_id"),
+            "data_dir": str(layout.data(CONTROL)),
+            "log": str(layout.log_file(CONTROL)),
+        }
+        out("starting the worker (seeds MockMed and calibrates on its first start) ...")
+        command = worker_command(layout, services[CONTROL]["target"])
+        banner = _start(layout, WORKER, command, service_env(WORKER, tokens))
+        services[WORKER] = {
+            "pid": _read_pid(layout.pid_file(WORKER)),
+            "port": banner["port"],
+            "target": f"{HOST}:{banner['port']}",
+            "contract_digest": banner["contract_digest"],
+            "oracle_tier": banner.get("oracle_tier"),
+            "key_id": banner["key_id"],
+            "public_key": banner["public_key"],
+            "certificate_id": banner.get("certificate_id"),
+            "data_dir": str(layout.data(WORKER)),
+            "log": str(layout.log_file(WORKER)),
+        }
+        if _available(MOCKMED):
+            out("starting MockMed ...")
+            banner = _start(layout, MOCKMED, mockmed_command(layout), service_env(MOCKMED, tokens))
+            services[MOCKMED] = {
+                "pid": _read_pid(layout.pid_file(MOCKMED)),
+                "port": banner["port"],
+                "url": f"http://{HOST}:{banner['port']}",
+                "db_url": f"sqlite:///{layout.mockmed_database}",
+                "log": str(layout.log_file(MOCKMED)),
+            }
+        else:
+            notes.append(
+                f"MockMed is not installed ({BIN / ENTRY_POINTS[MOCKMED][0]} is missing): "
+                "started control and the worker only"
+            )
+    except BaseException:
+        for service in reversed(ORDER):
+            _stop(layout, service)
+        raise
+    state = {
+        "run_dir": str(layout.run_dir),
+        "services": services,
+        "tokens": tokens,
+        "notes": notes,
+    }
+    _write_private(layout.state_file, json.dumps(state, indent=2, sort_keys=True) + "\n")
+    out("")
+    out(usage(state))
+    return 0
+
+
+def down(layout: Layout, out: Callable[[str], None] = print) -> int:
+    """Stop every service of the stack (MockMed, the worker, control); keep their data."""
+    for service in reversed(ORDER):
+        out(f"{service:8} {_stop(layout, service)}")
+    layout.state_file.unlink(missing_ok=True)
+    if layout.data(WORKER).exists():
+        out(f"data kept in {layout.run_dir / 'data'} (remove {layout.run_dir} to start afresh)")
+    return 0
+
+
+def status(layout: Layout, out: Callable[[str], None] = print) -> int:
+    """One line per service: running?, healthy?; exit status 0 only when all are."""
+    state = read_state(layout)
+    if state is None:
+        out(f"the stack is not up ({layout.state_file} is missing); run `make up`")
+        return 1
+    healthy = True
+    for service in ORDER:
+        entry = state["services"].get(service)
+        if entry is None:
+            out(f"{service:8} not started (not installed)")
+            continue
+        pid = running_pid(layout, service)
+        if pid is None:
+            out(f"{service:8} NOT RUNNING (see {entry['log']})")
+            healthy = False
+            continue
+        ok = service_healthy(service, entry)
+        healthy = healthy and ok
+        where = entry.get("target") or entry.get("url")
+        out(f"{service:8} pid {pid:<8} {where:24} {'healthy' if ok else 'NOT HEALTHY'}")
+    return 0 if healthy else 1
+
+
+# ---------------------------------------------------------------------- how to call it
+
+
+def usage(state: Mapping[str, Any]) -> str:
+    """How to call the running stack: grpcurl, the control CLI, curl and the Python client."""
+    services = state["services"]
+    tokens = state["tokens"]
+    control = services[CONTROL]
+    worker = services[WORKER]
+    mockmed = services.get(MOCKMED)
+    digest = worker["contract_digest"]
+    wt = worker["target"]
+    ct = control["target"]
+    patient = "patient-stack-0001"
+    episode = "episode.stack.0001"
+    begin = json.dumps(
+        {
+            "episode_id": episode,
+            "reward_contract_digest": digest,
+            "oracle_identity": {"patient_id": patient},
+        }
+    )
+    score = json.dumps(
+        {
+            "descriptor": {
+                "episode_id": episode,
+                "policy_checkpoint_id": CHECKPOINT,
+                "policy_update": 0,
+                "reward_contract_digest": digest,
+                "oracle_identity": {"patient_id": patient},
+            }
+        }
+    )
+    write = json.dumps(
+        {"patient_id": patient, "type": "Triage", "note": "Follow-up in 2 weeks.", "status": "open"}
+    )
+    auth_w = f'-H "authorization: Bearer {tokens["worker"]}"'
+    auth_c = f'-H "authorization: Bearer {tokens["control"]}"'
+    lines = [
+        f"rewardseal stack up (state: {state['run_dir']}/stack.json, logs: "
+        f"{state['run_dir']}/logs/; stop it with `make down`)",
+        "",
+        f"  control  {ct:28} pid {control['pid']}",
+        f"  worker   {wt:28} pid {worker['pid']}  tier {worker.get('oracle_tier')}",
+        f"           contract {digest}",
+        f"           key      {worker['key_id']}",
+    ]
+    if mockmed is not None:
+        lines.append(f"  mockmed  {mockmed['url']:28} pid {mockmed['pid']}")
+    lines += [f"  note: {note}" for note in state.get("notes", [])]
+    lines += [
+        "",
+        "gRPC (grpcurl; health needs no token, reflection is on):",
+        f"  grpcurl -plaintext {wt} grpc.health.v1.Health/Check",
+        f"  grpcurl -plaintext {auth_w} {wt} list rewardseal.v1.RewardWorkerService",
+        f"  grpcurl -plaintext {auth_w} -d '{begin}' \\",
+        f"    {wt} rewardseal.v1.RewardWorkerService/BeginEpisode",
+    ]
+    if mockmed is not None:
+        lines += [
+            "  # the policy acts on the system of record (MockMed's REST API):",
+            f"  curl -s -X POST {mockmed['url']}/api/encounters \\",
+            f'    -H "authorization: Bearer {tokens["mockmed"]}" \\',
+            f"    -H 'content-type: application/json' -d '{write}'",
+        ]
+    lines += [
+        f"  grpcurl -plaintext {auth_w} -d '{score}' \\",
+        f"    {wt} rewardseal.v1.RewardWorkerService/ScoreEpisode",
+        f"  grpcurl -plaintext {auth_c} {ct} rewardseal.v1.ControlPlaneService/ListContracts",
+        "",
+        "control CLI:",
+        f"  REWARDSEAL_CONTROL_TOKEN={tokens['control']} \\",
+        f"    .venv/bin/rewardseal-control receipts summary --target {ct}",
+        "",
+        "Python (.venv/bin/python):",
+        "  from rewardseal.client import WorkerClient, make_descriptor",
+        "  from rewardseal.signing import TrustSet",
+        f'  WORKER_PUBLIC_KEY = bytes.fromhex("{worker["public_key"]}")',
+        f'  DIGEST = "{digest}"',
+        f'  with WorkerClient("{wt}", token="{tokens["worker"]}",',
+        "                    trust=TrustSet([WORKER_PUBLIC_KEY])) as worker:",
+        f'      worker.begin("{episode}", DIGEST, {{"patient_id": "{patient}"}})',
+        "      # ... the policy acts on the system of record ...",
+        "      got = worker.score(make_descriptor(",
+        f'          episode_id="{episode}", policy_checkpoint_id="{CHECKPOINT}",',
+        "          policy_update=0, reward_contract_digest=DIGEST,",
+        f'          oracle_identity={{"patient_id": "{patient}"}}))',
+        "      got.scalar  # None when unscored: drop the sample, never pay it 0",
+    ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="tools/stack.py", description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument(
+        "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="default: .run/ in the repository"
+    )
+    args = parser.parse_args(argv)
+    layout = Layout(args.run_dir.expanduser().resolve())
+    commands: Mapping[str, Callable[[Layout], int]] = {"up": up, "down": down, "status": status}
+    try:
+        return commands[args.command](layout)
+    except StackError as exc:
+        print(f"stack: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
