@@ -38,7 +38,7 @@ test: setup lint proto-check
 
 demo: setup
 	$(PY) -m rewardseal.demo
-	$(PY) -m rewardseal_worker.demo
+	$(PY) tools/demo.py
 
 ## The local stack for interactive use: control, the seeded worker and MockMed as background
 ## processes on free loopback ports (pid files, logs, data and stack.json in .run/). `up` prints

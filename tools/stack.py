@@ -123,31 +123,48 @@ def control_command(layout: Layout) -> list[str]:
     ]
 
 
-def worker_command(layout: Layout, control_target: str) -> list[str]:
-    """``rewardseal-worker serve --seed-mockmed``, joined to the control plane."""
+def worker_command(
+    layout: Layout,
+    control_target: str | None,
+    *,
+    seed: bool = True,
+    data_dir: Path | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """``rewardseal-worker serve --seed-mockmed``, joined to the control plane.
+
+    ``control_target`` None: a worker on its own; ``seed`` False: no ``--seed-mockmed``;
+    ``data_dir``: another directory than the layout's; ``extra``: more arguments
+    (``--contract``, ``--db-url``).
+    """
     return [
         *_entry(WORKER),
-        "--seed-mockmed",
+        *(["--seed-mockmed"] if seed else []),
         "--host",
         HOST,
         "--port",
         "0",
         "--data-dir",
-        str(layout.data(WORKER)),
-        "--control",
-        control_target,
+        str(data_dir if data_dir is not None else layout.data(WORKER)),
+        *(["--control", control_target] if control_target is not None else []),
         "--reflection",
         "--ready-file",
         str(layout.ready_file(WORKER)),
+        *extra,
     ]
 
 
-def mockmed_command(layout: Layout) -> list[str]:
-    """``rewardseal-mockmed serve`` over the worker's seeded MockMed database."""
+def mockmed_command(layout: Layout, screen_file: Path | None = None) -> list[str]:
+    """``rewardseal-mockmed serve`` over the worker's seeded MockMed database.
+
+    With ``screen_file`` MockMed also writes its screen dump there (what a tier-0 bundle reads).
+    """
+    screen = ["--screen-file", str(screen_file)] if screen_file is not None else []
     return [
         *_entry(MOCKMED),
         "--db-url",
         f"sqlite:///{layout.mockmed_database}",
+        *screen,
         "--host",
         HOST,
         "--port",
@@ -191,7 +208,7 @@ def _write_private(path: Path, text: str) -> None:
     temporary.replace(path)
 
 
-def _tokens(layout: Layout) -> dict[str, str]:
+def make_tokens(layout: Layout) -> dict[str, str]:
     """The stack's bearer tokens: made once, kept in ``data/tokens.json`` (0600)."""
     path = layout.tokens_file
     if path.exists():
@@ -207,7 +224,7 @@ def _tokens(layout: Layout) -> dict[str, str]:
 # ---------------------------------------------------------------------- processes
 
 
-def _read_pid(path: Path) -> int | None:
+def read_pid(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
     except (FileNotFoundError, ValueError):
@@ -246,7 +263,7 @@ def running_pid(layout: Layout, service: str) -> int | None:
     The command line is checked so a pid the system has since given to another program is
     never signalled.
     """
-    pid = _read_pid(layout.pid_file(service))
+    pid = read_pid(layout.pid_file(service))
     if pid is None or pid <= 0:
         return None
     try:
@@ -262,7 +279,7 @@ def running_pid(layout: Layout, service: str) -> int | None:
     return pid if script in {Path(arg).name for arg in _command_line(pid)[:2]} else None
 
 
-def _stop(layout: Layout, service: str) -> str:
+def stop_service(layout: Layout, service: str) -> str:
     """Stop ``service`` if it runs; say what happened."""
     pid = running_pid(layout, service)
     layout.ready_file(service).unlink(missing_ok=True)
@@ -296,7 +313,7 @@ def _log_tail(path: Path, lines: int = 30) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
-def _start(
+def start_service(
     layout: Layout, service: str, command: Sequence[str], env: Mapping[str, str]
 ) -> dict[str, Any]:
     """Start ``service`` in its own session (it outlives this script); return its banner."""
@@ -417,14 +434,16 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             )
     layout.run_dir.mkdir(parents=True, exist_ok=True)
     layout.run_dir.chmod(0o700)
-    tokens = _tokens(layout)
+    tokens = make_tokens(layout)
     services: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     try:
         out(f"starting control ({ENTRY_POINTS[CONTROL][0]}) ...")
-        banner = _start(layout, CONTROL, control_command(layout), service_env(CONTROL, tokens))
+        banner = start_service(
+            layout, CONTROL, control_command(layout), service_env(CONTROL, tokens)
+        )
         services[CONTROL] = {
-            "pid": _read_pid(layout.pid_file(CONTROL)),
+            "pid": read_pid(layout.pid_file(CONTROL)),
             "port": banner["port"],
             "target": f"{HOST}:{banner['port']}",
             "organization_key_id": banner.get("organization_key_id"),
@@ -433,9 +452,9 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
         }
         out("starting the worker (seeds MockMed and calibrates on its first start) ...")
         command = worker_command(layout, services[CONTROL]["target"])
-        banner = _start(layout, WORKER, command, service_env(WORKER, tokens))
+        banner = start_service(layout, WORKER, command, service_env(WORKER, tokens))
         services[WORKER] = {
-            "pid": _read_pid(layout.pid_file(WORKER)),
+            "pid": read_pid(layout.pid_file(WORKER)),
             "port": banner["port"],
             "target": f"{HOST}:{banner['port']}",
             "contract_digest": banner["contract_digest"],
@@ -448,9 +467,11 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
         }
         if _available(MOCKMED):
             out("starting MockMed ...")
-            banner = _start(layout, MOCKMED, mockmed_command(layout), service_env(MOCKMED, tokens))
+            banner = start_service(
+                layout, MOCKMED, mockmed_command(layout), service_env(MOCKMED, tokens)
+            )
             services[MOCKMED] = {
-                "pid": _read_pid(layout.pid_file(MOCKMED)),
+                "pid": read_pid(layout.pid_file(MOCKMED)),
                 "port": banner["port"],
                 "url": f"http://{HOST}:{banner['port']}",
                 "db_url": f"sqlite:///{layout.mockmed_database}",
@@ -463,7 +484,7 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             )
     except BaseException:
         for service in reversed(ORDER):
-            _stop(layout, service)
+            stop_service(layout, service)
         raise
     state = {
         "run_dir": str(layout.run_dir),
@@ -480,7 +501,7 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
 def down(layout: Layout, out: Callable[[str], None] = print) -> int:
     """Stop every service of the stack (MockMed, the worker, control); keep their data."""
     for service in reversed(ORDER):
-        out(f"{service:8} {_stop(layout, service)}")
+        out(f"{service:8} {stop_service(layout, service)}")
     layout.state_file.unlink(missing_ok=True)
     if layout.data(WORKER).exists():
         out(f"data kept in {layout.run_dir / 'data'} (remove {layout.run_dir} to start afresh)")
