@@ -164,7 +164,13 @@ FOREIGN_KEY_EFFECTS = copy.deepcopy(FORBIDDEN_EFFECTS)
 FOREIGN_KEY_EFFECTS["effects"][0]["select"]["site"] = {"identity": "site_id"}
 ORDERS_RECIPE = dict(TIER2_RECIPE, table="orders")
 CREDENTIAL_RECIPE = dict(TIER2_RECIPE, password="hunter2")
-REST_RECIPE = {"kind": "rest", "identity_fields": {"patient_id": "patient_id"}}
+REST_RECIPE = {
+    "kind": "rest",
+    "base_url_env": "MOCKMED_URL",
+    "path": "/api/encounters",
+    "collection": "encounters",
+    "identity_params": {"patient_id": "patient_id"},
+}
 WRONG_IDENTITY_RECIPE = dict(TIER2_RECIPE, identity_fields={"subject": "patient_id"})
 BROKEN_CONTRACT = mockmed_contract()
 BROKEN_CONTRACT.contract_id = "short"
@@ -234,8 +240,9 @@ REFUSALS = [
     ),
     pytest.param(
         refusal(contract=contract_for(recipe=REST_RECIPE), recipe_doc=REST_RECIPE),
-        "oracle_recipe.json: oracle kind 'rest' is not available yet",
-        id="recipe-rest",
+        "oracle_recipe.json: recipe kind 'rest' cannot serve the contract's channel "
+        "ORACLE_CHANNEL_DB",
+        id="recipe-rest-on-db-channel",
     ),
     pytest.param(
         refusal(certificate=make_certificate(mockmed_contract(tier=0))),

@@ -39,7 +39,9 @@ from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal.validation import validate_certificate, validate_contract
 from rewardseal_worker.effects import EffectSpec, parse_effects
 from rewardseal_worker.oracles.base import (
+    KIND_FHIR,
     KIND_JSON_FILE,
+    KIND_REST,
     KIND_SCREEN_DUMP,
     KIND_SQL,
     recipe_collection,
@@ -70,6 +72,8 @@ RECIPE_CHANNELS: Mapping[str, frozenset[int]] = MappingProxyType(
         KIND_SCREEN_DUMP: frozenset(
             {OracleChannel.ORACLE_CHANNEL_OCR, OracleChannel.ORACLE_CHANNEL_VISUAL}
         ),
+        KIND_REST: frozenset({OracleChannel.ORACLE_CHANNEL_API}),
+        KIND_FHIR: frozenset({OracleChannel.ORACLE_CHANNEL_API}),
     }
 )
 """The contract channels each recipe kind may serve: the channel fixes the tier, so a screen

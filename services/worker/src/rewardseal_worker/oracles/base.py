@@ -1,8 +1,9 @@
 """The oracle reader protocol, recipe checks and the reader factory (R-W-6).
 
 An oracle recipe is a JSON document in a contract bundle that says how to read the system of
-record (SoR). It carries no credentials: a database URL comes from an environment variable the
-recipe names (``url_env``), read when the reader is made. Relative paths resolve against the
+record (SoR). It carries no credentials: a database URL, an API base URL or a bearer token comes
+from an environment variable the recipe names (``url_env``, ``base_url_env``, ``token_env``), read
+when the reader is made. Relative paths resolve against the
 bundle directory and absolute paths are refused, so the recipe digest never depends on where a
 bundle happens to sit.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Protocol
@@ -22,11 +24,21 @@ from typing import Any, Protocol
 from rewardseal.errors import IdentityMismatch, ValidationError
 from rewardseal_worker.effects import EFFECT_NAME_PATTERN, IDENTIFIER_PATTERN, RECORD_ID_FIELD
 
+HTTP_ENV_NAME_PATTERN = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}\Z")
+"""Variables named by ``*_env`` credential keys: conventional upper-case names only, so that a
+token pasted where its variable's name belongs is refused (and never echoed in a message)."""
+QUERY_PARAM_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,63}\Z")
+"""Query parameter names an HTTP recipe may send identity values in (FHIR allows ``:`` and ``.``
+modifiers, e.g. ``subject:Patient``)."""
+
 KIND_SQL = "sql"
 KIND_JSON_FILE = "json_file"
 KIND_SCREEN_DUMP = "screen_dump"
-RESERVED_KINDS = frozenset({"rest", "fhir"})
-"""Kinds SPEC R-W-6 names that this worker cannot read yet."""
+KIND_REST = "rest"
+KIND_FHIR = "fhir"
+HTTP_KINDS = frozenset({KIND_REST, KIND_FHIR})
+RESERVED_KINDS: frozenset[str] = frozenset()
+"""Kinds SPEC R-W-6 names that this worker cannot read yet (none left)."""
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
 MAX_TIMEOUT_SECONDS = 300.0
@@ -43,14 +55,21 @@ _CREDENTIAL_WORDS = (
     "api_key",
     "apikey",
     "private_key",
+    "authorization",
+    "bearer",
 )
+_ENV_REFERENCE_SUFFIX = "_env"
+"""A key ending in this names an environment variable (a reference, not a credential)."""
 _URL_KEYS = frozenset({"url", "uri", "connection_string", "conninfo"})
 
 _COMMON_KEYS = frozenset({"kind", "identity_fields", "timeout_seconds"})
+_HTTP_KEYS = frozenset({"kind", "identity_params", "timeout_seconds", "base_url_env", "token_env"})
 RECIPE_KEYS: Mapping[str, frozenset[str]] = {
     KIND_SQL: _COMMON_KEYS | {"database", "table", "id_column"},
     KIND_JSON_FILE: _COMMON_KEYS | {"path", "collection"},
     KIND_SCREEN_DUMP: _COMMON_KEYS | {"path", "collection"},
+    KIND_REST: _HTTP_KEYS | {"path", "collection"},
+    KIND_FHIR: _HTTP_KEYS | {"resource", "path"},
 }
 """The keys each readable kind accepts; anything else is refused, not ignored."""
 
@@ -122,12 +141,22 @@ def check_no_credentials(recipe: Mapping[str, Any]) -> None:
     """
     for key, value, where in _walk(recipe, ""):
         lowered = key.lower()
+        stem = lowered.removesuffix(_ENV_REFERENCE_SUFFIX)
+        if stem != lowered and stem and any(word in stem for word in _CREDENTIAL_WORDS):
+            # ``token_env`` names a variable. Its value must look like a variable name (upper
+            # case, see HTTP_ENV_NAME_PATTERN), so a pasted secret is refused, never echoed.
+            if not isinstance(value, str) or not HTTP_ENV_NAME_PATTERN.match(value):
+                raise ValidationError(
+                    f"oracle recipe key {where!r} must name an environment variable "
+                    "(upper-case letters, digits, underscores); recipes carry no credentials"
+                )
+            continue
         if any(word in lowered for word in _CREDENTIAL_WORDS) or lowered in _URL_KEYS:
             raise ValidationError(
                 f"oracle recipe key {where!r} looks like a credential; recipes carry no "
                 "credentials, name an environment variable with 'url_env' instead"
             )
-        if isinstance(value, str) and "://" in value:
+        if isinstance(value, str) and ("://" in value or value.lower().startswith("bearer ")):
             raise ValidationError(
                 f"oracle recipe value at {where!r} looks like a URL; recipes carry no "
                 "credentials, name an environment variable with 'url_env' instead"
@@ -157,21 +186,44 @@ def recipe_timeout(recipe: Mapping[str, Any]) -> float:
 
 
 def recipe_identity_fields(recipe: Mapping[str, Any]) -> dict[str, str]:
-    """The recipe's ``identity_fields``: contract identity key -> column/field name."""
-    raw = recipe.get("identity_fields")
+    """Contract identity key -> column/field name (``identity_fields``), or -> query parameter
+    name for the HTTP kinds (``identity_params``)."""
+    http = recipe.get("kind") in HTTP_KINDS
+    name = "identity_params" if http else "identity_fields"
+    raw = recipe.get(name)
     if not isinstance(raw, Mapping) or not raw:
-        raise ValidationError("oracle recipe identity_fields must be a non-empty JSON object")
+        raise ValidationError(f"oracle recipe {name} must be a non-empty JSON object")
     fields: dict[str, str] = {}
     for key, column in raw.items():
         if not isinstance(key, str) or not EFFECT_NAME_PATTERN.match(key):
-            raise ValidationError(f"oracle recipe identity_fields key {key!r} is not a valid name")
-        fields[key] = check_identifier(column, f"identity_fields.{key}")
+            raise ValidationError(f"oracle recipe {name} key {key!r} is not a valid name")
+        if http:
+            if not isinstance(column, str) or not QUERY_PARAM_PATTERN.match(column):
+                raise ValidationError(
+                    f"oracle recipe {name}.{key} must match {QUERY_PARAM_PATTERN.pattern}"
+                )
+            fields[key] = column
+        else:
+            fields[key] = check_identifier(column, f"{name}.{key}")
     return fields
 
 
+FHIR_RESOURCE_COLLECTIONS: Mapping[str, str] = {"Encounter": "encounters"}
+"""FHIR resource types the fhir reader maps to records, and the collection each one fills."""
+
+
 def recipe_collection(recipe: Mapping[str, Any]) -> str:
-    """The table (sql) or collection (json_file, screen_dump) the recipe reads."""
-    field = "table" if recipe.get("kind") == KIND_SQL else "collection"
+    """The table (sql), collection (json_file, screen_dump, rest) or the collection of the FHIR
+    resource (fhir) the recipe reads."""
+    kind = recipe.get("kind")
+    if kind == KIND_FHIR:
+        resource = recipe.get("resource")
+        if not isinstance(resource, str) or resource not in FHIR_RESOURCE_COLLECTIONS:
+            raise ValidationError(
+                f"oracle recipe resource must be one of {sorted(FHIR_RESOURCE_COLLECTIONS)}"
+            )
+        return FHIR_RESOURCE_COLLECTIONS[resource]
+    field = "table" if kind == KIND_SQL else "collection"
     return check_identifier(recipe.get(field), field)
 
 
@@ -234,6 +286,10 @@ def validate_recipe(recipe: Mapping[str, Any]) -> str:
         check_database_spec(recipe.get("database"))
         column = recipe.get("id_column", RECORD_ID_FIELD)
         check_identifier(column, "id_column")
+    elif kind in HTTP_KINDS:
+        from rewardseal_worker.oracles.http import check_http_recipe
+
+        check_http_recipe(recipe)
     else:
         check_relative_path(recipe.get("path"), "path")
     return kind
@@ -245,14 +301,18 @@ def make_reader(recipe: Mapping[str, Any], bundle_dir: Path) -> OracleReader:
     An environment variable named by ``url_env`` is read here, once.
 
     Raises:
-        ValidationError: for any recipe problem, a reserved kind ('rest', 'fhir'), or a missing
-            environment variable (named, its value never shown).
+        ValidationError: for any recipe problem or a missing environment variable (named, its
+            value never shown).
     """
     kind = validate_recipe(recipe)
     if kind == KIND_SQL:
         from rewardseal_worker.oracles.sql import SqlReader
 
         return SqlReader.from_recipe(recipe, bundle_dir, environ=os.environ)
+    if kind in HTTP_KINDS:
+        from rewardseal_worker.oracles.http import HttpReader
+
+        return HttpReader.from_recipe(recipe, environ=os.environ)
     from rewardseal_worker.oracles.files import JsonFileReader
 
     return JsonFileReader.from_recipe(recipe, bundle_dir)
