@@ -55,6 +55,7 @@ down:
 ## Benchmarks (not tests): results go to bench/results/*.json; see bench/README.md.
 bench: setup
 	$(PY) bench/worker_bench.py
+	$(PY) bench/stack_bench.py
 
 ## Re-pin requirements.lock from requirements.in (run after changing requirements.in).
 lock: setup
