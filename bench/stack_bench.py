@@ -19,7 +19,6 @@ Results go to bench/results/stack.json (medians and p99 in milliseconds, episode
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -49,6 +48,7 @@ from worker_bench import (  # noqa: E402
     Load,
     Worker,
     percentile,
+    run_bench,
     start_worker,
     summary,
 )
@@ -395,12 +395,4 @@ async def main(quick: bool) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="a quarter of the work")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    options = parser.parse_args()
-    report = asyncio.run(main(options.quick))
-    report["generated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    options.out.parent.mkdir(parents=True, exist_ok=True)
-    options.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+    run_bench(main, __doc__, RESULTS)

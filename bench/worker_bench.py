@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -297,13 +297,21 @@ async def main(quick: bool) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__)
+def run_bench(
+    bench: Callable[[bool], Awaitable[dict[str, Any]]], description: str | None, default_out: Path
+) -> None:
+    """The command line of a bench script: run ``bench`` (``--quick``: a quarter of the work),
+    stamp the report, write it to ``--out`` and print it."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="a quarter of the work")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=default_out)
     options = parser.parse_args()
-    report = asyncio.run(main(options.quick))
+    report = asyncio.run(bench(options.quick))
     report["generated_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     options.out.parent.mkdir(parents=True, exist_ok=True)
     options.out.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    run_bench(main, __doc__, RESULTS)

@@ -1,8 +1,10 @@
 """Serving plumbing shared by the rewardseal services (the worker and the control plane).
 
-Needs grpcio-health-checking (and grpcio-reflection when reflection is asked for): the ``serve``
-extra of the ``rewardseal`` distribution. Nothing else in the core package imports this module,
-so trainers never need those packages.
+:func:`start_grpc_server` needs grpcio-health-checking (and grpcio-reflection when reflection is
+asked for): the ``serve`` extra of the ``rewardseal`` distribution. Both are imported only when a
+server starts, so :func:`write_ready_file` and :func:`serve_until_signalled` serve services
+without that extra too (MockMed). Nothing else in the core package imports this module, so
+trainers never need those packages.
 
 What lives here, once:
 
@@ -25,12 +27,14 @@ import signal
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from rewardseal.client import message_size_options
+
+if TYPE_CHECKING:
+    from grpc_health.v1 import health
 
 __all__ = [
     "Hook",
@@ -86,6 +90,8 @@ async def start_grpc_server(
         on_start: run after the port is bound and before the server starts taking calls.
         on_stop: see :attr:`RunningServer.on_stop`.
     """
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
     server = grpc.aio.server(interceptors=list(interceptors), options=message_size_options())
     add_servicers(server)
     health_servicer = health.aio.HealthServicer()

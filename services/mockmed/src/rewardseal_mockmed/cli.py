@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from rewardseal.errors import RewardSealError, Unavailable
+from rewardseal.serving import write_ready_file
 from rewardseal_mockmed.settings import (
     ADMIN_TOKEN_ENV,
     DB_URL_ENV,
@@ -94,15 +93,6 @@ def banner_text(banner: Mapping[str, Any]) -> str:
     )
 
 
-def write_ready_file(path: Path, banner: Mapping[str, Any]) -> None:
-    """Write ``banner`` as JSON to ``path`` atomically (a reader never sees half a file)."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps(banner, indent=2, sort_keys=True) + "\n")
-    temporary.replace(path)
-
-
 async def _serve(args: argparse.Namespace, out: TextIO) -> int:
     from rewardseal_mockmed.server import MockMedServer
 
@@ -121,7 +111,8 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
         banner = server.banner()
         print(banner_text(banner), file=out, flush=True)
         if args.ready_file:
-            write_ready_file(args.ready_file, banner)
+            # Keys sorted, as this file has always been written (the banner is flat).
+            write_ready_file(args.ready_file, dict(sorted(banner.items())))
 
     server = MockMedServer(
         settings,

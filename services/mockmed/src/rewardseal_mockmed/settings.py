@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from rewardseal.errors import ValidationError
+from rewardseal.service_settings import MIN_TOKEN_LENGTH, load_or_create_token, read_token_file
 from rewardseal_mockmed.store import DEFAULT_SEED, MAX_SEED_ROWS
 
 __all__ = [
@@ -41,7 +41,6 @@ DEFAULT_DB_URL: Final = "sqlite:///mockmed.sqlite"
 """SQLite in the working directory (WAL)."""
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8792
-MIN_TOKEN_LENGTH: Final = 16
 
 
 @dataclass(frozen=True)
@@ -80,21 +79,6 @@ class MockMedSettings:
             raise ValidationError("the admin token and the client token must differ")
 
 
-def read_token_file(path: Path) -> str:
-    """The token in ``path``; refuses a file that group or others may read.
-
-    Raises:
-        FileNotFoundError: there is no such file.
-        ValidationError: the file is readable by others or holds no usable token.
-    """
-    if stat.S_IMODE(path.stat().st_mode) & 0o077:
-        raise ValidationError(f"{path} must not be readable by group or others (chmod 600)")
-    token = path.read_text(encoding="utf-8").strip()
-    if len(token) < MIN_TOKEN_LENGTH:
-        raise ValidationError(f"{path} holds no usable token")
-    return token
-
-
 def load_token(env: Mapping[str, str], env_name: str, path: Path | None) -> tuple[str | None, str]:
     """A token and where it came from: ``$env_name``, else the file ``path`` (made 0600 with a
     fresh token when missing), else ``(None, "")``."""
@@ -104,19 +88,7 @@ def load_token(env: Mapping[str, str], env_name: str, path: Path | None) -> tupl
     if path is None:
         return None, ""
     path = path.expanduser().resolve()
-    try:
-        return read_token_file(path), str(path)
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        # O_EXCL with 0600 from the first byte: never write through a planted file or symlink.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return read_token_file(path), str(path)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(secrets.token_urlsafe(32) + "\n")
-    return read_token_file(path), str(path)
+    return load_or_create_token(path), str(path)
 
 
 def resolve_settings(
