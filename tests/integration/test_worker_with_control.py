@@ -17,6 +17,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import json_format
 from support.mockmed_episodes import descriptor, write_triage
 from support.worker_stack import RunningStack, stop_stack
 
@@ -24,6 +25,7 @@ from rewardseal.client import AsyncWorkerClient
 from rewardseal.scoring import revocation_unknown_sentence
 from rewardseal.signing import TrustSet
 from rewardseal.v1 import control_service_pb2 as cpb
+from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -93,10 +95,6 @@ async def issue_certificate(control: ControlApp, data_dir: Path, digest: str) ->
     channel, stub = control_stub(control)
     bundle = data_dir / "contracts" / "mockmed"
     try:
-        from google.protobuf import json_format
-
-        from rewardseal.v1.contract_pb2 import RewardContract
-
         contract = json_format.Parse((bundle / "contract.json").read_text(), RewardContract())
         await stub.RegisterContract(
             cpb.RegisterContractRequest(contract=contract, reward_contract_digest=digest),

@@ -278,22 +278,20 @@ class ControlLink:
             )
             raise
         done: list[str] = []
-        refused: dict[str, str] = {}
         for item, result in zip(due, answer.results, strict=True):
             if result.recorded:
                 done.append(item.receipt_id)
-            else:
-                refused[item.receipt_id] = result.error.reason or "refused"
-        await asyncio.to_thread(self._store.outbox_done, done)
-        for receipt_id, reason in refused.items():
-            attempts = next(item.attempts for item in due if item.receipt_id == receipt_id)
-            _log.warning("control refused receipt %s: %s", receipt_id, reason)
+                continue
+            # A refusal is not a transport problem: retry it much later, and say why.
+            reason = result.error.reason or "refused"
+            _log.warning("control refused receipt %s: %s", item.receipt_id, reason)
             await asyncio.to_thread(
                 self._store.outbox_later,
-                [receipt_id],
+                [item.receipt_id],
                 error=f"control refused: {reason}",
                 now=self._clock(),
-                delay_seconds=backoff(attempts + 3),
+                delay_seconds=backoff(item.attempts + 3),
             )
+        await asyncio.to_thread(self._store.outbox_done, done)
         self.forwarded += len(done)
         return len(done)
