@@ -1,0 +1,234 @@
+"""Trainer-side rules shared by every adapter (SPEC §11).
+
+A batch of samples is scored into :class:`SampleResult` rows, one per sample, whatever happened
+to each (a verified receipt, a worker error, an unreachable worker): the metadata columns are
+therefore always aligned with the batch (R-T-3). :func:`fill_unscored` turns the per-sample
+scalars into trainer rewards without ever writing 0.0 for an unscored sample (R-T-1), and
+:func:`enforce_certified` stops a run that requires certified rewards (R-T-2).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rewardseal.client import ReceiptOrError, VerifiedReceipt
+from rewardseal.errors import (
+    CertificationRefused,
+    RewardSealError,
+    Unavailable,
+    ValidationError,
+)
+from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome
+
+__all__ = [
+    "DEVELOPMENT_ONLY",
+    "ERROR_OUTCOME",
+    "METADATA_COLUMNS",
+    "SampleResult",
+    "contiguous_groups",
+    "column",
+    "enforce_certified",
+    "fill_unscored",
+    "metadata_columns",
+    "mint_episode_id",
+    "sample_results",
+]
+
+ERROR_OUTCOME: Final = "ERROR"
+"""The outcome column of a sample that has no receipt (the worker refused it or was unreachable)."""
+DEVELOPMENT_ONLY: Final = "development_only"
+"""The scope column of a receipt that is not certified (or of every receipt when not required)."""
+METADATA_COLUMNS: Final = (
+    "reward_outcome",
+    "reward_certified",
+    "reward_calibration_scope",
+    "reward_certificate_state",
+    "reward_unscored",
+    "reward_episode_id",
+    "reward_error",
+)
+"""The per-sample metadata columns, in the order :func:`metadata_columns` returns them."""
+
+_OUTCOME_PREFIX = "REWARD_OUTCOME_"
+_STATE_PREFIX = "CERTIFICATE_STATE_"
+_SCOPE_PREFIX = "CALIBRATION_SCOPE_"
+
+
+def _enum_name(name: str, prefix: str) -> str:
+    return name[len(prefix) :] if name.startswith(prefix) else name
+
+
+@dataclass(frozen=True)
+class SampleResult:
+    """What one sample of a batch got: a verified receipt, or the error that stands in for one.
+
+    ``scalar`` is None for every sample without a reward: an unscored outcome
+    (RECONCILIATION_REQUIRED, FAILED_PLATFORM) and every error. It is never 0.0 for those.
+    """
+
+    episode_id: str
+    receipt: VerifiedReceipt | None
+    error: RewardSealError | None
+
+    @property
+    def scalar(self) -> float | None:
+        """The receipt's scalar, or None when there is none to pay."""
+        return None if self.receipt is None else self.receipt.scalar
+
+    @property
+    def unscored(self) -> bool:
+        """True when this sample must be dropped from its group, never paid 0.0."""
+        return self.scalar is None
+
+    @property
+    def outcome(self) -> str:
+        """``VERIFIED``, ``WRONG_EFFECT``, ... or ``ERROR`` when there is no receipt."""
+        if self.receipt is None:
+            return ERROR_OUTCOME
+        return _enum_name(RewardOutcome.Name(self.receipt.receipt.reward_outcome), _OUTCOME_PREFIX)
+
+    @property
+    def certified(self) -> bool:
+        """The receipt's own ``certified`` (False without a receipt)."""
+        return self.receipt is not None and self.receipt.receipt.certified
+
+    @property
+    def certificate_state(self) -> str:
+        """``CURRENT``, ``EXPIRED``, ``REVOKED``, ``ABSENT``, ... or ``""`` without a receipt."""
+        if self.receipt is None:
+            return ""
+        return _enum_name(
+            CertificateState.Name(self.receipt.receipt.certificate_state), _STATE_PREFIX
+        )
+
+    def scope(self, *, require_certified: bool) -> str:
+        """The calibration scope a certified receipt states, else ``development_only``.
+
+        With ``require_certified=False`` every receipt is logged as development only (R-T-2).
+        """
+        if self.receipt is None:
+            return ""
+        if not require_certified or not self.certified:
+            return DEVELOPMENT_ONLY
+        scope = self.receipt.receipt.calibration_scope
+        return _enum_name(CalibrationScope.Name(scope), _SCOPE_PREFIX).lower()
+
+    @property
+    def error_reason(self) -> str:
+        """The error's reason (``unavailable``, ``identity_busy``, ...), ``""`` with a receipt."""
+        return "" if self.error is None else self.error.reason
+
+
+def sample_results(
+    episode_ids: Sequence[str], answers: Sequence[ReceiptOrError | None]
+) -> list[SampleResult]:
+    """Pair each episode id with its answer; ``None`` (never asked) becomes an error row.
+
+    Raises ValidationError when the lengths differ: a misaligned batch is a bug, not an outcome.
+    """
+    if len(episode_ids) != len(answers):
+        raise ValidationError(
+            f"{len(answers)} answers for {len(episode_ids)} episodes: the batch is misaligned"
+        )
+    rows: list[SampleResult] = []
+    for episode_id, answer in zip(episode_ids, answers, strict=True):
+        if isinstance(answer, VerifiedReceipt):
+            rows.append(SampleResult(episode_id=episode_id, receipt=answer, error=None))
+        elif answer is None:
+            missing = Unavailable("no answer for this episode")
+            rows.append(SampleResult(episode_id=episode_id, receipt=None, error=missing))
+        else:
+            rows.append(SampleResult(episode_id=episode_id, receipt=None, error=answer))
+    return rows
+
+
+def contiguous_groups(count: int, group_size: int) -> list[int]:
+    """Group ids for a batch laid out as consecutive groups of ``group_size`` (TRL's layout)."""
+    if group_size < 1:
+        raise ValidationError(f"group size must be at least 1, got {group_size}")
+    if count % group_size:
+        raise ValidationError(
+            f"a batch of {count} samples is not a whole number of groups of {group_size}"
+        )
+    return [index // group_size for index in range(count)]
+
+
+def fill_unscored(
+    scalars: Sequence[float | None], groups: Sequence[Hashable]
+) -> list[float | None]:
+    """R-T-1: every unscored sample takes the mean of its group's scored samples.
+
+    Its advantage is then zero, so it adds no gradient. A group with no scored sample stays
+    all None: there is nothing to compare it with, and 0.0 would be a made-up reward.
+    """
+    if len(scalars) != len(groups):
+        raise ValidationError(f"{len(scalars)} scalars for {len(groups)} group ids")
+    scored: dict[Hashable, list[float]] = {}
+    for value, group in zip(scalars, groups, strict=True):
+        if value is not None:
+            scored.setdefault(group, []).append(value)
+    means = {group: sum(values) / len(values) for group, values in scored.items()}
+    return [
+        value if value is not None else means.get(group)
+        for value, group in zip(scalars, groups, strict=True)
+    ]
+
+
+def enforce_certified(rows: Sequence[SampleResult], *, require_certified: bool) -> None:
+    """R-T-2: with ``require_certified``, a scored receipt that is not certified stops the run.
+
+    Raises CertificationRefused naming the first offending episode, its certificate state and
+    the receipt's own refusal sentences. Unscored samples and errors carry no reward to certify.
+    """
+    if not require_certified:
+        return
+    for row in rows:
+        if row.receipt is None or row.unscored or row.certified:
+            continue
+        refusals = "; ".join(row.receipt.receipt.certification_refusals) or "no reason given"
+        raise CertificationRefused(
+            f"episode {row.episode_id!r} got a reward that is not certified "
+            f"(certificate {row.certificate_state or 'unknown'}): {refusals}"
+        )
+
+
+def metadata_columns(
+    rows: Sequence[SampleResult], *, require_certified: bool
+) -> dict[str, list[Any]]:
+    """R-T-3: one entry per sample in every column of :data:`METADATA_COLUMNS`."""
+    return {
+        "reward_outcome": [row.outcome for row in rows],
+        "reward_certified": [row.certified for row in rows],
+        "reward_calibration_scope": [
+            row.scope(require_certified=require_certified) for row in rows
+        ],
+        "reward_certificate_state": [row.certificate_state for row in rows],
+        "reward_unscored": [row.unscored for row in rows],
+        "reward_episode_id": [row.episode_id for row in rows],
+        "reward_error": [row.error_reason for row in rows],
+    }
+
+
+def mint_episode_id(prefix: str, step: int, index: int) -> str:
+    """R-T-4: a fresh episode id for one completion (a dataset column alone collides).
+
+    ``prefix`` is usually the dataset row's own id; the step, the position in the batch and 48
+    random bits make the id unique per completion, also across restarts of a run.
+    """
+    if step < 0 or index < 0:
+        raise ValidationError("step and index must not be negative")
+    return f"{prefix}.u{step}.c{index}.{secrets.token_hex(6)}"
+
+
+def column(kwargs: Mapping[str, Any], name: str, count: int) -> list[Any] | None:
+    """A per-sample column from a trainer's keyword arguments, checked for length (or None)."""
+    values = kwargs.get(name)
+    if values is None:
+        return None
+    values = list(values)
+    if len(values) != count:
+        raise ValidationError(f"column {name!r} has {len(values)} entries for {count} samples")
+    return values
