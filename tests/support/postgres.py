@@ -138,24 +138,8 @@ class PostgresServer:
             last_error: subprocess.CalledProcessError | None = None
             for _ in range(3):  # the free port can be taken between probing and binding
                 self.port = _free_port()
-                options = (
-                    f"-c listen_addresses=127.0.0.1 -p {self.port} "
-                    f"-c unix_socket_directories={self.root} -c max_connections=300"
-                )
                 try:
-                    self._run(
-                        str(self.bindir / "pg_ctl"),
-                        "-D",
-                        str(self.datadir),
-                        "-l",
-                        str(self.root / "server.log"),
-                        "-o",
-                        options,
-                        "-w",
-                        "-t",
-                        "60",
-                        "start",
-                    )
+                    self._pg_ctl_start()
                     return
                 except subprocess.CalledProcessError as exc:
                     last_error = exc
@@ -163,6 +147,36 @@ class PostgresServer:
         except BaseException:
             self._remove_root()
             raise
+
+    def pause(self) -> None:
+        """Stop the server process but keep its cluster, so that :meth:`resume` brings it back
+        on the same port with the same data (an outage, as a client sees it)."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server again after :meth:`pause` (same port, same data)."""
+        self._pg_ctl_start()
+
+    def _pg_ctl_start(self) -> None:
+        """Start the cluster's server on ``self.port`` and wait until it takes connections."""
+        assert self.root is not None, "server not started"
+        options = (
+            f"-c listen_addresses=127.0.0.1 -p {self.port} "
+            f"-c unix_socket_directories={self.root} -c max_connections=300"
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) and delete its directory."""
@@ -173,9 +187,7 @@ class PostgresServer:
         if self.root is None:
             return
         with contextlib.suppress(subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            self._run(
-                str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-m", "fast", "-w", "stop"
-            )
+            self.pause()
         self._remove_root()
 
     def _remove_root(self) -> None:

@@ -58,6 +58,21 @@ class RunningServer:
     on_stop: Hook | None = None
     """Run by :meth:`stop` after NOT_SERVING is set and before the server stops (for example
     to end streams that never end on their own, so that the stop need not wait for them)."""
+    service_names: tuple[str, ...] = ()
+    """The services the health service reports on (besides ``""``, the whole server)."""
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report SERVING or NOT_SERVING for the whole server and each of its services
+        (for example while a dependency the services cannot work without is down)."""
+        from grpc_health.v1 import health_pb2
+
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", *self.service_names):
+            await self.health.set(name, status)
 
     async def stop(self, grace: float | None = 1.0) -> None:
         """Mark NOT_SERVING, run ``on_stop``, then stop, letting in-flight calls finish within
@@ -90,7 +105,7 @@ async def start_grpc_server(
         on_start: run after the port is bound and before the server starts taking calls.
         on_stop: see :attr:`RunningServer.on_stop`.
     """
-    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from grpc_health.v1 import health, health_pb2_grpc
 
     server = grpc.aio.server(interceptors=list(interceptors), options=message_size_options())
     add_servicers(server)
@@ -106,9 +121,15 @@ async def start_grpc_server(
     if on_start is not None:
         await on_start()
     await server.start()
-    for name in ("", *service_names):
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return RunningServer(server=server, port=bound, health=health_servicer, on_stop=on_stop)
+    running = RunningServer(
+        server=server,
+        port=bound,
+        health=health_servicer,
+        on_stop=on_stop,
+        service_names=tuple(service_names),
+    )
+    await running.set_serving(True)
+    return running
 
 
 def write_ready_file(path: Path, banner: Mapping[str, Any]) -> None:

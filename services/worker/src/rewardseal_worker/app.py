@@ -11,6 +11,7 @@ from rewardseal.signing import SigningKey, TrustSet
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.engine import Scorer
+from rewardseal_worker.health_watch import StoreHealthWatch
 from rewardseal_worker.oracles.base import OracleReader, make_reader
 from rewardseal_worker.seed import SeedResult, seed_mockmed
 from rewardseal_worker.server import start_worker_server
@@ -31,6 +32,7 @@ class WorkerApp:
     running: RunningServer
     seeded: SeedResult | None
     control: ControlLink | None = None
+    health_watch: StoreHealthWatch | None = None
 
     @property
     def port(self) -> int:
@@ -55,6 +57,8 @@ class WorkerApp:
 
     async def stop(self) -> None:
         """Stop serving, then release the control link, the reader and the store."""
+        if self.health_watch is not None:
+            await self.health_watch.stop()
         await self.running.stop()
         if self.control is not None:
             await self.control.stop()
@@ -105,4 +109,6 @@ async def start_worker(
         port=settings.port,
         reflection=settings.reflection,
     )
-    return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control)
+    watch = StoreHealthWatch(store.ping, running, interval=settings.health_interval_seconds)
+    watch.start()
+    return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control, watch)

@@ -31,6 +31,8 @@ class WorkerSettings:
     calibration_trials: int = 300
     reflection: bool = False
     episode_ttl_seconds: float = 3600.0
+    health_interval_seconds: float = 5.0
+    """How often the store is probed to keep grpc.health.v1 truthful (see health_watch)."""
     control_target: str | None = None
     """host:port of the control plane; None runs the worker on its own."""
     control_token: str | None = None
@@ -97,10 +99,24 @@ def resolve_settings(
         calibration_trials=trials,
         reflection=reflection,
         episode_ttl_seconds=float(env.get(f"{ENV_PREFIX}EPISODE_TTL_SECONDS", 3600.0)),
+        health_interval_seconds=_positive(env, "HEALTH_INTERVAL_SECONDS", 5.0),
         control_target=control,
         control_token=control_token,
         control_admin_token=env.get(f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN") or None,
     )
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(f"{ENV_PREFIX}{name}")
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValidationError(f"{ENV_PREFIX}{name} must be a number, got {raw!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise ValidationError(f"{ENV_PREFIX}{name} must be a positive number, got {raw!r}")
+    return value
 
 
 def _env_path(env: Mapping[str, str], name: str) -> Path | None:
