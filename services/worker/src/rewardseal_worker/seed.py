@@ -7,9 +7,18 @@
     data_dir/contracts/mockmed/            tier-2 bundle (sql oracle) + certificate.json
                                            + calibration.json
     data_dir/contracts/mockmed-tier0/      tier-0 bundle (screen_dump oracle), no certificate
+    data_dir/contracts/mockmed-rest/       tier-2 bundle (rest oracle: MockMed's read API at the
+                                           URL in $MOCKMED_API_URL, bearer $MOCKMED_API_TOKEN)
+                                           + its own certificate.json + calibration.json
 
 Everything is synthetic: the background rows belong to invented patients, and no real patient
 data is involved anywhere.
+
+The rest bundle judges the same effects as the sql one but reads through MockMed's HTTP read
+API, so a fault on that API (MockMed's fault switch) is an oracle outage the worker reports as
+FAILED_PLATFORM. Its contract differs from the sql one only in its id, channel (API) and recipe
+digest; it is calibrated with the same generator seed and trial count and self-signed the same
+way (a calibration summary names one contract, so each bundle has its own).
 
 Seeding is idempotent. A second run (or a run on a copy of the directory at another path) keeps
 the database and its rows, the screen dump, the bundles and the certificate, so every digest and
@@ -43,11 +52,13 @@ from rewardseal import mockmed
 from rewardseal.calibration import epsilon_from_summary
 from rewardseal.certificates import satisfies, unmet
 from rewardseal.contract import contract_digest
+from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.synthetic import synthetic_note
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
+from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal_worker.bundle import (
     CALIBRATION_FILE,
     CERTIFICATE_FILE,
@@ -74,6 +85,10 @@ __all__ = [
     "DEFAULT_BACKGROUND_ROWS",
     "DEFAULT_SEED",
     "ENCOUNTERS_TABLE",
+    "REST_BUNDLE",
+    "REST_RECIPE",
+    "REST_TOKEN_ENV",
+    "REST_URL_ENV",
     "SCREEN_PATH",
     "TIER0_BUNDLE",
     "TIER2_BUNDLE",
@@ -81,6 +96,7 @@ __all__ = [
     "add_background_rows",
     "count_encounters",
     "create_database",
+    "rest_contract",
     "seed_mockmed",
     "show_on_screen",
     "write_encounter",
@@ -94,7 +110,23 @@ TIER2_BUNDLE: Final = Path("contracts") / "mockmed"
 """The tier-2 bundle directory, relative to the data directory."""
 TIER0_BUNDLE: Final = Path("contracts") / "mockmed-tier0"
 """The tier-0 bundle directory, relative to the data directory."""
+REST_BUNDLE: Final = Path("contracts") / "mockmed-rest"
+"""The tier-2 rest bundle directory (MockMed's HTTP read API), relative to the data directory."""
+REST_URL_ENV: Final = "MOCKMED_API_URL"
+"""The variable the rest recipe reads MockMed's base URL from (never stored in the bundle)."""
+REST_TOKEN_ENV: Final = "MOCKMED_API_TOKEN"
+"""The variable the rest recipe reads MockMed's client bearer token from."""
 ENCOUNTERS_TABLE: Final = "encounters"
+REST_RECIPE: Final[Mapping[str, Any]] = {
+    "kind": "rest",
+    "base_url_env": REST_URL_ENV,
+    "token_env": REST_TOKEN_ENV,
+    "path": "/api/encounters",
+    "collection": ENCOUNTERS_TABLE,
+    "identity_params": {mockmed.IDENTITY_KEY: "patient_id"},
+    "timeout_seconds": 2.0,
+}
+"""``GET $MOCKMED_API_URL/api/encounters?patient_id=P``: the rest oracle's read of MockMed."""
 DEFAULT_SEED: Final = 20261130
 DEFAULT_BACKGROUND_ROWS: Final = 200
 DEFAULT_NOTE: Final = "Synthetic triage: mild headache since morning; vitals stable."
@@ -130,10 +162,12 @@ class SeedResult:
 
     tier2_bundle_dir: Path
     tier0_bundle_dir: Path
+    rest_bundle_dir: Path
     database_path: Path
     screen_path: Path
     contract_digest: str
     tier0_contract_digest: str
+    rest_contract_digest: str
     certificate: RewardCertificate
     epsilon: float
     created: bool
@@ -394,22 +428,46 @@ def show_on_screen(
 # --------------------------------------------------------------------------------------------
 
 
-def _documents(tier: int) -> dict[str, Any]:
+_SQL: Final = "sql"
+_SCREEN: Final = "screen"
+_REST: Final = "rest"
+
+
+def rest_contract() -> RewardContract:
+    """The MockMed tier-2 contract read through MockMed's HTTP API (:data:`REST_RECIPE`).
+
+    The sql contract with its own id, the API channel and the rest recipe's digest.
+    """
+    contract = mockmed.mockmed_contract(tier=2)
+    contract.contract_id = "mockmed.triage-create.tier2-rest"
+    contract.oracle.channel = OracleChannel.ORACLE_CHANNEL_API
+    contract.oracle.oracle_recipe_digest = digest_json(dict(REST_RECIPE))
+    return contract
+
+
+def _documents(reader: str) -> dict[str, Any]:
+    """The bundle documents of the MockMed contract read by ``reader`` (sql, screen or rest)."""
+    contracts = {
+        _SQL: (lambda: mockmed.mockmed_contract(tier=2), mockmed.TIER2_RECIPE),
+        _SCREEN: (lambda: mockmed.mockmed_contract(tier=0), mockmed.TIER0_RECIPE),
+        _REST: (rest_contract, dict(REST_RECIPE)),
+    }
+    make_contract, recipe = contracts[reader]
     return {
-        "contract": mockmed.mockmed_contract(tier=tier),
+        "contract": make_contract(),
         "required_doc": mockmed.REQUIRED_EFFECTS,
         "forbidden_doc": mockmed.FORBIDDEN_EFFECTS,
-        "recipe_doc": mockmed.TIER2_RECIPE if tier == 2 else mockmed.TIER0_RECIPE,
+        "recipe_doc": recipe,
     }
 
 
-def _ensure_bundle(directory: Path, tier: int, trust: TrustSet) -> tuple[ContractBundle, bool]:
-    """Load the MockMed bundle of ``tier`` at ``directory``, writing missing files first.
+def _ensure_bundle(directory: Path, reader: str, trust: TrustSet) -> tuple[ContractBundle, bool]:
+    """Load the MockMed bundle read by ``reader`` at ``directory``, writing missing files first.
 
     Existing files are never replaced: write_bundle refuses any that differ, and a bundle that
     loads but holds another contract is refused here.
     """
-    docs = _documents(tier)
+    docs = _documents(reader)
     contract: RewardContract = docs["contract"]
     created = False
     if not all((directory / name).exists() for name in _CORE_FILES):
@@ -420,7 +478,7 @@ def _ensure_bundle(directory: Path, tier: int, trust: TrustSet) -> tuple[Contrac
     expected = contract_digest(contract)
     if bundle.contract_digest != expected:
         raise ValidationError(
-            f"{directory} holds contract {bundle.contract_digest}, not the MockMed tier-{tier} "
+            f"{directory} holds contract {bundle.contract_digest}, not the MockMed {reader} "
             f"contract {expected}; refusing to overwrite it"
         )
     return bundle, created
@@ -454,6 +512,45 @@ def _reused_certificate(bundle: ContractBundle) -> tuple[RewardCertificate, Cali
     return certificate, summary
 
 
+def _ensure_certificate(
+    bundle: ContractBundle,
+    reader: str,
+    key: SigningKey,
+    *,
+    seed: int,
+    trials: int,
+    progress: ProgressCallback | None,
+) -> tuple[ContractBundle, RewardCertificate, CalibrationSummary, bool]:
+    """``bundle`` with its certificate: the existing one (checked), else calibrate and sign.
+
+    Returns the (re)loaded bundle, its certificate, the calibration summary and whether this
+    call signed a certificate.
+    """
+    if bundle.certificate is not None:
+        certificate, summary = _reused_certificate(bundle)
+        return bundle, certificate, summary, False
+    result = calibrate(bundle, seed=seed, trials=trials, progress=progress)
+    summary = result.summary
+    calibration_doc = summary_to_json(summary)
+    if bundle.calibration is not None and dict(bundle.calibration) != calibration_doc:
+        # Left by an interrupted run with other parameters: not ours to replace.
+        raise ValidationError(
+            f"{bundle.path / CALIBRATION_FILE} exists without a certificate and differs from "
+            "this calibration; refusing to overwrite it"
+        )
+    if summary.checker_configuration_digest != checker_configuration_digest(bundle):
+        raise ValidationError("calibration ran with another checker configuration")
+    certificate = self_signed_certificate(bundle, summary, key)
+    write_bundle(
+        bundle.path,
+        **_documents(reader),
+        certificate=certificate,
+        calibration=calibration_doc,
+    )
+    reloaded = load_bundle(bundle.path, trust=TrustSet([key.public_key]))
+    return reloaded, certificate, summary, True
+
+
 def seed_mockmed(
     data_dir: Path,
     *,
@@ -466,9 +563,10 @@ def seed_mockmed(
     """Seed (or re-open) MockMed in ``data_dir`` and return where everything is.
 
     On first run: create the database with ``background_rows`` synthetic rows, the empty screen
-    dump, the tier-2 and tier-0 bundles, run ``trials`` calibration trials on the tier-2 bundle
-    (generator seed ``seed``), and self-sign a SYNTHETIC certificate with ``key`` that satisfies
-    the contract's certificate policy. Later runs reuse what exists (see the module docstring).
+    dump, the tier-2 (sql), tier-0 and rest bundles, run ``trials`` calibration trials on each
+    tier-2 bundle (generator seed ``seed``), and self-sign for each a SYNTHETIC certificate with
+    ``key`` that satisfies the contract's certificate policy. Later runs reuse what exists (see
+    the module docstring).
 
     Raises:
         ValidationError: an existing file differs from what seeding would write, the existing
@@ -483,41 +581,28 @@ def seed_mockmed(
     created = create_database(database_path, background_rows=background_rows, seed=seed)
     created = _create_screen(screen_path) or created
 
-    tier0, tier0_created = _ensure_bundle(data_dir / TIER0_BUNDLE, 0, trust)
-    tier2, tier2_created = _ensure_bundle(data_dir / TIER2_BUNDLE, 2, trust)
-    created = created or tier0_created or tier2_created
+    tier0, tier0_created = _ensure_bundle(data_dir / TIER0_BUNDLE, _SCREEN, trust)
+    tier2, tier2_created = _ensure_bundle(data_dir / TIER2_BUNDLE, _SQL, trust)
+    rest, rest_created = _ensure_bundle(data_dir / REST_BUNDLE, _REST, trust)
+    created = created or tier0_created or tier2_created or rest_created
 
-    if tier2.certificate is not None:
-        certificate, summary = _reused_certificate(tier2)
-    else:
-        result = calibrate(tier2, seed=seed, trials=trials, progress=progress)
-        summary = result.summary
-        calibration_doc = summary_to_json(summary)
-        if tier2.calibration is not None and dict(tier2.calibration) != calibration_doc:
-            # Left by an interrupted run with other parameters: not ours to replace.
-            raise ValidationError(
-                f"{tier2.path / CALIBRATION_FILE} exists without a certificate and differs from "
-                "this calibration; refusing to overwrite it"
-            )
-        if summary.checker_configuration_digest != checker_configuration_digest(tier2):
-            raise ValidationError("calibration ran with another checker configuration")
-        certificate = self_signed_certificate(tier2, summary, key)
-        write_bundle(
-            tier2.path,
-            **_documents(2),
-            certificate=certificate,
-            calibration=calibration_doc,
-        )
-        tier2 = load_bundle(tier2.path, trust=trust)
-        created = True
+    tier2, certificate, summary, tier2_signed = _ensure_certificate(
+        tier2, _SQL, key, seed=seed, trials=trials, progress=progress
+    )
+    rest, _, _, rest_signed = _ensure_certificate(
+        rest, _REST, key, seed=seed, trials=trials, progress=progress
+    )
+    created = created or tier2_signed or rest_signed
 
     return SeedResult(
         tier2_bundle_dir=tier2.path,
         tier0_bundle_dir=tier0.path,
+        rest_bundle_dir=rest.path,
         database_path=database_path.resolve(),
         screen_path=screen_path.resolve(),
         contract_digest=tier2.contract_digest,
         tier0_contract_digest=tier0.contract_digest,
+        rest_contract_digest=rest.contract_digest,
         certificate=certificate,
         epsilon=epsilon_from_summary(summary),
         created=created,
