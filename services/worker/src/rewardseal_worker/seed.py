@@ -447,14 +447,14 @@ def rest_contract() -> RewardContract:
 
 def _documents(reader: str) -> dict[str, Any]:
     """The bundle documents of the MockMed contract read by ``reader`` (sql, screen or rest)."""
-    contracts = {
-        _SQL: (lambda: mockmed.mockmed_contract(tier=2), mockmed.TIER2_RECIPE),
-        _SCREEN: (lambda: mockmed.mockmed_contract(tier=0), mockmed.TIER0_RECIPE),
-        _REST: (rest_contract, dict(REST_RECIPE)),
-    }
-    make_contract, recipe = contracts[reader]
+    if reader == _REST:
+        contract, recipe = rest_contract(), dict(REST_RECIPE)
+    elif reader == _SQL:
+        contract, recipe = mockmed.mockmed_contract(tier=2), mockmed.TIER2_RECIPE
+    else:
+        contract, recipe = mockmed.mockmed_contract(tier=0), mockmed.TIER0_RECIPE
     return {
-        "contract": make_contract(),
+        "contract": contract,
         "required_doc": mockmed.REQUIRED_EFFECTS,
         "forbidden_doc": mockmed.FORBIDDEN_EFFECTS,
         "recipe_doc": recipe,
