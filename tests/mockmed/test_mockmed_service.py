@@ -363,6 +363,22 @@ def test_a_claim_takes_the_write_fields_and_refuses_others(sqlite_mockmed: Runni
     assert refused.status_code == 422
 
 
+def test_a_draft_shows_the_filled_form_and_stores_nothing(sqlite_mockmed: RunningMockMed) -> None:
+    before = sqlite_mockmed.client.get("/screen.json").json()
+    shown = sqlite_mockmed.client.post("/ui/draft", json={"patient_id": "patient-mm-d", **TRIAGE})
+    assert shown.status_code == 200
+    assert shown.json() == {
+        "form": {"patient_id": "patient-mm-d", "priority": None, **TRIAGE},
+        "submitted": False,
+        "banner": None,
+    }
+    # Not stored, not shown as a saved row, no banner: only the form on screen.
+    assert listed(sqlite_mockmed, "patient-mm-d") == []
+    assert sqlite_mockmed.client.get("/screen.json").json() == before
+    refused = sqlite_mockmed.client.post("/ui/draft", json={"patient_id": "p", "extra": "x"})
+    assert refused.status_code == 422
+
+
 def test_the_screen_survives_a_restart_through_its_file(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'mockmed.sqlite'}"
     with running_mockmed(url, tmp_path) as first:
@@ -380,6 +396,7 @@ GUARDED = [
     ("GET", "/api/encounters?patient_id=patient-mm-auth", None),
     ("GET", "/fhir/Encounter?patient=patient-mm-auth", None),
     ("POST", "/ui/claim", {"patient_id": "patient-mm-auth"}),
+    ("POST", "/ui/draft", {"patient_id": "patient-mm-auth"}),
     ("GET", "/screen.json", None),
     ("GET", "/openapi.json", None),
     ("GET", "/admin/faults", None),

@@ -7,6 +7,8 @@
 ``GET  /fhir/Encounter?patient=P``        FHIR R4 searchset Bundle (client token)
 ``POST /ui/claim``                        show a saved banner and a row WITHOUT storing it:
                                           the banner lie (client token)
+``POST /ui/draft``                        show a filled-in form that was never submitted:
+                                          no write, no banner, no screen row (client token)
 ``GET  /screen.json``                     the screen dump (client token)
 ``GET  /admin/faults``, ``POST``          read or set the fault switch (admin token)
 ``GET  /healthz``                         ``{"status": "ok"}`` (open)
@@ -225,6 +227,15 @@ def create_app(
         """Show a saved banner and a row on screen without writing the store (the lie)."""
         row = await run_in_threadpool(claim, body.model_dump())
         return _json(201, {**row, "banner": SAVED_BANNER})
+
+    @app.post("/ui/draft")
+    async def show_draft(body: EncounterIn) -> JSONResponse:
+        """Show the form filled in but not submitted: nothing is stored and no banner shows.
+
+        The answer is the form as the UI displays it (``"submitted": false``). A reward that
+        judges the form on screen sees a complete encounter; the store has none.
+        """
+        return _json(200, {"form": body.model_dump(), "submitted": False, "banner": None})
 
     @app.get("/screen.json")
     async def screen_dump(patient_id: str | None = None) -> JSONResponse:
