@@ -1,0 +1,318 @@
+"""The verl batch reward manager against a real worker, without verl or torch (R-T-1..R-T-5).
+
+The worker serves a MockMed bundle whose contract keeps the DEFAULT scoring policy (VERIFIED
+1.0, WRONG_EFFECT -1.0): the seeded contract pays wrong effects 0.0, which would hide whether a
+fill or a penalty produced a number. Every episode is played like a rollout: BeginEpisode,
+rows written into the seeded SQLite system of record, then the manager scores the batch in one
+call. The manager's blocking client runs in a thread so the worker keeps serving on the loop.
+
+The helpers here are shared with tests/integrations/test_verl_real.py (real verl classes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.worker_stack import RunningStack, start_stack, stop_stack
+
+from rewardseal import mockmed
+from rewardseal.errors import CertificationRefused, ValidationError
+from rewardseal.trainers.groups import METADATA_COLUMNS
+from rewardseal.trainers.verl import (
+    CertifiedRewardManager,
+    ManagerSettings,
+    samples_from_batch,
+)
+from rewardseal.v1.contract_pb2 import ScoringPolicy
+from rewardseal_worker.bundle import load_bundle, write_bundle
+from rewardseal_worker.calibration import (
+    self_signed_certificate,
+    summary_from_json,
+    summary_to_json,
+)
+from rewardseal_worker.seed import TIER2_BUNDLE, write_encounter
+
+DEFAULT_SCORING_BUNDLE = "mockmed-default-scoring"
+CHECKPOINT = "policy.checkpoint.verl.0001"
+EXTRA_COLUMNS = ("reward_value", "reward_filled", "reward_group_unscored")
+
+
+def write_default_scoring_bundle(data_dir: Path, key: Any) -> Path:
+    """The seeded tier-2 MockMed bundle with the default scoring policy, self-certified.
+
+    The judge does not read the scoring policy (it is not in the checker configuration), so the
+    seeded calibration carries over: only the contract digest it names changes.
+    """
+    seeded = load_bundle(data_dir / TIER2_BUNDLE)
+    assert seeded.calibration is not None
+    contract = mockmed.mockmed_contract(tier=2)
+    contract.scoring_policy.CopyFrom(ScoringPolicy())
+    contract.contract_version = "1-default-scoring"
+    docs: dict[str, Any] = {
+        "contract": contract,
+        "required_doc": mockmed.REQUIRED_EFFECTS,
+        "forbidden_doc": mockmed.FORBIDDEN_EFFECTS,
+        "recipe_doc": mockmed.TIER2_RECIPE,
+    }
+    target = data_dir / "contracts" / DEFAULT_SCORING_BUNDLE
+    write_bundle(target, **docs)
+    bundle = load_bundle(target)
+    summary = summary_from_json(seeded.calibration)
+    summary.reward_contract_digest = bundle.contract_digest
+    certificate = self_signed_certificate(bundle, summary, key)
+    write_bundle(
+        target,
+        **docs,
+        certificate=certificate,
+        calibration=summary_to_json(summary),
+        overwrite=True,
+    )
+    return target
+
+
+async def start_default_scoring_stack(data_dir: Path) -> RunningStack:
+    """A worker over the default-scoring bundle written into ``data_dir``."""
+    probe = await start_stack(data_dir)
+    key = probe.app.key
+    await stop_stack(probe)
+    write_default_scoring_bundle(data_dir, key)
+    return await start_stack(data_dir, contract=DEFAULT_SCORING_BUNDLE)
+
+
+def manager_kwargs(stack: RunningStack, **overrides: Any) -> dict[str, Any]:
+    """verl ``reward_kwargs`` pointing at ``stack`` with its key pinned."""
+    kwargs: dict[str, Any] = {
+        "worker_target": stack.target,
+        "token": stack.token,
+        "worker_public_key": stack.app.key.public_key.hex(),
+        "reward_contract_digest": stack.digest,
+        "policy_checkpoint_id": CHECKPOINT,
+        "require_certified": True,
+        "timeout_seconds": 20.0,
+    }
+    kwargs.update(overrides)
+    return kwargs
+
+
+@dataclass(frozen=True)
+class Played:
+    """The verl columns of a played batch and the rewards it must get."""
+
+    extra_infos: list[dict[str, Any]]
+    uids: list[str]
+    expected: list[float]
+    unscored: list[bool]
+    group_unscored: list[bool]
+
+
+async def play_batch(stack: RunningStack, tag: str) -> Played:
+    """Play uid groups [VERIFIED, RECONCILIATION_REQUIRED | VERIFIED, WRONG_EFFECT] on MockMed.
+
+    The unscored sample of group a (a row written without a baseline read) takes its mate's
+    1.0; group b is paid as scored, 1.0 and the default -1.0.
+    """
+    plan = [("a", "verified"), ("a", "no-baseline"), ("b", "verified"), ("b", "duplicate")]
+    extra_infos: list[dict[str, Any]] = []
+    for index, (group, how) in enumerate(plan):
+        episode_id = f"episode.verl.{tag}.{group}.{index}"
+        patient = f"patient-verl-{tag}-{index}"
+        identity = {mockmed.IDENTITY_KEY: patient}
+        if how != "no-baseline":
+            await stack.client.begin(episode_id, stack.digest, identity)
+        write_encounter(stack.database, patient_id=patient, note="Follow-up in 2 weeks.")
+        if how == "duplicate":
+            write_encounter(stack.database, patient_id=patient, note="Follow-up in 2 weeks.")
+        extra_infos.append({"episode_id": episode_id, "oracle_identity": identity})
+    return Played(
+        extra_infos=extra_infos,
+        uids=[f"uid-{tag}-{group}" for group, _ in plan],
+        expected=[1.0, 1.0, 1.0, -1.0],
+        unscored=[False, True, False, False],
+        group_unscored=[False, False, False, False],
+    )
+
+
+def check_extra_info(extra_info: dict[str, list[Any]], played: Played) -> None:
+    """Every column has one entry per sample and says what happened to it (R-T-3)."""
+    assert set(extra_info) == set(METADATA_COLUMNS) | set(EXTRA_COLUMNS)
+    for name, values in extra_info.items():
+        assert len(values) == len(played.uids), name
+    assert extra_info["reward_value"] == played.expected
+    assert extra_info["reward_filled"] == played.unscored
+    assert extra_info["reward_unscored"] == played.unscored
+    assert extra_info["reward_group_unscored"] == played.group_unscored
+    assert extra_info["reward_episode_id"] == [info["episode_id"] for info in played.extra_infos]
+    assert extra_info["reward_outcome"] == [
+        "VERIFIED",
+        "RECONCILIATION_REQUIRED",
+        "VERIFIED",
+        "WRONG_EFFECT",
+    ]
+    # certified describes the reader and its bound, also for the unscored sample (R-SCORE-4).
+    assert extra_info["reward_certified"] == [True] * 4
+    assert extra_info["reward_calibration_scope"][0] == "synthetic"
+    assert extra_info["reward_error"] == ["", "", "", ""]
+
+
+@pytest.fixture
+async def stack(data_dir: Path) -> AsyncIterator[RunningStack]:
+    """A worker over the default-scoring MockMed bundle."""
+    running = await start_default_scoring_stack(data_dir)
+    yield running
+    await stop_stack(running)
+
+
+async def score_in_thread(
+    manager: CertifiedRewardManager, played: Played, meta_info: dict[str, Any]
+) -> Any:
+    try:
+        return await asyncio.to_thread(
+            manager.score_batch, played.extra_infos, played.uids, meta_info
+        )
+    finally:
+        manager.close()
+
+
+async def test_groups_get_filled_means_and_default_penalty(
+    stack: RunningStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VERL_TEST_WORKER_TOKEN", stack.token)
+    key_file = stack.data_dir / "worker.pub"
+    key_file.write_text(stack.app.key.public_key.hex() + "\n")
+    kwargs = manager_kwargs(stack, token_env="VERL_TEST_WORKER_TOKEN")
+    del kwargs["token"], kwargs["worker_public_key"]
+    kwargs["worker_public_key_file"] = str(key_file)
+    manager = CertifiedRewardManager(None, 0, None, **kwargs)
+    played = await play_batch(stack, "mean")
+    result = await score_in_thread(manager, played, {"global_steps": 3})
+    assert result.rewards == played.expected
+    check_extra_info(result.extra_info, played)
+    # The policy update came from verl's global_steps, and every receipt verified (R-T-5).
+    for row in result.rows:
+        assert row.receipt is not None
+        assert row.receipt.receipt.policy_update == 3
+        assert row.receipt.receipt.issuer_key_id == stack.app.key.key_id
+
+
+async def test_an_all_unscored_group_is_group_constant_and_flagged(stack: RunningStack) -> None:
+    manager = CertifiedRewardManager(None, 0, None, **manager_kwargs(stack, policy_update=7))
+    played = await play_batch(stack, "dark")
+    # Group c: a platform failure and a row without a baseline: nothing in it was scored.
+    for index, signal in ((4, "FAILED_PLATFORM"), (5, None)):
+        episode_id = f"episode.verl.dark.c.{index}"
+        identity = {mockmed.IDENTITY_KEY: f"patient-verl-dark-{index}"}
+        if signal is not None:
+            await stack.client.begin(episode_id, stack.digest, identity)
+        else:
+            write_encounter(stack.database, patient_id=identity[mockmed.IDENTITY_KEY])
+        info: dict[str, Any] = {"episode_id": episode_id, "oracle_identity": identity}
+        if signal is not None:
+            info["runtime_signal"] = signal
+        played.extra_infos.append(info)
+        played.uids.append("uid-dark-c")
+    result = await score_in_thread(manager, played, {})
+    assert result.rewards == [1.0, 1.0, 1.0, -1.0, 0.0, 0.0]
+    columns = result.extra_info
+    assert columns["reward_outcome"][4:] == ["FAILED_PLATFORM", "RECONCILIATION_REQUIRED"]
+    assert columns["reward_unscored"] == [False, True, False, False, True, True]
+    assert columns["reward_group_unscored"] == [False] * 4 + [True, True]
+    # No member differs from its mates: under GRPO/RLOO each advantage is exactly zero.
+    group_c = result.rewards[4:]
+    assert all(value - sum(group_c) / len(group_c) == 0.0 for value in group_c)
+    # The explicit policy_update stood in for the missing global_steps.
+    assert all(
+        row.receipt is not None and row.receipt.receipt.policy_update == 7 for row in result.rows
+    )
+
+
+async def test_require_certified_stops_on_an_expired_certificate(stack: RunningStack) -> None:
+    # The seeded certificate expires after 1000 policy updates: at 5000 it is not current.
+    manager = CertifiedRewardManager(None, 0, None, **manager_kwargs(stack))
+    played = await play_batch(stack, "expired")
+    with pytest.raises(CertificationRefused, match="EXPIRED"):
+        await score_in_thread(manager, played, {"global_steps": 5000})
+
+
+async def test_without_require_certified_every_receipt_is_development_only(
+    stack: RunningStack,
+) -> None:
+    manager = CertifiedRewardManager(
+        None, 0, None, **manager_kwargs(stack, require_certified=False)
+    )
+    played = await play_batch(stack, "dev")
+    result = await score_in_thread(manager, played, {"global_steps": 5000})
+    assert result.rewards == played.expected
+    assert result.extra_info["reward_certified"] == [False] * 4
+    assert result.extra_info["reward_calibration_scope"] == ["development_only"] * 4
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_unreachable_worker_pays_nothing_and_keeps_columns_aligned() -> None:
+    key = bytes(range(32))
+    manager = CertifiedRewardManager(
+        None,
+        0,
+        None,
+        worker_target=f"127.0.0.1:{free_port()}",
+        token="t",
+        worker_public_key=key.hex(),
+        reward_contract_digest="sha256:" + "0" * 64,
+        policy_checkpoint_id=CHECKPOINT,
+        timeout_seconds=2.0,
+    )
+    infos = [{"episode_id": f"episode.verl.gone.{index}"} for index in range(4)]
+    try:
+        result = manager.score_batch(infos, ["g0", "g0", "g1", "g1"], {"global_steps": 1})
+    finally:
+        manager.close()
+    columns = result.extra_info
+    assert all(len(values) == 4 for values in columns.values())
+    assert columns["reward_outcome"] == ["ERROR"] * 4
+    assert columns["reward_error"] == ["unavailable"] * 4
+    assert columns["reward_unscored"] == [True] * 4
+    assert columns["reward_group_unscored"] == [True] * 4
+    # Group-constant, so no advantage; no row carries a receipt or a scalar.
+    assert result.rewards == [0.0] * 4
+    assert all(row.scalar is None and row.receipt is None for row in result.rows)
+
+
+def test_repeated_episode_ids_are_refused_before_scoring() -> None:
+    # verl repeats a dataset row rollout.n times; its extra_info (and an id in it) comes along.
+    shared = {"episode_id": "episode.from.dataset.row.7"}
+    with pytest.raises(ValidationError, match="R-T-4") as caught:
+        samples_from_batch([shared, shared], ["uid-7", "uid-7"])
+    assert caught.value.reason == "duplicate_episode_id"
+    with pytest.raises(ValidationError, match="episode_id"):
+        samples_from_batch([{"oracle_identity": {}}], ["uid-8"])
+
+
+def test_settings_refuse_what_they_cannot_use() -> None:
+    base: dict[str, Any] = {
+        "worker_target": "127.0.0.1:1",
+        "token": "t",
+        "worker_public_key": "ab" * 32,
+        "reward_contract_digest": "sha256:" + "0" * 64,
+        "policy_checkpoint_id": CHECKPOINT,
+    }
+    assert ManagerSettings.from_reward_kwargs(base).require_certified
+    with pytest.raises(ValidationError, match="unknown reward_kwargs"):
+        ManagerSettings.from_reward_kwargs({**base, "endpoint_url": "x"})
+    with pytest.raises(ValidationError, match="32-byte"):
+        ManagerSettings.from_reward_kwargs({**base, "worker_public_key": "ab" * 8})
+    with pytest.raises(ValidationError, match="not set"):
+        ManagerSettings.from_reward_kwargs(
+            {**{k: v for k, v in base.items() if k != "token"}, "token_env": "NO_SUCH_VAR"},
+            env={},
+        )
