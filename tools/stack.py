@@ -36,11 +36,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from rewardseal import localstack
+from rewardseal.errors import Unavailable
+
 REPO: Final = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR: Final = REPO / ".run"
-BIN: Final = Path(sys.executable).parent
+BIN: Final = localstack.BIN
 """Where the console scripts are: the virtual environment ``make up`` runs this file with."""
-HOST: Final = "127.0.0.1"
+HOST: Final = localstack.HOST
 
 CONTROL: Final = "control"
 WORKER: Final = "worker"
@@ -56,9 +59,8 @@ OPTIONAL: Final = frozenset({MOCKMED})
 """Services ``up`` skips (with a note) when their console script is not installed."""
 
 START_TIMEOUT_SECONDS: Final[Mapping[str, float]] = {CONTROL: 60.0, WORKER: 300.0, MOCKMED: 60.0}
-STOP_TIMEOUT_SECONDS: Final = 20.0
-POLL_SECONDS: Final = 0.1
-INHERITED_PREFIXES: Final = ("REWARDSEAL_", "MOCKMED_")
+STOP_TIMEOUT_SECONDS: Final = localstack.STOP_TIMEOUT_SECONDS
+POLL_SECONDS: Final = localstack.POLL_SECONDS
 TOKEN_NAMES: Final = ("control_admin", "control", "worker", "mockmed", "mockmed_admin")
 CHECKPOINT: Final = "policy_checkpoint_mockmed_0"
 
@@ -193,12 +195,6 @@ def service_env(service: str, tokens: Mapping[str, str]) -> dict[str, str]:
     raise ValueError(f"unknown service {service!r}")
 
 
-def _base_env() -> dict[str, str]:
-    return {
-        name: value for name, value in os.environ.items() if not name.startswith(INHERITED_PREFIXES)
-    }
-
-
 def _write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` (0600) atomically."""
     temporary = path.with_name(f".{path.name}.tmp")
@@ -305,14 +301,6 @@ def _wait_gone(layout: Layout, service: str, pid: int) -> None:
         time.sleep(POLL_SECONDS)
 
 
-def _log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def start_service(
     layout: Layout, service: str, command: Sequence[str], env: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -320,39 +308,16 @@ def start_service(
     ready = layout.ready_file(service)
     ready.unlink(missing_ok=True)
     log_path = layout.log_file(service)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            list(command),
-            env={**_base_env(), **env},
-            cwd=layout.run_dir,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = localstack.spawn(
+        command, env, cwd=layout.run_dir, log_file=log_path, own_session=True
+    )
     layout.pid_file(service).write_text(f"{process.pid}\n")
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS[service]
-    while True:
-        if ready.exists():
-            try:
-                banner = json.loads(ready.read_text())
-            except ValueError:
-                banner = None
-            if isinstance(banner, dict):
-                return banner
-        code = process.poll()
-        if code is not None:
-            raise StackError(
-                f"{service} exited with status {code} while starting; the end of {log_path}:\n"
-                f"{_log_tail(log_path)}"
-            )
-        if time.monotonic() > deadline:
-            raise StackError(
-                f"{service} did not become ready within {START_TIMEOUT_SECONDS[service]:.0f} s; "
-                f"the end of {log_path}:\n{_log_tail(log_path)}"
-            )
-        time.sleep(POLL_SECONDS)
+    try:
+        return localstack.wait_ready(
+            process, service, ready, log_path, START_TIMEOUT_SECONDS[service]
+        )
+    except Unavailable as exc:
+        raise StackError(exc.message) from exc
 
 
 # ---------------------------------------------------------------------- health
