@@ -1,0 +1,172 @@
+"""Run the proof: start (or reach) MockMed and the tier-2 rest worker, play every trial.
+
+:func:`local_services` starts both as child processes in a directory of the caller's choice
+(free loopback ports, fresh tokens) and stops them when its ``with`` block ends. The worker
+serves the seeded ``contracts/mockmed-rest`` bundle: it reads the system of record through
+MockMed's HTTP read API, so MockMed's fault switch (``down``) is a real oracle outage while the
+UI still answers with its banner. :func:`run_trials` plays every condition ``trials`` times
+against any :class:`Services`, local or already running.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from rewardseal.client import WorkerClient, make_descriptor
+from rewardseal.errors import ValidationError
+from rewardseal.localstack import HOST, LocalServices, serve_command
+from rewardseal.mockmed import IDENTITY_KEY
+from rewardseal.proof.conditions import CONDITIONS, OUTAGE, MockMedUI, play
+from rewardseal.proof.rewards import TrialResult, certified_result, screen_result
+from rewardseal.signing import TrustSet
+
+__all__ = [
+    "MIN_TRIALS",
+    "REST_CONTRACT",
+    "Services",
+    "local_services",
+    "run_trial",
+    "run_trials",
+]
+
+MIN_TRIALS: Final = 3
+CHECKPOINT: Final = "policy_checkpoint_proof_0"
+REST_CONTRACT: Final = Path("contracts") / "mockmed-rest"
+"""The worker's seeded rest bundle, relative to its data directory (``--seed-mockmed``)."""
+MOCKMED_START_SECONDS: Final = 60.0
+WORKER_START_SECONDS: Final = 300.0
+FAULT_DOWN: Final = "down"
+FAULT_NONE: Final = "none"
+
+
+@dataclass(frozen=True)
+class Services:
+    """Where the proof reaches the tier-2 worker and MockMed, and with which credentials.
+
+    The worker must serve a tier-2 contract that reads MockMed through its HTTP API (the
+    seeded rest bundle), or the outage stages nothing. ``mockmed_admin_token`` sets the fault
+    switch.
+    """
+
+    worker_target: str
+    worker_token: str
+    worker_public_key: bytes
+    contract_digest: str
+    mockmed_url: str
+    mockmed_token: str
+    mockmed_admin_token: str
+
+
+@contextmanager
+def local_services(run_dir: Path) -> Iterator[Services]:
+    """MockMed and the seeded rest worker as child processes of this one, stopped on exit.
+
+    ``run_dir`` holds MockMed's database, the worker's data directory, ready files and logs.
+
+    Raises:
+        Unavailable: a service did not start (the message ends with its log).
+        ValidationError: the worker does not serve a tier-2 contract.
+    """
+    worker_token, mockmed_token, admin_token = (secrets.token_urlsafe(32) for _ in range(3))
+    worker_data = run_dir / "worker"
+    with LocalServices(run_dir) as local:
+        mockmed = local.start(
+            "mockmed",
+            serve_command(
+                "rewardseal-mockmed",
+                local.ready_file("mockmed"),
+                "--db-url",
+                f"sqlite:///{run_dir / 'mockmed.sqlite'}",
+            ),
+            {"MOCKMED_TOKEN": mockmed_token, "MOCKMED_ADMIN_TOKEN": admin_token},
+            MOCKMED_START_SECONDS,
+        )
+        mockmed_url = f"http://{HOST}:{mockmed['port']}"
+        worker = local.start(
+            "worker",
+            serve_command(
+                "rewardseal-worker",
+                local.ready_file("worker"),
+                "--seed-mockmed",
+                "--data-dir",
+                str(worker_data),
+                "--contract",
+                str(worker_data / REST_CONTRACT),
+            ),
+            {
+                "REWARDSEAL_WORKER_TOKEN": worker_token,
+                # The rest recipe names these variables; the bundle holds neither value.
+                "MOCKMED_API_URL": mockmed_url,
+                "MOCKMED_API_TOKEN": mockmed_token,
+            },
+            WORKER_START_SECONDS,
+        )
+        if worker.get("oracle_tier") != 2:
+            raise ValidationError(f"the worker serves tier {worker.get('oracle_tier')}, not 2")
+        yield Services(
+            worker_target=f"{HOST}:{worker['port']}",
+            worker_token=worker_token,
+            worker_public_key=bytes.fromhex(str(worker["public_key"])),
+            contract_digest=str(worker["contract_digest"]),
+            mockmed_url=mockmed_url,
+            mockmed_token=mockmed_token,
+            mockmed_admin_token=admin_token,
+        )
+
+
+def run_trial(
+    worker: WorkerClient, ui: MockMedUI, digest: str, condition: str, trial: int
+) -> tuple[TrialResult, TrialResult]:
+    """One trial of ``condition``: begin, act through MockMed, score both ways.
+
+    A fresh synthetic patient per trial. The screen reward reads the screen the episode ended
+    on; the worker scores the same episode (for the outage, with MockMed's read API down).
+    """
+    suffix = secrets.token_hex(6)
+    patient = f"patient-proof-{suffix}"
+    episode_id = f"proof-{condition.replace('_', '-')}-{trial}-{suffix}"
+    identity = {IDENTITY_KEY: patient}
+    worker.begin(episode_id, digest, identity)
+    screen = play(condition, patient, ui)
+    on_screen = screen_result(condition, trial, episode_id, screen)
+    descriptor = make_descriptor(
+        episode_id=episode_id,
+        policy_checkpoint_id=CHECKPOINT,
+        policy_update=0,
+        reward_contract_digest=digest,
+        oracle_identity=identity,
+    )
+    outage = condition == OUTAGE
+    if outage:
+        ui.set_fault(FAULT_DOWN)
+    try:
+        got = worker.score(descriptor)
+    finally:
+        if outage:
+            ui.set_fault(FAULT_NONE)
+    return on_screen, certified_result(condition, trial, got)
+
+
+def run_trials(services: Services, trials: int) -> list[TrialResult]:
+    """Every condition ``trials`` times (at least :data:`MIN_TRIALS`), both rewards each."""
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < MIN_TRIALS:
+        raise ValidationError(f"the proof needs at least {MIN_TRIALS} trials per condition")
+    ui = MockMedUI(services.mockmed_url, services.mockmed_token, services.mockmed_admin_token)
+    results: list[TrialResult] = []
+    try:
+        with WorkerClient(
+            services.worker_target,
+            token=services.worker_token,
+            trust=TrustSet([services.worker_public_key]),
+        ) as worker:
+            for condition in CONDITIONS:
+                for trial in range(1, trials + 1):
+                    results += run_trial(worker, ui, services.contract_digest, condition, trial)
+    finally:
+        ui.close()
+    return results
