@@ -1,0 +1,89 @@
+"""Evaluate the environment through verifiers' own eval runner against an OpenAI endpoint.
+
+:func:`evaluate_family` builds a verifiers ``EvalConfig`` (this environment, model
+``scripted/<family>``, the given base URL) and runs ``verifiers.v1.cli.eval.runner.run_eval``:
+the same path ``vf-eval`` takes, with no dashboard and no upload. Every rollout goes through the
+single-turn harness, the interception server, the OpenAI-compatible endpoint and the task's
+``@vf.reward``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from verifiers.v1.cli.eval.runner import run_eval
+from verifiers.v1.configs.cli.eval import EvalConfig
+
+from .environment import env_config
+from .scripted_policy import model_name
+from .tasks import STORES
+
+__all__ = ["API_KEY_VAR", "FamilyEval", "evaluate_family"]
+
+API_KEY_VAR = "SCRIPTED_POLICY_KEY"
+"""The environment variable the eval client reads its key from (unset sends a placeholder)."""
+
+
+@dataclass(frozen=True)
+class FamilyEval:
+    """The rollouts of one family: rewards, verdicts and rollout errors."""
+
+    family: str
+    rewards: tuple[float, ...]
+    verdicts: tuple[str, ...]
+    errors: tuple[str, ...]
+
+    @property
+    def mean_reward(self) -> float:
+        """The average reward (0.0 with no rollouts)."""
+        return sum(self.rewards) / len(self.rewards) if self.rewards else 0.0
+
+
+def _eval_config(
+    base_url: str, model: str, output_dir: Path, env: dict[str, Any], max_concurrent: int
+) -> EvalConfig:
+    """The eval config: no dashboard, no upload, results under ``output_dir``."""
+    config: EvalConfig = EvalConfig.model_validate(
+        {
+            "env": env,
+            "model": model,
+            "client": {"base_url": base_url, "api_key_var": API_KEY_VAR},
+            "rich": None,
+            "push": False,
+            "output_dir": str(output_dir),
+            "max_concurrent": max_concurrent,
+        }
+    )
+    return config
+
+
+def evaluate_family(
+    base_url: str,
+    family: str,
+    *,
+    num_tasks: int = 2,
+    seed: int = 0,
+    stores: Sequence[str] = STORES,
+    max_concurrent: int = 16,
+) -> FamilyEval:
+    """Run ``num_tasks`` gold tasks per store with model ``scripted/<family>`` at ``base_url``."""
+    env = env_config(num_tasks=num_tasks, seed=seed, stores=stores).model_dump(mode="json")
+    with tempfile.TemporaryDirectory(prefix="rewardseal-extradup-eval-") as scratch:
+        config = _eval_config(base_url, model_name(family), Path(scratch), env, max_concurrent)
+        episodes = asyncio.run(run_eval(config))
+    rewards: list[float] = []
+    verdicts: list[str] = []
+    errors: list[str] = []
+    for episode in episodes:
+        errors.extend(error.message for error in episode.errors)
+        for trace in episode.traces:
+            rewards.append(float(trace.reward))
+            certification = trace.info.get("certification") or {}
+            verdicts.append(str(certification.get("verdict", "UNSCORED")))
+            errors.extend(error.message for error in trace.errors)
+    return FamilyEval(family, tuple(rewards), tuple(verdicts), tuple(errors))
