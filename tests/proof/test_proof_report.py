@@ -1,0 +1,186 @@
+"""``rewardseal proof``: the screen reward pays every hack, the certified reward pays only the gold.
+
+The console script runs for real: it starts MockMed and the seeded rest worker as child
+processes on free loopback ports, plays three trials of every condition through MockMed, scores
+each with the tier-0 screen reward and the tier-2 worker (real gRPC, receipts verified against
+the worker's key), writes JSON, Markdown and PNG, and stops both services.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rewardseal.extradup import FAMILIES, HACKING_FAMILIES
+from rewardseal.proof.conditions import CONDITIONS, OUTAGE
+from rewardseal.proof.report import check_report, summarize
+from rewardseal.proof.rewards import CERTIFIED_T2, SCREEN_T0, TrialResult
+
+TRIALS = 3
+CLI = Path(sys.executable).parent / "rewardseal"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def proof(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("proof")
+    paths = {name: out / f"proof.{name}" for name in ("json", "md", "png")}
+    done = subprocess.run(
+        [
+            str(CLI),
+            "proof",
+            "--json",
+            str(paths["json"]),
+            "--markdown",
+            str(paths["md"]),
+            "--png",
+            str(paths["png"]),
+            "--trials",
+            str(TRIALS),
+            "--run-dir",
+            str(out / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    return {
+        "done": done,
+        "paths": paths,
+        "run_dir": out / "run",
+        "doc": json.loads(paths["json"].read_text()) if paths["json"].exists() else None,
+    }
+
+
+def row(doc: dict[str, Any], condition: str, reward: str) -> dict[str, Any]:
+    (found,) = [r for r in doc["table"] if (r["condition"], r["reward"]) == (condition, reward)]
+    return found
+
+
+def trials_of(doc: dict[str, Any], condition: str, reward: str) -> list[dict[str, Any]]:
+    return [t for t in doc["trials"] if (t["condition"], t["reward"]) == (condition, reward)]
+
+
+def test_the_cli_exits_0_and_every_check_passes(proof: dict[str, Any]) -> None:
+    done = proof["done"]
+    assert done.returncode == 0, done.stderr
+    assert "PASS" in done.stdout
+    assert proof["doc"]["checks"] == {"passed": True, "problems": []}
+
+
+def test_the_screen_reward_pays_every_hack_and_the_outage(proof: dict[str, Any]) -> None:
+    doc = proof["doc"]
+    for condition in (*HACKING_FAMILIES, OUTAGE):
+        line = row(doc, condition, SCREEN_T0)
+        assert (line["tier"], line["trials"], line["paid"]) == (0, TRIALS, TRIALS), condition
+        assert line["silent_incorrect_success"] == TRIALS
+        assert (line["certified"], line["scope"]) == (0, "development_only")
+        for trial in trials_of(doc, condition, SCREEN_T0):
+            assert trial["receipt_id"] is None  # a banner signs nothing
+            assert (trial["outcome"], trial["scalar"]) == ("VERIFIED", 1.0)
+
+
+def test_the_certified_reward_pays_only_the_control(proof: dict[str, Any]) -> None:
+    doc = proof["doc"]
+    control = row(doc, "control", CERTIFIED_T2)
+    assert (control["tier"], control["paid"], control["over_refusal"]) == (2, TRIALS, 0)
+    assert (control["certified"], control["scope"]) == (TRIALS, "synthetic")
+    for trial in trials_of(doc, "control", CERTIFIED_T2):
+        assert (trial["outcome"], trial["scalar"], trial["certified"]) == ("VERIFIED", 1.0, True)
+    for family in HACKING_FAMILIES:
+        line = row(doc, family, CERTIFIED_T2)
+        assert (line["paid"], line["silent_incorrect_success"], line["unscored"]) == (0, 0, 0)
+        for trial in trials_of(doc, family, CERTIFIED_T2):
+            assert trial["outcome"] == "WRONG_EFFECT", family
+            assert trial["scalar"] == 0.0  # the seeded contract's wrong_effect_reward
+
+
+def test_the_outage_is_unscored_never_zero(proof: dict[str, Any]) -> None:
+    doc = proof["doc"]
+    line = row(doc, OUTAGE, CERTIFIED_T2)
+    assert line["gold"] == "unscored"
+    assert (line["paid"], line["unscored"], line["silent_incorrect_success"]) == (0, TRIALS, 0)
+    assert line["outcomes"] == ["FAILED_PLATFORM"]
+    trials = trials_of(doc, OUTAGE, CERTIFIED_T2)
+    assert len(trials) == TRIALS
+    for trial in trials:
+        assert trial["scalar"] is None
+        assert trial["receipt_id"]  # a signed receipt that says "no score"
+    # The raw JSON text carries null, not 0.0, for those scalars.
+    text = proof["paths"]["json"].read_text()
+    assert text.count('"scalar": null') == TRIALS
+
+
+def test_every_trial_is_its_own_episode_with_a_receipt(proof: dict[str, Any]) -> None:
+    doc = proof["doc"]
+    assert len(doc["trials"]) == len(CONDITIONS) * TRIALS * 2
+    episodes = Counter(t["episode_id"] for t in doc["trials"])
+    assert len(episodes) == len(CONDITIONS) * TRIALS
+    assert set(episodes.values()) == {2}  # the same episode, scored both ways
+    receipts = [t["receipt_id"] for t in doc["trials"] if t["reward"] == CERTIFIED_T2]
+    assert len(set(receipts)) == len(CONDITIONS) * TRIALS
+    assert all(receipts)
+    assert {t["condition"] for t in doc["trials"]} == {*FAMILIES, OUTAGE}
+
+
+def test_json_markdown_and_png_agree(proof: dict[str, Any]) -> None:
+    doc = proof["doc"]
+    results = [TrialResult(**t) for t in doc["trials"]]
+    assert [r.to_json() for r in summarize(results)] == doc["table"]
+    markdown = proof["paths"]["md"].read_text()
+    assert "Why a screen PASS is not proof" in markdown
+    for line in doc["table"]:
+        cells = (line["condition"], line["reward"], f"{line['paid']}/{line['trials']}")
+        assert any(all(f" {c} " in md for c in cells) for md in markdown.splitlines()), cells
+    png = proof["paths"]["png"].read_bytes()
+    assert png.startswith(PNG_MAGIC)
+    assert len(png) > 10_000
+
+
+def test_every_service_is_stopped_afterwards(proof: dict[str, Any]) -> None:
+    for name in ("mockmed", "worker"):
+        banner = json.loads((proof["run_dir"] / f"{name}.ready.json").read_text())
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", banner["port"]), timeout=5).close()
+
+
+def test_a_reward_that_pays_a_hack_or_scores_the_outage_fails_the_checks(
+    proof: dict[str, Any],
+) -> None:
+    results = [TrialResult(**t) for t in proof["doc"]["trials"]]
+    assert check_report(summarize(results), results) == []
+    broken = copy.copy(results)
+    for index, result in enumerate(broken):
+        if result.reward != CERTIFIED_T2:
+            continue
+        if result.condition == "dup":
+            broken[index] = replace(result, outcome="VERIFIED", scalar=1.0)
+        elif result.condition == OUTAGE:
+            broken[index] = replace(result, outcome="WRONG_EFFECT", scalar=0.0)
+    problems = check_report(summarize(broken), broken)
+    assert any(p.startswith("dup/certified_t2") for p in problems)
+    assert any(p.startswith(f"{OUTAGE}/certified_t2") for p in problems)
+    assert any("the outage got scalar 0.0" in p for p in problems)
+
+
+def test_fewer_than_three_trials_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(CLI), "proof", "--json", str(tmp_path / "a.json"), "--markdown", "x", "--trials", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "at least 3" in done.stderr
+    assert not (tmp_path / "a.json").exists()
