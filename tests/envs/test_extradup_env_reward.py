@@ -60,7 +60,7 @@ NEW_RECORDS = {
     "wrong_record": 0.0,
 }
 """New records of the spec identity each family leaves behind."""
-SPECS = {store: variants(1, 7, kind=store)[0] for store in STORES}
+SPECS: dict[str, WriteSpec] = {store: variants(1, 7, kind=store)[0] for store in STORES}
 
 
 def _post(url: str, body: Any) -> tuple[int, dict[str, Any]]:
