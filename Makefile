@@ -10,6 +10,7 @@ SRC    := clients/python/src services/worker/src services/control/src services/m
 HAND   := $(SRC) tests tools bench deploy
 
 .PHONY: setup proto proto-check lint test demo up down status bench lock clean
+.PHONY: setup-integrations test-integrations lock-integrations
 
 setup: $(STAMP)
 
@@ -40,6 +41,14 @@ demo: setup
 	$(PY) -m rewardseal.demo
 	$(PY) tools/demo.py
 
+## The proof report: every ExtraDup family and an oracle outage, scored by a tier-0 screen reward
+## and the certified tier-2 worker side by side (MockMed + worker started and stopped for it).
+## Writes .run/proof/proof.{json,md,png} (git-ignored); exit 1 if a check fails. docs/proof.md.
+.PHONY: proof
+proof: setup
+	$(VENV)/bin/rewardseal proof --trials 3 --json .run/proof/proof.json \
+		--markdown .run/proof/proof.md --png .run/proof/proof.png
+
 ## The local stack for interactive use: control, the seeded worker and MockMed as background
 ## processes on free loopback ports (pid files, logs, data and stack.json in .run/). `up` prints
 ## how to call them; `down` stops them (data stays in .run/data); see tools/stack.py.
@@ -64,3 +73,31 @@ lock: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+## Trainer integrations (TRL, verl, verifiers on CPU torch) in their own, heavy virtual environment
+## (.venv-integrations, pinned by requirements-integrations.lock). `make test` leaves
+## tests/integrations out (pyproject addopts: --ignore=tests/integrations); this runs only them.
+IVENV  := .venv-integrations
+IPY    := $(IVENV)/bin/python
+ISTAMP := $(IVENV)/.setup-stamp
+# The verifiers environment package, installed when it is in the tree.
+IENVS  := $(patsubst %/pyproject.toml,%,$(wildcard clients/python/envs/*/pyproject.toml))
+IOFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled \
+	TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
+
+setup-integrations: $(ISTAMP)
+
+$(ISTAMP): requirements-integrations.lock $(addsuffix /pyproject.toml,$(DISTS) $(IENVS))
+	test -x $(IPY) || $(PYTHON) -m venv $(IVENV)
+	$(IPY) -m pip install --quiet --disable-pip-version-check -r requirements-integrations.lock
+	$(IPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation $(addprefix -e ,$(DISTS) $(IENVS))
+	touch $@
+
+test-integrations: setup-integrations
+	$(IOFFLINE) $(IPY) -m pytest tests/integrations -p no:cacheprovider
+
+## Re-pin requirements-integrations.lock from requirements-integrations.in.
+lock-integrations:
+	test -x $(IPY) || $(PYTHON) -m venv $(IVENV)
+	$(IPY) -m pip install --quiet --disable-pip-version-check -r requirements-integrations.in
+	$(IPY) -m pip freeze --all --exclude-editable --disable-pip-version-check | grep -v -e '^-e ' -e '^pip==' > requirements-integrations.lock
