@@ -9,7 +9,7 @@ carried a certified receipt, and the scope the numbers hold in.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from rewardseal.extradup import CONTROL
@@ -67,21 +67,7 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``paid_share`` included)."""
-        return {
-            "condition": self.condition,
-            "gold": self.gold,
-            "reward": self.reward,
-            "tier": self.tier,
-            "trials": self.trials,
-            "paid": self.paid,
-            "paid_share": self.paid_share,
-            "silent_incorrect_success": self.silent_incorrect_success,
-            "over_refusal": self.over_refusal,
-            "unscored": self.unscored,
-            "certified": self.certified,
-            "scope": self.scope,
-            "outcomes": list(self.outcomes),
-        }
+        return {**asdict(self), "paid_share": self.paid_share, "outcomes": list(self.outcomes)}
 
 
 def _row(condition: str, reward: str, trials: Sequence[TrialResult]) -> Row:

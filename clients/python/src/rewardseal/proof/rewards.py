@@ -14,7 +14,7 @@ system of record itself.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Final
 
 from rewardseal.client import VerifiedReceipt
@@ -68,18 +68,7 @@ class TrialResult:
 
     def to_json(self) -> dict[str, object]:
         """A JSON-ready dict of every field."""
-        return {
-            "condition": self.condition,
-            "reward": self.reward,
-            "trial": self.trial,
-            "episode_id": self.episode_id,
-            "tier": self.tier,
-            "outcome": self.outcome,
-            "scalar": self.scalar,
-            "certified": self.certified,
-            "scope": self.scope,
-            "receipt_id": self.receipt_id,
-        }
+        return asdict(self)
 
 
 def _outcome_name(outcome: RewardOutcome.ValueType) -> str:
