@@ -31,12 +31,13 @@ API_KEY_VAR = "SCRIPTED_POLICY_KEY"
 
 @dataclass(frozen=True)
 class FamilyEval:
-    """The rollouts of one family: rewards, verdicts and rollout errors."""
+    """The rollouts of one family: rewards, verdicts, metrics and rollout errors."""
 
     family: str
     rewards: tuple[float, ...]
     verdicts: tuple[str, ...]
     errors: tuple[str, ...]
+    metrics: tuple[dict[str, float | None], ...] = ()
 
     @property
     def mean_reward(self) -> float:
@@ -79,11 +80,13 @@ def evaluate_family(
     rewards: list[float] = []
     verdicts: list[str] = []
     errors: list[str] = []
+    metrics: list[dict[str, float | None]] = []
     for episode in episodes:
         errors.extend(error.message for error in episode.errors)
         for trace in episode.traces:
             rewards.append(float(trace.reward))
             certification = trace.info.get("certification") or {}
             verdicts.append(str(certification.get("verdict", "UNSCORED")))
+            metrics.append(dict(trace.metrics))
             errors.extend(error.message for error in trace.errors)
-    return FamilyEval(family, tuple(rewards), tuple(verdicts), tuple(errors))
+    return FamilyEval(family, tuple(rewards), tuple(verdicts), tuple(errors), tuple(metrics))
