@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
@@ -90,8 +91,22 @@ def _chat(base_url: str, family: str, spec: WriteSpec) -> tuple[int, dict[str, A
     )
 
 
+def _child_env() -> dict[str, str]:
+    """A child Python's environment: the package and the current PYTHONPATH, made absolute."""
+    env = dict(os.environ)
+    entries = [str(ENV_DIST), *env.get("PYTHONPATH", "").split(os.pathsep)]
+    env["PYTHONPATH"] = os.pathsep.join(str(Path(entry).resolve()) for entry in entries if entry)
+    return env
+
+
 def test_package_does_not_import_verifiers() -> None:
-    assert "verifiers" not in sys.modules
+    code = (
+        "import sys, rewardseal_mockmed_extradup, rewardseal_mockmed_extradup.certify, "
+        "rewardseal_mockmed_extradup.reward, rewardseal_mockmed_extradup.scripted_policy, "
+        "rewardseal_mockmed_extradup.tasks; "
+        "assert 'verifiers' not in sys.modules, 'verifiers was imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], env=_child_env(), check=True, timeout=60)
 
 
 def test_certify_corpus_counts_and_bound() -> None:
@@ -299,7 +314,7 @@ def test_scripted_server_command_writes_ready_file(tmp_path: Path) -> None:
             "--ready-file",
             str(ready),
         ],
-        cwd=ENV_DIST,
+        env=_child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
