@@ -12,6 +12,7 @@ The helpers here are shared with tests/integrations/test_verl_real.py (real verl
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -306,7 +307,13 @@ def test_settings_refuse_what_they_cannot_use() -> None:
         "reward_contract_digest": "sha256:" + "0" * 64,
         "policy_checkpoint_id": CHECKPOINT,
     }
-    assert ManagerSettings.from_reward_kwargs(base).require_certified
+    settings = ManagerSettings.from_reward_kwargs(base)
+    assert settings.require_certified
+    # The same key in standard and url-safe base64 pins the same key id.
+    raw = bytes.fromhex(base["worker_public_key"])
+    for text in (base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()):
+        pinned = ManagerSettings.from_reward_kwargs({**base, "worker_public_key": text})
+        assert pinned.trust.key_ids == settings.trust.key_ids
     with pytest.raises(ValidationError, match="unknown reward_kwargs"):
         ManagerSettings.from_reward_kwargs({**base, "endpoint_url": "x"})
     with pytest.raises(ValidationError, match="32-byte"):
