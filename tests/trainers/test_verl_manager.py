@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import importlib.util
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -23,11 +24,12 @@ import pytest
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal import mockmed
-from rewardseal.errors import CertificationRefused, ValidationError
+from rewardseal.errors import CertificationRefused, RewardSealError, ValidationError
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.trainers.verl import (
     CertifiedRewardManager,
     ManagerSettings,
+    register_with_verl,
     samples_from_batch,
 )
 from rewardseal.v1.contract_pb2 import ScoringPolicy
@@ -323,3 +325,11 @@ def test_settings_refuse_what_they_cannot_use() -> None:
             {**{k: v for k, v in base.items() if k != "token"}, "token_env": "NO_SUCH_VAR"},
             env={},
         )
+
+
+def test_register_without_verl_says_so() -> None:
+    if importlib.util.find_spec("verl") is not None:
+        pytest.skip("verl is installed here; tests/integrations/test_verl_real.py registers it")
+    with pytest.raises(RewardSealError, match="verl is not installed") as caught:
+        register_with_verl()
+    assert caught.value.reason == "verl_missing"
