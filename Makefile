@@ -5,8 +5,12 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.setup-stamp
-DISTS  := clients/python services/worker services/control services/mockmed
-SRC    := clients/python/src services/worker/src services/control/src services/mockmed/src
+# The verifiers environment is its own distribution; its verifiers-free modules (reward, corpus
+# certification, scripted policy) are tested in the main venv, the verifiers plugin in
+# tests/integrations.
+ENVDIST := clients/python/envs/rewardseal_mockmed_extradup
+DISTS  := clients/python services/worker services/control services/mockmed $(ENVDIST)
+SRC    := clients/python/src services/worker/src services/control/src services/mockmed/src $(ENVDIST)
 HAND   := $(SRC) tests tools bench deploy
 
 .PHONY: setup proto proto-check lint test demo up down status bench lock clean
@@ -14,7 +18,7 @@ HAND   := $(SRC) tests tools bench deploy
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock clients/python/pyproject.toml services/worker/pyproject.toml services/control/pyproject.toml services/mockmed/pyproject.toml
+$(STAMP): requirements.lock $(addsuffix /pyproject.toml,$(DISTS))
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation $(addprefix -e ,$(DISTS))
@@ -80,17 +84,15 @@ clean:
 IVENV  := .venv-integrations
 IPY    := $(IVENV)/bin/python
 ISTAMP := $(IVENV)/.setup-stamp
-# The verifiers environment package, installed when it is in the tree.
-IENVS  := $(patsubst %/pyproject.toml,%,$(wildcard clients/python/envs/*/pyproject.toml))
 IOFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled \
 	TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
 
 setup-integrations: $(ISTAMP)
 
-$(ISTAMP): requirements-integrations.lock $(addsuffix /pyproject.toml,$(DISTS) $(IENVS))
+$(ISTAMP): requirements-integrations.lock $(addsuffix /pyproject.toml,$(DISTS))
 	test -x $(IPY) || $(PYTHON) -m venv $(IVENV)
 	$(IPY) -m pip install --quiet --disable-pip-version-check -r requirements-integrations.lock
-	$(IPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation $(addprefix -e ,$(DISTS) $(IENVS))
+	$(IPY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation $(addprefix -e ,$(DISTS))
 	touch $@
 
 test-integrations: setup-integrations

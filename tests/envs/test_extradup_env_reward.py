@@ -6,9 +6,7 @@ that never import it (the verifiers plugin is tested in tests/integrations).
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -18,29 +16,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from rewardseal.calibration import clopper_pearson_upper
-from rewardseal.errors import CertificationRefused, ValidationError
-from rewardseal.extradup import FAMILIES, HACKING_FAMILIES, WriteSpec, scripted_completion, variants
-
-ENV_DIST = Path(__file__).resolve().parents[2] / "clients/python/envs/rewardseal_mockmed_extradup"
-if importlib.util.find_spec("rewardseal_mockmed_extradup") is None:
-    sys.path.insert(0, str(ENV_DIST))
-
-from rewardseal_mockmed_extradup import certify as certify_module  # noqa: E402
-from rewardseal_mockmed_extradup.certify import certify_corpus, self_test  # noqa: E402
-from rewardseal_mockmed_extradup.reward import (  # noqa: E402
+from rewardseal_mockmed_extradup import certify as certify_module
+from rewardseal_mockmed_extradup.certify import certify_corpus, self_test
+from rewardseal_mockmed_extradup.reward import (
     SCREEN_REFUSAL,
     certified_reward,
     certify_completion,
     refuse_screen_scoring,
 )
-from rewardseal_mockmed_extradup.scripted_policy import (  # noqa: E402
+from rewardseal_mockmed_extradup.scripted_policy import (
     GARBLED_ANSWER,
     ScriptedPolicyServer,
     model_name,
 )
-from rewardseal_mockmed_extradup.tasks import (  # noqa: E402
+from rewardseal_mockmed_extradup.tasks import (
     STORES,
     eval_rows,
     spec_from_json,
@@ -49,6 +38,10 @@ from rewardseal_mockmed_extradup.tasks import (  # noqa: E402
     spec_to_json,
     train_rows,
 )
+
+from rewardseal.calibration import clopper_pearson_upper
+from rewardseal.errors import CertificationRefused, ValidationError
+from rewardseal.extradup import FAMILIES, HACKING_FAMILIES, WriteSpec, scripted_completion, variants
 
 NEW_RECORDS = {
     "control": 1.0,
@@ -91,14 +84,6 @@ def _chat(base_url: str, family: str, spec: WriteSpec) -> tuple[int, dict[str, A
     )
 
 
-def _child_env() -> dict[str, str]:
-    """A child Python's environment: the package and the current PYTHONPATH, made absolute."""
-    env = dict(os.environ)
-    entries = [str(ENV_DIST), *env.get("PYTHONPATH", "").split(os.pathsep)]
-    env["PYTHONPATH"] = os.pathsep.join(str(Path(entry).resolve()) for entry in entries if entry)
-    return env
-
-
 def test_package_does_not_import_verifiers() -> None:
     code = (
         "import sys, rewardseal_mockmed_extradup, rewardseal_mockmed_extradup.certify, "
@@ -106,7 +91,7 @@ def test_package_does_not_import_verifiers() -> None:
         "rewardseal_mockmed_extradup.tasks; "
         "assert 'verifiers' not in sys.modules, 'verifiers was imported'"
     )
-    subprocess.run([sys.executable, "-c", code], env=_child_env(), check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_certify_corpus_counts_and_bound() -> None:
@@ -314,7 +299,6 @@ def test_scripted_server_command_writes_ready_file(tmp_path: Path) -> None:
             "--ready-file",
             str(ready),
         ],
-        env=_child_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )

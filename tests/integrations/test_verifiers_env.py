@@ -7,9 +7,7 @@ through verifiers' eval runner against the scripted OpenAI-compatible policy ser
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,13 +17,6 @@ from pathlib import Path
 import pytest
 
 vf = pytest.importorskip("verifiers.v1")
-
-from rewardseal.errors import ValidationError  # noqa: E402
-from rewardseal.extradup import CONTROL, FAMILIES, HACKING_FAMILIES  # noqa: E402
-
-ENV_DIST = Path(__file__).resolve().parents[2] / "clients/python/envs/rewardseal_mockmed_extradup"
-if importlib.util.find_spec("rewardseal_mockmed_extradup") is None:
-    sys.path.insert(0, str(ENV_DIST))
 
 from rewardseal_mockmed_extradup import ENV_ID, load_environment  # noqa: E402
 from rewardseal_mockmed_extradup.check_fails_closed import main as check_main  # noqa: E402
@@ -37,6 +28,9 @@ from rewardseal_mockmed_extradup.evaluation import evaluate_family  # noqa: E402
 from rewardseal_mockmed_extradup.reward import SCREEN_REFUSAL  # noqa: E402
 from rewardseal_mockmed_extradup.scripted_policy import ScriptedPolicyServer  # noqa: E402
 
+from rewardseal.errors import ValidationError  # noqa: E402
+from rewardseal.extradup import CONTROL, FAMILIES, HACKING_FAMILIES  # noqa: E402
+
 pytestmark = pytest.mark.slow
 
 
@@ -45,14 +39,6 @@ def base_url() -> Iterator[str]:
     """One scripted policy server for the module."""
     with ScriptedPolicyServer() as server:
         yield server.base_url
-
-
-def _subprocess_env() -> dict[str, str]:
-    """The environment for a child Python that must import the package."""
-    env = dict(os.environ)
-    if str(ENV_DIST) in sys.path:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ENV_DIST), env.get("PYTHONPATH")]))
-    return env
 
 
 def test_loads_by_id_through_the_verifiers_loader() -> None:
@@ -138,7 +124,6 @@ def test_check_fails_closed_command_fails_on_a_broken_server(tmp_path: Path) -> 
             "--garble",
             CONTROL,
         ],
-        env=_subprocess_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -158,7 +143,6 @@ def test_check_fails_closed_command_fails_on_a_broken_server(tmp_path: Path) -> 
                 "--num-tasks",
                 "1",
             ],
-            env=_subprocess_env(),
             capture_output=True,
             text=True,
             timeout=240,
