@@ -18,13 +18,12 @@ from support.mockmed_episodes import descriptor
 from support.mockmed_service import RunningMockMed, running_mockmed
 from worker.conftest import RunningStack, start_stack, stop_stack
 
-from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
-from rewardseal.mockmed import FORBIDDEN_EFFECTS, IDENTITY_KEY, REQUIRED_EFFECTS, mockmed_contract
+from rewardseal.mockmed import IDENTITY_KEY
 from rewardseal.v1.enums_pb2 import OracleChannel, RewardOutcome, Uncertainty
-from rewardseal_worker.bundle import write_bundle
 from rewardseal_worker.oracles import OracleUnavailable, make_reader, validate_recipe
 from rewardseal_worker.oracles.base import OracleReader
+from rewardseal_worker.seed import REST_BUNDLE, REST_TOKEN_ENV, REST_URL_ENV
 
 URL_ENV = "RS_TEST_MOCKMED_URL"
 TOKEN_ENV = "RS_TEST_MOCKMED_TOKEN"
@@ -247,34 +246,22 @@ def test_unusable_base_urls_are_refused_without_echo(
 # --------------------------------------------------------------------------------------------
 
 
-def write_rest_bundle(data_dir: Path) -> str:
-    contract = mockmed_contract()
-    contract.contract_id = "mockmed.triage-create.tier2-rest"
-    contract.oracle.channel = OracleChannel.ORACLE_CHANNEL_API
-    contract.oracle.oracle_recipe_digest = digest_json(REST_RECIPE)
-    write_bundle(
-        data_dir / "contracts" / "mockmed-rest",
-        contract=contract,
-        required_doc=REQUIRED_EFFECTS,
-        forbidden_doc=FORBIDDEN_EFFECTS,
-        recipe_doc=REST_RECIPE,
-    )
-    return "mockmed-rest"
-
-
 @pytest.fixture
 async def rest_stack(
     data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[RunningStack, RunningMockMed]]:
-    """MockMed over the seeded store and a worker that reads it over rest."""
+    """MockMed over the seeded store and a worker on the seeded rest bundle (reads it over HTTP)."""
     database = data_dir / "mockmed" / "mockmed.sqlite"
     with running_mockmed(f"sqlite:///{database}", tmp_path) as mockmed:
-        monkeypatch.setenv(URL_ENV, mockmed.url)
-        monkeypatch.setenv(TOKEN_ENV, mockmed.token)
-        stack = await start_stack(data_dir, contract=write_rest_bundle(data_dir))
+        monkeypatch.setenv(REST_URL_ENV, mockmed.url)
+        monkeypatch.setenv(REST_TOKEN_ENV, mockmed.token)
+        stack = await start_stack(data_dir, contract=REST_BUNDLE.name)
         try:
             assert stack.app.reader.kind == "rest"
             assert stack.app.bundle.tier == 2
+            assert stack.app.bundle.contract.oracle.channel == OracleChannel.ORACLE_CHANNEL_API
+            # The seeded rest bundle carries its own self-signed synthetic certificate.
+            assert stack.app.bundle.certificate is not None
             yield stack, mockmed
         finally:
             await stop_stack(stack)
