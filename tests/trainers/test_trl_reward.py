@@ -25,8 +25,8 @@ from support.mockmed_episodes import CHECKPOINT, write_triage
 from support.mockmed_service import RunningMockMed, running_mockmed
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.client import VerifiedReceipt, WorkerClient
-from rewardseal.errors import CertificationRefused, ValidationError
+from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
+from rewardseal.errors import CertificationRefused, Unauthenticated, ValidationError
 from rewardseal.extradup import CONTROL, mockmed_write_spec, scripted_completion
 from rewardseal.mockmed import IDENTITY_KEY
 from rewardseal.trainers.actors import MockMedActor, sandbox_identity
@@ -408,3 +408,33 @@ async def test_chat_completions_and_trl_naming(
         episode_id=["episode.trl.chat.0001"],
     )
     assert rewards == [1.0]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_actor_with_a_wrong_worker_token_raises_instead_of_filling(
+    kind: str, stack: RunningStack, mockmed: RunningMockMed
+) -> None:
+    # Every BeginEpisode would be refused: that is a setup bug, not a batch of unscored samples
+    # (which would quietly train on fills and Nones).
+    spec = mockmed_write_spec("patient-trl-bad-token")
+    with WorkerClient(stack.target, token="not-the-token", trust=stack.trust) as client:
+        function = reward_function(stack, client, 2, actor=MockMedActor(mockmed.url, mockmed.token))
+        wrong = AsyncWorkerClient(stack.target, token="not-the-token", trust=stack.trust)
+        kwargs: dict[str, Any] = {
+            "completions": [scripted_completion(CONTROL, spec)] * 2,
+            "oracle_identity": [{IDENTITY_KEY: "patient-trl-bad-token"}] * 2,
+        }
+
+        async def run() -> None:
+            if kind == "sync":
+                await call(kind, function, stack, **kwargs)
+            else:
+                kwargs.update(prompts=["p"] * 2, trainer_state=TrainerState())
+                await function.as_async(wrong)(**kwargs)
+
+        try:
+            with pytest.raises(Unauthenticated):
+                await run()
+        finally:
+            await wrong.close()
+    assert count_encounters(stack.database, patient_id="patient-trl-bad-token") == 0

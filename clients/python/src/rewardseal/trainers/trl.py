@@ -87,6 +87,12 @@ _SIGNAL_PREFIX: Final = "RUNTIME_SIGNAL_"
 # batch goes on. Any other whole-call failure (a wrong token, a wrong contract) is a setup bug that
 # would turn every reward into a fill, so it is raised.
 _TRANSIENT: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# A BeginEpisode refused for one sample (its identity is busy, malformed, ...) costs that sample
+# only; refused for the reasons below it would be refused for every sample: a setup bug, raised.
+_SETUP_CODES: Final = frozenset(
+    {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+)
+_SETUP_REASONS: Final = frozenset({"contract_mismatch"})
 
 
 def completion_text(completion: Any) -> str:
@@ -322,6 +328,12 @@ class CertifiedRewardFunction:
             batch.answers[index] = answer
 
     @staticmethod
+    def _record_refused_begin(batch: _Batch, index: int, error: RewardSealError) -> None:
+        if error.code in _SETUP_CODES or error.reason in _SETUP_REASONS:
+            raise error
+        batch.answers[index] = error
+
+    @staticmethod
     def _record_outage(batch: _Batch, chunk: Sequence[int], error: RewardSealError) -> None:
         if error.code not in _TRANSIENT:
             raise error
@@ -365,7 +377,7 @@ class CertifiedRewardFunction:
                         batch.identities[index] or {},
                     )
                 except RewardSealError as exc:
-                    batch.answers[index] = exc
+                    self._record_refused_begin(batch, index, exc)
                     continue
                 self._act(batch, index)
         for chunk in self._chunks(batch):
@@ -439,7 +451,7 @@ class AsyncCertifiedRewardFunction:
                 batch.identities[index] or {},
             )
         except RewardSealError as exc:
-            batch.answers[index] = exc
+            rules._record_refused_begin(batch, index, exc)
             return
         # The actor blocks (it talks HTTP with urllib); keep it off the event loop.
         await asyncio.to_thread(rules._act, batch, index)
