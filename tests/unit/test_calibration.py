@@ -11,7 +11,12 @@ from itertools import pairwise
 
 import pytest
 
-from rewardseal.calibration import METHOD, clopper_pearson_upper, epsilon_from_summary
+from rewardseal.calibration import (
+    METHOD,
+    clopper_pearson_upper,
+    delta_from_summary,
+    epsilon_from_summary,
+)
 from rewardseal.errors import ValidationError
 from rewardseal.v1.certificate_pb2 import CalibrationSummary
 
@@ -181,3 +186,13 @@ def test_epsilon_from_summary_refuses_another_method(method):
 def test_epsilon_from_summary_refuses_bad_counts(overrides):
     with pytest.raises(ValidationError):
         epsilon_from_summary(summary(**overrides))
+
+
+@pytest.mark.parametrize(
+    ("confidence", "delta"),
+    [(0.95, 0.05), (0.99, 0.01), (0.999, 0.001), (0.9, 0.1)],
+)
+def test_delta_from_summary_has_no_float_noise(confidence: float, delta: float) -> None:
+    # 1 - 0.95 == 0.050000000000000044: unrounded, a 0.05 delta would fail a 0.05 policy maximum.
+    assert 1.0 - 0.95 > 0.05  # the noise this removes
+    assert delta_from_summary(CalibrationSummary(confidence=confidence)) == delta

@@ -28,6 +28,15 @@ def clopper_pearson_upper(false_accepts: int, trials: int, delta: float = 0.05) 
     return float(beta.ppf(1.0 - delta, false_accepts + 1, trials - false_accepts))
 
 
+def delta_from_summary(summary: CalibrationSummary) -> float:
+    """The certificate's delta, ``1 - confidence``, without binary floating-point noise.
+
+    ``1 - 0.95`` is 0.050000000000000044 in binary floating point; rounded to 12 decimals it is
+    0.05, so a delta of 0.05 meets a contract policy whose maximum is 0.05.
+    """
+    return round(1.0 - summary.confidence, 12)
+
+
 def epsilon_from_summary(summary: CalibrationSummary) -> float:
     """Recompute epsilon from a summary's own counts and confidence; never trust a given one."""
     if summary.method != METHOD:

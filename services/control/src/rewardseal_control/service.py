@@ -26,7 +26,7 @@ from typing import Any, ParamSpec, TypeVar
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rewardseal.calibration import epsilon_from_summary
+from rewardseal.calibration import delta_from_summary, epsilon_from_summary
 from rewardseal.certificates import unmet
 from rewardseal.contract import contract_digest
 from rewardseal.errors import (
@@ -391,7 +391,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
 
         # R-CAL-4: epsilon from the counts, never from the request; delta from the confidence.
         epsilon = epsilon_from_summary(summary)
-        delta = round(1.0 - summary.confidence, 12)
+        delta = delta_from_summary(summary)
         if request.delta and not (
             math.isfinite(request.delta) and abs(request.delta - delta) <= DELTA_TOLERANCE
         ):

@@ -62,7 +62,12 @@ from google.protobuf import json_format
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rewardseal import extradup
-from rewardseal.calibration import METHOD, clopper_pearson_upper, epsilon_from_summary
+from rewardseal.calibration import (
+    METHOD,
+    clopper_pearson_upper,
+    delta_from_summary,
+    epsilon_from_summary,
+)
 from rewardseal.certificates import satisfies, unmet
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
@@ -913,9 +918,7 @@ def self_signed_certificate(
         raise ValidationError("the calibration summary names another calibration corpus")
     if summary.checker_configuration_digest != checker_configuration_digest(bundle):
         raise ValidationError("the calibration summary was made with another checker")
-    # 1 - 0.95 is 0.050000000000000044 in binary floating point: round away the noise so a
-    # delta of 0.05 meets a policy maximum of 0.05.
-    delta = round(1.0 - summary.confidence, 12)
+    delta = delta_from_summary(summary)
     stamp = Timestamp()
     stamp.FromDatetime((issued_at or datetime.now(UTC)).replace(microsecond=0))
     stem = contract.contract_id.split(".", 1)[0] or "contract"
