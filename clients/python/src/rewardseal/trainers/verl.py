@@ -70,6 +70,7 @@ from rewardseal.trainers.groups import (
     sample_results,
 )
 from rewardseal.v1.enums_pb2 import RuntimeSignal
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 
 __all__ = [
     "ALL_UNSCORED_GROUP_REWARD",
@@ -80,6 +81,9 @@ __all__ = [
     "ManagerSettings",
     "Sample",
     "batch_rewards",
+    "descriptor_for",
+    "fill_group_rewards",
+    "policy_update_from",
     "register_with_verl",
     "samples_from_batch",
     "score_samples",
@@ -275,6 +279,37 @@ def samples_from_batch(extra_infos: Sequence[Any], uids: Sequence[Any]) -> list[
     return samples
 
 
+def policy_update_from(meta_info: Mapping[str, Any], settings: ManagerSettings) -> int:
+    """``meta_info["global_steps"]`` when verl sets it, else the configured ``policy_update``.
+
+    Raises:
+        ValidationError: neither is there (the worker needs the policy update of every episode).
+    """
+    step = meta_info.get("global_steps")
+    if step is None:
+        step = settings.policy_update
+    if step is None:
+        raise ValidationError(
+            "no policy update: verl set no meta_info['global_steps'] and reward_kwargs "
+            "give no policy_update"
+        )
+    return int(step)
+
+
+def descriptor_for(
+    sample: Sample, settings: ManagerSettings, policy_update: int
+) -> EpisodeDescriptor:
+    """The descriptor of one sample: the run's checkpoint and contract, the sample's episode."""
+    return make_descriptor(
+        episode_id=sample.episode_id,
+        policy_checkpoint_id=settings.policy_checkpoint_id,
+        policy_update=policy_update,
+        reward_contract_digest=settings.reward_contract_digest,
+        oracle_identity=sample.oracle_identity,
+        runtime_signal=sample.runtime_signal,
+    )
+
+
 def score_samples(
     client: WorkerClient,
     samples: Sequence[Sample],
@@ -292,17 +327,7 @@ def score_samples(
     answers: list[ReceiptOrError | None] = []
     for start in range(0, len(samples), settings.max_batch):
         chunk = samples[start : start + settings.max_batch]
-        descriptors = [
-            make_descriptor(
-                episode_id=sample.episode_id,
-                policy_checkpoint_id=settings.policy_checkpoint_id,
-                policy_update=policy_update,
-                reward_contract_digest=settings.reward_contract_digest,
-                oracle_identity=sample.oracle_identity,
-                runtime_signal=sample.runtime_signal,
-            )
-            for sample in chunk
-        ]
+        descriptors = [descriptor_for(sample, settings, policy_update) for sample in chunk]
         try:
             got: list[ReceiptOrError] = client.score_many(descriptors)
         except Unavailable as exc:
@@ -323,6 +348,22 @@ class BatchRewards:
     extra_info: dict[str, list[Any]]
 
 
+def fill_group_rewards(
+    scalars: Sequence[float | None], groups: Sequence[Hashable]
+) -> tuple[list[float], list[bool]]:
+    """A number for every sample, never 0.0 for an unscored one on its own (R-T-1).
+
+    An unscored sample (None) takes the mean of its scored group-mates
+    (:func:`rewardseal.trainers.groups.fill_unscored`); a group with no scored member gets
+    :data:`ALL_UNSCORED_GROUP_REWARD` for every member (group-constant: zero advantage under a
+    group-relative estimator, see the module docstring). Returns the rewards and, per sample,
+    whether its whole group was unscored.
+    """
+    filled = fill_unscored(scalars, groups)
+    rewards = [ALL_UNSCORED_GROUP_REWARD if value is None else value for value in filled]
+    return rewards, [value is None for value in filled]
+
+
 def batch_rewards(
     rows: Sequence[SampleResult], groups: Sequence[Hashable], *, require_certified: bool
 ) -> BatchRewards:
@@ -339,12 +380,11 @@ def batch_rewards(
         CertificationRefused: with ``require_certified``, a scored receipt is not certified.
     """
     enforce_certified(rows, require_certified=require_certified)
-    filled = fill_unscored([row.scalar for row in rows], groups)
-    rewards = [ALL_UNSCORED_GROUP_REWARD if value is None else value for value in filled]
+    rewards, group_unscored = fill_group_rewards([row.scalar for row in rows], groups)
     extra_info = metadata_columns(rows, require_certified=require_certified)
     extra_info["reward_value"] = list(rewards)
     extra_info["reward_filled"] = [row.unscored for row in rows]
-    extra_info["reward_group_unscored"] = [value is None for value in filled]
+    extra_info["reward_group_unscored"] = group_unscored
     return BatchRewards(rows=list(rows), rewards=rewards, extra_info=extra_info)
 
 
@@ -416,15 +456,7 @@ class CertifiedRewardManager:
 
     def policy_update(self, meta_info: Mapping[str, Any]) -> int:
         """``meta_info["global_steps"]`` when verl sets it, else the configured policy_update."""
-        step = meta_info.get("global_steps")
-        if step is None:
-            step = self.settings.policy_update
-        if step is None:
-            raise ValidationError(
-                "no policy update: verl set no meta_info['global_steps'] and reward_kwargs "
-                "give no policy_update"
-            )
-        return int(step)
+        return policy_update_from(meta_info, self.settings)
 
     def score_batch(
         self, extra_infos: Sequence[Any], uids: Sequence[Any], meta_info: Mapping[str, Any]
