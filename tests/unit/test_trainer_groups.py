@@ -6,6 +6,7 @@ Receipts here are real: built, scored and signed by the same code the worker run
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from support.builders import (
     EXPIRY_UPDATES,
@@ -16,9 +17,19 @@ from support.builders import (
 )
 
 from rewardseal.client import VerifiedReceipt
-from rewardseal.errors import CertificationRefused, IdentityBusy, Unavailable, ValidationError
+from rewardseal.errors import (
+    CertificationRefused,
+    ContractMismatch,
+    IdentityBusy,
+    PermissionDenied,
+    RewardSealError,
+    Unauthenticated,
+    Unavailable,
+    ValidationError,
+)
 from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import build_receipt, open_receipt, seal_receipt
+from rewardseal.rpc_status import from_parts
 from rewardseal.signing import TrustSet
 from rewardseal.trainers.groups import (
     DEVELOPMENT_ONLY,
@@ -28,6 +39,8 @@ from rewardseal.trainers.groups import (
     contiguous_groups,
     enforce_certified,
     fill_unscored,
+    is_setup_error,
+    is_transient,
     metadata_columns,
     mint_episode_id,
     sample_results,
@@ -209,3 +222,26 @@ def test_column_checks_length() -> None:
     assert column({}, "episode_id", 2) is None
     with pytest.raises(ValidationError, match="has 1 entries for 2 samples"):
         column({"episode_id": ["a"]}, "episode_id", 2)
+
+
+@pytest.mark.parametrize(
+    ("error", "transient", "setup"),
+    [
+        pytest.param(Unavailable("worker down"), True, False, id="unavailable-is-an-outage"),
+        pytest.param(
+            from_parts(grpc.StatusCode.DEADLINE_EXCEEDED, "", "slow", {}),
+            True,
+            False,
+            id="deadline-is-an-outage",
+        ),
+        pytest.param(Unauthenticated("bad token"), False, True, id="bad-token-is-setup"),
+        pytest.param(PermissionDenied("trainer token"), False, True, id="no-permission-is-setup"),
+        pytest.param(ContractMismatch("other digest"), False, True, id="wrong-contract-is-setup"),
+        pytest.param(IdentityBusy("open episode"), False, False, id="busy-is-per-sample"),
+    ],
+)
+def test_error_classes_decide_unscore_or_stop(
+    error: RewardSealError, transient: bool, setup: bool
+) -> None:
+    assert is_transient(error) is transient
+    assert is_setup_error(error) is setup

@@ -14,6 +14,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import grpc
+
 from rewardseal.client import ReceiptOrError, VerifiedReceipt
 from rewardseal.errors import (
     CertificationRefused,
@@ -25,6 +27,8 @@ from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOu
 
 __all__ = [
     "DEVELOPMENT_ONLY",
+    "is_setup_error",
+    "is_transient",
     "ERROR_OUTCOME",
     "METADATA_COLUMNS",
     "SampleResult",
@@ -51,6 +55,17 @@ METADATA_COLUMNS: Final = (
     "reward_error",
 )
 """The per-sample metadata columns, in the order :func:`metadata_columns` returns them."""
+
+# A call failing with these codes is a passing outage: its samples are unscored, the run goes on.
+_TRANSIENT_CODES: Final = frozenset(
+    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+)
+# Refused for these, every sample would be refused alike: a setup bug, which must stop the run
+# rather than turn a whole batch into unscored samples.
+_SETUP_CODES: Final = frozenset(
+    {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
+)
+_SETUP_REASONS: Final = frozenset({"contract_mismatch"})
 
 _OUTCOME_PREFIX = "REWARD_OUTCOME_"
 _STATE_PREFIX = "CERTIFICATE_STATE_"
@@ -120,6 +135,16 @@ class SampleResult:
     def error_reason(self) -> str:
         """The error's reason (``unavailable``, ``identity_busy``, ...), ``""`` with a receipt."""
         return "" if self.error is None else self.error.reason
+
+
+def is_transient(error: RewardSealError) -> bool:
+    """True for a passing outage (worker unreachable, deadline exceeded): unscore, go on."""
+    return error.code in _TRANSIENT_CODES
+
+
+def is_setup_error(error: RewardSealError) -> bool:
+    """True for an error every sample would get (bad token, no permission, wrong contract)."""
+    return error.code in _SETUP_CODES or error.reason in _SETUP_REASONS
 
 
 def sample_results(

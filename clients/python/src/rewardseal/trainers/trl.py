@@ -50,8 +50,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import grpc
-
 from rewardseal.client import AsyncWorkerClient, ReceiptOrError, WorkerClient, make_descriptor
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.signing import TrustSet
@@ -61,6 +59,8 @@ from rewardseal.trainers.groups import (
     contiguous_groups,
     enforce_certified,
     fill_unscored,
+    is_setup_error,
+    is_transient,
     metadata_columns,
     mint_episode_id,
     sample_results,
@@ -83,16 +83,6 @@ UNSCORED_SHARE_METRIC: Final = "rewardseal/unscored_share"
 DEFAULT_MAX_BATCH: Final = 256
 _DEFAULT_PREFIX: Final = "trl-episode"
 _SIGNAL_PREFIX: Final = "RUNTIME_SIGNAL_"
-# A chunk that fails with these codes is a passing outage: its samples become error rows and the
-# batch goes on. Any other whole-call failure (a wrong token, a wrong contract) is a setup bug that
-# would turn every reward into a fill, so it is raised.
-_TRANSIENT: Final = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-# A BeginEpisode refused for one sample (its identity is busy, malformed, ...) costs that sample
-# only; refused for the reasons below it would be refused for every sample: a setup bug, raised.
-_SETUP_CODES: Final = frozenset(
-    {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-)
-_SETUP_REASONS: Final = frozenset({"contract_mismatch"})
 
 
 def completion_text(completion: Any) -> str:
@@ -329,13 +319,15 @@ class CertifiedRewardFunction:
 
     @staticmethod
     def _record_refused_begin(batch: _Batch, index: int, error: RewardSealError) -> None:
-        if error.code in _SETUP_CODES or error.reason in _SETUP_REASONS:
+        if is_setup_error(error):
             raise error
         batch.answers[index] = error
 
     @staticmethod
     def _record_outage(batch: _Batch, chunk: Sequence[int], error: RewardSealError) -> None:
-        if error.code not in _TRANSIENT:
+        # A whole call refused for anything but an outage (wrong token, wrong contract) is a
+        # setup bug that would turn every reward into a fill: raised.
+        if not is_transient(error):
             raise error
         for index in chunk:
             batch.answers[index] = error

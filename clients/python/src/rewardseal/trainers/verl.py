@@ -60,12 +60,13 @@ from rewardseal.client import (
     WorkerClient,
     make_descriptor,
 )
-from rewardseal.errors import RewardSealError, Unavailable, ValidationError
+from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.signing import TrustSet
 from rewardseal.trainers.groups import (
     SampleResult,
     enforce_certified,
     fill_unscored,
+    is_transient,
     metadata_columns,
     sample_results,
 )
@@ -319,10 +320,10 @@ def score_samples(
 ) -> list[SampleResult]:
     """Score every sample in batched ``ScoreEpisodes`` calls; one row per sample, in order.
 
-    A worker that stays unreachable (after the client's retries) turns its chunk into error
-    rows (reason ``unavailable``): nothing is paid for them and the columns stay aligned
-    (R-T-3). Any other failure of a whole call (bad token, wrong contract) is a configuration
-    error and is raised.
+    A worker that stays unreachable (after the client's retries) or misses the deadline turns
+    its chunk into error rows (reason ``unavailable`` / ``deadline_exceeded``): nothing is paid
+    for them and the columns stay aligned (R-T-3). Any other failure of a whole call (bad token,
+    wrong contract) is a configuration error and is raised.
     """
     answers: list[ReceiptOrError | None] = []
     for start in range(0, len(samples), settings.max_batch):
@@ -330,7 +331,9 @@ def score_samples(
         descriptors = [descriptor_for(sample, settings, policy_update) for sample in chunk]
         try:
             got: list[ReceiptOrError] = client.score_many(descriptors)
-        except Unavailable as exc:
+        except RewardSealError as exc:
+            if not is_transient(exc):
+                raise
             logger.warning("reward worker unavailable; %d samples unscored: %s", len(chunk), exc)
             got = [exc] * len(chunk)
         if len(got) != len(chunk):

@@ -55,11 +55,15 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
-import grpc
-
 from rewardseal.client import AsyncWorkerClient, VerifiedReceipt
 from rewardseal.errors import DuplicateEpisode, RewardSealError, ValidationError
-from rewardseal.trainers.groups import SampleResult, enforce_certified, metadata_columns
+from rewardseal.trainers.groups import (
+    SampleResult,
+    enforce_certified,
+    is_setup_error,
+    is_transient,
+    metadata_columns,
+)
 from rewardseal.trainers.verl import (
     DEFAULT_NAME,
     ManagerSettings,
@@ -89,16 +93,6 @@ LOOP_EXTRA_COLUMNS: Final = ("reward_receipt_id",)
 """Columns ``run_single`` adds to :data:`rewardseal.trainers.groups.METADATA_COLUMNS`."""
 CLASS_NAME: Final = "CertifiedRewardLoopManager"
 """The class name (``reward.reward_manager.name`` with ``source=importlib``)."""
-
-# A call failing with these codes is a passing outage: the sample is unscored, the run goes on.
-_TRANSIENT_CODES: Final = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-)
-# Refused for these it would be refused for every sample: a setup bug, raised.
-_SETUP_CODES: Final = frozenset(
-    {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-)
-_SETUP_REASONS: Final = frozenset({"contract_mismatch"})
 
 
 def _missing_verl(exc: ImportError) -> RewardSealError:
@@ -284,9 +278,9 @@ class LoopScorer:
 
     @staticmethod
     def _error_row(sample: Sample, error: RewardSealError) -> SampleResult:
-        if error.code in _SETUP_CODES or error.reason in _SETUP_REASONS:
+        if is_setup_error(error):
             raise error
-        if error.code in _TRANSIENT_CODES:
+        if is_transient(error):
             logger.warning(
                 "reward worker unreachable; episode %s unscored: %s", sample.episode_id, error
             )
