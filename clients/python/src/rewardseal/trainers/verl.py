@@ -18,10 +18,11 @@ What verl 0.9.1 offers (read from the installed wheel, paths under ``verl/``):
   resolves a class from ``experimental/reward_loop/reward_manager/registry.py`` (a separate
   registry of ``RewardManagerBase``), built by ``trainer/ppo/reward.py:load_reward_manager`` as
   ``cls(config=..., tokenizer=..., compute_score=..., **reward_kwargs)``, and each
-  ``RewardLoopWorker`` calls ``run_single`` on ONE sample at a time. A per-sample hook can't
-  fill an unscored sample from its group-mates, so this module implements the batch interface
-  (``AbstractRewardManager``) and registers it in ``workers/reward_manager``'s registry, the one
-  a batch caller looks classes up in (verl <= 0.6 trainers, custom loops, offline scoring).
+  ``RewardLoopWorker`` calls ``run_single`` on ONE sample at a time. This module implements the
+  batch interface (``AbstractRewardManager``) and registers it in ``workers/reward_manager``'s
+  registry, the one a batch caller looks classes up in (verl <= 0.6 trainers, custom loops,
+  offline scoring); :mod:`rewardseal.trainers.verl_loop` serves the reward loop, filling from
+  the uid group in its batch-level ``assemble_rm_scores`` hook.
 
 Per call, :class:`CertifiedRewardManager` sends one episode per sample in ONE batched
 ``ScoreEpisodes`` call (chunked above ``max_batch``), verifies every receipt against the pinned
