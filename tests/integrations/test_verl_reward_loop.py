@@ -23,15 +23,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from integrations.test_verl_real import RESPONSE_LENGTHS, verl_batch
-from support.worker_stack import RunningStack, stop_stack
-from trainers.test_verl_manager import (
+from support.verl_episodes import (
     Played,
     free_port,
     manager_kwargs,
     play_batch,
     start_default_scoring_stack,
 )
+from support.worker_stack import RunningStack, stop_stack
 
 from rewardseal.client import AsyncWorkerClient
 from rewardseal.errors import CertificationRefused, ValidationError
@@ -48,6 +47,7 @@ verl = pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
+from support.verl_batches import RESPONSE_LENGTHS, verl_batch  # noqa: E402
 from verl.experimental.reward_loop import reward_loop as verl_reward_loop  # noqa: E402
 from verl.experimental.reward_loop.reward_loop import (  # noqa: E402
     RewardLoopManager,
