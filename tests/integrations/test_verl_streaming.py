@@ -437,3 +437,37 @@ def test_the_fqn_loads_with_verls_loader(base_config: DictConfig) -> None:
     with pytest.raises(RewardSealError, match="use_v1") as caught:
         cls(config=v1, llm_client=StubLLM())
     assert caught.value.reason == "verl_v1_trainer"
+
+
+async def test_a_repeated_episode_id_is_refused_before_the_rollout(
+    base_config: DictConfig,
+) -> None:
+    # verl's repeat copies the prompt's extra_info to its rollout.n samples: every run_single
+    # would take the copy for a re-score and pay the first receipt twice (R-T-4).
+    config = streaming_config(base_config, {}, 2)
+    played = Played(
+        extra_infos=[{"episode_id": "episode.dup.0"}] * 2 + [{"episode_id": "episode.dup.1"}] * 2,
+        uids=["uid-dup-a", "uid-dup-a", "uid-dup-b", "uid-dup-b"],
+        expected=[],
+        unscored=[],
+        group_unscored=[],
+    )
+    _, gen_batch = trainer_batches(played)
+    calls: list[int] = []
+
+    async def generate(chunk: Any) -> Any:
+        calls.append(len(chunk))
+        raise AssertionError("the rollout ran")
+
+    manager = build_manager(agent_loop_manager_class(), agent_loop_worker_class(), config, None)
+    manager.agent_loop_workers = [
+        SimpleNamespace(generate_sequences=SimpleNamespace(remote=generate))
+    ]
+    with pytest.raises(ValidationError, match="R-T-4") as caught:
+        await manager.generate_sequences(gen_batch)
+    assert caught.value.reason == "duplicate_episode_id"
+    assert calls == []
+    # A validation batch is padded with copies of its first rows by verl itself: not refused.
+    gen_batch.meta_info["validate"] = True
+    with pytest.raises(AssertionError, match="the rollout ran"):
+        await manager.generate_sequences(gen_batch)

@@ -33,8 +33,10 @@ What verl 0.9.1 does (read from the installed wheel, paths under ``verl/``):
   None for an unscored sample, so every chunk gets ``rm_scores`` (NaN on that sample's reward
   token) and the per-sample ``reward_extra_info`` columns ``run_single`` produced
   (``reward_unscored``, ``reward_error``...) stay as they are;
-* its ``generate_sequences`` awaits verl's and then replaces each NaN reward token by the mean
-  of the scored samples of the same uid, across chunks, or by
+* its ``generate_sequences`` refuses a training batch in which an episode id repeats (R-T-4,
+  :func:`rewardseal.trainers.verl_loop.check_episode_ids`: in this mode no
+  ``assemble_rm_scores`` sees the whole batch), awaits verl's and then replaces each NaN
+  reward token by the mean of the scored samples of the same uid, across chunks, or by
   :data:`rewardseal.trainers.verl.ALL_UNSCORED_GROUP_REWARD` when the whole group is unscored
   (R-T-1, :func:`rewardseal.trainers.verl_loop.fill_loop_scores`). No NaN is left.
 
@@ -51,7 +53,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.trainers.verl_loop import fill_loop_scores
+from rewardseal.trainers.verl_loop import check_episode_ids, fill_loop_scores
 
 __all__ = [
     "MANAGER_CLASS_NAME",
@@ -269,7 +271,18 @@ def agent_loop_manager_class() -> type[Any]:
         # ``@auto_await`` here keeps the trainer's plain synchronous call working.
         @auto_await  # type: ignore[untyped-decorator]
         async def generate_sequences(self, prompts: Any) -> Any:
-            """verl's ``generate_sequences``, then each NaN reward filled from its uid group."""
+            """verl's ``generate_sequences``, then each NaN reward filled from its uid group.
+
+            A training batch in which an episode id repeats is refused first (R-T-4: each
+            ``run_single`` sees one sample and takes a repeat for a re-score); a validation
+            batch is not checked (``_validate`` pads it with copies of its first rows).
+
+            Raises:
+                ValidationError: (reason ``duplicate_episode_id``) an episode id repeats.
+            """
+            columns = prompts.non_tensor_batch
+            if "extra_info" in columns and not (prompts.meta_info or {}).get("validate", False):
+                check_episode_ids(list(columns["extra_info"]))
             output = await super().generate_sequences(prompts)
             return fill_streamed_rewards(output, prompts.non_tensor_batch.get("uid"))
 
