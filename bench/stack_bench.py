@@ -85,12 +85,15 @@ REPLICAS = 3
 
 
 def write_rest_bundle(data_dir: Path) -> Path:
-    """A tier-2 API-channel MockMed bundle whose recipe is ``rest``; return its directory."""
+    """A tier-2 API-channel MockMed bundle whose recipe is ``rest``; return its directory.
+
+    Not the seeded ``contracts/mockmed-rest``: this recipe's read timeout is generous on purpose.
+    """
     contract = mockmed_contract()
     contract.contract_id = "mockmed.triage-create.tier2-rest"
     contract.oracle.channel = OracleChannel.ORACLE_CHANNEL_API
     contract.oracle.oracle_recipe_digest = digest_json(REST_RECIPE)
-    bundle = data_dir / "contracts" / "mockmed-rest"
+    bundle = data_dir / "contracts" / "mockmed-rest-bench"
     write_bundle(
         bundle,
         contract=contract,
