@@ -69,6 +69,7 @@ down:
 bench: setup
 	$(PY) bench/worker_bench.py
 	$(PY) bench/stack_bench.py
+	$(PY) bench/trainer_bench.py
 
 ## Re-pin requirements.lock from requirements.in (run after changing requirements.in).
 lock: setup
