@@ -76,7 +76,9 @@ class ScreenDump:
         if not isinstance(patient_id, str) or not isinstance(row.get("id"), str):
             raise ValidationError("a screen row needs a string id and patient_id")
         with self._locked():
-            document = self._read()
+            # In memory the dump is changed in place: a deep copy per write grew with the dump
+            # (up to max_rows rows) and made every write slower than the last.
+            document = self._memory if self._path is None else self._read()
             rows: list[Any] = document["collections"][ENCOUNTERS_TABLE]
             rows.append(dict(row))
             del rows[: max(0, len(rows) - self._max_rows)]
