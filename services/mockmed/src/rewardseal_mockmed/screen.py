@@ -85,6 +85,8 @@ class ScreenDump:
             banners: dict[str, Any] = document["banner"]
             banners.pop(patient_id, None)  # insertion order follows the latest banner
             banners[patient_id] = banner
+            for stale in list(banners)[: max(0, len(banners) - self._max_rows)]:
+                del banners[stale]  # the oldest banners go, as the oldest rows do
             self._write(document)
 
     def document(self, patient_id: str | None = None) -> dict[str, Any]:
