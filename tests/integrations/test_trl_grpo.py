@@ -14,7 +14,6 @@ Runs only where trl is installed (the integrations venv: ``make test-integration
 from __future__ import annotations
 
 import asyncio
-import string
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 from support.mockmed_episodes import CHECKPOINT
 from support.mockmed_service import RunningMockMed, running_mockmed
+from support.tiny_models import char_tokenizer
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
@@ -37,7 +37,6 @@ pytest.importorskip("trl")
 MAX_STEPS = 2
 NUM_GENERATIONS = 2
 BATCH = 4  # completions per step: two prompts, two generations each
-SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
 
 
 @pytest.fixture(autouse=True)
@@ -50,22 +49,8 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def tiny_tokenizer() -> Any:
-    """A character-level fast tokenizer over printable ASCII (a BPE with no merges)."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = sorted(set(string.printable) - set("\x0b\x0c\r"))
-    vocab = {token: index for index, token in enumerate(SPECIAL + alphabet)}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    core.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        pad_token="<pad>",
-        unk_token="<unk>",
-        bos_token="<bos>",
-        eos_token="<eos>",
-        padding_side="left",
-    )
+    """The character-level tokenizer, left-padded as TRL generates."""
+    return char_tokenizer(padding_side="left")
 
 
 def tiny_model(tokenizer: Any) -> Any:

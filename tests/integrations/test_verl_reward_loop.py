@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import string
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -23,6 +22,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.tiny_models import char_tokenizer
 from support.verl_episodes import (
     Played,
     free_port,
@@ -55,23 +55,13 @@ from verl.experimental.reward_loop.reward_loop import (  # noqa: E402
 )
 from verl.trainer.ppo.reward import resolve_reward_manager_cls  # noqa: E402
 
-SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
 LOOP_COLUMNS = set(METADATA_COLUMNS) | set(LOOP_EXTRA_COLUMNS)
 
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A character-level tokenizer saved where ``actor_rollout_ref.model.path`` points."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
-    alphabet = sorted(set(string.printable) - set("\x0b\x0c\r"))
-    vocab = {token: index for index, token in enumerate(SPECIAL + alphabet)}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>"
-    )
+    tokenizer = char_tokenizer()
     target = tmp_path_factory.mktemp("tokenizer")
     tokenizer.save_pretrained(target)
     return target

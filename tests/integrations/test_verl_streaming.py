@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import string
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,6 +27,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.tiny_models import SPECIAL, char_tokenizer
 from support.verl_episodes import Played, manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
 
@@ -64,7 +64,6 @@ from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 from verl.utils.import_utils import load_class_from_fqn  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
-SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
 EOS = SPECIAL.index("<eos>")
 CHAT_TEMPLATE = "".join(
     [
@@ -81,20 +80,13 @@ C = ALL_UNSCORED_GROUP_REWARD
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A character-level tokenizer and a one-layer Llama config, as verl's HFModelConfig reads."""
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import LlamaConfig, PreTrainedTokenizerFast
+    from transformers import LlamaConfig
 
-    alphabet = sorted(set(string.printable) - set("\x0b\x0c\r"))
-    vocab = {token: index for index, token in enumerate(SPECIAL + alphabet)}
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", unk_token="<unk>", eos_token="<eos>"
-    )
+    tokenizer = char_tokenizer()
     target = tmp_path_factory.mktemp("model")
     tokenizer.save_pretrained(target)
     LlamaConfig(
-        vocab_size=len(vocab),
+        vocab_size=len(tokenizer),
         hidden_size=8,
         intermediate_size=16,
         num_hidden_layers=1,

@@ -1,0 +1,31 @@
+"""Tiny models built in code for the trainer-integration tests: nothing comes from a hub.
+
+Only tests/integrations imports this (it needs transformers and tokenizers).
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
+"""The special tokens, ids 0..3, ahead of the printable-ASCII alphabet."""
+
+
+def char_tokenizer(*, padding_side: str = "right") -> Any:
+    """A character-level fast tokenizer over printable ASCII (a BPE with no merges)."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(set(string.printable) - set("\x0b\x0c\r"))
+    vocab = {token: index for index, token in enumerate(SPECIAL + alphabet)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<bos>",
+        eos_token="<eos>",
+        padding_side=padding_side,
+    )
