@@ -83,8 +83,10 @@ __all__ = [
     "ManagerSettings",
     "Sample",
     "batch_rewards",
+    "config_get",
     "descriptor_for",
     "fill_group_rewards",
+    "missing_verl",
     "policy_update_from",
     "register_with_verl",
     "samples_from_batch",
@@ -102,6 +104,22 @@ ALL_UNSCORED_GROUP_REWARD: Final = 0.0
 
 _VERL_PASSED_KWARGS: Final = frozenset({"reward_router_address", "reward_model_tokenizer"})
 """Keyword arguments verl itself passes to every manager; accepted and ignored."""
+
+
+def missing_verl(exc: ImportError, use: str) -> RewardSealError:
+    """The error (reason ``verl_missing``) for using ``use`` where verl cannot be imported."""
+    return RewardSealError(
+        f"verl is not installed or cannot be imported ({exc}); install verl >= 0.9 to use {use}",
+        reason="verl_missing",
+    )
+
+
+def config_get(node: Any, key: str) -> Any:
+    """``node[key]`` of a verl config node (an OmegaConf DictConfig, a dict or an object)."""
+    getter = getattr(node, "get", None)
+    if callable(getter):
+        return getter(key)
+    return getattr(node, key, None)
 
 
 def _decode_public_key(text: str, source: str) -> bytes:
@@ -524,10 +542,7 @@ def register_with_verl(name: str = DEFAULT_NAME) -> type[CertifiedRewardManager]
     try:
         from verl.workers.reward_manager import get_reward_manager_cls, register
     except ImportError as exc:
-        raise RewardSealError(
-            f"verl is not installed ({exc}); install verl to register {name!r}",
-            reason="verl_missing",
-        ) from None
+        raise missing_verl(exc, f"register_with_verl({name!r})") from None
     try:
         existing = get_reward_manager_cls(name)
     except ValueError:

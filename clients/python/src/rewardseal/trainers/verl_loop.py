@@ -68,8 +68,10 @@ from rewardseal.trainers.verl import (
     DEFAULT_NAME,
     ManagerSettings,
     Sample,
+    config_get,
     descriptor_for,
     fill_group_rewards,
+    missing_verl,
     policy_update_from,
     samples_from_batch,
 )
@@ -93,13 +95,6 @@ LOOP_EXTRA_COLUMNS: Final = ("reward_receipt_id",)
 """Columns ``run_single`` adds to :data:`rewardseal.trainers.groups.METADATA_COLUMNS`."""
 CLASS_NAME: Final = "CertifiedRewardLoopManager"
 """The class name (``reward.reward_manager.name`` with ``source=importlib``)."""
-
-
-def _missing_verl(exc: ImportError) -> RewardSealError:
-    return RewardSealError(
-        f"verl is not installed ({exc}); install verl >= 0.9 to use the reward loop manager",
-        reason="verl_missing",
-    )
 
 
 def fill_loop_scores(scores: Sequence[float | None], uids: Sequence[Hashable]) -> list[float]:
@@ -158,19 +153,12 @@ def settings_from_config(config: Any, overrides: Mapping[str, Any]) -> ManagerSe
     by hand, any setting of :meth:`ManagerSettings.from_reward_kwargs`.
     """
     from_config: Mapping[str, Any] = {}
-    reward = None if config is None else _get(config, "reward")
+    reward = None if config is None else config_get(config, "reward")
     if reward is not None:
-        from_config = _get(reward, "reward_kwargs") or {}
+        from_config = config_get(reward, "reward_kwargs") or {}
     merged = {str(key): _plain(value) for key, value in dict(from_config).items()}
     merged.update({key: value for key, value in overrides.items() if value is not None})
     return ManagerSettings.from_reward_kwargs(merged)
-
-
-def _get(node: Any, key: str) -> Any:
-    getter = getattr(node, "get", None)
-    if callable(getter):
-        return getter(key)
-    return getattr(node, key, None)
 
 
 def _plain(value: Any) -> Any:
@@ -308,7 +296,7 @@ def reward_loop_manager_class() -> type[Any]:
     try:
         from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
     except ImportError as exc:
-        raise _missing_verl(exc) from None
+        raise missing_verl(exc, "the reward loop manager") from None
 
     class CertifiedRewardLoopManager(LoopScorer, RewardManagerBase):  # type: ignore[misc]
         """Verified, certified rewards from a rewardseal worker through verl's reward loop."""
@@ -365,7 +353,7 @@ def register_with_verl_reward_loop(name: str = DEFAULT_NAME) -> type[Any]:
     try:
         from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls, register
     except ImportError as exc:  # pragma: no cover - the class above already imported verl
-        raise _missing_verl(exc) from None
+        raise missing_verl(exc, "the reward loop manager") from None
     try:
         existing = get_reward_manager_cls(name)
     except ValueError:

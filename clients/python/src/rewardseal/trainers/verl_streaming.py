@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from rewardseal.errors import RewardSealError, ValidationError
+from rewardseal.trainers.verl import config_get, missing_verl
 from rewardseal.trainers.verl_loop import check_episode_ids, fill_loop_scores
 
 __all__ = [
@@ -76,14 +77,6 @@ MANAGER_FQN: Final = f"{__name__}.{MANAGER_CLASS_NAME}"
 """What to set ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` to."""
 
 
-def _missing_verl(exc: ImportError) -> RewardSealError:
-    return RewardSealError(
-        f"verl's agent loop cannot be imported ({exc}); install verl >= 0.9 (its agent loop "
-        "also needs ray and cachetools) to use the streaming agent-loop manager",
-        reason="verl_missing",
-    )
-
-
 def check_trainer_mode(config: Any) -> None:
     """Refuse verl 0.9.1's V1 trainer (``trainer.use_v1``, true in its default config).
 
@@ -95,21 +88,14 @@ def check_trainer_mode(config: Any) -> None:
     Raises:
         RewardSealError: (reason ``verl_v1_trainer``) ``config.trainer.use_v1`` is true.
     """
-    trainer = _get(config, "trainer")
-    if trainer is not None and bool(_get(trainer, "use_v1")):
+    trainer = config_get(config, "trainer")
+    if trainer is not None and bool(config_get(trainer, "use_v1")):
         raise RewardSealError(
             f"{MANAGER_FQN} extends the agent loop of verl's RayPPOTrainer; the V1 trainer "
             "(trainer.use_v1=true) streams rewards through a TransferQueue it does not cover: "
             "set trainer.use_v1=false",
             reason="verl_v1_trainer",
         )
-
-
-def _get(node: Any, key: str) -> Any:
-    getter = getattr(node, "get", None)
-    if callable(getter):
-        return getter(key)
-    return getattr(node, key, None)
 
 
 def streamed_score(score: float | None) -> float:
@@ -205,7 +191,9 @@ def agent_loop_worker_class() -> type[Any]:
     try:
         from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     except ImportError as exc:
-        raise _missing_verl(exc) from None
+        raise missing_verl(
+            exc, "the streaming agent-loop manager (its agent loop also needs ray, cachetools)"
+        ) from None
 
     class CertifiedAgentLoopWorker(AgentLoopWorker):  # type: ignore[misc]
         """verl's agent-loop worker whose every chunk gets ``rm_scores`` (NaN when unscored)."""
@@ -254,7 +242,9 @@ def agent_loop_manager_class() -> type[Any]:
         from verl.experimental.agent_loop.agent_loop import AgentLoopManager
         from verl.utils.ray_utils import auto_await
     except ImportError as exc:  # pragma: no cover - the worker class already imported them
-        raise _missing_verl(exc) from None
+        raise missing_verl(
+            exc, "the streaming agent-loop manager (its agent loop also needs ray, cachetools)"
+        ) from None
     ray = importlib.import_module("ray")  # imported by verl's agent loop already
 
     class CertifiedAgentLoopManager(AgentLoopManager):  # type: ignore[misc]
