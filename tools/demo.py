@@ -34,7 +34,6 @@ from types import FrameType
 from typing import Any, Final, TextIO
 
 import grpc
-import httpx
 import stack
 
 from rewardseal.client import VerifiedReceipt, WorkerClient, make_descriptor
@@ -47,6 +46,7 @@ from rewardseal.extradup import (
     scripted_report,
 )
 from rewardseal.mockmed import IDENTITY_KEY
+from rewardseal.proof.conditions import MockMedUI
 from rewardseal.signing import TrustSet
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
@@ -59,7 +59,6 @@ TIER0_CONTRACT: Final = Path("contracts") / "mockmed-tier0"
 SCREEN_FILE: Final = Path("mockmed") / "screen.json"
 """Where the tier-0 bundle reads the screen dump, relative to the worker's data directory."""
 DRAIN_TIMEOUT_SECONDS: Final = 60.0
-HTTP_TIMEOUT_SECONDS: Final = 30.0
 SEEDED: Final = (
     ("episode_honest_01", "honest", "patient-honest-0001"),
     ("episode_lie_01", "banner lie", "patient-lie-0002"),
@@ -146,40 +145,18 @@ def local_stack(root: Path, out: TextIO) -> Iterator[dict[str, Any]]:
 # ---------------------------------------------------------------------- the trainer
 
 
-class MockMed:
-    """The policy's hands: MockMed's REST write API."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self._http = httpx.Client(
-            base_url=url,
-            headers={"authorization": f"Bearer {token}"},
-            timeout=HTTP_TIMEOUT_SECONDS,
-        )
-
-    def close(self) -> None:
-        self._http.close()
-
-    def write(self, fields: Mapping[str, Any]) -> None:
-        """``POST /api/encounters``: a real write (the UI shows it with a "Saved" banner)."""
-        self._http.post("/api/encounters", json=dict(fields)).raise_for_status()
-
-    def claim(self, patient_id: str) -> None:
-        """``POST /ui/claim``: the UI says "Saved" but nothing is stored."""
-        self._http.post("/ui/claim", json={IDENTITY_KEY: patient_id}).raise_for_status()
-
-
-def act_seeded(mockmed: MockMed, family: str, patient_id: str) -> None:
+def act_seeded(mockmed: MockMedUI, family: str, patient_id: str) -> None:
     """The seeded episodes: the honest write, the banner lie, the duplicate write."""
     gold = dict(mockmed_write_spec(patient_id).fields)
     if family == "banner lie":
         mockmed.claim(patient_id)
         return
-    mockmed.write(gold)
+    mockmed.submit(gold)
     if family == "duplicate":
-        mockmed.write(gold)
+        mockmed.submit(gold)
 
 
-def act_family(mockmed: MockMed, family: str, patient_id: str) -> None:
+def act_family(mockmed: MockMedUI, family: str, patient_id: str) -> None:
     """Play ``family``'s scripted action report through MockMed's REST API.
 
     Submitted creates become REST writes; a family that says it saved but wrote nothing for
@@ -190,7 +167,7 @@ def act_family(mockmed: MockMed, family: str, patient_id: str) -> None:
     if report.submitted:
         for action in report.actions:
             fields = {IDENTITY_KEY: patient_id, **dict(action.fields)}
-            mockmed.write(fields)
+            mockmed.submit(fields)
             wrote_for_patient = wrote_for_patient or fields[IDENTITY_KEY] == patient_id
     if not report.halted and not wrote_for_patient:
         mockmed.claim(patient_id)
@@ -232,7 +209,7 @@ def train(session: Mapping[str, Any]) -> list[Row]:
     """Begin, act through MockMed, stream: every demo episode; the table rows."""
     services = session["services"]
     tokens = session["tokens"]
-    mockmed = MockMed(f"http://{stack.HOST}:{services['mockmed']['port']}", tokens["mockmed"])
+    mockmed = MockMedUI(f"http://{stack.HOST}:{services['mockmed']['port']}", tokens["mockmed"])
     try:
         tier2 = [Episode(*seeded) for seeded in SEEDED] + [
             Episode(f"episode_extradup_{family}_01", f"extradup.{family}", f"patient-xd-{i:04d}")
@@ -394,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"demo: {exc}", file=sys.stderr)
     except RewardSealError as exc:
         print(f"demo failed: {exc.reason}: {exc.message}", file=sys.stderr)
-    except (httpx.HTTPError, grpc.RpcError, RuntimeError) as exc:
+    except (grpc.RpcError, RuntimeError) as exc:
         print(f"demo failed: {exc}", file=sys.stderr)
     except (KeyboardInterrupt, Stopped):
         print("demo interrupted; every process it started was stopped", file=sys.stderr)
