@@ -24,6 +24,7 @@ from rewardseal_control.service import ControlPlaneServicer
 
 ADMIN_TOKEN = "admin-token-" + "a" * 24
 CLIENT_TOKEN = "client-token-" + "c" * 24
+WORKER_TOKEN = "worker-token-" + "w" * 24
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
 
@@ -74,6 +75,7 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 ADMIN = bearer(ADMIN_TOKEN)
 TRAINER = bearer(CLIENT_TOKEN)
+WORKER = bearer(WORKER_TOKEN)
 
 
 async def start_control(
@@ -94,7 +96,12 @@ async def start_control(
         store, key, revocation_ttl=ttl, clock=clock, refresh_interval=refresh_interval
     )
     running = await start_control_server(
-        servicer, admin_token=ADMIN_TOKEN, token=CLIENT_TOKEN, port=0, reflection=reflection
+        servicer,
+        admin_token=ADMIN_TOKEN,
+        token=CLIENT_TOKEN,
+        worker_token=WORKER_TOKEN,
+        port=0,
+        reflection=reflection,
     )
     return ControlStack(
         running=running, servicer=servicer, store=store, key=key, clock=clock, ttl=ttl

@@ -1,8 +1,8 @@
 """Bearer-token authentication for the rewardseal gRPC servers (R-W-10, R-C roles).
 
 One interceptor serves both services: each token maps to a role, some methods are open
-(health), some need a particular role (control's admin RPCs). Tokens are compared in constant
-time and never logged.
+(health), some need particular roles (control's admin RPCs; the worker role's narrow set).
+Tokens are compared in constant time and never logged.
 """
 
 from __future__ import annotations
@@ -74,7 +74,11 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
             return _refusing(handler, Unauthenticated("missing or wrong bearer token"))
         required = self._roles_by_method.get(method)
         if required is not None and role not in required:
-            return _refusing(handler, PermissionDenied(f"{method} needs the admin credential"))
+            # Name the role, never the token; the admin RPCs say so (the common case).
+            needs = "the admin credential" if required == {"admin"} else "another credential"
+            return _refusing(
+                handler, PermissionDenied(f"{method} needs {needs}, not the {role} credential")
+            )
         # Every server this interceptor guards answers undecodable requests INVALID_ARGUMENT.
         return guard_decoding(handler)
 

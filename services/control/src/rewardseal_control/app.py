@@ -93,6 +93,7 @@ class ControlApp:
             "admin_token_source": self.settings.admin_token_source,
             "token_source": self.settings.token_source,
             "revocation_ttl_seconds": self.settings.revocation_ttl.total_seconds(),
+            "worker_token_source": self.settings.worker_token_source,
         }
 
     async def stop(self) -> None:
@@ -117,6 +118,7 @@ async def start_control(settings: ControlSettings) -> ControlApp:
             admin_token=settings.admin_token,
             token=settings.token,
             host=settings.host,
+            worker_token=settings.worker_token,
             port=settings.port,
             reflection=settings.reflection,
         )

@@ -215,6 +215,7 @@ def _banner_text(banner: Mapping[str, Any]) -> str:
             f"  database          {banner['db_url']}",
             f"  admin token       {banner['admin_token_source']}",
             f"  client token      {banner['token_source']}",
+            f"  worker token      {banner['worker_token_source']}",
             f"  data dir          {banner['data_dir']}",
         ]
     )

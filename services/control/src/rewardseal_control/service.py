@@ -33,6 +33,7 @@ from rewardseal.errors import (
     CertificationRefused,
     ContractMismatch,
     NotFound,
+    PermissionDenied,
     RewardSealError,
     ValidationError,
 )
@@ -61,14 +62,24 @@ from rewardseal_control.repository import (
     RevocationHead,
 )
 
-__all__ = ["ADMIN_ROLE", "MAX_RECEIPT_BATCH", "TRAINER_ROLE", "ControlPlaneServicer", "utc_now"]
+__all__ = [
+    "ADMIN_ROLE",
+    "MAX_RECEIPT_BATCH",
+    "TRAINER_ROLE",
+    "WORKER_ROLE",
+    "ControlPlaneServicer",
+    "utc_now",
+]
 
 _log = logging.getLogger(__name__)
 
 ADMIN_ROLE = "admin"
 """The role of the admin token: keys, issuing and revocation."""
 TRAINER_ROLE = "trainer"
-"""The role of the client token that workers and trainers present."""
+"""The role of the client token that trainers present."""
+WORKER_ROLE = "worker"
+"""The role of the worker token: register its contract and its own WORKER key, forward receipts,
+read certificates, keys and revocations. Never issue, revoke, retire, or add an ORGANIZATION key."""
 UNKNOWN_ACTOR = "unknown"
 
 MAX_RECEIPT_BATCH = 1024
@@ -274,10 +285,19 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     ) -> pb.RegisterIssuerKeyResponse:
         if not request.HasField("key"):
             raise ValidationError("key is required")
+        actor = self._actor(context)
+        # The interceptor lets the worker role in; only here is the key's role visible. A worker
+        # credential that could add an ORGANIZATION key could make control trust any signer, so
+        # anything but the admin (fail closed, also for an unknown caller) adds WORKER keys only.
+        if actor != ADMIN_ROLE and request.key.role != IssuerKeyRole.ISSUER_KEY_ROLE_WORKER:
+            raise PermissionDenied(
+                f"the {actor} credential registers WORKER keys only, not "
+                f"{_enum_name(IssuerKeyRole, request.key.role)}"
+            )
         key, _ = await self._run(
             self.store.register_issuer_key,
             request.key,
-            self._actor(context),
+            actor,
             request.reason,
             at=self.clock(),
         )

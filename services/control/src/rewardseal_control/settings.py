@@ -1,9 +1,12 @@
 """Typed control-plane settings: command-line flags win over environment variables over defaults.
 
-Two bearer tokens guard the service: the *admin* token (issue, revoke, keys) and the *client*
-token that workers and trainers present. Each comes from its environment variable or, when that
-is unset, from a 0600 file in the data directory that is made on first start. The organization
-signing key lives in the data directory as well (0600, created on first start, R-SIG-1).
+Three bearer tokens guard the service: the *admin* token (issue, revoke, keys), the *client*
+token that trainers present, and the *worker* token a reward worker presents (register its
+contract and its own WORKER key, forward receipts, read certificates, keys and revocations;
+never issue, revoke or trust an organization key). Each comes from its environment variable or,
+when that is unset, from a 0600 file in the data directory that is made on first start. The
+organization signing key lives in the data directory as well (0600, created on first start,
+R-SIG-1).
 """
 
 from __future__ import annotations
@@ -21,10 +24,12 @@ from rewardseal.errors import ValidationError
 ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"
 TOKEN_ENV = f"{ENV_PREFIX}TOKEN"
+WORKER_TOKEN_ENV = f"{ENV_PREFIX}WORKER_TOKEN"
 DEFAULT_PORT = 8791
 DEFAULT_HOST = "127.0.0.1"
 ADMIN_TOKEN_FILE = "admin_token"
 TOKEN_FILE = "token"
+WORKER_TOKEN_FILE = "worker_token"
 KEY_FILE = Path("keys") / "organization.ed25519"
 DB_FILE = "control.sqlite"
 DEFAULT_REVOCATION_TTL = timedelta(hours=24)
@@ -42,12 +47,15 @@ class ControlSettings:
     port: int
     admin_token: str = field(repr=False)
     token: str = field(repr=False)
+    worker_token: str = field(repr=False)
     revocation_ttl: timedelta = DEFAULT_REVOCATION_TTL
     reflection: bool = False
     admin_token_source: str = ""
     """Where the admin token came from (a variable name or a file path; never the token)."""
     token_source: str = ""
     """Where the client token came from."""
+    worker_token_source: str = ""
+    """Where the worker token came from."""
 
     @property
     def key_path(self) -> Path:
@@ -101,7 +109,8 @@ def resolve_settings(
 
     Raises:
         ValidationError: on a port out of range, a bad duration, a short or unreadable token, or
-            an admin token equal to the client token (the roles would be indistinguishable).
+            two equal tokens among admin, client and worker (the roles would be
+            indistinguishable).
     """
     env = os.environ if env is None else env
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
@@ -119,8 +128,10 @@ def resolve_settings(
         data, env, env_name=ADMIN_TOKEN_ENV, file_name=ADMIN_TOKEN_FILE
     )
     token, token_source = load_token(data, env, env_name=TOKEN_ENV, file_name=TOKEN_FILE)
-    if secrets.compare_digest(admin_token, token):
-        raise ValidationError("the admin token and the client token must differ")
+    worker_token, worker_source = load_token(
+        data, env, env_name=WORKER_TOKEN_ENV, file_name=WORKER_TOKEN_FILE
+    )
+    _check_distinct({"admin": admin_token, "client": token, "worker": worker_token})
     return ControlSettings(
         data_dir=data,
         db_url=url,
@@ -128,8 +139,19 @@ def resolve_settings(
         port=resolved_port,
         admin_token=admin_token,
         token=token,
+        worker_token=worker_token,
         revocation_ttl=ttl,
         reflection=reflection,
         admin_token_source=admin_source,
         token_source=token_source,
+        worker_token_source=worker_source,
     )
+
+
+def _check_distinct(tokens: Mapping[str, str]) -> None:
+    """Refuse two roles sharing one token: the server could not tell them apart."""
+    names = sorted(tokens)
+    for index, first in enumerate(names):
+        for second in names[index + 1 :]:
+            if secrets.compare_digest(tokens[first], tokens[second]):
+                raise ValidationError(f"the {first} token and the {second} token must differ")
