@@ -13,6 +13,24 @@ import grpc
 
 ERROR_DOMAIN = "rewardseal"
 
+PREVIEW_LIMIT = 64
+"""Most characters of caller-supplied text an error message quotes (see :func:`preview`)."""
+
+
+def preview(value: object, limit: int = PREVIEW_LIMIT, *, quoted: bool = True) -> str:
+    """At most ``limit`` characters of ``value`` (its ``repr`` unless ``quoted`` is False), for
+    quoting caller-supplied input in an error message.
+
+    Error messages travel back in gRPC trailers, which have a size limit: quoting a 20 kB key
+    whole turns an INVALID_ARGUMENT into RESOURCE_EXHAUSTED, and echoes hostile text into logs.
+    Longer text is cut and its full length stated, so the message stays short but says why.
+    ``quoted=False`` suits text the service built itself from checked parts (a field path).
+    """
+    text = value if isinstance(value, str) else str(value)
+    shown = text if len(text) <= limit else text[:limit]
+    shown = repr(shown) if quoted else shown
+    return shown if len(text) <= limit else f"{shown}... ({len(text)} characters)"
+
 
 class RewardSealError(Exception):
     """Base of every rewardseal error."""
@@ -96,6 +114,12 @@ class SignatureError(RewardSealError):
     reason = "signature_invalid"
 
 
+class ReceiptMismatch(SignatureError):
+    """A validly signed receipt answers another request (episode, update, checkpoint, contract)."""
+
+    reason = "receipt_mismatch"
+
+
 class DuplicateEpisode(RewardSealError):
     """The episode already has a receipt; metadata carries its receipt_id (R-W-8)."""
 
@@ -143,3 +167,11 @@ class Unavailable(RewardSealError):
 
     code = grpc.StatusCode.UNAVAILABLE
     reason = "unavailable"
+
+
+class CannotListen(RewardSealError):
+    """A server cannot bind its address (the port is in use by another process, the host is
+    not an address of this machine, ...). A local start-up error: it never crosses the wire."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+    reason = "cannot_listen"

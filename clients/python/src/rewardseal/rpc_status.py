@@ -57,11 +57,34 @@ _CLASS_BY_CODE: Mapping[grpc.StatusCode, type[errors.RewardSealError]] = {
 }
 _CODE_BY_VALUE: Mapping[int, grpc.StatusCode] = {code.value[0]: code for code in grpc.StatusCode}
 
+MAX_WIRE_MESSAGE = 1024
+"""Most characters of an error message sent to a caller (the rest is cut, see below)."""
+MAX_WIRE_METADATA_VALUE = 256
+"""Most characters of one ErrorInfo metadata value sent to a caller."""
+
+
+def wire_message(error: errors.RewardSealError) -> str:
+    """``error``'s message, cut to :data:`MAX_WIRE_MESSAGE` characters.
+
+    Messages quote input only through :func:`rewardseal.errors.preview`; this is the last
+    guard. gRPC trailers have a size limit, and an error that outgrows it reaches the caller
+    as RESOURCE_EXHAUSTED instead of its own code and reason.
+    """
+    return errors.preview(error.message, MAX_WIRE_MESSAGE, quoted=False)
+
+
+def wire_metadata(error: errors.RewardSealError) -> dict[str, str]:
+    """``error``'s ErrorInfo metadata with each value cut to :data:`MAX_WIRE_METADATA_VALUE`."""
+    return {
+        key: errors.preview(value, MAX_WIRE_METADATA_VALUE, quoted=False)
+        for key, value in error.metadata.items()
+    }
+
 
 def error_info(error: errors.RewardSealError) -> error_details_pb2.ErrorInfo:
     """The ``ErrorInfo`` detail for ``error``."""
     return error_details_pb2.ErrorInfo(
-        reason=error.reason, domain=errors.ERROR_DOMAIN, metadata=error.metadata
+        reason=error.reason, domain=errors.ERROR_DOMAIN, metadata=wire_metadata(error)
     )
 
 
@@ -69,7 +92,9 @@ def to_status(error: errors.RewardSealError) -> grpc.Status:
     """``error`` as a gRPC status carrying ``google.rpc.Status`` + ``ErrorInfo``."""
     detail = any_pb2.Any()
     detail.Pack(error_info(error))
-    status = status_pb2.Status(code=error.code.value[0], message=error.message, details=[detail])
+    status = status_pb2.Status(
+        code=error.code.value[0], message=wire_message(error), details=[detail]
+    )
     return cast(grpc.Status, rpc_status.to_status(status))
 
 
@@ -78,8 +103,8 @@ def to_episode_error(error: errors.RewardSealError) -> EpisodeError:
     return EpisodeError(
         code=error.code.value[0],
         reason=error.reason,
-        message=error.message,
-        metadata=error.metadata,
+        message=wire_message(error),
+        metadata=wire_metadata(error),
     )
 
 

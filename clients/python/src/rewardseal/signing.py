@@ -30,7 +30,7 @@ import nacl.signing
 import rfc8785
 from google.protobuf import json_format
 
-from rewardseal.errors import SignatureError
+from rewardseal.errors import SignatureError, preview
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.receipt_pb2 import EnvelopeSignature, SignedEnvelope
 
@@ -385,8 +385,11 @@ class TrustSet:
         claimed_type = envelope.payload_type
         if claimed_type != payload_type:  # step 1
             raise SignatureError(
-                f"payload type {claimed_type!r} is not {payload_type!r}",
-                metadata={"payload_type": claimed_type, "expected_payload_type": payload_type},
+                f"payload type {preview(claimed_type)} is not {payload_type!r}",
+                metadata={
+                    "payload_type": preview(claimed_type, quoted=False),
+                    "expected_payload_type": payload_type,
+                },
             )
 
         payload = bytes(envelope.payload)
@@ -448,22 +451,23 @@ def verify_certificate(cert: RewardCertificate, trust: TrustSet) -> str:
             or it does not verify over :func:`certificate_signing_bytes`.
     """
     key_id = cert.issuer_key_id
+    # Both come from the certificate as received: quoted only as a short preview.
+    cert_id, key_shown = preview(cert.certificate_id), preview(key_id)
     if key_id not in trust:
         raise SignatureError(
-            f"certificate {cert.certificate_id!r} names issuer key {key_id!r}, "
-            "which is not trusted",
-            metadata={"issuer_key_id": key_id},
+            f"certificate {cert_id} names issuer key {key_shown}, which is not trusted",
+            metadata={"issuer_key_id": preview(key_id, quoted=False)},
         )
     if len(cert.signature) != SIGNATURE_SIZE:
         raise SignatureError(
-            f"certificate {cert.certificate_id!r} has a {len(cert.signature)}-byte signature; "
+            f"certificate {cert_id} has a {len(cert.signature)}-byte signature; "
             f"Ed25519 signatures are {SIGNATURE_SIZE} bytes",
             metadata={"issuer_key_id": key_id},
         )
     signed = pae(CERTIFICATE_PAYLOAD_TYPE, certificate_signing_bytes(cert))
     if not trust.verify_signature(key_id, signed, cert.signature):
         raise SignatureError(
-            f"certificate {cert.certificate_id!r} signature does not verify under {key_id!r}",
+            f"certificate {cert_id} signature does not verify under {key_shown}",
             metadata={"issuer_key_id": key_id},
         )
     return key_id

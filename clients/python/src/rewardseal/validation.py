@@ -20,7 +20,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from rewardseal.certificates import MAX_POLICY_UPDATE
 from rewardseal.contract import CERTIFIABLE_TIER, SCORING_DEFAULTS, UNSCORED_OUTCOMES
 from rewardseal.digest import is_digest
-from rewardseal.errors import CertificationRefused, InvalidEpisode, ValidationError
+from rewardseal.errors import CertificationRefused, InvalidEpisode, ValidationError, preview
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import (
@@ -49,6 +49,8 @@ MAX_ABS_FLOAT = 1e6
 MAX_COMPONENTS = 64
 MAX_IDENTITY_KEYS = 32
 MAX_IDENTITY_VALUE_LENGTH = 256
+MAX_METADATA_KEY_LENGTH = 128
+"""Longest descriptor metadata key, at any depth (keys are free-form but bounded)."""
 SIGNATURE_LENGTH = 64
 
 FORBIDDEN_METADATA_KEYS: frozenset[str] = frozenset(
@@ -89,9 +91,8 @@ _Msg = TypeVar("_Msg", bound=Message)
 def validate_id(value: str, field: str, *, error: type[ValidationError] = ValidationError) -> str:
     """Return ``value`` if it matches R-MSG-10, else raise ``error`` naming ``field``."""
     if not isinstance(value, str) or not ID_PATTERN.match(value):
-        shown = value if isinstance(value, str) and len(value) <= 40 else f"{str(value)[:40]}..."
         raise error(
-            f"{field} {shown!r} is not a valid id (8-128 of A-Z a-z 0-9 . _ : -, "
+            f"{field} {preview(value, 40)} is not a valid id (8-128 of A-Z a-z 0-9 . _ : -, "
             "starting with a letter or digit)"
         )
     return value
@@ -148,7 +149,7 @@ def _check_names(names: Iterable[str], field: str, *, low: int, high: int) -> No
         raise ValidationError(f"{field} must be unique")
     for name in names:
         if not NAME_PATTERN.match(name):
-            raise ValidationError(f"{field} entry {name!r} is not a valid name")
+            raise ValidationError(f"{field} entry {preview(name)} is not a valid name")
 
 
 def validate_contract(contract: RewardContract) -> None:
@@ -174,6 +175,7 @@ def validate_contract(contract: RewardContract) -> None:
     validate_digest(contract.oracle.oracle_recipe_digest, "oracle.oracle_recipe_digest")
     _check_names((c.name for c in contract.components), "components", low=1, high=MAX_COMPONENTS)
     for component in contract.components:
+        # Names were checked above (NAME_PATTERN: at most 64 characters), so quoting is safe.
         check_float(component.weight, f"component {component.name} weight")
         if component.weight <= 0:
             raise ValidationError(f"component {component.name} weight must be > 0")
@@ -292,7 +294,7 @@ def validate_receipt(receipt: RewardEvidenceReceipt) -> None:
     if len(receipt.reward_components) > MAX_COMPONENTS:
         raise ValidationError(f"at most {MAX_COMPONENTS} reward components")
     for name, value in receipt.reward_components.items():
-        check_float(value, f"reward component {name}")
+        check_float(value, f"reward component {preview(name, quoted=False)}")
 
     # R-VAL-4
     allowed = _UNCERTAINTY_BY_OUTCOME.get(
@@ -336,9 +338,10 @@ def validate_receipt(receipt: RewardEvidenceReceipt) -> None:
 
 
 def _walk_keys(value: Any, path: str) -> Iterable[tuple[str, str]]:
+    """Every mapping key in ``value`` at any depth, with the path of the mapping holding it."""
     if isinstance(value, Mapping):
         for key, inner in value.items():
-            yield key, f"{path}.{key}"
+            yield key, path
             yield from _walk_keys(inner, f"{path}.{key}")
     elif isinstance(value, list):
         for index, inner in enumerate(value):
@@ -346,24 +349,45 @@ def _walk_keys(value: Any, path: str) -> Iterable[tuple[str, str]]:
 
 
 def check_metadata(metadata: Struct) -> None:
-    """Refuse metadata keys that name record contents or secrets, at any depth (R-MSG-9)."""
+    """Refuse metadata keys that name record contents or secrets, at any depth (R-MSG-9), and
+    keys longer than :data:`MAX_METADATA_KEY_LENGTH` (no reader needs them; they only bloat)."""
     from google.protobuf.json_format import MessageToDict
 
     try:
         document = MessageToDict(metadata)
-    except ValueError as exc:  # NaN or infinity: no JSON form, and every failure is invalid_episode
-        raise InvalidEpisode(f"metadata has no JSON form: {exc}") from exc
-    for key, path in _walk_keys(document, "metadata"):
+    except ValueError:  # NaN or infinity: no JSON form, and every failure is invalid_episode
+        # The converter's message quotes the offending value; it is not repeated.
+        raise InvalidEpisode("metadata has no JSON form (NaN or infinity)") from None
+    for key, parent in _walk_keys(document, "metadata"):
+        # Checked before anything quotes the path: a parent's keys are short by now.
+        if len(key) > MAX_METADATA_KEY_LENGTH:
+            raise InvalidEpisode(
+                f"a key in {preview(parent, quoted=False)} is longer than "
+                f"{MAX_METADATA_KEY_LENGTH} characters ({len(key)})"
+            )
         if key.lower() in FORBIDDEN_METADATA_KEYS:
-            raise InvalidEpisode(f"{path} names record contents; metadata may not carry it")
+            raise InvalidEpisode(
+                f"{preview(f'{parent}.{key}', quoted=False)} names record contents; "
+                "metadata may not carry it"
+            )
 
 
-def check_identity_values(identity: Mapping[str, str], field: str) -> None:
-    """Refuse empty or over-long identity values and malformed keys (R-W-2)."""
+def check_identity_values(identity: Mapping[str, object], field: str) -> None:
+    """Refuse an identity with too many keys, a malformed key, or a value that is not a string
+    of 1-:data:`MAX_IDENTITY_VALUE_LENGTH` characters (R-W-2); ``field`` names it in messages.
+
+    The one shape check for an oracle identity wherever it enters: BeginEpisode, a descriptor's
+    ``oracle_identity``, a descriptor's ``metadata.oracle_identity``, batches and streams. Key
+    *set* checks against the contract (identity_mismatch) come after it, in the worker.
+    """
+    if len(identity) > MAX_IDENTITY_KEYS:
+        raise InvalidEpisode(
+            f"{field} has {len(identity)} keys; an identity has at most {MAX_IDENTITY_KEYS}"
+        )
     for key, value in identity.items():
-        if not NAME_PATTERN.match(key):
-            raise InvalidEpisode(f"{field} key {key!r} is not a valid name")
-        if not value or len(value) > MAX_IDENTITY_VALUE_LENGTH:
+        if not isinstance(key, str) or not NAME_PATTERN.match(key):
+            raise InvalidEpisode(f"{field} key {preview(key)} is not a valid name")
+        if not isinstance(value, str) or not value or len(value) > MAX_IDENTITY_VALUE_LENGTH:
             raise InvalidEpisode(f"{field}.{key} must be 1-{MAX_IDENTITY_VALUE_LENGTH} characters")
 
 
@@ -402,7 +426,8 @@ def validate_calibration_summary(summary: CalibrationSummary) -> None:
         for fault_class in summary.fault_classes:
             if fault_class.false_accepts > fault_class.trials:
                 raise ValidationError(
-                    f"fault class {fault_class.name!r} false_accepts cannot exceed its trials"
+                    f"fault class {preview(fault_class.name)} false_accepts cannot exceed "
+                    "its trials"
                 )
         if sum(c.trials for c in summary.fault_classes) != summary.trials:
             raise ValidationError("fault class trials must add up to trials")

@@ -70,6 +70,7 @@ from rewardseal.errors import (
     SignatureError,
     Unavailable,
     ValidationError,
+    preview,
 )
 from rewardseal.receipts import is_unscored
 from rewardseal.signing import (
@@ -1588,7 +1589,8 @@ def _receipt_row(
         raise ValidationError("each receipt must be a SignedEnvelope")
     if envelope.payload_type != RECEIPT_PAYLOAD_TYPE:
         raise ValidationError(
-            f"payload type {envelope.payload_type!r} is not a receipt ({RECEIPT_PAYLOAD_TYPE})"
+            f"payload type {preview(envelope.payload_type)} is not a receipt "
+            f"({RECEIPT_PAYLOAD_TYPE})"
         )
     if not envelope.signatures:
         raise SignatureError("the receipt envelope carries no signature")

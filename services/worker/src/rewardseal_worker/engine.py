@@ -35,6 +35,7 @@ from rewardseal.errors import (
     RewardSealError,
     Unavailable,
     ValidationError,
+    preview,
 )
 from rewardseal.receipts import EpisodeFacts, build_receipt, is_unscored, seal_receipt
 from rewardseal.signing import SigningKey
@@ -47,7 +48,12 @@ from rewardseal.v1.worker_service_pb2 import (
     BeginEpisodeResponse,
     HealthResponse,
 )
-from rewardseal.validation import validate_descriptor, validate_digest, validate_id
+from rewardseal.validation import (
+    check_identity_values,
+    validate_descriptor,
+    validate_digest,
+    validate_id,
+)
 from rewardseal_worker.batching import MicroBatcher
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.judge import judge_episode
@@ -167,7 +173,7 @@ class Scorer:
         """Record the baseline read for the identity before the rollout."""
         validate_id(request.episode_id, "episode_id", error=InvalidEpisode)
         self._check_contract_digest(request.reward_contract_digest)
-        identity = self._check_identity_keys(dict(request.oracle_identity))
+        identity = self._check_identity_keys(dict(request.oracle_identity), "oracle_identity")
         return await self._begins.submit(_BeginJob(request.episode_id, identity))
 
     def _begin_batch(
@@ -449,19 +455,19 @@ class Scorer:
                 f"environment {descriptor.environment_id} is not the contract's environment"
             )
 
-    def _check_identity_keys(self, identity: Mapping[str, str]) -> dict[str, str]:
+    def _check_identity_keys(self, identity: Mapping[str, object], field: str) -> dict[str, str]:
+        """The identity, checked: shape first (every entry point: sizes, names, values), then
+        its key set against the contract's (R-W-2); ``field`` names it in messages."""
         if not identity:
             raise IdentityMissing("no oracle identity was given")
+        check_identity_values(identity, field)
         expected = set(self.bundle.contract.oracle.identity_keys)
         if set(identity) != expected:
+            given = preview(", ".join(sorted(identity)), 128, quoted=False)
             raise IdentityMismatch(
-                f"oracle identity keys {sorted(identity)} differ from the contract's "
-                f"{sorted(expected)}"
+                f"oracle identity keys [{given}] differ from the contract's {sorted(expected)}"
             )
-        for name, value in identity.items():
-            if not isinstance(value, str) or not value:
-                raise IdentityMismatch(f"oracle identity {name} must be a non-empty string")
-        return dict(identity)
+        return {name: str(value) for name, value in identity.items()}
 
     def _resolve_identity(
         self, descriptor: EpisodeDescriptor, registered: Mapping[str, str] | None
@@ -475,18 +481,20 @@ class Scorer:
             raw = json_format.MessageToDict(descriptor.metadata).get("oracle_identity")
             if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
                 raise IdentityMismatch("metadata.oracle_identity must map names to strings")
+            # Shape first, so an oversized identity is refused before it is compared or quoted.
+            check_identity_values(raw, "metadata.oracle_identity")
             given = raw
         if registered is not None:
             if given is not None and given != dict(registered):
                 raise IdentityConflict(
                     "the descriptor names another subject than the BeginEpisode registration"
                 )
-            return self._check_identity_keys(registered)
+            return self._check_identity_keys(registered, "registered oracle_identity")
         if given is None:
             raise IdentityMissing(
                 "no oracle identity in the descriptor, its metadata, or a BeginEpisode"
             )
-        return self._check_identity_keys(given)
+        return self._check_identity_keys(given, "oracle_identity")
 
     # --- Reads ---
 

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from rewardseal.errors import InvalidEpisode, RewardSealError, Unscored, ValidationError
+from rewardseal.errors import InvalidEpisode, RewardSealError, Unscored, ValidationError, preview
 from rewardseal.receipts import is_unscored
 from rewardseal.rpc_status import maps_errors, to_episode_error
 from rewardseal.v1 import worker_service_pb2 as pb
@@ -53,7 +53,10 @@ def descriptor_from_item(item: Mapping[str, Any]) -> EpisodeDescriptor:
             fields["policy_update"] = int(value)
         json_format.ParseDict(fields, descriptor)
     except json_format.ParseError as exc:
-        raise InvalidEpisode(f"the grader item is not an episode descriptor: {exc}") from exc
+        # The parser's message quotes the caller's value, which may be any size: cut it.
+        raise InvalidEpisode(
+            f"the grader item is not an episode descriptor: {preview(exc, quoted=False)}"
+        ) from exc
     return descriptor
 
 
@@ -125,7 +128,7 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
         try:
             item = json_format.MessageToDict(request.item)
         except ValueError as exc:  # NaN or infinity somewhere: no JSON form, not a descriptor
-            raise InvalidEpisode(f"the grader item has no JSON form: {exc}") from exc
+            raise InvalidEpisode("the grader item has no JSON form (NaN or infinity)") from exc
         descriptor = descriptor_from_item(item)
         envelope = await self.scorer.score(ScoreJob(descriptor, commit_unscored=False))
         receipt = parse_strict(RewardEvidenceReceipt, envelope.payload)
