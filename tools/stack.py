@@ -34,10 +34,13 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from rewardseal import localstack
 from rewardseal.errors import Unavailable
+
+if TYPE_CHECKING:
+    from rewardseal.tls import ClientTls
 
 REPO: Final = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR: Final = REPO / ".run"
@@ -109,8 +112,12 @@ def _entry(service: str) -> list[str]:
     return [str(BIN / script), subcommand]
 
 
-def control_command(layout: Layout) -> list[str]:
-    """``rewardseal-control serve`` on a free loopback port, SQLite in its data directory."""
+def control_command(layout: Layout, extra: Sequence[str] = ()) -> list[str]:
+    """``rewardseal-control serve`` on a free loopback port, SQLite in its data directory.
+
+    ``extra``: more arguments (``--tls-cert``, ``--tls-key``, ``--tls-client-ca``: the stack
+    itself stays plaintext on loopback).
+    """
     return [
         *_entry(CONTROL),
         "--host",
@@ -122,6 +129,7 @@ def control_command(layout: Layout) -> list[str]:
         "--reflection",
         "--ready-file",
         str(layout.ready_file(CONTROL)),
+        *extra,
     ]
 
 
@@ -137,7 +145,7 @@ def worker_command(
 
     ``control_target`` None: a worker on its own; ``seed`` False: no ``--seed-mockmed``;
     ``data_dir``: another directory than the layout's; ``extra``: more arguments
-    (``--contract``, ``--db-url``).
+    (``--contract``, ``--db-url``, ``--tls-cert``/``--tls-key``/``--tls-client-ca``).
     """
     return [
         *_entry(WORKER),
@@ -323,12 +331,15 @@ def start_service(
 # ---------------------------------------------------------------------- health
 
 
-def grpc_healthy(target: str, timeout: float = 3.0) -> bool:
-    """True when ``target`` answers grpc.health.v1 Check with SERVING (no token needed)."""
+def grpc_healthy(target: str, timeout: float = 3.0, tls: ClientTls | None = None) -> bool:
+    """True when ``target`` answers grpc.health.v1 Check with SERVING (no token needed);
+    dialled over TLS when ``tls`` is given (a server serving TLS refuses plaintext)."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(target) as channel:
+    from rewardseal.tls import channel as dial
+
+    with dial(target, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=timeout)

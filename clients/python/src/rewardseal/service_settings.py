@@ -10,8 +10,12 @@ here once:
 * bearer tokens: an environment variable, else a file in the data directory that only its owner
   may read, made 0600 on first start (:func:`load_token`, :func:`load_or_create_token`,
   :func:`read_token_file`). A token file that group or others may read is refused, never used.
+* the server's TLS: ``--tls-cert``, ``--tls-key`` and ``--tls-client-ca``, each else
+  ``$<PREFIX>TLS_CERT``, ``TLS_KEY``, ``TLS_CLIENT_CA``; none of them: plaintext
+  (:func:`resolve_server_tls`).
 
-Standard library only: trainers importing :mod:`rewardseal` pay nothing for it.
+Standard library only (:mod:`rewardseal.tls` is imported only when TLS is configured):
+trainers importing :mod:`rewardseal` pay nothing for it.
 """
 
 from __future__ import annotations
@@ -22,9 +26,12 @@ import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from rewardseal.errors import ValidationError
+
+if TYPE_CHECKING:
+    from rewardseal.tls import ServerTls
 
 __all__ = [
     "MIN_TOKEN_LENGTH",
@@ -33,6 +40,7 @@ __all__ = [
     "load_token",
     "read_token_file",
     "resolve_port",
+    "resolve_server_tls",
 ]
 
 MIN_TOKEN_LENGTH: Final = 16
@@ -119,3 +127,44 @@ def load_token(env: Mapping[str, str], *, env_name: str, path: Path) -> tuple[st
             raise ValidationError(f"{env_name} must have at least {MIN_TOKEN_LENGTH} characters")
         return configured, f"${env_name}"
     return load_or_create_token(path), str(path)
+
+
+def resolve_server_tls(
+    cert: Path | None,
+    key: Path | None,
+    client_ca: Path | None,
+    env: Mapping[str, str],
+    *,
+    env_prefix: str,
+) -> ServerTls | None:
+    """A server's TLS settings, or None (plaintext) when no certificate and no key is set.
+
+    Each file comes from its flag (``cert``, ``key``, ``client_ca``), else from
+    ``$<env_prefix>TLS_CERT``, ``TLS_KEY`` or ``TLS_CLIENT_CA``. With a client CA, clients must
+    present a certificate it issued (mutual TLS). The files are read now, once.
+
+    Raises:
+        ValidationError: a certificate without its key or the reverse, a client CA without a
+            certificate, or a file that cannot be read or is not PEM.
+    """
+    cert = cert or _env_path(env, f"{env_prefix}TLS_CERT")
+    key = key or _env_path(env, f"{env_prefix}TLS_KEY")
+    client_ca = client_ca or _env_path(env, f"{env_prefix}TLS_CLIENT_CA")
+    if cert is None and key is None:
+        if client_ca is not None:
+            raise ValidationError(
+                f"--tls-client-ca ({env_prefix}TLS_CLIENT_CA) needs --tls-cert and --tls-key"
+            )
+        return None
+    if cert is None or key is None:
+        given, missing = ("--tls-cert", "KEY") if key is None else ("--tls-key", "CERT")
+        flag = f"--tls-{missing.lower()}"
+        raise ValidationError(f"{given} needs {flag} ({env_prefix}TLS_{missing}) as well")
+    from rewardseal.tls import ServerTls
+
+    return ServerTls.from_files(cert, key, client_ca)
+
+
+def _env_path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name)
+    return Path(value) if value else None

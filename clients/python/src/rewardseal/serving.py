@@ -10,8 +10,10 @@ What lives here, once:
 
 * :func:`start_grpc_server`: a ``grpc.aio`` server with the message-size caps the clients use
   (:func:`rewardseal.client.message_size_options`), the services' servicers, the standard
-  ``grpc.health.v1`` service (SERVING for ``""`` and for every named service once started) and
-  optional server reflection; it returns a :class:`RunningServer`.
+  ``grpc.health.v1`` service (SERVING for ``""`` and for every named service once started),
+  optional server reflection and optional TLS or mutual TLS (:class:`rewardseal.tls.ServerTls`);
+  it returns a :class:`RunningServer`. Its port is its own: a second server on a port in use
+  refuses to start (:class:`rewardseal.errors.CannotListen`) instead of sharing it.
 * :meth:`RunningServer.stop`: the graceful stop (NOT_SERVING first, then the service's own
   shutdown hook, then the server stops within a grace period).
 * :func:`write_ready_file` and :func:`serve_until_signalled`: the ``serve`` commands' ready file
@@ -21,9 +23,13 @@ What lives here, once:
 from __future__ import annotations
 
 import asyncio
+import errno
+import ipaddress
 import json
+import logging
 import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,17 +38,28 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rewardseal.client import message_size_options
+from rewardseal.errors import CannotListen
 
 if TYPE_CHECKING:
     from grpc_health.v1 import health
 
+    from rewardseal.tls import ServerTls
+
 __all__ = [
     "Hook",
+    "TRANSPORT_TEXT",
     "RunningServer",
+    "address",
+    "cannot_listen",
+    "check_port_free",
+    "is_loopback",
     "serve_until_signalled",
     "start_grpc_server",
+    "transport",
     "write_ready_file",
 ]
+
+_log = logging.getLogger(__name__)
 
 Hook = Callable[[], Awaitable[None]]
 """An async callable run at a fixed point of a server's start or stop."""
@@ -93,6 +110,8 @@ async def start_grpc_server(
     reflection: bool = False,
     on_start: Hook | None = None,
     on_stop: Hook | None = None,
+    tls: ServerTls | None = None,
+    reuse_port: bool = False,
 ) -> RunningServer:
     """Start a ``grpc.aio`` server on ``host:port`` (0 picks a free port).
 
@@ -104,10 +123,24 @@ async def start_grpc_server(
         reflection: also serve ``grpc.reflection.v1alpha`` for the services, health and itself.
         on_start: run after the port is bound and before the server starts taking calls.
         on_stop: see :attr:`RunningServer.on_stop`.
+        tls: serve TLS (mutual TLS when it names a client CA); None serves plaintext, with a
+            warning unless ``host`` is a loopback address.
+        reuse_port: share the port with other processes that ask for the same (SO_REUSEPORT;
+            the kernel then splits connections between them). Off by default: a second server
+            on a port in use refuses to start. The hook for a deliberate multi-process mode.
+
+    Raises:
+        CannotListen: ``host:port`` cannot be bound (in use by another process, not an address
+            of this machine, ...); nothing has been started.
     """
     from grpc_health.v1 import health, health_pb2_grpc
 
-    server = grpc.aio.server(interceptors=list(interceptors), options=message_size_options())
+    if not reuse_port:
+        check_port_free(host, port)
+    # gRPC sets SO_REUSEPORT unless told not to: a second process would then bind the same
+    # port, say it serves, and silently take a share of the callers.
+    options = [*message_size_options(), ("grpc.so_reuseport", 1 if reuse_port else 0)]
+    server = grpc.aio.server(interceptors=list(interceptors), options=options)
     add_servicers(server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -117,7 +150,21 @@ async def start_grpc_server(
         grpc_reflection.enable_server_reflection(
             (*service_names, health.SERVICE_NAME, grpc_reflection.SERVICE_NAME), server
         )
-    bound = server.add_insecure_port(f"{host}:{port}")
+    where = address(host, port)
+    try:
+        if tls is None:
+            if not is_loopback(host):
+                _log.warning(
+                    "serving on %s without TLS: bearer tokens and receipts cross the network "
+                    "in plaintext (configure a TLS certificate and key)",
+                    where,
+                )
+            bound = server.add_insecure_port(where)
+        else:
+            bound = server.add_secure_port(where, tls.credentials())
+    except RuntimeError:
+        # gRPC says only "Failed to bind"; the probe above caught the usual causes already.
+        raise cannot_listen(host, port) from None
     if on_start is not None:
         await on_start()
     await server.start()
@@ -130,6 +177,81 @@ async def start_grpc_server(
     )
     await running.set_serving(True)
     return running
+
+
+def address(host: str, port: int) -> str:
+    """``host:port``, an IPv6 literal in brackets (``[::1]:8790``)."""
+    if ":" in host and not host.startswith("["):
+        return f"[{host}]:{port}"
+    return f"{host}:{port}"
+
+
+def is_loopback(host: str) -> bool:
+    """True when ``host`` is reachable from this machine only (localhost, 127/8, ::1)."""
+    name = host.strip("[]")
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+TRANSPORT_TEXT: Mapping[str, str] = {
+    "plaintext": "plaintext (no TLS)",
+    "tls": "TLS",
+    "mtls": "mutual TLS (client certificates required)",
+}
+"""How a banner for people words each :func:`transport`."""
+
+
+def transport(tls: ServerTls | None) -> str:
+    """What a banner says of a server's transport: ``plaintext``, ``tls`` or ``mtls``."""
+    if tls is None:
+        return "plaintext"
+    return "mtls" if tls.mutual else "tls"
+
+
+def cannot_listen(host: str, port: int, cause: OSError | None = None) -> CannotListen:
+    """The one-line start-up error for ``host:port`` that cannot be bound, saying why."""
+    if cause is not None and cause.errno == errno.EADDRINUSE:
+        why = "the port is in use by another process"
+    elif cause is not None and cause.strerror:
+        why = cause.strerror[:1].lower() + cause.strerror[1:]
+    else:
+        why = "the address could not be bound"
+    return CannotListen(f"cannot listen on {address(host, port)}: {why}")
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise :class:`CannotListen` when ``host:port`` cannot be bound by this process now.
+
+    gRPC reports a failed bind as a bare RuntimeError (the cause goes to its C core's log on
+    stderr); a plain socket bound first, with SO_REUSEADDR as gRPC sets it and without
+    SO_REUSEPORT, finds the usual cause, a port in use, with its real reason. A port in use on
+    any address ``host`` resolves to refuses; other failures refuse only when every address
+    fails (gRPC serves on the addresses it can bind). Port 0 is always free.
+    """
+    if port == 0:
+        return
+    try:
+        found = socket.getaddrinfo(
+            host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror:
+        return  # gRPC's own resolution reports it
+    failures: list[OSError] = []
+    for family, kind, proto, _, sockaddr in found:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise cannot_listen(host, port, exc) from None
+                failures.append(exc)
+    if found and len(failures) == len(found):
+        raise cannot_listen(host, port, failures[0])
 
 
 def write_ready_file(path: Path, banner: Mapping[str, Any]) -> None:

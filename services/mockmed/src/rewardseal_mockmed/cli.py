@@ -8,7 +8,8 @@ fresh token when missing); the admin token (fault switch) from ``$MOCKMED_ADMIN_
 and, with ``--ready-file``, written there as JSON (port included; never a token). SIGINT or
 SIGTERM stops the server after its requests finish; the exit status is then 0.
 
-Exit status: 0 after a clean stop, 1 when the server failed, 2 on a usage or settings error.
+Exit status: 0 after a clean stop, 1 when the server failed, 2 on a usage or settings error
+(a port in use by another process included: one line names it).
 """
 
 from __future__ import annotations

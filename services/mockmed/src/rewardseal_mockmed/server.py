@@ -20,6 +20,7 @@ from typing import Any, Final
 
 import uvicorn
 
+from rewardseal.serving import cannot_listen
 from rewardseal_mockmed import __version__
 from rewardseal_mockmed.app import create_app
 from rewardseal_mockmed.faults import FaultSwitch
@@ -34,14 +35,26 @@ _START_TIMEOUT_SECONDS: Final = 30.0
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6."""
+    """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6.
+
+    The port is this process's alone: SO_REUSEADDR (a restart need not wait out TIME_WAIT) but
+    never SO_REUSEPORT, so a second MockMed on a port in use is refused instead of taking a
+    share of the callers.
+
+    Raises:
+        CannotListen: ``host:port`` cannot be bound (in use by another process, not an address
+            of this machine, ...).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
     # without it every keep-alive response waits ~40 ms (Nagle against delayed ACK).
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise cannot_listen(host, port, exc) from None
         sock.listen(2048)
         sock.setblocking(False)
     except BaseException:
@@ -108,7 +121,7 @@ class MockMedServer:
         Raises:
             ValidationError: the database URL or the screen file is unusable.
             Unavailable: the database cannot be reached.
-            OSError: the address cannot be bound.
+            CannotListen: the address cannot be bound (the port is in use, ...).
         """
         self.settings = settings
         self.store = EncounterStore(settings.db_url)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from rewardseal.serving import RunningServer
+from rewardseal.serving import RunningServer, check_port_free, transport
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
@@ -45,6 +45,7 @@ class WorkerApp:
         return {
             "host": self.settings.host,
             "port": self.port,
+            "transport": transport(self.settings.tls),
             "token": self.settings.token,
             "contract_digest": self.bundle.contract_digest,
             "oracle_tier": self.bundle.tier,
@@ -69,7 +70,13 @@ class WorkerApp:
 async def start_worker(
     settings: WorkerSettings, *, progress: Callable[[int, int], None] | None = None
 ) -> WorkerApp:
-    """Build and start the worker described by ``settings``."""
+    """Build and start the worker described by ``settings``.
+
+    Raises:
+        CannotListen: the port is in use by another process or cannot be bound.
+    """
+    # Before seeding and calibrating (minutes): a taken port is refused at once.
+    check_port_free(settings.host, settings.port)
     key = SigningKey.load_or_create(settings.key_path)
     seeded = None
     if settings.seed_mockmed:
@@ -102,13 +109,22 @@ async def start_worker(
         scorer.revoked = control.revocation
         scorer.on_commit = control.notify
         control.start()
-    running = await start_worker_server(
-        scorer,
-        token=settings.token,
-        host=settings.host,
-        port=settings.port,
-        reflection=settings.reflection,
-    )
+    try:
+        running = await start_worker_server(
+            scorer,
+            token=settings.token,
+            host=settings.host,
+            port=settings.port,
+            reflection=settings.reflection,
+            tls=settings.tls,
+        )
+    except BaseException:
+        # The port is taken (or the start was cancelled): release what was opened for it.
+        if control is not None:
+            await control.stop()
+        reader.close()
+        store.close()
+        raise
     watch = StoreHealthWatch(store.ping, running, interval=settings.health_interval_seconds)
     watch.start()
     return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control, watch)

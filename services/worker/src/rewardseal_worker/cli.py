@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from rewardseal.errors import RewardSealError
-from rewardseal.serving import serve_until_signalled, write_ready_file
+from rewardseal.serving import TRANSPORT_TEXT, serve_until_signalled, write_ready_file
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.settings import resolve_settings
@@ -33,6 +33,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--calibration-trials", type=int, help="trials for --seed-mockmed")
     serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
     serve.add_argument(
+        "--tls-cert",
+        type=Path,
+        help="serve TLS with this PEM certificate chain (or REWARDSEAL_WORKER_TLS_CERT)",
+    )
+    serve.add_argument(
+        "--tls-key", type=Path, help="its PEM private key (or REWARDSEAL_WORKER_TLS_KEY)"
+    )
+    serve.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help="require client certificates issued by this PEM CA: mutual TLS "
+        "(or REWARDSEAL_WORKER_TLS_CLIENT_CA)",
+    )
+    serve.add_argument(
         "--control",
         metavar="HOST:PORT",
         help="control plane to register with, follow revocations from and forward receipts to "
@@ -48,6 +62,7 @@ def _banner_text(app: WorkerApp) -> str:
     info = app.banner()
     lines = [
         f"rewardseal-worker serving on {info['host']}:{info['port']}",
+        f"  transport        {TRANSPORT_TEXT[info['transport']]}",
         f"  contract digest  {info['contract_digest']}  (tier {info['oracle_tier']})",
         f"  worker key id    {info['key_id']}",
         f"  certificate      {info['certificate_id'] or 'none'}",
@@ -68,6 +83,9 @@ async def _serve(args: argparse.Namespace) -> int:
         calibration_trials=args.calibration_trials,
         reflection=args.reflection,
         control_target=args.control,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
     )
     app = await start_worker(settings, progress=text_progress(sys.stderr))
     print(_banner_text(app), flush=True)

@@ -11,6 +11,7 @@ import grpc
 
 from rewardseal.auth import BearerAuthInterceptor
 from rewardseal.serving import RunningServer, start_grpc_server
+from rewardseal.tls import ServerTls
 from rewardseal.v1 import worker_service_pb2, worker_service_pb2_grpc
 from rewardseal_worker.engine import Scorer
 from rewardseal_worker.service import RewardWorkerServicer
@@ -26,8 +27,14 @@ async def start_worker_server(
     host: str = "127.0.0.1",
     port: int = 0,
     reflection: bool = False,
+    tls: ServerTls | None = None,
 ) -> RunningServer:
-    """Start serving ``scorer`` on ``host:port`` (0 picks a free port)."""
+    """Start serving ``scorer`` on ``host:port`` (0 picks a free port); over TLS, or mutual
+    TLS, when ``tls`` is given.
+
+    Raises:
+        CannotListen: the port is in use by another process or cannot be bound.
+    """
 
     def add_servicers(server: grpc.aio.Server) -> None:
         worker_service_pb2_grpc.add_RewardWorkerServiceServicer_to_server(
@@ -41,4 +48,5 @@ async def start_worker_server(
         host=host,
         port=port,
         reflection=reflection,
+        tls=tls,
     )

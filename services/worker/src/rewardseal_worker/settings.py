@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewardseal import service_settings
 from rewardseal.errors import ValidationError
+from rewardseal.tls import ServerTls
 
 ENV_PREFIX = "REWARDSEAL_WORKER_"
 DEFAULT_PORT = 8790
@@ -38,6 +39,8 @@ class WorkerSettings:
     control_token: str | None = None
     control_admin_token: str | None = None
     """Lets the worker register its own key with control; without it an operator does."""
+    tls: ServerTls | None = field(default=None, repr=False)
+    """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
 
     @property
     def key_path(self) -> Path:
@@ -71,9 +74,17 @@ def resolve_settings(
     calibration_trials: int | None = None,
     reflection: bool = False,
     control_target: str | None = None,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    tls_client_ca: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkerSettings:
-    """Merge flags (arguments), environment and defaults into one settings object."""
+    """Merge flags (arguments), environment and defaults into one settings object.
+
+    Raises:
+        ValidationError: a bad port or number, ``--control`` without its token, or unusable TLS
+            settings (a certificate without its key, an unreadable or non-PEM file).
+    """
     env = os.environ if env is None else env
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     contract = contract_dir or _env_path(env, "CONTRACT") or data / DEFAULT_BUNDLE
@@ -103,6 +114,9 @@ def resolve_settings(
         control_target=control,
         control_token=control_token,
         control_admin_token=env.get(f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN") or None,
+        tls=service_settings.resolve_server_tls(
+            tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
+        ),
     )
 
 
