@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from rewardseal.errors import NotFound
-from rewardseal.serving import RunningServer
+from rewardseal.serving import RunningServer, check_port_free, transport
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
@@ -86,14 +86,15 @@ class ControlApp:
             "host": self.settings.host,
             "port": self.port,
             "target": self.target,
+            "transport": transport(self.settings.tls),
             "organization_key_id": self.key.key_id,
             "organization_public_key": self.key.public_key.hex(),
             "data_dir": str(self.settings.data_dir),
             "db_url": make_url(self.settings.db_url).render_as_string(hide_password=True),
             "admin_token_source": self.settings.admin_token_source,
             "token_source": self.settings.token_source,
-            "revocation_ttl_seconds": self.settings.revocation_ttl.total_seconds(),
             "worker_token_source": self.settings.worker_token_source,
+            "revocation_ttl_seconds": self.settings.revocation_ttl.total_seconds(),
         }
 
     async def stop(self) -> None:
@@ -107,7 +108,12 @@ async def start_control(settings: ControlSettings) -> ControlApp:
 
     Migrations run first (``ControlStore`` applies them, serialized against other replicas), then
     the organization key is loaded (created 0600 on first start) and registered if absent.
+
+    Raises:
+        CannotListen: the port is in use by another process or cannot be bound.
     """
+    # Before migrating: a second control plane on a taken port is refused at once.
+    check_port_free(settings.host, settings.port)
     key = SigningKey.load_or_create(settings.key_path)
     store = await asyncio.to_thread(ControlStore, settings.db_url)
     try:
@@ -117,10 +123,11 @@ async def start_control(settings: ControlSettings) -> ControlApp:
             servicer,
             admin_token=settings.admin_token,
             token=settings.token,
-            host=settings.host,
             worker_token=settings.worker_token,
+            host=settings.host,
             port=settings.port,
             reflection=settings.reflection,
+            tls=settings.tls,
         )
     except BaseException:
         store.close()

@@ -3,7 +3,12 @@
 Admin commands talk to a running control plane over gRPC (``--target host:port``). They print
 tables for people and, with ``--json``, one JSON document for scripts. The bearer token comes
 from ``--token``, else ``$REWARDSEAL_CONTROL_ADMIN_TOKEN``, else ``$REWARDSEAL_CONTROL_TOKEN``,
-else the token files in ``--data-dir`` (admin first); it is never printed.
+else the token files in ``--data-dir`` (admin first); it is never printed. Over TLS they pin the
+control plane's CA with ``--tls-ca`` (and ``--tls-server-name`` when its certificate names
+another host than ``--target``), and for mutual TLS present ``--tls-cert`` and ``--tls-key``;
+each flag else ``$REWARDSEAL_CONTROL_CLIENT_TLS_CA``, ``_CERT``, ``_KEY``, ``_SERVER_NAME``.
+With none of them the channel is plaintext. ``serve --tls-cert --tls-key [--tls-client-ca]``
+serves TLS (mutual TLS with a client CA).
 
 Exit status: 0 on success, 1 when the control plane refused the request (or could not be
 reached), 2 on a usage or local error (a missing or malformed file, no token, bad settings).
@@ -29,6 +34,7 @@ from google.protobuf.message import Message
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.rpc_status import from_rpc_error
 from rewardseal.service_settings import read_token_file
+from rewardseal.tls import ClientTls, channel
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, IssuerKey
@@ -56,6 +62,9 @@ from rewardseal_control.settings import (
 
 PROG = "rewardseal-control"
 TARGET_ENV = f"{ENV_PREFIX}TARGET"
+CLIENT_TLS_ENV = f"{ENV_PREFIX}CLIENT_TLS_"
+"""Prefix of the admin commands' TLS variables (``CA``, ``CERT``, ``KEY``, ``SERVER_NAME``):
+not ``TLS_CERT``, which is the server's own certificate when ``serve`` runs in the same shell."""
 EPSILON_KEY = "epsilon"
 """The convenience field of ``calibration.json`` that readers drop unread (R-CAL-4)."""
 PAGE_SIZE = 500
@@ -109,6 +118,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
     serve.add_argument(
+        "--tls-cert",
+        type=Path,
+        help=f"serve TLS with this PEM certificate chain (or ${ENV_PREFIX}TLS_CERT)",
+    )
+    serve.add_argument(
+        "--tls-key", type=Path, help=f"its PEM private key (or ${ENV_PREFIX}TLS_KEY)"
+    )
+    serve.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help=f"require client certificates issued by this PEM CA: mutual TLS "
+        f"(or ${ENV_PREFIX}TLS_CLIENT_CA)",
+    )
+    serve.add_argument(
         "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
     )
 
@@ -124,6 +147,24 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_argument("--data-dir", type=Path, help="read the token files from here")
     client.add_argument("--json", action="store_true", help="print JSON instead of a table")
     client.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
+    client.add_argument(
+        "--tls-ca",
+        type=Path,
+        help=f"dial TLS, trusting this PEM CA for the server (or ${CLIENT_TLS_ENV}CA)",
+    )
+    client.add_argument(
+        "--tls-cert",
+        type=Path,
+        help=f"client certificate for mutual TLS, PEM (or ${CLIENT_TLS_ENV}CERT)",
+    )
+    client.add_argument(
+        "--tls-key", type=Path, help=f"its PEM private key (or ${CLIENT_TLS_ENV}KEY)"
+    )
+    client.add_argument(
+        "--tls-server-name",
+        help=f"the name the server's certificate must carry when it is not the --target host "
+        f"(or ${CLIENT_TLS_ENV}SERVER_NAME)",
+    )
 
     contracts = _group(commands, "contracts", "the contract registry")
     contracts.add_parser("list", parents=[client], help="list registered contracts")
@@ -197,6 +238,9 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
         port=args.port,
         revocation_ttl=parse_duration(args.revocation_ttl) if args.revocation_ttl else None,
         reflection=args.reflection,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
     )
     app = await start_control(settings)
     banner = app.banner()
@@ -208,9 +252,12 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _banner_text(banner: Mapping[str, Any]) -> str:
+    from rewardseal.serving import TRANSPORT_TEXT
+
     return "\n".join(
         [
             f"{PROG} serving on {banner['target']}",
+            f"  transport         {TRANSPORT_TEXT[banner['transport']]}",
             f"  organization key  {banner['organization_key_id']}",
             f"  database          {banner['db_url']}",
             f"  admin token       {banner['admin_token_source']}",
@@ -283,6 +330,32 @@ def _token(args: argparse.Namespace) -> str:
         f"no token: pass --token, set {ADMIN_TOKEN_ENV} or {TOKEN_ENV}, or point --data-dir "
         "at the control plane's data directory"
     )
+
+
+def client_tls(args: argparse.Namespace) -> ClientTls | None:
+    """The admin commands' TLS from ``--tls-*``, else ``$REWARDSEAL_CONTROL_CLIENT_TLS_*``;
+    None (plaintext) when none is set.
+
+    Raises:
+        UsageError: a client certificate without its key, or the reverse.
+        ValidationError: a file that cannot be read or is not PEM.
+    """
+
+    def pick(flag: object, name: str) -> str | None:
+        if flag is not None:
+            return str(flag)
+        return os.environ.get(f"{CLIENT_TLS_ENV}{name}") or None
+
+    ca, cert, key = pick(args.tls_ca, "CA"), pick(args.tls_cert, "CERT"), pick(args.tls_key, "KEY")
+    server_name = pick(args.tls_server_name, "SERVER_NAME")
+    if (cert is None) != (key is None):
+        given, missing = ("--tls-cert", "KEY") if key is None else ("--tls-key", "CERT")
+        raise UsageError(
+            f"{given} needs --tls-{missing.lower()} (or ${CLIENT_TLS_ENV}{missing}) as well"
+        )
+    if ca is None and cert is None and server_name is None:
+        return None
+    return ClientTls.from_files(ca=ca, cert=cert, key=key, server_name=server_name)
 
 
 def _target(args: argparse.Namespace) -> str:
@@ -615,8 +688,9 @@ _ADMIN_COMMANDS: Mapping[tuple[str, str], _Handler] = {
 def _run_admin(args: argparse.Namespace, out: TextIO) -> int:
     handler = _ADMIN_COMMANDS[(args.command, args.action)]
     token = _token(args)
-    with grpc.insecure_channel(_target(args)) as channel:
-        client = Client(pb_grpc.ControlPlaneServiceStub(channel), token, args.timeout)
+    tls = client_tls(args)
+    with channel(_target(args), tls) as link:
+        client = Client(pb_grpc.ControlPlaneServiceStub(link), token, args.timeout)
         return handler(client, args, out)
 
 

@@ -11,6 +11,7 @@ import grpc
 
 from rewardseal.auth import BearerAuthInterceptor
 from rewardseal.serving import RunningServer, start_grpc_server
+from rewardseal.tls import ServerTls
 from rewardseal.v1 import control_service_pb2, control_service_pb2_grpc
 from rewardseal_control.service import (
     ADMIN_ROLE,
@@ -66,10 +67,11 @@ async def start_control_server(
     *,
     admin_token: str,
     token: str,
-    host: str = "127.0.0.1",
     worker_token: str | None = None,
+    host: str = "127.0.0.1",
     port: int = 0,
     reflection: bool = False,
+    tls: ServerTls | None = None,
 ) -> RunningServer:
     """Start serving ``servicer`` on ``host:port`` (0 picks a free port).
 
@@ -77,7 +79,11 @@ async def start_control_server(
     ``worker_token`` (when given) role ``worker``, each limited to what :data:`ROLES_BY_METHOD`
     allows it (anything else answers PERMISSION_DENIED). The servicer is started once the port
     is bound; stopping the server closes it (watch streams never end on their own, so they are
-    ended before the server stops and the stop need not wait for them).
+    ended before the server stops and the stop need not wait for them). With ``tls`` it serves
+    TLS, or mutual TLS when ``tls`` names a client CA.
+
+    Raises:
+        CannotListen: the port is in use by another process or cannot be bound.
     """
     tokens = {admin_token: ADMIN_ROLE, token: TRAINER_ROLE}
     if worker_token is not None:
@@ -100,6 +106,7 @@ async def start_control_server(
         host=host,
         port=port,
         reflection=reflection,
+        tls=tls,
         on_start=servicer.start,
         on_stop=servicer.close,
     )

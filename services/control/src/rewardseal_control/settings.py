@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rewardseal import service_settings
 from rewardseal.errors import ValidationError
+from rewardseal.tls import ServerTls
 
 ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"
@@ -56,6 +57,9 @@ class ControlSettings:
     """Where the client token came from."""
     worker_token_source: str = ""
     """Where the worker token came from."""
+
+    tls: ServerTls | None = field(default=None, repr=False)
+    """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
 
     @property
     def key_path(self) -> Path:
@@ -103,12 +107,16 @@ def resolve_settings(
     port: int | None = None,
     revocation_ttl: timedelta | None = None,
     reflection: bool = False,
+    tls_cert: Path | None = None,
+    tls_key: Path | None = None,
+    tls_client_ca: Path | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ControlSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
 
     Raises:
-        ValidationError: on a port out of range, a bad duration, a short or unreadable token, or
+        ValidationError: on a port out of range, a bad duration, a short or unreadable token,
+            unusable TLS settings (a certificate without its key, an unreadable file), or
             two equal tokens among admin, client and worker (the roles would be
             indistinguishable).
     """
@@ -142,6 +150,9 @@ def resolve_settings(
         worker_token=worker_token,
         revocation_ttl=ttl,
         reflection=reflection,
+        tls=service_settings.resolve_server_tls(
+            tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
+        ),
         admin_token_source=admin_source,
         token_source=token_source,
         worker_token_source=worker_source,
