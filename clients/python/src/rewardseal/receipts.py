@@ -19,12 +19,19 @@ from rewardseal.contract import (
     component_values,
     contract_digest,
 )
-from rewardseal.errors import SignatureError, ValidationError
+from rewardseal.errors import (
+    ReceiptMismatch,
+    SignatureError,
+    Unscored,
+    ValidationError,
+    preview,
+)
 from rewardseal.scoring import score
 from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.validation import parse_strict, validate_receipt
 
@@ -143,3 +150,77 @@ def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> RewardEvidenceRec
     if envelope.unscored != is_unscored(receipt):
         raise ValidationError("the envelope's unscored flag disagrees with the receipt")
     return receipt
+
+
+@dataclass(frozen=True)
+class ExpectedReceipt:
+    """What a receipt must name to answer one request; a field left None is not checked."""
+
+    receipt_id: str | None = None
+    episode_id: str | None = None
+    policy_checkpoint_id: str | None = None
+    policy_update: int | None = None
+    reward_contract_digest: str | None = None
+
+    @classmethod
+    def for_descriptor(
+        cls, descriptor: EpisodeDescriptor, *, receipt_id: str | None = None
+    ) -> ExpectedReceipt:
+        """A receipt answering ``descriptor``: its episode, checkpoint, update and contract
+        (and, when given, the receipt id the worker named for it)."""
+        return cls(
+            receipt_id=receipt_id,
+            episode_id=descriptor.episode_id,
+            policy_checkpoint_id=descriptor.policy_checkpoint_id,
+            policy_update=descriptor.policy_update,
+            reward_contract_digest=descriptor.reward_contract_digest,
+        )
+
+
+# Checked in this order, so the error names the most telling field first.
+_BOUND_FIELDS = (
+    "receipt_id",
+    "episode_id",
+    "policy_update",
+    "policy_checkpoint_id",
+    "reward_contract_digest",
+)
+
+
+def receipt_mismatch(field: str, expected: object, received: object) -> ReceiptMismatch:
+    """The error for an answer whose ``field`` is ``received`` where ``expected`` was asked.
+
+    Both values are quoted short (they may come from a hostile peer); ``metadata["field"]``
+    names the field for callers that tell a misrouted answer from a reused episode id.
+    """
+    return ReceiptMismatch(
+        f"the worker's answer does not answer the request: {field} is {preview(received)}, "
+        f"expected {preview(expected)}",
+        metadata={"field": field},
+    )
+
+
+def check_receipt_answers(receipt: RewardEvidenceReceipt, expected: ExpectedReceipt) -> None:
+    """Raise ReceiptMismatch unless ``receipt`` names everything ``expected`` asks for (R-T-5).
+
+    The signature proves who wrote a receipt, not which request it answers: a validly signed
+    receipt of episode X handed back for episode Z (a swapped batch, a replayed GetReceipt, a
+    receipt of an older policy update) would otherwise pay Z. Every client path checks its
+    answer here, after the signature and before the receipt is handed out.
+    """
+    for name in _BOUND_FIELDS:
+        want = getattr(expected, name)
+        got = getattr(receipt, name)
+        if want is not None and got != want:
+            raise receipt_mismatch(name, want, got)
+
+
+def grader_score(receipt: RewardEvidenceReceipt) -> float:
+    """The OpenAI-grader mirror's score of a receipt: 1.0 when it pays, else 0.0 (R-W-9).
+
+    Raises Unscored for an unscored receipt: the grader shape cannot carry "no score", and 0.0
+    would train on noise.
+    """
+    if is_unscored(receipt):
+        raise Unscored(f"episode {receipt.episode_id} is unscored; drop the sample")
+    return 1.0 if receipt.scalar_reward > 0 else 0.0
