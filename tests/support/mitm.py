@@ -79,8 +79,8 @@ class MitmServicer(pb_grpc.RewardWorkerServiceServicer):
         """Every envelope the worker sent through, in order (material for replays)."""
 
     @staticmethod
-    def _auth(context: Context) -> list[tuple[str, str]]:
-        return [(k, v) for k, v in context.invocation_metadata() or () if k == "authorization"]
+    def _auth(context: Context) -> tuple[tuple[str, str | bytes], ...]:
+        return tuple((k, v) for k, v in context.invocation_metadata() or () if k == "authorization")
 
     async def _forward(self, method: str, request: Any, context: Context) -> Any:
         call = getattr(self.upstream, method)
@@ -121,7 +121,8 @@ class MitmServicer(pb_grpc.RewardWorkerServiceServicer):
             async for request in request_iterator:
                 yield self.tamper.request("StreamEpisodes", request)
 
-        call = self.upstream.StreamEpisodes(upward(), metadata=self._auth(context))
+        # The generated stub is typed for blocking channels; on a grpc.aio channel it is async.
+        call: Any = self.upstream.StreamEpisodes(upward(), metadata=self._auth(context))  # type: ignore[arg-type]
         answers = [answer async for answer in call]
         for answer in answers:
             self.kept.extend(_envelopes(answer))

@@ -9,8 +9,9 @@ self-hosted training loop that already speaks ``grade(sample, item)``.
 ``item`` carries the episode descriptor fields by name (``episode_id``,
 ``policy_checkpoint_id``, ``policy_update``, ``reward_contract_digest`` and, for the identity,
 ``metadata.oracle_identity``); ``sample`` is the model output. The worker's GradeOpenAI mirror
-scores the episode and the client verifies the receipt's signature before the score is used
-(R-T-5).
+scores the episode and the client verifies the receipt's signature, checks that the receipt
+answers the episode the item names (``ReceiptMismatch`` otherwise) and that the score is the
+receipt's, before the score is used (R-T-5).
 
 The grader shape has no "no score" value, and a hosted grader marks an exception or a bad
 float as invalid and scores it 0. An unscored episode must never become 0.0 (R-W-9), so
@@ -38,7 +39,8 @@ class OpenAIGrader:
         """The verified score of the episode ``item`` names.
 
         Raises Unscored when the episode has no scalar (drop the sample; never pay it 0.0),
-        and the client's other errors (ValidationError, Unavailable, ...) as they come.
+        ReceiptMismatch when the answer belongs to another episode (stop: the link is not to be
+        trusted), and the client's other errors (ValidationError, Unavailable, ...) as they come.
         """
         return self.client.grade_openai(sample, item)
 

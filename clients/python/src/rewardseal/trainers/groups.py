@@ -3,8 +3,12 @@
 A batch of samples is scored into :class:`SampleResult` rows, one per sample, whatever happened
 to each (a verified receipt, a worker error, an unreachable worker): the metadata columns are
 therefore always aligned with the batch (R-T-3). :func:`fill_unscored` turns the per-sample
-scalars into trainer rewards without ever writing 0.0 for an unscored sample (R-T-1), and
-:func:`enforce_certified` stops a run that requires certified rewards (R-T-2).
+scalars into trainer rewards without ever writing 0.0 for an unscored sample (R-T-1),
+:func:`enforce_certified` stops a run that requires certified rewards (R-T-2), and
+:func:`stop_on_setup_errors` stops a run on a per-sample error that is not the sample's own:
+a setup bug, or a receipt that answers another request (``ReceiptMismatch``: a misrouted or
+attacked link). Paying such a sample would pay the wrong episode, and filling it from its
+group's mean would hide the fault while training goes on.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import grpc
 from rewardseal.client import ReceiptOrError, VerifiedReceipt
 from rewardseal.errors import (
     CertificationRefused,
+    ReceiptMismatch,
     RewardSealError,
     Unavailable,
     ValidationError,
@@ -39,6 +44,7 @@ __all__ = [
     "metadata_columns",
     "mint_episode_id",
     "sample_results",
+    "stop_on_setup_errors",
 ]
 
 ERROR_OUTCOME: Final = "ERROR"
@@ -143,8 +149,27 @@ def is_transient(error: RewardSealError) -> bool:
 
 
 def is_setup_error(error: RewardSealError) -> bool:
-    """True for an error every sample would get (bad token, no permission, wrong contract)."""
-    return error.code in _SETUP_CODES or error.reason in _SETUP_REASONS
+    """True for an error that must stop the run rather than unscore a sample.
+
+    Errors every sample would get (bad token, no permission, wrong contract), and a receipt
+    answering another request (``ReceiptMismatch``): the link to the worker is misrouted or
+    attacked, so no answer on it can be trusted to belong to its sample.
+    """
+    return (
+        error.code in _SETUP_CODES
+        or error.reason in _SETUP_REASONS
+        or isinstance(error, ReceiptMismatch)
+    )
+
+
+def stop_on_setup_errors(rows: Sequence[SampleResult]) -> None:
+    """Raise the first row's error that :func:`is_setup_error` says must stop the run.
+
+    Call it before paying or filling a batch: such a row must never become a group fill.
+    """
+    for row in rows:
+        if row.error is not None and is_setup_error(row.error):
+            raise row.error
 
 
 def sample_results(

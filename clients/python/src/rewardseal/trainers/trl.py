@@ -35,7 +35,10 @@ Two ways to run an episode:
 * without one, the rollout already began and acted; the dataset must carry an ``episode_id``
   column with a distinct value per completion, and the batch is only scored.
 
-Every receipt is verified against the pinned worker key by the client before use (R-T-5).
+Every receipt is verified against the pinned worker key by the client before use (R-T-5),
+and bound to the descriptor it answers: a receipt naming another episode, checkpoint, policy
+update or contract (``ReceiptMismatch``) stops the run rather than being paid or filled
+(:func:`rewardseal.trainers.groups.stop_on_setup_errors`).
 :meth:`CertifiedRewardFunction.metadata_columns` gives the last batch's per-sample columns
 (R-T-3); they are also pushed to TRL's completions table through ``log_extra``.
 
@@ -53,6 +56,7 @@ from typing import Any, Final
 from rewardseal.client import AsyncWorkerClient, ReceiptOrError, WorkerClient, make_descriptor
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.signing import TrustSet
+from rewardseal.tls import ClientTls
 from rewardseal.trainers.actors import EpisodeActor
 from rewardseal.trainers.groups import (
     column,
@@ -64,6 +68,7 @@ from rewardseal.trainers.groups import (
     metadata_columns,
     mint_episode_id,
     sample_results,
+    stop_on_setup_errors,
 )
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
@@ -337,6 +342,7 @@ class CertifiedRewardFunction:
         rows = sample_results(batch.episode_ids, batch.answers)
         # Kept before the certified check so a stopped run can still show the batch that did it.
         self._last = metadata_columns(rows, require_certified=self.require_certified)
+        stop_on_setup_errors(rows)
         enforce_certified(rows, require_certified=self.require_certified)
         groups = contiguous_groups(len(rows), self.num_generations)
         rewards = fill_unscored([row.scalar for row in rows], groups)
@@ -389,14 +395,17 @@ class CertifiedRewardFunction:
         token: str | None = None,
         trust: TrustSet | None = None,
         timeout: float | None = None,
+        tls: ClientTls | None = None,
     ) -> AsyncCertifiedRewardFunction:
         """The same reward function for TRL's concurrent path (an ``async`` ``__call__``).
 
-        Give a ready ``client``, or ``target``/``token``/``trust`` and the client is built on
-        first call, inside the event loop TRL runs async reward functions on (a ``grpc.aio``
-        channel belongs to the loop that first uses it).
+        Give a ready ``client``, or ``target``/``token``/``trust`` (and ``tls`` for a TLS
+        channel) and the client is built on first call, inside the event loop TRL runs async
+        reward functions on (a ``grpc.aio`` channel belongs to the loop that first uses it).
         """
         if client is not None:
+            if tls is not None:
+                raise ValidationError("tls configures a client as_async builds, not a given one")
             ready = client
             return AsyncCertifiedRewardFunction(self, lambda: ready)
         if target is None or token is None or trust is None:
@@ -404,7 +413,8 @@ class CertifiedRewardFunction:
         options: dict[str, Any] = {} if timeout is None else {"timeout": timeout}
         address, secret, pinned = target, token, trust
         return AsyncCertifiedRewardFunction(
-            self, lambda: AsyncWorkerClient(address, token=secret, trust=pinned, **options)
+            self,
+            lambda: AsyncWorkerClient(address, token=secret, trust=pinned, tls=tls, **options),
         )
 
 

@@ -26,8 +26,10 @@ What verl 0.9.1 offers (read from the installed wheel, paths under ``verl/``):
 
 Per call, :class:`CertifiedRewardManager` sends one episode per sample in ONE batched
 ``ScoreEpisodes`` call (chunked above ``max_batch``), verifies every receipt against the pinned
-worker key (R-T-5), stops the run on an uncertified scored receipt when ``require_certified``
-(R-T-2), and gives every unscored sample the mean of its scored uid group-mates (R-T-1).
+worker key and checks it answers its own sample's descriptor (R-T-5; a receipt of another
+episode, checkpoint, update or contract stops the run: it is never paid nor filled), stops the
+run on an uncertified scored receipt when ``require_certified`` (R-T-2), and gives every
+unscored sample the mean of its scored uid group-mates (R-T-1).
 
 verl needs a number for every sample, also for a uid group where NO member was scored. Such a
 group gets 0.0 for every member and is flagged ``reward_group_unscored`` in
@@ -63,6 +65,7 @@ from rewardseal.client import (
 )
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.signing import TrustSet
+from rewardseal.tls import ClientTls
 from rewardseal.trainers.groups import (
     SampleResult,
     enforce_certified,
@@ -70,6 +73,7 @@ from rewardseal.trainers.groups import (
     is_transient,
     metadata_columns,
     sample_results,
+    stop_on_setup_errors,
 )
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
@@ -104,6 +108,8 @@ ALL_UNSCORED_GROUP_REWARD: Final = 0.0
 
 _VERL_PASSED_KWARGS: Final = frozenset({"reward_router_address", "reward_model_tokenizer"})
 """Keyword arguments verl itself passes to every manager; accepted and ignored."""
+_TLS_KWARGS: Final = ("tls_ca", "tls_cert", "tls_key", "tls_server_name")
+"""The ``reward_kwargs`` of a TLS worker channel (:meth:`ManagerSettings.from_reward_kwargs`)."""
 
 
 def missing_verl(exc: ImportError, use: str) -> RewardSealError:
@@ -152,6 +158,8 @@ class ManagerSettings:
     policy_update: int | None = None
     timeout: float = DEFAULT_TIMEOUT_SECONDS
     max_batch: int = DEFAULT_MAX_BATCH
+    tls: ClientTls | None = None
+    """TLS for the worker channel (mutual with a client certificate); None: plaintext."""
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -173,8 +181,11 @@ class ManagerSettings:
         variable holding it); ``worker_public_key`` (hex or base64) or ``worker_public_key_file``
         (R-T-5: receipts are verified against this pinned key); ``reward_contract_digest``;
         ``policy_checkpoint_id``; optional ``require_certified`` (default True),
-        ``policy_update`` (used when verl sets no ``global_steps``), ``timeout_seconds`` and
-        ``max_batch``. Any other key is refused, so a misspelt setting cannot pass unnoticed.
+        ``policy_update`` (used when verl sets no ``global_steps``), ``timeout_seconds``,
+        ``max_batch``, and for a TLS channel ``tls_ca`` (PEM file the worker's certificate must
+        chain to), ``tls_cert`` and ``tls_key`` (the client certificate and key, for mutual
+        TLS) and ``tls_server_name`` (the name the worker's certificate carries, when it is not
+        the dialled host). Any other key is refused, so a misspelt setting cannot pass unnoticed.
         """
         env = os.environ if env is None else env
         known = {
@@ -189,6 +200,7 @@ class ManagerSettings:
             "policy_update",
             "timeout_seconds",
             "max_batch",
+            *_TLS_KWARGS,
         }
         unknown = sorted(set(kwargs) - known - _VERL_PASSED_KWARGS)
         if unknown:
@@ -226,7 +238,26 @@ class ManagerSettings:
             policy_update=None if policy_update is None else int(policy_update),
             timeout=float(kwargs.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)),
             max_batch=int(kwargs.get("max_batch", DEFAULT_MAX_BATCH)),
+            tls=_tls_from_kwargs(kwargs),
         )
+
+
+def _tls_from_kwargs(kwargs: Mapping[str, Any]) -> ClientTls | None:
+    """The TLS settings of ``reward_kwargs`` (PEM files read now), or None when none is given."""
+    given = {name: kwargs.get(name) for name in _TLS_KWARGS}
+    if all(value is None for value in given.values()):
+        return None
+
+    def path(name: str) -> str | None:
+        value = given[name]
+        return None if value is None else str(value)
+
+    return ClientTls.from_files(
+        ca=path("tls_ca"),
+        cert=path("tls_cert"),
+        key=path("tls_key"),
+        server_name=path("tls_server_name"),
+    )
 
 
 @dataclass(frozen=True)
@@ -399,8 +430,11 @@ def batch_rewards(
     ``reward_group_unscored`` (no member of the group was scored).
 
     Raises:
+        ReceiptMismatch: a receipt answers another sample's request (or another setup error of
+            :func:`rewardseal.trainers.groups.is_setup_error`): the run stops, nothing is paid.
         CertificationRefused: with ``require_certified``, a scored receipt is not certified.
     """
+    stop_on_setup_errors(rows)
     enforce_certified(rows, require_certified=require_certified)
     rewards, group_unscored = fill_group_rewards([row.scalar for row in rows], groups)
     extra_info = metadata_columns(rows, require_certified=require_certified)
@@ -467,6 +501,7 @@ class CertifiedRewardManager:
                 token=self.settings.token,
                 trust=self.settings.trust,
                 timeout=self.settings.timeout,
+                tls=self.settings.tls,
             )
         return self._client
 
@@ -512,6 +547,7 @@ class CertifiedRewardManager:
         Raises:
             ValidationError: a column is missing or misaligned, or episode ids repeat (R-T-4).
             CertificationRefused: ``require_certified`` and a scored receipt is not certified.
+            ReceiptMismatch: a receipt answers another request than its sample's (R-T-5).
             RewardSealError: the worker refused the whole call (other than being unreachable).
         """
         columns = data.non_tensor_batch

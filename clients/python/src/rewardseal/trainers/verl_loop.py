@@ -33,13 +33,15 @@ What verl 0.9.1 does (read from the installed wheel, paths under ``verl/``):
   neither reward path carries it: the receipts state the configured ``policy_update``.
 
 This manager scores one sample per :meth:`CertifiedRewardLoopManager.run_single` with the
-asyncio client, verifies the receipt against the pinned key (R-T-5), stops the run on an
+asyncio client, verifies the receipt against the pinned key and checks it answers the sample's
+descriptor (R-T-5; a ``ReceiptMismatch`` stops the run), stops the run on an
 uncertified scored receipt when ``require_certified`` (R-T-2), returns None for an unscored
 sample, and its ``assemble_rm_scores`` gives each None the mean of its scored uid group-mates
 (R-T-1; an all-unscored group gets the batch manager's group constant, see
 :mod:`rewardseal.trainers.verl`). Re-scoring an episode is idempotent (the streaming path may
 score first and ``compute_rm_score`` again): the worker's ALREADY_EXISTS names the stored
-receipt, which is fetched and used when it states the same checkpoint, step and contract.
+receipt, which the client fetches (bound to that receipt id and episode) and uses when it
+states the same checkpoint, step and contract (:meth:`AsyncWorkerClient.recover`).
 
 The module imports without verl and torch: :func:`reward_loop_manager_class` imports verl and
 builds the subclass once; ``CertifiedRewardLoopManager`` is also a lazy module attribute, so
@@ -55,7 +57,7 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt
+from rewardseal.client import AsyncWorkerClient
 from rewardseal.errors import DuplicateEpisode, RewardSealError, ValidationError
 from rewardseal.trainers.groups import (
     SampleResult,
@@ -194,6 +196,7 @@ class LoopScorer:
                 token=self.settings.token,
                 trust=self.settings.trust,
                 timeout=self.settings.timeout,
+                tls=self.settings.tls,
             )
             self._client_loop = loop
         return self._client
@@ -216,6 +219,7 @@ class LoopScorer:
         Raises:
             ValidationError: the sample has no per-sample ``episode_id`` or no policy update.
             CertificationRefused: ``require_certified`` and the scored receipt is not certified.
+            ReceiptMismatch: the receipt answers another request than this sample's (R-T-5).
             RewardSealError: a setup error (bad token, no permission, wrong contract).
         """
         (sample,) = samples_from_batch([extra_info], [uid])
@@ -235,34 +239,15 @@ class LoopScorer:
         try:
             receipt = await client.score(descriptor)
         except DuplicateEpisode as exc:
+            # A re-score: the stored receipt when it answers this very descriptor; the
+            # duplicate when another run or step used this id (R-T-4).
             try:
-                receipt = await self._stored(client, exc, descriptor)
+                receipt = await client.recover(exc, descriptor)
             except RewardSealError as error:
                 return self._error_row(sample, error)
         except RewardSealError as error:
             return self._error_row(sample, error)
         return SampleResult(episode_id=sample.episode_id, receipt=receipt, error=None)
-
-    @staticmethod
-    async def _stored(
-        client: AsyncWorkerClient, exc: DuplicateEpisode, descriptor: EpisodeDescriptor
-    ) -> VerifiedReceipt:
-        """The receipt already stored for this episode, when it answers this very descriptor."""
-        receipt_id = exc.metadata.get("receipt_id")
-        if receipt_id:
-            stored = await client.get_receipt(receipt_id=receipt_id)
-        else:
-            stored = await client.get_receipt(episode_id=descriptor.episode_id)
-        got = stored.receipt
-        if (
-            got.episode_id != descriptor.episode_id
-            or got.policy_checkpoint_id != descriptor.policy_checkpoint_id
-            or got.policy_update != descriptor.policy_update
-            or got.reward_contract_digest != descriptor.reward_contract_digest
-        ):
-            # Another run or step used this id: not a re-score of this sample (R-T-4).
-            raise exc
-        return stored
 
     @staticmethod
     def _error_row(sample: Sample, error: RewardSealError) -> SampleResult:
