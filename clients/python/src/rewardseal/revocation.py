@@ -5,8 +5,9 @@ organization key. Whoever acts on revocations (the worker, a trainer) feeds each
 receives to a :class:`RevocationFollower`, which
 
 * verifies the signature over the exact payload bytes *before* parsing anything;
-* refuses a list whose version is below the highest it has accepted (rollback: an attacker who
-  replays an old list would otherwise un-revoke a certificate);
+* refuses a list whose version is below the highest it has accepted, or below the ``floor`` its
+  owner persisted from an earlier run (rollback: an attacker who replays an old list would
+  otherwise un-revoke a certificate, also right after a restart);
 * refuses a list with the same version but different content (a signer that says two things
   under one version cannot be followed);
 * refuses a list that drops a certificate an older list revoked (revocation is permanent);
@@ -166,9 +167,19 @@ class RevocationFollower:
     Not thread-safe: give each follower one owner (one event loop or one lock).
     """
 
-    def __init__(self, trust: TrustSet) -> None:
-        """Follow lists signed by a key in ``trust`` (the organization's revocation keys)."""
+    def __init__(self, trust: TrustSet, *, floor: int = 0) -> None:
+        """Follow lists signed by a key in ``trust`` (the organization's revocation keys).
+
+        ``floor``: the highest version this follower's owner accepted before (kept across
+        restarts); a list below it is a rollback even though nothing is held yet.
+
+        Raises:
+            ValueError: ``floor`` is negative.
+        """
+        if floor < 0:
+            raise ValueError("floor must be at least 0")
         self._trust = trust
+        self._floor = floor
         self._held: RevocationList | None = None
         self._revoked: frozenset[str] = frozenset()
 
@@ -181,6 +192,12 @@ class RevocationFollower:
     def version(self) -> int:
         """The highest accepted version; 0 before the first list."""
         return self._held.version if self._held is not None else 0
+
+    @property
+    def floor(self) -> int:
+        """The lowest version this follower may still accept: the held version, or the floor
+        it was given while it holds nothing (a version its owner accepted before)."""
+        return max(self._floor, self.version)
 
     def accept(self, envelope: SignedEnvelope, now: datetime) -> RevocationList:
         """Verify ``envelope`` and hold its list if it moves this follower forward.
@@ -199,6 +216,13 @@ class RevocationFollower:
         revocation_list = open_revocation_list(envelope, self._trust)
         version = revocation_list.version
         held = self._held
+        if version < self._floor:
+            # Nothing held yet (a restart), but a list this old was superseded before.
+            raise StaleRevocationList(
+                f"revocation list version {version} is older than version {self._floor} "
+                "accepted before (rollback refused)",
+                metadata=self._facts("rollback", version),
+            )
         if held is not None:
             if version < held.version:
                 raise StaleRevocationList(
@@ -231,7 +255,7 @@ class RevocationFollower:
         return revocation_list
 
     def _facts(self, problem: str, version: int) -> dict[str, str]:
-        return {"problem": problem, "version": str(version), "held_version": str(self.version)}
+        return {"problem": problem, "version": str(version), "held_version": str(self.floor)}
 
     def is_revoked(self, certificate_id: str) -> bool:
         """Whether the held list revokes ``certificate_id``.

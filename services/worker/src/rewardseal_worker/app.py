@@ -52,6 +52,7 @@ class WorkerApp:
             "key_id": self.key.key_id,
             "public_key": self.key.public_key.hex(),
             "certificate_id": certificate.certificate_id if certificate else None,
+            "trusted_organization_keys": [k.hex() for k in self.settings.trust_org_keys],
             "data_dir": str(self.settings.data_dir),
             "contract_dir": str(self.bundle.path),
         }
@@ -99,11 +100,14 @@ async def start_worker(
         control = ControlLink(
             target=settings.control_target,
             token=settings.control_token,
-            admin_token=settings.control_admin_token,
             key=key,
             bundle=bundle,
             store=store,
             scorer=scorer,
+            # Pinned by the operator: control's own registry never decides whom to trust.
+            trust=TrustSet(settings.trust_org_keys),
+            tls=settings.control_tls,
+            poll_interval=settings.certificate_poll_seconds,
         )
         # From here on the certificate is vouched for only by a fresh revocation list.
         scorer.revoked = control.revocation

@@ -12,6 +12,8 @@ from rewardseal.errors import RewardSealError
 from rewardseal.serving import TRANSPORT_TEXT, serve_until_signalled, write_ready_file
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.calibration import text_progress
+from rewardseal_worker.control_link import CertificateChange, certificate_name
+from rewardseal_worker.engine import CertificateInUse
 from rewardseal_worker.settings import resolve_settings
 
 
@@ -50,7 +52,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--control",
         metavar="HOST:PORT",
         help="control plane to register with, follow revocations from and forward receipts to "
-        "(token in REWARDSEAL_WORKER_CONTROL_TOKEN)",
+        "(its worker credential in REWARDSEAL_WORKER_CONTROL_TOKEN; needs --trust-org-key)",
+    )
+    serve.add_argument(
+        "--trust-org-key",
+        action="append",
+        default=[],
+        metavar="HEX_OR_FILE",
+        help="pin an organization public key (64 hex, or a file holding it, or control's ready "
+        "file): only certificates and revocation lists it signed count; repeatable "
+        "(or REWARDSEAL_WORKER_TRUST_ORG_KEYS, comma-separated)",
+    )
+    serve.add_argument(
+        "--control-tls-ca",
+        type=Path,
+        help="dial control over TLS, pinning this PEM CA (or REWARDSEAL_WORKER_CONTROL_TLS_CA)",
+    )
+    serve.add_argument(
+        "--control-tls-cert",
+        type=Path,
+        help="client certificate for mutual TLS to control (or REWARDSEAL_WORKER_CONTROL_TLS_CERT)",
+    )
+    serve.add_argument(
+        "--control-tls-key",
+        type=Path,
+        help="its PEM private key (or REWARDSEAL_WORKER_CONTROL_TLS_KEY)",
+    )
+    serve.add_argument(
+        "--control-tls-server-name",
+        help="the name control's certificate must carry when it is not the dialled host "
+        "(or REWARDSEAL_WORKER_CONTROL_TLS_SERVER_NAME)",
     )
     serve.add_argument(
         "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
@@ -72,6 +103,21 @@ def _banner_text(app: WorkerApp) -> str:
     return "\n".join(lines)
 
 
+def _announce_change(app: WorkerApp, ready_file: Path | None) -> CertificateChange:
+    """Print the new certificate (as the banner names it) and rewrite the ready file, so a
+    script reading either always sees the certificate the worker scores under."""
+
+    def announce(old: CertificateInUse, new: CertificateInUse, why: str) -> None:
+        print(
+            f"  certificate      {certificate_name(old)} -> {certificate_name(new)}  ({why})",
+            flush=True,
+        )
+        if ready_file is not None:
+            write_ready_file(ready_file, app.banner())
+
+    return announce
+
+
 async def _serve(args: argparse.Namespace) -> int:
     settings = resolve_settings(
         data_dir=args.data_dir,
@@ -86,11 +132,18 @@ async def _serve(args: argparse.Namespace) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
+        trust_org_keys=args.trust_org_key,
+        control_tls_ca=args.control_tls_ca,
+        control_tls_cert=args.control_tls_cert,
+        control_tls_key=args.control_tls_key,
+        control_tls_server_name=args.control_tls_server_name,
     )
     app = await start_worker(settings, progress=text_progress(sys.stderr))
     print(_banner_text(app), flush=True)
     if args.ready_file:
         write_ready_file(args.ready_file, app.banner())
+    if app.control is not None:
+        app.control.on_certificate_change = _announce_change(app, args.ready_file)
     await serve_until_signalled(app.stop)
     return 0
 

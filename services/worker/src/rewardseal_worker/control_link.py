@@ -1,11 +1,35 @@
-"""The worker's link to the control plane (R-C-4, R-C-5): registration, certificate, revocations,
-and forwarding of privacy-safe receipts through the durable outbox.
+"""The worker's link to the control plane (R-C-4, R-C-5): registration, certificates,
+revocations, and forwarding of privacy-safe receipts through the durable outbox.
 
 Nothing here sits on the scoring path. Scoring writes each receipt and its outbox row in one
 transaction and answers; a background task forwards the outbox and deletes what control has
 recorded (control is idempotent by receipt id, so a resend after a crash is harmless and every
-receipt arrives exactly once). A second task follows the signed revocation list; while the
-worker holds no fresh list it cannot vouch for its certificate, so receipts are not certified.
+receipt arrives exactly once).
+
+Trust is pinned, never asked for. Certificates and revocation lists count only when a pinned
+organization key (``--trust-org-key``) signed them; what control's issuer-key registry says is
+read for a warning, never for a decision, so a man in the middle or a rogue control plane
+cannot make the worker certify under a key of its choosing. The link itself may be TLS or
+mutual TLS (``--control-tls-*``); the worker presents control's *worker* credential, which can
+neither issue nor revoke.
+
+Certificates follow control while the worker runs. A task polls ``ListCertificates`` (every
+page) and another follows the signed revocation list; after either changes what the worker
+knows, :meth:`ControlLink.reevaluate` picks the certificate to score under:
+
+* candidates: control's certificates for this contract that validate, verify under a pinned
+  key and satisfy the contract's certificate policy, plus the bundle's own certificate if any;
+  none that the held revocation list revokes;
+* the newest wins: highest ``issued_at_policy_update``, then ``issued_at``, then
+  ``certificate_id`` (a deterministic tie-break);
+* no control certificate is adopted before a verified revocation list is held (so a restart
+  cannot pick one that was revoked while the worker was down); a revoked certificate in use is
+  dropped for the newest valid one, or for none (receipts then uncertified).
+
+The highest revocation-list version accepted is kept in the worker store and seeds the
+follower on start, so a restarted worker refuses a list older than one it accepted before.
+While the worker holds no fresh, trusted list it cannot vouch for any certificate, so receipts
+are not certified (``revocation`` answers UNKNOWN).
 """
 
 from __future__ import annotations
@@ -24,26 +48,50 @@ from rewardseal.contract import certificate_digest
 from rewardseal.errors import RewardSealError, SignatureError, ValidationError
 from rewardseal.revocation import RevocationFollower
 from rewardseal.rpc_status import from_rpc_error
-from rewardseal.signing import SigningKey, TrustSet, verify_certificate
+from rewardseal.signing import SigningKey, TrustSet, key_id_for, verify_certificate
+from rewardseal.tls import ClientTls, aio_channel
 from rewardseal.v1 import control_service_pb2 as cpb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal.validation import validate_certificate
 from rewardseal_worker.bundle import ContractBundle
-from rewardseal_worker.engine import Revocation, Scorer, utc_now
-from rewardseal_worker.store import WorkerStore
+from rewardseal_worker.engine import CertificateInUse, Revocation, Scorer, utc_now
+from rewardseal_worker.store import REVOCATION_VERSION, WorkerStore
 
 _log = logging.getLogger(__name__)
 
 CALL_TIMEOUT_SECONDS = 10.0
 FORWARD_BATCH = 256
 MAX_BACKOFF_SECONDS = 30.0
+CERTIFICATE_PAGE_SIZE = 50
+"""Certificates asked for per ListCertificates page (control may send fewer)."""
+MAX_CERTIFICATE_PAGES = 1000
+"""A page-token loop longer than this is a broken or hostile control plane: stop reading."""
+
+CertificateChange = Callable[[CertificateInUse, CertificateInUse, str], None]
+"""Told ``(old, new, why)`` whenever the certificate in use changes (banner, ready file)."""
 
 
 def backoff(attempt: int) -> float:
     """Seconds to wait before retry number ``attempt`` (exponential, capped)."""
     return float(min(0.25 * 2 ** min(attempt, 10), MAX_BACKOFF_SECONDS))
+
+
+def newness(certificate: RewardCertificate) -> tuple[int, int, int, str]:
+    """The order "newest" follows: policy update issued at, then issue time, then id."""
+    return (
+        certificate.issued_at_policy_update,
+        certificate.issued_at.seconds,
+        certificate.issued_at.nanos,
+        certificate.certificate_id,
+    )
+
+
+def certificate_name(in_use: CertificateInUse) -> str:
+    """The certificate id of ``in_use``, or ``none``, for log lines and banners."""
+    return in_use.certificate.certificate_id if in_use.certificate is not None else "none"
 
 
 class ControlLink:
@@ -58,29 +106,41 @@ class ControlLink:
         bundle: ContractBundle,
         store: WorkerStore,
         scorer: Scorer,
-        admin_token: str | None = None,
+        trust: TrustSet,
+        tls: ClientTls | None = None,
         clock: Callable[[], datetime] = utc_now,
         forward_interval: float = 0.5,
+        poll_interval: float = 30.0,
     ) -> None:
-        self._channel = grpc.aio.insecure_channel(target)
+        """``trust``: the pinned organization keys (never taken from control); ``tls``: TLS or
+        mutual TLS for the channel (None: plaintext); ``poll_interval``: seconds between
+        certificate polls."""
+        if not trust.key_ids:
+            raise ValidationError("a control link needs at least one pinned organization key")
+        self._channel = aio_channel(target, tls)
         self._stub = ControlPlaneServiceStub(self._channel)
         self._metadata = (("authorization", f"Bearer {token}"),)
-        self._admin_metadata = (
-            (("authorization", f"Bearer {admin_token}"),) if admin_token else None
-        )
+        self._trust = trust
         self._key = key
         self._bundle = bundle
         self._store = store
         self._scorer = scorer
         self._clock = clock
         self._forward_interval = forward_interval
+        self._poll_interval = poll_interval
         self._follower: RevocationFollower | None = None
+        self._persisted_version = 0
         self._distrusted = False
+        self._control_certificates: list[CertificateInUse] = []
+        self._ignored: set[str] = set()
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.on_certificate_change: CertificateChange | None = None
         self.registered = asyncio.Event()
         self.forwarded = 0
+        self.polls = 0
+        """Certificate polls completed (every page read); tests wait on it."""
 
     # --- What scoring asks (R-C-4) ---
 
@@ -100,7 +160,9 @@ class ControlLink:
     def start(self) -> None:
         """Start the background tasks; returns at once (control may well be down)."""
         self._loop = asyncio.get_running_loop()
-        self._spawn(self._bootstrap())
+        self._spawn(self._register_until_done())
+        self._spawn(self._follow_revocations())
+        self._spawn(self._poll_certificates())
         self._spawn(self._forward_forever())
 
     def notify(self) -> None:
@@ -120,32 +182,32 @@ class ControlLink:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _call(self, method: Any, request: Any, *, admin: bool = False) -> Any:
-        metadata = self._admin_metadata if admin else self._metadata
+    async def _call(self, method: Any, request: Any) -> Any:
         try:
-            return await method(request, metadata=metadata, timeout=CALL_TIMEOUT_SECONDS)
+            return await method(request, metadata=self._metadata, timeout=CALL_TIMEOUT_SECONDS)
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
-    # --- Registration, certificate, revocations ---
+    # --- Registration ---
 
-    async def _bootstrap(self) -> None:
+    async def _register_until_done(self) -> None:
         attempt = 0
         while True:
             try:
                 await self._register()
-                trust = await self._organization_trust()
-                await self._adopt_certificate(trust)
-                self._follower = RevocationFollower(trust)
-                self.registered.set()
                 break
             except RewardSealError as exc:
-                _log.warning("control plane not ready (%s: %s); retrying", exc.reason, exc.message)
+                _log.warning(
+                    "could not register with control (%s: %s); retrying", exc.reason, exc.message
+                )
                 await asyncio.sleep(backoff(attempt))
                 attempt += 1
-        await self._follow_revocations()
+        self.registered.set()
+        await self._warn_about_pinned_keys()
 
     async def _register(self) -> None:
+        """Register the contract and this worker's own WORKER key (the worker credential may
+        do exactly that; an ORGANIZATION key it could not register)."""
         bundle = self._bundle
         await self._call(
             self._stub.RegisterContract,
@@ -153,8 +215,6 @@ class ControlLink:
                 contract=bundle.contract, reward_contract_digest=bundle.contract_digest
             ),
         )
-        if self._admin_metadata is None:
-            return  # an operator registers the worker key (`rewardseal-control keys ...`)
         key = IssuerKey(
             key_id=self._key.key_id,
             public_key=self._key.public_key,
@@ -164,71 +224,195 @@ class ControlLink:
         await self._call(
             self._stub.RegisterIssuerKey,
             cpb.RegisterIssuerKeyRequest(key=key, reason="worker start"),
-            admin=True,
         )
 
-    async def _organization_trust(self) -> TrustSet:
-        keys: list[bytes] = []
+    async def _warn_about_pinned_keys(self) -> None:
+        """Say when a pinned key is retired or unknown at control: the operator's pin and
+        control's registry disagree. Informational only: trust stays with the pin."""
+        try:
+            listed = await self._organization_keys()
+        except RewardSealError as exc:
+            _log.info("could not list control's organization keys (%s)", exc.reason)
+            return
+        for key_id in sorted(self._trust.key_ids):
+            entry = listed.get(key_id)
+            if entry is None:
+                _log.warning("pinned organization key %s is not registered at control", key_id)
+            elif entry.retired:
+                _log.warning("pinned organization key %s is retired at control", key_id)
+
+    async def _organization_keys(self) -> dict[str, IssuerKey]:
+        keys: dict[str, IssuerKey] = {}
         token = ""
-        while True:
+        for _ in range(MAX_CERTIFICATE_PAGES):
             page = await self._call(
                 self._stub.ListIssuerKeys,
                 cpb.ListIssuerKeysRequest(
                     role=IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION, page_token=token
                 ),
             )
-            keys.extend(k.public_key for k in page.keys if not k.retired)
+            for entry in page.keys:
+                keys[key_id_for(bytes(entry.public_key))] = entry
             token = page.next_page_token
             if not token:
-                return TrustSet(keys)
+                break
+        return keys
 
-    async def _adopt_certificate(self, trust: TrustSet) -> None:
-        """Score under the newest control-issued certificate that verifies and satisfies."""
-        page = await self._call(
-            self._stub.ListCertificates,
-            cpb.ListCertificatesRequest(reward_contract_digest=self._bundle.contract_digest),
-        )
-        candidates = sorted(
-            page.certificates, key=lambda c: c.issued_at_policy_update, reverse=True
-        )
-        for certificate in candidates:
-            if self._acceptable(certificate, trust):
-                self._scorer.use_certificate(certificate, certificate_digest(certificate))
-                _log.info("scoring under certificate %s", certificate.certificate_id)
-                return
+    # --- Certificates ---
 
-    def _acceptable(self, certificate: RewardCertificate, trust: TrustSet) -> bool:
+    async def _poll_certificates(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self.poll_certificates()
+                attempt = 0
+                delay = self._poll_interval
+            except RewardSealError as exc:
+                _log.warning("could not read control's certificates (%s); retrying", exc.reason)
+                delay = min(backoff(attempt), self._poll_interval)
+                attempt += 1
+            await asyncio.sleep(delay)
+
+    async def poll_certificates(self) -> None:
+        """Read every page of control's certificates for this contract, keep those that verify
+        under a pinned key and satisfy the contract, and choose again."""
+        found: list[CertificateInUse] = []
+        token = ""
+        for _ in range(MAX_CERTIFICATE_PAGES):
+            page = await self._call(
+                self._stub.ListCertificates,
+                cpb.ListCertificatesRequest(
+                    reward_contract_digest=self._bundle.contract_digest,
+                    page_size=CERTIFICATE_PAGE_SIZE,
+                    page_token=token,
+                ),
+            )
+            found.extend(
+                CertificateInUse(c, certificate_digest(c))
+                for c in page.certificates
+                if self._acceptable(c)
+            )
+            token = page.next_page_token
+            if not token:
+                break
+        else:
+            _log.warning("control's certificate listing did not end; using what was read")
+        self._control_certificates = found
+        self.polls += 1
+        self.reevaluate("certificate poll")
+
+    def _acceptable(self, certificate: RewardCertificate) -> bool:
+        """Valid, signed by a pinned key, for this contract, and meeting its policy."""
         try:
             validate_certificate(certificate)
-            verify_certificate(certificate, trust)
+            verify_certificate(certificate, self._trust)
         except (ValidationError, SignatureError) as exc:
-            _log.warning("ignoring certificate %s: %s", certificate.certificate_id, exc)
+            self._ignore(certificate.certificate_id, exc.message)
             return False
-        return certificate.reward_contract_digest == self._bundle.contract_digest and satisfies(
-            certificate, self._bundle.contract.certificate_policy
+        if certificate.reward_contract_digest != self._bundle.contract_digest:
+            self._ignore(certificate.certificate_id, "it names another contract")
+            return False
+        if not satisfies(certificate, self._bundle.contract.certificate_policy):
+            self._ignore(certificate.certificate_id, "it falls short of the contract's policy")
+            return False
+        return True
+
+    def _ignore(self, certificate_id: str, why: str) -> None:
+        # Once per certificate: a poll every few seconds must not repeat the same warning.
+        if certificate_id not in self._ignored:
+            self._ignored.add(certificate_id)
+            _log.warning("ignoring certificate %s from control: %s", certificate_id, why)
+
+    def reevaluate(self, trigger: str) -> None:
+        """Score under the newest certificate that is valid now; tell the world if it changed.
+
+        Nothing from control is adopted before a verified revocation list is held.
+        """
+        follower = self._follower
+        if follower is None or follower.held is None:
+            return
+        chosen = self._choose(follower)
+        current = self._scorer.in_use
+        if chosen.digest == current.digest:
+            return
+        why = trigger
+        if current.certificate is not None and follower.is_revoked(
+            current.certificate.certificate_id
+        ):
+            why = f"{certificate_name(current)} is revoked ({trigger})"
+        self._scorer.use_certificate(chosen.certificate, chosen.digest)
+        _log.info(
+            "certificate in use: %s -> %s (%s)",
+            certificate_name(current),
+            certificate_name(chosen),
+            why,
         )
+        if self.on_certificate_change is not None:
+            self.on_certificate_change(current, chosen, why)
+
+    def _choose(self, follower: RevocationFollower) -> CertificateInUse:
+        candidates = list(self._control_certificates)
+        if self._bundle.certificate is not None:
+            candidates.append(
+                CertificateInUse(self._bundle.certificate, self._bundle.certificate_digest)
+            )
+        valid = [
+            c
+            for c in candidates
+            if c.certificate is not None and not follower.is_revoked(c.certificate.certificate_id)
+        ]
+        return max(valid, key=_newness_of, default=CertificateInUse())
+
+    # --- Revocations ---
 
     async def _follow_revocations(self) -> None:
+        floor = await self._stored_version()
+        self._persisted_version = floor
+        self._follower = RevocationFollower(self._trust, floor=floor)
+        if floor:
+            _log.info("refusing revocation lists older than version %d (seen before)", floor)
         attempt = 0
         while True:
             follower = self._follower
-            assert follower is not None
             try:
                 call = self._stub.WatchRevocations(
                     cpb.WatchRevocationsRequest(known_version=follower.version),
                     metadata=self._metadata,
                 )
                 async for message in call:
-                    self._accept(message.revocation_list)
+                    await self.accept_revocations(message.revocation_list)
                     attempt = 0
             except grpc.RpcError as exc:
                 _log.warning("revocation stream ended (%s); reconnecting", exc.code())
             await asyncio.sleep(backoff(attempt))
             attempt += 1
 
-    def _accept(self, envelope: Any) -> None:
+    async def _stored_version(self) -> int:
+        attempt = 0
+        while True:
+            try:
+                stored = await asyncio.to_thread(self._store.state_value, REVOCATION_VERSION)
+                return stored or 0
+            except RewardSealError as exc:
+                # Never start following without the floor: a rollback would slip through.
+                _log.warning("cannot read the revocation floor (%s); retrying", exc.reason)
+                await asyncio.sleep(backoff(attempt))
+                attempt += 1
+
+    async def accept_revocations(self, envelope: SignedEnvelope) -> None:
+        """Take a signed list from control: verify it, keep its version, choose again."""
+        if not self._accept(envelope):
+            return
         follower = self._follower
         assert follower is not None
+        await self._persist_version(follower.version)
+        self.reevaluate(f"revocation list version {follower.version}")
+
+    def _accept(self, envelope: SignedEnvelope) -> bool:
+        """Hold ``envelope``'s list if it verifies and moves forward; True when it was held."""
+        follower = self._follower
+        if follower is None:
+            return False
         try:
             accepted = follower.accept(envelope, self._clock())
         except (SignatureError, ValidationError) as exc:
@@ -236,9 +420,22 @@ class ControlLink:
             # fresh one arrives (R-C-4).
             self._distrusted = True
             _log.warning("refused a revocation list: %s", exc.message)
-            return
+            return False
         self._distrusted = False
         _log.info("revocation list version %d accepted", accepted.version)
+        return True
+
+    async def _persist_version(self, version: int) -> None:
+        if version <= self._persisted_version:
+            return
+        try:
+            self._persisted_version = await asyncio.to_thread(
+                self._store.raise_state_value, REVOCATION_VERSION, version
+            )
+        except RewardSealError as exc:
+            # The follower still refuses older lists while this process runs; the next
+            # accepted list tries to store the floor again.
+            _log.warning("could not store revocation list version %d (%s)", version, exc.reason)
 
     # --- Receipt forwarding (R-C-5) ---
 
@@ -295,3 +492,8 @@ class ControlLink:
         await asyncio.to_thread(self._store.outbox_done, done)
         self.forwarded += len(done)
         return len(done)
+
+
+def _newness_of(in_use: CertificateInUse) -> tuple[int, int, int, str]:
+    assert in_use.certificate is not None
+    return newness(in_use.certificate)

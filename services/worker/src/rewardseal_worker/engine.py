@@ -93,6 +93,15 @@ def never_revoked(certificate_id: str) -> Revocation:
 
 
 @dataclass(frozen=True)
+class CertificateInUse:
+    """The certificate receipts are issued under and its digest, swapped as one value so that a
+    scoring thread never pairs one certificate with another's digest."""
+
+    certificate: RewardCertificate | None = None
+    digest: str | None = None
+
+
+@dataclass(frozen=True)
 class ScoreJob:
     """One episode to score. ``commit_unscored=False`` is the grader mirror's dry run (R-W-9)."""
 
@@ -152,8 +161,8 @@ class Scorer:
         self.key = key
         self.clock = clock
         self.revoked = revoked
-        self.certificate = bundle.certificate
-        self.certificate_digest = bundle.certificate_digest
+        self.in_use = CertificateInUse(bundle.certificate, bundle.certificate_digest)
+        """Replaced whole (one attribute store), never changed in place: see use_certificate."""
         self.on_commit: Callable[[], None] | None = None
         """Called (in the scoring thread) after receipts were committed: wakes the forwarder."""
         self.episode_ttl_seconds = episode_ttl_seconds
@@ -387,7 +396,8 @@ class Scorer:
         # The salt keeps the evidence digest from being guessed from low-entropy contents
         # (record ids, counts): the trainer gets the digest, never the document.
         evidence = canonical_json({"salt": secrets.token_hex(16), **decision.evidence()})
-        certificate = self.certificate
+        in_use = self.in_use  # read once: the certificate and digest of one moment
+        certificate = in_use.certificate
         revocation = (
             self.revoked(certificate.certificate_id) if certificate else Revocation.NOT_REVOKED
         )
@@ -410,7 +420,7 @@ class Scorer:
             revoked=revocation is Revocation.REVOKED,
             revocation_unknown=revocation is Revocation.UNKNOWN,
             digest_of_contract=self.bundle.contract_digest,
-            digest_of_certificate=self.certificate_digest,
+            digest_of_certificate=in_use.digest,
         )
         envelope = seal_receipt(receipt, self.key)
         commit = None
@@ -427,11 +437,15 @@ class Scorer:
             )
         return _Prepared(index=checked.index, envelope=envelope, commit=commit)
 
-    def use_certificate(self, certificate: RewardCertificate, digest: str) -> None:
-        """Score from now on under ``certificate`` (one the control plane issued and that the
-        caller verified); receipts already issued keep the one they name."""
-        self.certificate = certificate
-        self.certificate_digest = digest
+    def use_certificate(self, certificate: RewardCertificate | None, digest: str | None) -> None:
+        """Score from now on under ``certificate`` (one the caller verified; None: no
+        certificate, receipts uncertified); receipts already issued keep the one they name."""
+        self.in_use = CertificateInUse(certificate, digest)
+
+    @property
+    def certificate(self) -> RewardCertificate | None:
+        """The certificate in use now (see :attr:`in_use` for it and its digest together)."""
+        return self.in_use.certificate
 
     # --- Checks (R-W-2, SPEC section 8) ---
 
@@ -515,7 +529,7 @@ class Scorer:
     def health(self) -> HealthResponse:
         """What a caller needs to pin and check this worker."""
         highest = self.store.highest_policy_update(self.bundle.contract_digest) or 0
-        certificate = self.certificate
+        certificate = self.in_use.certificate
         revoked = (
             certificate is not None
             and self.revoked(certificate.certificate_id) is Revocation.REVOKED

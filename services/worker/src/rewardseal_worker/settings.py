@@ -3,19 +3,35 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rewardseal import service_settings
 from rewardseal.errors import ValidationError
-from rewardseal.tls import ServerTls
+from rewardseal.sqlstore import sqlite_url
+from rewardseal.tls import ClientTls, ServerTls
+from rewardseal_worker.org_keys import parse_org_keys
 
 ENV_PREFIX = "REWARDSEAL_WORKER_"
 DEFAULT_PORT = 8790
 TOKEN_FILE = "token"
 KEY_FILE = Path("keys") / "worker.ed25519"
 DEFAULT_BUNDLE = Path("contracts") / "mockmed"
+DB_FILE = "worker.sqlite"
+DEFAULT_MAX_POLICY_UPDATE_JUMP = 10_000
+"""How far above a contract's highest policy update one call may score (R-W-7's other side).
+
+Without a bound, one descriptor at 2^53-1 raises the ledger so far that every later episode is
+policy_update_regressed and the certificate reads EXPIRED: a one-call denial of service."""
+DEFAULT_CERTIFICATE_POLL_SECONDS = 30.0
+"""How often a worker joined to control re-reads control's certificates (revocations are pushed
+and act at once; a new certificate is picked up within this interval)."""
+ADMIN_TOKEN_REFUSED = (
+    f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN is set: a worker must not hold the control plane's admin "
+    "credential (it could issue and revoke certificates). Unset it and give the worker "
+    f"control's worker credential (REWARDSEAL_CONTROL_WORKER_TOKEN) as {ENV_PREFIX}CONTROL_TOKEN"
+)
 
 
 @dataclass(frozen=True)
@@ -32,13 +48,22 @@ class WorkerSettings:
     calibration_trials: int = 300
     reflection: bool = False
     episode_ttl_seconds: float = 3600.0
+    max_policy_update_jump: int = DEFAULT_MAX_POLICY_UPDATE_JUMP
+    """How far above the contract's highest policy update one call may score
+    (``$REWARDSEAL_WORKER_MAX_POLICY_UPDATE_JUMP``); further is ``policy_update_jump``."""
     health_interval_seconds: float = 5.0
     """How often the store is probed to keep grpc.health.v1 truthful (see health_watch)."""
     control_target: str | None = None
     """host:port of the control plane; None runs the worker on its own."""
-    control_token: str | None = None
-    control_admin_token: str | None = None
-    """Lets the worker register its own key with control; without it an operator does."""
+    control_token: str | None = field(default=None, repr=False)
+    """Control's *worker* credential: registers the contract and this worker's key, forwards
+    receipts, reads certificates and revocations (never the admin credential)."""
+    trust_org_keys: tuple[bytes, ...] = ()
+    """The pinned organization public keys: the only signers of certificates and revocation
+    lists this worker accepts from control."""
+    control_tls: ClientTls | None = field(default=None, repr=False)
+    """TLS (mutual TLS with a client certificate) for the link to control; None: plaintext."""
+    certificate_poll_seconds: float = DEFAULT_CERTIFICATE_POLL_SECONDS
     tls: ServerTls | None = field(default=None, repr=False)
     """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
 
@@ -77,27 +102,45 @@ def resolve_settings(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     tls_client_ca: Path | None = None,
+    trust_org_keys: Sequence[str] = (),
+    control_tls_ca: Path | None = None,
+    control_tls_cert: Path | None = None,
+    control_tls_key: Path | None = None,
+    control_tls_server_name: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkerSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
 
     Raises:
-        ValidationError: a bad port or number, ``--control`` without its token, or unusable TLS
-            settings (a certificate without its key, an unreadable or non-PEM file).
+        ValidationError: a bad port or number, ``--control`` without its token or without a
+            pinned organization key, the control admin token in the environment, an unusable
+            pinned key, or unusable TLS settings (a certificate without its key, an unreadable
+            or non-PEM file).
     """
     env = os.environ if env is None else env
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
+    # Made here, 0700, before the token, the key or the database land in it.
+    service_settings.make_private_dir(data)
     contract = contract_dir or _env_path(env, "CONTRACT") or data / DEFAULT_BUNDLE
     resolved_port = service_settings.resolve_port(
         port, env, env_name=f"{ENV_PREFIX}PORT", default=DEFAULT_PORT
     )
-    url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or f"sqlite:///{data / 'worker.sqlite'}"
+    url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or sqlite_url(data / DB_FILE)
     trials = calibration_trials or int(env.get(f"{ENV_PREFIX}CALIBRATION_TRIALS", 300))
     control = control_target or env.get(f"{ENV_PREFIX}CONTROL") or None
+    if env.get(f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN"):
+        raise ValidationError(ADMIN_TOKEN_REFUSED)
     control_token = env.get(f"{ENV_PREFIX}CONTROL_TOKEN") or None
     if control and not control_token:
         raise ValidationError(
-            f"--control needs the control plane's token in {ENV_PREFIX}CONTROL_TOKEN"
+            f"--control needs control's worker credential in {ENV_PREFIX}CONTROL_TOKEN"
+        )
+    pinned = parse_org_keys(trust_org_keys or env.get(f"{ENV_PREFIX}TRUST_ORG_KEYS", "").split(","))
+    if control and not pinned:
+        raise ValidationError(
+            "--control needs the organization's public key pinned with --trust-org-key HEX_OR_FILE "
+            f"(or {ENV_PREFIX}TRUST_ORG_KEYS): the worker never takes control's word for whom "
+            "to trust (control's banner shows organization_public_key)"
         )
     return WorkerSettings(
         data_dir=data,
@@ -110,14 +153,49 @@ def resolve_settings(
         calibration_trials=trials,
         reflection=reflection,
         episode_ttl_seconds=float(env.get(f"{ENV_PREFIX}EPISODE_TTL_SECONDS", 3600.0)),
+        max_policy_update_jump=_non_negative_int(
+            env, "MAX_POLICY_UPDATE_JUMP", DEFAULT_MAX_POLICY_UPDATE_JUMP
+        ),
         health_interval_seconds=_positive(env, "HEALTH_INTERVAL_SECONDS", 5.0),
         control_target=control,
         control_token=control_token,
-        control_admin_token=env.get(f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN") or None,
+        trust_org_keys=pinned,
+        control_tls=_control_tls(
+            control_tls_ca, control_tls_cert, control_tls_key, control_tls_server_name, env
+        ),
+        certificate_poll_seconds=_positive(
+            env, "CERTIFICATE_POLL_SECONDS", DEFAULT_CERTIFICATE_POLL_SECONDS
+        ),
         tls=service_settings.resolve_server_tls(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
     )
+
+
+def _control_tls(
+    ca: Path | None,
+    cert: Path | None,
+    key: Path | None,
+    server_name: str | None,
+    env: Mapping[str, str],
+) -> ClientTls | None:
+    """TLS for the link to control from ``--control-tls-*``, else
+    ``$REWARDSEAL_WORKER_CONTROL_TLS_{CA,CERT,KEY,SERVER_NAME}``; None (plaintext) when none is
+    set. The files are read now, once.
+
+    Raises:
+        ValidationError: a certificate without its key or the reverse, or an unreadable or
+            non-PEM file.
+    """
+    ca = ca or _env_path(env, "CONTROL_TLS_CA")
+    cert = cert or _env_path(env, "CONTROL_TLS_CERT")
+    key = key or _env_path(env, "CONTROL_TLS_KEY")
+    server_name = server_name or env.get(f"{ENV_PREFIX}CONTROL_TLS_SERVER_NAME") or None
+    if ca is None and cert is None and key is None and server_name is None:
+        return None
+    if (cert is None) != (key is None):
+        raise ValidationError("--control-tls-cert and --control-tls-key go together")
+    return ClientTls.from_files(ca=ca, cert=cert, key=key, server_name=server_name)
 
 
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:
@@ -130,6 +208,19 @@ def _positive(env: Mapping[str, str], name: str, default: float) -> float:
         raise ValidationError(f"{ENV_PREFIX}{name} must be a number, got {raw!r}") from None
     if not value > 0 or value == float("inf"):
         raise ValidationError(f"{ENV_PREFIX}{name} must be a positive number, got {raw!r}")
+    return value
+
+
+def _non_negative_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(f"{ENV_PREFIX}{name}")
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationError(f"{ENV_PREFIX}{name} must be an integer, got {raw!r}") from None
+    if value < 0:
+        raise ValidationError(f"{ENV_PREFIX}{name} must be 0 or more, got {raw!r}")
     return value
 
 

@@ -87,6 +87,7 @@ from rewardseal.sqlstore import IN_CHUNK, LostRace, StoreEngine, UTCDateTime, as
 __all__ = [
     "IN_CHUNK",
     "OUTBOX_ERROR_MAX",
+    "REVOCATION_VERSION",
     "BatchLookup",
     "BeginItem",
     "CommitResult",
@@ -167,6 +168,18 @@ outbox = Table(
     Index("ix_outbox_due", "next_attempt_at"),
     Index("ix_outbox_age", "created_at", "batch_index"),
 )
+
+# Small facts the worker keeps across restarts, by name (e.g. the highest revocation-list version
+# it accepted, so a restart cannot be fed an older list). Values only ever rise.
+worker_state = Table(
+    "worker_state",
+    metadata,
+    Column("name", String, primary_key=True),
+    Column("int_value", BigInteger, nullable=False),
+)
+
+REVOCATION_VERSION = "revocation_list_version"
+"""The :data:`worker_state` name of the highest revocation-list version accepted (R-C-4)."""
 
 
 # ---------------------------------------------------------------------- statements
@@ -320,6 +333,15 @@ _OUTBOX_LATER = (
 )
 
 _OUTBOX_SIZE = select(func.count()).select_from(outbox)
+
+_STATE_VALUE = select(worker_state.c.int_value).where(worker_state.c.name == bindparam("name"))
+# Raise only: a lower value (an older run, a slower replica) never lowers what is stored.
+_STATE_RAISE = (
+    update(worker_state)
+    .where(worker_state.c.name == bindparam("b_name"))
+    .where(worker_state.c.int_value < bindparam("b_value"))
+    .values(int_value=bindparam("b_value"))
+)
 
 _OUTBOX_OLDEST = select(func.min(outbox.c.created_at))
 
@@ -493,6 +515,7 @@ class WorkerStore:
             open_episodes.c.episode_id
         )
         self._insert_ledgers = self._db.insert_ignore(policy_ledger)
+        self._insert_state = self._db.insert_ignore(worker_state)
         try:
             self._create_schema()
         except BaseException:
@@ -994,6 +1017,30 @@ class WorkerStore:
         if oldest is None:
             return None
         return max(0.0, (as_utc(now) - oldest).total_seconds())
+
+    # ------------------------------------------------------------------ worker state
+
+    def state_value(self, name: str) -> int | None:
+        """The stored value of ``name`` in the worker state, or None if it was never set."""
+        value = self._db.read(lambda conn: conn.execute(_STATE_VALUE, {"name": name}).scalar())
+        return None if value is None else int(value)
+
+    def raise_state_value(self, name: str, value: int) -> int:
+        """Store ``value`` under ``name`` unless a value at least as high is stored already;
+        return the value stored afterwards (never lower than before, across replicas too).
+
+        Raises:
+            ValidationError: ``value`` is negative.
+        """
+        if value < 0:
+            raise ValidationError("a worker state value is at least 0")
+
+        def work(conn: Connection) -> int:
+            conn.execute(self._insert_state, {"name": name, "int_value": value})
+            conn.execute(_STATE_RAISE, {"b_name": name, "b_value": value})
+            return int(conn.execute(_STATE_VALUE, {"name": name}).scalar_one())
+
+        return self._db.write(work)
 
     def _lock_ledgers(self, conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
         """Lock (creating if missing) the ledger rows of ``contracts`` (sorted); their values."""

@@ -1,0 +1,389 @@
+"""The worker's certificate follows control while it runs, under pinned organization keys only.
+
+Real control plane and worker on port 0, real Ed25519 signatures, real SQLite (and PostgreSQL
+for the worker store where a server is available). Found by an attack: a man in the middle
+(or a rogue control plane) made the worker certify under a certificate of its own making, a
+restart re-adopted a revoked certificate, and after 50 certificates the newest was never seen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+from support.linked_stack import (
+    WORKER_TOKEN,
+    control_stub,
+    eventually,
+    in_use,
+    issue_certificate,
+    link_of,
+    organization_key,
+    polled_after,
+    revoke,
+    score_honest,
+    scoring_under,
+    start_control_plane,
+    start_linked_worker,
+)
+from support.worker_stack import RunningStack, stop_stack
+
+from rewardseal.errors import ValidationError
+from rewardseal.signing import SigningKey
+from rewardseal.v1 import control_service_pb2 as cpb
+from rewardseal.v1.certificate_pb2 import IssuerKey
+from rewardseal.v1.enums_pb2 import CertificateState, IssuerKeyRole
+from rewardseal_control.app import ControlApp
+from rewardseal_worker.bundle import CERTIFICATE_FILE
+from rewardseal_worker.engine import Scorer
+from rewardseal_worker.settings import resolve_settings as worker_settings
+from rewardseal_worker.store import REVOCATION_VERSION
+
+WORKER = (("authorization", f"Bearer {WORKER_TOKEN}"),)
+
+
+@pytest.fixture
+async def control(tmp_path: Path) -> AsyncIterator[ControlApp]:
+    app = await start_control_plane(tmp_path)
+    yield app
+    await app.stop()
+
+
+@pytest.fixture
+def adopted(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """Every certificate id any scorer was switched to, in order (None: no certificate)."""
+    seen: list[str | None] = []
+    original = Scorer.use_certificate
+
+    def record(self: Scorer, certificate, digest):  # type: ignore[no-untyped-def]
+        seen.append(certificate.certificate_id if certificate is not None else None)
+        original(self, certificate, digest)
+
+    monkeypatch.setattr(Scorer, "use_certificate", record)
+    return seen
+
+
+async def holding_a_list(stack: RunningStack) -> None:
+    link = link_of(stack)
+
+    async def held() -> bool:
+        follower = link._follower
+        return follower is not None and follower.held is not None
+
+    await eventually(held)
+
+
+# --- trust is pinned, never taken from control ---
+
+
+async def test_control_link_refuses_certificates_signed_by_an_unpinned_key(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    """A rogue control plane (or a man in the middle answering for control) registers its own
+    organization key and signs certificates and revocation lists with it: the worker, pinning
+    the real organization key, adopts none of them and certifies nothing."""
+    genuine = SigningKey.generate()
+    rogue = await start_control_plane(tmp_path, directory="rogue")
+    stack = await start_linked_worker(data_dir, rogue.target, genuine)
+    try:
+        link = link_of(stack)
+        seeded = in_use(stack)
+        # Control's registry vouches for the rogue key: it used to be enough.
+        channel, stub = control_stub(rogue.target)
+        try:
+            keys = await stub.ListIssuerKeys(
+                cpb.ListIssuerKeysRequest(role=IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION),
+                metadata=WORKER,
+            )
+        finally:
+            await channel.close()
+        assert rogue.key.public_key in {k.public_key for k in keys.keys}
+        forged = await issue_certificate(rogue, data_dir, stack.digest)
+        await polled_after(stack)
+        await polled_after(stack)
+        assert in_use(stack) == seeded != forged
+        # Its revocation lists are refused too: no list, no vouching, no certified receipt.
+        assert link._follower is not None
+        assert link._follower.held is None
+        assert link.revocation(forged).value == "unknown"
+        got = await score_honest(stack, 1)
+        assert got.receipt.certificate_id != forged
+        assert got.receipt.certified is False
+    finally:
+        await stop_stack(stack)
+        await rogue.stop()
+
+
+async def test_worker_holds_no_admin_credential(
+    control: ControlApp, data_dir: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(ValidationError, match="must not hold the control plane's admin"):
+        worker_settings(
+            data_dir=data_dir,
+            control_target=control.target,
+            trust_org_keys=[control.key.public_key.hex()],
+            env={
+                "REWARDSEAL_WORKER_CONTROL_TOKEN": WORKER_TOKEN,
+                "REWARDSEAL_WORKER_CONTROL_ADMIN_TOKEN": "admin-token-" + "a" * 32,
+            },
+        )
+    with pytest.raises(ValidationError, match="--trust-org-key"):
+        worker_settings(
+            data_dir=data_dir,
+            control_target=control.target,
+            env={"REWARDSEAL_WORKER_CONTROL_TOKEN": WORKER_TOKEN},
+        )
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        await asyncio.wait_for(link_of(stack).registered.wait(), 20)
+        # The worker registered its own key with the worker credential alone.
+        registered = control.store.get_issuer_key(stack.app.key.key_id)
+        assert registered.role == IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
+        certificate_id = await issue_certificate(control, data_dir, stack.digest)
+        channel, stub = control_stub(control.target)
+        try:
+            refused = [
+                stub.IssueCertificate(cpb.IssueCertificateRequest(), metadata=WORKER),
+                stub.RevokeCertificate(
+                    cpb.RevokeCertificateRequest(certificate_id=certificate_id, reason="x"),
+                    metadata=WORKER,
+                ),
+                stub.RetireIssuerKey(
+                    cpb.RetireIssuerKeyRequest(key_id=control.key.key_id, reason="x"),
+                    metadata=WORKER,
+                ),
+                stub.RegisterIssuerKey(
+                    cpb.RegisterIssuerKeyRequest(
+                        key=IssuerKey(
+                            public_key=SigningKey.generate().public_key,
+                            role=IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION,
+                        ),
+                        reason="x",
+                    ),
+                    metadata=WORKER,
+                ),
+            ]
+            for call in refused:
+                with pytest.raises(grpc.aio.AioRpcError) as caught:
+                    await call
+                assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        finally:
+            await channel.close()
+        assert not control.store.get_certificate(certificate_id).revoked
+    finally:
+        await stop_stack(stack)
+
+
+# --- certificates follow control while the worker runs ---
+
+
+async def test_certificate_issued_while_running_is_adopted_without_restart(
+    control: ControlApp, data_dir: Path
+) -> None:
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        await holding_a_list(stack)
+        certificate_id = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, certificate_id)
+        health = await stack.client.health()
+        assert health.certificate_id == certificate_id
+        assert stack.app.banner()["certificate_id"] == certificate_id
+        got = await score_honest(stack, 1)
+        assert got.receipt.certificate_id == certificate_id
+        assert got.receipt.certified, got.receipt.certification_refusals
+    finally:
+        await stop_stack(stack)
+
+
+async def test_with_two_valid_certificates_the_newest_valid_wins(
+    control: ControlApp, data_dir: Path
+) -> None:
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        await holding_a_list(stack)
+        later_update = await issue_certificate(
+            control, data_dir, stack.digest, issued_at_policy_update=2
+        )
+        await issue_certificate(control, data_dir, stack.digest, issued_at_policy_update=0)
+        # Issued later, but for an earlier policy update: the update decides first.
+        await polled_after(stack)
+        assert in_use(stack) == later_update
+        same_update_later = await issue_certificate(
+            control, data_dir, stack.digest, issued_at_policy_update=2
+        )
+        # Same policy update: the one issued later wins.
+        await scoring_under(stack, same_update_later)
+    finally:
+        await stop_stack(stack)
+
+
+async def test_more_than_one_page_of_certificates(control: ControlApp, data_dir: Path) -> None:
+    """Control lists oldest first, 50 to a page: the newest is on the last page."""
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        issued = [
+            await issue_certificate(
+                control, data_dir, stack.digest, certificate_id=f"cert.page.{n:03d}"
+            )
+            for n in range(57)
+        ]
+        channel, stub = control_stub(control.target)
+        try:
+            first = await stub.ListCertificates(
+                cpb.ListCertificatesRequest(reward_contract_digest=stack.digest), metadata=WORKER
+            )
+        finally:
+            await channel.close()
+        assert first.next_page_token
+        assert issued[-1] not in {c.certificate_id for c in first.certificates}
+        await scoring_under(stack, issued[-1])
+    finally:
+        await stop_stack(stack)
+
+
+async def test_revoked_certificate_in_use_falls_back_to_the_previous_valid_one(
+    control: ControlApp, data_dir: Path, adopted: list[str | None]
+) -> None:
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        older = await issue_certificate(control, data_dir, stack.digest)
+        newer = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, newer)
+        await revoke(control, newer)
+        # Pushed by the revocation stream, acted on at once (not at the next poll).
+        await scoring_under(stack, older)
+        got = await score_honest(stack, 1)
+        assert got.receipt.certificate_id == older
+        assert got.receipt.certified, got.receipt.certification_refusals
+        assert adopted[-2:] == [newer, older]
+    finally:
+        await stop_stack(stack)
+
+
+async def test_revoked_certificate_in_use_falls_back_to_none(
+    control: ControlApp, data_dir: Path
+) -> None:
+    (data_dir / "contracts" / "mockmed" / CERTIFICATE_FILE).unlink()
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        assert in_use(stack) is None
+        only = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, only)
+        await revoke(control, only)
+        await scoring_under(stack, None)
+        got = await score_honest(stack, 1)
+        assert got.receipt.certificate_state == CertificateState.CERTIFICATE_STATE_ABSENT
+        assert got.receipt.certified is False
+        assert got.scalar == 1.0
+        assert (await stack.client.health()).certificate_id == ""
+    finally:
+        await stop_stack(stack)
+
+
+async def test_restart_never_readopts_a_revoked_certificate(
+    control: ControlApp, data_dir: Path, adopted: list[str | None]
+) -> None:
+    """Revoked while the worker was down: on restart the worker adopts nothing from control
+    before it holds a verified list, and then the older valid certificate, never the revoked
+    newer one (it used to take the first verifying one, ties to the older)."""
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        older = await issue_certificate(control, data_dir, stack.digest)
+        newer = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, newer)
+    finally:
+        await stop_stack(stack)
+    await revoke(control, newer)
+    adopted.clear()
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        await scoring_under(stack, older)
+        await polled_after(stack)
+        assert newer not in adopted
+        assert adopted == [older]
+        got = await score_honest(stack, 1)
+        assert got.receipt.certificate_id == older
+        assert got.receipt.certified, got.receipt.certification_refusals
+    finally:
+        await stop_stack(stack)
+
+
+async def test_revocation_list_rollback_across_restart_is_refused(
+    tmp_path: Path, data_dir: Path, store_url: str, adopted: list[str | None]
+) -> None:
+    """Control's database is restored from a copy taken before a revocation (same organization
+    key, so its old list verifies): a restarted worker refuses the older list, so it never
+    adopts the certificate that list does not yet revoke."""
+    control = await start_control_plane(tmp_path)
+    stack = await start_linked_worker(data_dir, control.target, control.key, db_url=store_url)
+    try:
+        certificate_id = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, certificate_id)
+    finally:
+        await stop_stack(stack)
+        await control.stop()
+    shutil.copytree(tmp_path / "control", tmp_path / "control-before-revocation")
+
+    control = await start_control_plane(tmp_path)
+    try:
+        version = await revoke(control, certificate_id)
+        stack = await start_linked_worker(data_dir, control.target, control.key, db_url=store_url)
+        try:
+            link = link_of(stack)
+
+            async def revoked() -> bool:
+                return link.revocation(certificate_id).value == "revoked"
+
+            await eventually(revoked)
+            assert in_use(stack) != certificate_id
+            assert stack.app.store.state_value(REVOCATION_VERSION) >= version
+        finally:
+            await stop_stack(stack)
+    finally:
+        await control.stop()
+
+    restored = await start_control_plane(tmp_path, directory="control-before-revocation")
+    adopted.clear()
+    stack = await start_linked_worker(data_dir, restored.target, restored.key, db_url=store_url)
+    try:
+        link = link_of(stack)
+
+        async def refused() -> bool:
+            return link._distrusted
+
+        await eventually(refused)
+        await polled_after(stack)
+        assert certificate_id not in adopted
+        assert in_use(stack) != certificate_id
+        assert link._follower is not None
+        assert link._follower.held is None
+        got = await score_honest(stack, 1)
+        assert got.receipt.certified is False
+    finally:
+        await stop_stack(stack)
+        await restored.stop()
+
+
+async def test_pinned_key_can_come_from_controls_ready_file(
+    control: ControlApp, data_dir: Path, tmp_path: Path
+) -> None:
+    from rewardseal.serving import write_ready_file
+
+    ready = tmp_path / "control.ready.json"
+    write_ready_file(ready, control.banner())
+    stack = await start_linked_worker(data_dir, control.target, str(ready))
+    try:
+        assert stack.app.settings.trust_org_keys == (control.key.public_key,)
+        certificate_id = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, certificate_id)
+    finally:
+        await stop_stack(stack)
+
+
+def test_organization_key_helper_matches_control(tmp_path: Path) -> None:
+    key = organization_key(tmp_path)
+    assert organization_key(tmp_path).public_key == key.public_key
