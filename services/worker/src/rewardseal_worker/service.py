@@ -14,7 +14,7 @@ import grpc
 from google.protobuf import json_format
 
 from rewardseal.errors import InvalidEpisode, RewardSealError, Unscored, ValidationError, preview
-from rewardseal.receipts import is_unscored
+from rewardseal.receipts import grader_score, is_unscored
 from rewardseal.rpc_status import maps_errors, to_episode_error
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
@@ -139,8 +139,3 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
                 metadata={"reward_outcome": RewardOutcome.Name(receipt.reward_outcome)},
             )
         return pb.GradeOpenAIResponse(score=grader_score(receipt), envelope=envelope)
-
-
-def grader_score(receipt: RewardEvidenceReceipt) -> float:
-    """Map a scored receipt onto the grader's [0, 1]: VERIFIED pays 1, everything else 0."""
-    return 1.0 if receipt.scalar_reward > 0 else 0.0
