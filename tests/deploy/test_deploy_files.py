@@ -38,6 +38,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from support.tls_certs import TlsWorld
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -578,6 +579,34 @@ def test_healthcheck_grpc_nothing_listening() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     assert healthcheck.main(["--timeout", "1", "grpc", f"127.0.0.1:{port}"]) == 1
+
+
+def test_healthcheck_grpc_over_mutual_tls(tmp_path: Path) -> None:
+    world = TlsWorld.create(tmp_path)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_secure_port("127.0.0.1:0", world.server_tls(mutual=True).credentials())
+    server.start()
+    target = f"127.0.0.1:{port}"
+    mutual = ["--tls-ca", str(world.ca.cert)]
+    mutual += ["--tls-cert", str(world.client.cert), "--tls-key", str(world.client.key)]
+    try:
+        servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+        assert healthcheck.main(["grpc", target, *mutual]) == 0
+        # A TLS server refuses a plaintext check, and a mutual-TLS one a check without a
+        # client certificate: both report unhealthy rather than hang or pass.
+        assert healthcheck.main(["--timeout", "2", "grpc", target]) == 1
+        no_cert = ["--tls-ca", str(world.ca.cert)]
+        assert healthcheck.main(["--timeout", "2", "grpc", target, *no_cert]) == 1
+        wrong_ca = ["--tls-ca", str(world.stranger_ca.cert)]
+        assert healthcheck.main(["--timeout", "2", "grpc", target, *wrong_ca]) == 1
+        missing = ["--tls-ca", str(tmp_path / "absent.pem")]
+        assert healthcheck.main(["grpc", target, *missing]) == 1
+    finally:
+        server.stop(None)
+    with pytest.raises(SystemExit):
+        healthcheck.main(["grpc", target, "--tls-cert", str(world.client.cert)])
 
 
 @pytest.fixture
