@@ -60,6 +60,7 @@ from rewardseal.mockmed import (  # noqa: E402
     REQUIRED_EFFECTS,
     mockmed_contract,
 )
+from rewardseal.sqlstore import sqlite_url  # noqa: E402
 from rewardseal.v1 import worker_service_pb2 as pb  # noqa: E402
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc  # noqa: E402
 from rewardseal.v1.enums_pb2 import OracleChannel  # noqa: E402
@@ -149,7 +150,7 @@ def mockmed(data_dir: Path) -> Iterator[tuple[str, str]]:
     token = secrets.token_urlsafe(24)
     ready = _ready_file(data_dir, "mockmed")
     database = data_dir / "mockmed" / "mockmed.sqlite"
-    args = [str(MOCKMED), "serve", "--db-url", f"sqlite:///{database}", "--port", "0"]
+    args = [str(MOCKMED), "serve", "--db-url", sqlite_url(database), "--port", "0"]
     args += ["--ready-file", str(ready)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MOCKMED_")}
     log = open(data_dir.parent / f"{data_dir.name}-mockmed.log", "wb")  # noqa: SIM115

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from rewardseal.digest import canonical_json  # noqa: E402
+from rewardseal.sqlstore import sqlite_url  # noqa: E402
 from rewardseal_worker import store as store_module  # noqa: E402
 
 WorkerStore = store_module.WorkerStore
@@ -164,7 +165,7 @@ def one_run(
 @contextmanager
 def sqlite_urls(root: Path) -> Iterator[Callable[[], str]]:
     counter = iter(range(1_000_000))
-    yield lambda: f"sqlite:///{root / f'store-{next(counter)}.db'}"
+    yield lambda: sqlite_url(root / f"store-{next(counter)}.db")
 
 
 @contextmanager

@@ -48,6 +48,7 @@ from rewardseal.extradup import (
 from rewardseal.mockmed import IDENTITY_KEY
 from rewardseal.proof.conditions import MockMedUI
 from rewardseal.signing import TrustSet
+from rewardseal.sqlstore import sqlite_url
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
@@ -129,7 +130,7 @@ def local_stack(root: Path, out: TextIO) -> Iterator[dict[str, Any]]:
                 "--contract",
                 str(worker_data / TIER0_CONTRACT),
                 "--db-url",
-                f"sqlite:///{tier0.run_dir / 'worker-tier0.sqlite'}",
+                sqlite_url(tier0.run_dir / "worker-tier0.sqlite"),
             ),
         )
         worker0 = start(tier0, stack.WORKER, tier0_command)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from rewardseal import localstack
 from rewardseal.errors import Unavailable
+from rewardseal.sqlstore import sqlite_url
 
 if TYPE_CHECKING:
     from rewardseal.tls import ClientTls
@@ -173,7 +174,7 @@ def mockmed_command(layout: Layout, screen_file: Path | None = None) -> list[str
     return [
         *_entry(MOCKMED),
         "--db-url",
-        f"sqlite:///{layout.mockmed_database}",
+        sqlite_url(layout.mockmed_database),
         *screen,
         "--host",
         HOST,
@@ -450,7 +451,7 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
                 "pid": read_pid(layout.pid_file(MOCKMED)),
                 "port": banner["port"],
                 "url": f"http://{HOST}:{banner['port']}",
-                "db_url": f"sqlite:///{layout.mockmed_database}",
+                "db_url": sqlite_url(layout.mockmed_database),
                 "log": str(layout.log_file(MOCKMED)),
             }
         else:

@@ -31,6 +31,7 @@ import rfc8785
 from google.protobuf import json_format
 
 from rewardseal.errors import SignatureError, preview
+from rewardseal.service_settings import make_private_dir
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.receipt_pb2 import EnvelopeSignature, SignedEnvelope
 
@@ -214,7 +215,9 @@ def _parse_seed(content: bytes, path: Path) -> bytes:
 
 def _create_key_file(path: Path, content: bytes) -> None:
     """Write ``content`` to a new 0600 file at ``path``; raise FileExistsError if one exists."""
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Every directory made on the way is 0700, not only the last (mkdir(parents=True) would
+    # make the others with the umask's default mode).
+    make_private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     # O_EXCL: never write through a file or symlink someone planted; 0600 from the first byte.
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)

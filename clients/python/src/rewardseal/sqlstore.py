@@ -8,6 +8,10 @@ What lives here, once:
 * URL handling (:func:`normalize_url`): ``sqlite:///path`` (a durable file; in-memory SQLite is
   refused) or PostgreSQL, where ``postgresql://`` and ``postgres://`` select psycopg 3
   (``postgresql+psycopg://``). Error messages never repeat the URL (it may hold a password).
+  :func:`sqlite_url` is the one way to turn a file path into a URL: any path stays literal.
+* Private SQLite files (:func:`create_private_sqlite_file`): a new database file is made 0600
+  before SQLite opens it, so its ``-wal``/``-shm``/``-journal`` files (which SQLite creates
+  with the database file's mode) are private too.
 * Engine creation (:class:`StoreEngine`): parameters are hidden from error messages (they can
   hold record contents); every SQLite connection gets WAL, ``synchronous=FULL``,
   ``busy_timeout`` and ``foreign_keys=ON``, and SQLite write transactions start with
@@ -27,10 +31,13 @@ What lives here, once:
 
 from __future__ import annotations
 
+import os
+import stat
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
 
 from sqlalchemy import DateTime, Dialect, Insert, Table, TypeDecorator, create_engine, event, text
@@ -55,10 +62,13 @@ __all__ = [
     "as_utc",
     "backend_of",
     "chunks",
+    "create_private_file",
+    "create_private_sqlite_file",
     "error_name",
     "normalize_url",
     "sqlite_on_begin",
     "sqlite_on_connect",
+    "sqlite_url",
     "sqlstate",
     "translated",
 ]
@@ -86,6 +96,55 @@ AUTOCOMMIT_READ_OPTION: Final = "rewardseal_autocommit_read"
 
 
 # ---------------------------------------------------------------------- URLs
+
+PRIVATE_FILE_MODE: Final = 0o600
+"""Mode of a store file: receipts, evidence and registrations are for the service alone."""
+
+
+def sqlite_url(path: Path | str) -> str:
+    """The ``sqlite:///`` URL of the database file ``path``, as a string that parses back to
+    exactly that path.
+
+    An f-string URL is not one: ``?`` starts a query, ``#`` a fragment and ``%xx`` is
+    unescaped, so a data directory named ``a?b`` put the database in ``a``. Here every
+    character of the path is escaped as the URL syntax needs, and the string survives being
+    handed through flags, environment variables and settings.
+    """
+    return URL.create("sqlite", database=str(path)).render_as_string(hide_password=False)
+
+
+def create_private_file(path: Path | str) -> bool:
+    """Create ``path`` as an empty 0600 file (whatever the umask) if it does not exist.
+
+    Returns True when this call created it. An existing file (or symlink) is left as it is;
+    a missing directory or no permission is left for the caller's open to report.
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags, PRIVATE_FILE_MODE)
+    except OSError:  # FileExistsError included: an existing file is not ours to change
+        return False
+    try:
+        # os.open's mode passes through the umask; fchmod does not.
+        if stat.S_IMODE(os.fstat(fd).st_mode) != PRIVATE_FILE_MODE:
+            os.fchmod(fd, PRIVATE_FILE_MODE)
+    finally:
+        os.close(fd)
+    return True
+
+
+def create_private_sqlite_file(url: URL) -> None:
+    """Make the file of a SQLite ``url`` 0600 if it does not exist yet (whatever the umask).
+
+    SQLite would create it 0644 (less the umask) and give its ``-wal``, ``-shm`` and
+    ``-journal`` files the database file's mode, so making the empty file private first keeps
+    all of them private (SQLite takes an empty file as a new database). An existing file is
+    left as it is; so is a missing directory (SQLite then reports the database unreachable).
+    """
+    database = url.database or ""
+    if database.startswith("file:") or url.query.get("uri") == "true":
+        return  # A URI filename (mode=ro and the like): SQLite decides, nothing to create.
+    create_private_file(database)
 
 
 def normalize_url(url: str | URL, *, what: str = "database") -> URL:
@@ -267,6 +326,7 @@ class StoreEngine:
             self.snapshot_reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
             self.statement_reader = self.snapshot_reader
         else:
+            create_private_sqlite_file(parsed)
             connect_args = dict(options.pop("connect_args", {}))
             connect_args.setdefault("check_same_thread", False)
             self.engine = self._create(parsed, {**options, "connect_args": connect_args})

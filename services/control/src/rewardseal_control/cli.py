@@ -33,7 +33,8 @@ from google.protobuf.message import Message
 
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.rpc_status import from_rpc_error
-from rewardseal.service_settings import read_token_file
+from rewardseal.service_settings import make_private_dir, read_token_file
+from rewardseal.sqlstore import sqlite_url
 from rewardseal.tls import ClientTls, channel
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
@@ -272,8 +273,8 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
     data_dir = (args.data_dir or default_data_dir(os.environ)).expanduser().resolve()
     url = args.db_url or os.environ.get(f"{ENV_PREFIX}DB_URL")
     if not url:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        url = f"sqlite:///{data_dir / DB_FILE}"
+        make_private_dir(data_dir)
+        url = sqlite_url(data_dir / DB_FILE)
     db.upgrade(url, args.revision)
     print(f"control store at revision {db.current_revision(url)}", file=out)
     return 0

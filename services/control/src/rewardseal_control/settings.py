@@ -20,6 +20,7 @@ from pathlib import Path
 
 from rewardseal import service_settings
 from rewardseal.errors import ValidationError
+from rewardseal.sqlstore import sqlite_url
 from rewardseal.tls import ServerTls
 
 ENV_PREFIX = "REWARDSEAL_CONTROL_"
@@ -122,10 +123,12 @@ def resolve_settings(
     """
     env = os.environ if env is None else env
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
+    # Made here, 0700, before the tokens, the key or the database land in it.
+    service_settings.make_private_dir(data)
     resolved_port = service_settings.resolve_port(
         port, env, env_name=f"{ENV_PREFIX}PORT", default=DEFAULT_PORT
     )
-    url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or f"sqlite:///{data / DB_FILE}"
+    url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or sqlite_url(data / DB_FILE)
     ttl = revocation_ttl
     if ttl is None:
         configured_ttl = env.get(f"{ENV_PREFIX}REVOCATION_TTL")

@@ -26,6 +26,12 @@ every receipt that points at a row stays valid; it recalibrates nothing and sign
 that exist with other content are never overwritten: seeding refuses instead. Keys, tokens and
 receipt stores elsewhere in ``data_dir`` are never touched.
 
+Seeding runs under an exclusive lock (``data_dir/.seed.lock``, ``flock``): two workers started
+with ``--seed-mockmed`` on one empty data directory do not both calibrate and sign (the second
+used to find the first's certificate.json "with different content" and die); the second waits,
+then finds the seed complete and reuses it. The data directory and ``mockmed/`` are made 0700,
+the database 0600 (SQLite gives its -wal/-shm files the same mode).
+
 The helpers :func:`write_encounter`, :func:`add_background_rows` and :func:`show_on_screen` stage
 episodes for tests, demos and benchmarks: an honest write, a duplicate, and the banner lie (the
 screen shows a saved Triage encounter, the database has none).
@@ -54,7 +60,9 @@ from rewardseal.certificates import satisfies, unmet
 from rewardseal.contract import contract_digest
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
+from rewardseal.service_settings import make_private_dir
 from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.sqlstore import create_private_file
 from rewardseal.synthetic import synthetic_note
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
@@ -130,6 +138,8 @@ REST_RECIPE: Final[Mapping[str, Any]] = {
 DEFAULT_SEED: Final = 20261130
 DEFAULT_BACKGROUND_ROWS: Final = 200
 DEFAULT_NOTE: Final = "Synthetic triage: mild headache since morning; vitals stable."
+SEED_LOCK: Final = ".seed.lock"
+"""The lock file in the data directory that seeding holds (see the module docstring)."""
 
 _CORE_FILES = (CONTRACT_FILE, REQUIRED_EFFECTS_FILE, FORBIDDEN_EFFECTS_FILE, ORACLE_RECIPE_FILE)
 _BUSY_TIMEOUT_SECONDS = 30.0
@@ -264,7 +274,9 @@ def create_database(db_path: Path, *, background_rows: int, seed: int) -> bool:
     index is added. Returns True when the table was created.
     """
     _check_count(background_rows)
-    db_path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(db_path.parent)
+    # 0600 before SQLite opens it: its -wal and -shm files take the database file's mode.
+    create_private_file(db_path)
     with _connect(db_path) as conn, _transaction(conn):
         if _table_exists(conn):
             _ensure_schema(conn)
@@ -574,7 +586,47 @@ def seed_mockmed(
             the calibration does not earn a certificate the contract accepts (too few trials,
             or false accepts).
     """
-    data_dir = Path(data_dir)
+    data_dir = make_private_dir(Path(data_dir))
+    with _seed_lock(data_dir):
+        return _seed_locked(
+            data_dir,
+            key=key,
+            trials=trials,
+            seed=seed,
+            background_rows=background_rows,
+            progress=progress,
+        )
+
+
+@contextlib.contextmanager
+def _seed_lock(data_dir: Path) -> Iterator[None]:
+    """Hold the exclusive seeding lock of ``data_dir`` (waits for another seeder to finish).
+
+    ``flock`` is released by the kernel when the holder exits, however it exits, so a seeder
+    that crashed never leaves the directory locked.
+    """
+    fd = os.open(
+        data_dir / SEED_LOCK,
+        os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0),
+        0o600,
+    )
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _seed_locked(
+    data_dir: Path,
+    *,
+    key: SigningKey,
+    trials: int,
+    seed: int,
+    background_rows: int,
+    progress: ProgressCallback | None,
+) -> SeedResult:
+    """:func:`seed_mockmed`'s work, run under the seeding lock."""
     trust = TrustSet([key.public_key])
     database_path = data_dir / DATABASE_PATH
     screen_path = data_dir / SCREEN_PATH

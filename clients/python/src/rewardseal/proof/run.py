@@ -72,6 +72,9 @@ def local_services(run_dir: Path) -> Iterator[Services]:
         Unavailable: a service did not start (the message ends with its log).
         ValidationError: the worker does not serve a tier-2 contract.
     """
+    # Imported here: the core package loads SQLAlchemy only where a store is used.
+    from rewardseal.sqlstore import sqlite_url
+
     worker_token, mockmed_token, admin_token = (secrets.token_urlsafe(32) for _ in range(3))
     worker_data = run_dir / "worker"
     with LocalServices(run_dir) as local:
@@ -81,7 +84,7 @@ def local_services(run_dir: Path) -> Iterator[Services]:
                 "rewardseal-mockmed",
                 local.ready_file("mockmed"),
                 "--db-url",
-                f"sqlite:///{run_dir / 'mockmed.sqlite'}",
+                sqlite_url(run_dir / "mockmed.sqlite"),
             ),
             {"MOCKMED_TOKEN": mockmed_token, "MOCKMED_ADMIN_TOKEN": admin_token},
             MOCKMED_START_SECONDS,
