@@ -95,6 +95,13 @@ class PolicyUpdateRegressed(ValidationError):
     reason = "policy_update_regressed"
 
 
+class PolicyUpdateJump(ValidationError):
+    """A descriptor's policy update is further above its contract's highest than one call may
+    move it (a single call could otherwise expire the certificate for every later episode)."""
+
+    reason = "policy_update_jump"
+
+
 class CertificationRefused(ValidationError):
     """Something claims certified=true where the rules forbid it (R-VAL-2)."""
 

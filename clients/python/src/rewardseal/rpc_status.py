@@ -34,6 +34,7 @@ _CLASS_BY_REASON: Mapping[str, type[errors.RewardSealError]] = {
         errors.IdentityMismatch,
         errors.IdentityConflict,
         errors.PolicyUpdateRegressed,
+        errors.PolicyUpdateJump,
         errors.CertificationRefused,
         errors.StaleRevocationList,
         errors.SignatureError,

@@ -94,6 +94,7 @@ async def start_worker(
         reader=reader,
         key=key,
         episode_ttl_seconds=settings.episode_ttl_seconds,
+        max_policy_update_jump=settings.max_policy_update_jump,
     )
     control = None
     if settings.control_target is not None and settings.control_token is not None:

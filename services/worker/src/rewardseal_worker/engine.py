@@ -31,6 +31,7 @@ from rewardseal.errors import (
     IdentityMissing,
     InvalidEpisode,
     NotFound,
+    PolicyUpdateJump,
     PolicyUpdateRegressed,
     RewardSealError,
     Unavailable,
@@ -58,6 +59,7 @@ from rewardseal_worker.batching import MicroBatcher
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.judge import judge_episode
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
+from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP
 from rewardseal_worker.store import BeginItem, ReceiptToCommit, WorkerStore
 
 _log = logging.getLogger(__name__)
@@ -152,9 +154,12 @@ class Scorer:
         clock: Clock = utc_now,
         revoked: RevocationCheck = never_revoked,
         episode_ttl_seconds: float = 3600.0,
+        max_policy_update_jump: int = DEFAULT_MAX_POLICY_UPDATE_JUMP,
         max_batch: int = 256,
         max_concurrent_batches: int = 2,
     ) -> None:
+        if max_policy_update_jump < 0:
+            raise ValidationError("max_policy_update_jump must be 0 or more")
         self.bundle = bundle
         self.store = store
         self.reader = reader
@@ -166,6 +171,9 @@ class Scorer:
         self.on_commit: Callable[[], None] | None = None
         """Called (in the scoring thread) after receipts were committed: wakes the forwarder."""
         self.episode_ttl_seconds = episode_ttl_seconds
+        self.max_policy_update_jump = max_policy_update_jump
+        """How far above the contract's highest policy update (before the call) one call may
+        score; applied again, under the ledger lock, when the batch commits."""
         # Few batches in flight on purpose: every batch pays a fixed cost (store round trips, one
         # durable commit), and calls that arrive while one runs form a larger next batch.
         self._slots = asyncio.Semaphore(max_concurrent_batches)
@@ -302,7 +310,9 @@ class Scorer:
             for c, read in zip(checked, reads, strict=True)
         ]
         to_commit = [p for p in prepared if p.commit is not None]
-        results = self.store.commit_receipts([p.commit for p in to_commit if p.commit])
+        results = self.store.commit_receipts(
+            [p.commit for p in to_commit if p.commit], max_jump=self.max_policy_update_jump
+        )
         retry: list[int] = []
         for item, result in zip(to_commit, results, strict=True):
             descriptor = jobs[item.index].descriptor
@@ -310,6 +320,8 @@ class Scorer:
                 outcomes[item.index] = _duplicate(descriptor.episode_id, result.duplicate_of)
             elif result.regressed:
                 outcomes[item.index] = _regressed(descriptor.policy_update, None)
+            elif result.jumped:
+                outcomes[item.index] = self._jumped(descriptor.policy_update, None)
             elif result.credit_conflicts:
                 retry.append(item.index)
             else:
@@ -349,6 +361,13 @@ class Scorer:
                     raise _duplicate(descriptor.episode_id, known.receipts[descriptor.episode_id])
                 if known.highest is not None and descriptor.policy_update < known.highest:
                     raise _regressed(descriptor.policy_update, known.highest)
+                if (
+                    known.highest is not None
+                    and descriptor.policy_update > known.highest + self.max_policy_update_jump
+                ):
+                    # Refused before the read and the judge; the commit checks again under the
+                    # ledger lock (and bounds a first batch on an empty ledger, see the store).
+                    raise self._jumped(descriptor.policy_update, known.highest)
                 registration = known.open.get(descriptor.episode_id)
                 identity = self._resolve_identity(
                     descriptor, registration.identity if registration else None
@@ -448,6 +467,19 @@ class Scorer:
         return self.in_use.certificate
 
     # --- Checks (R-W-2, SPEC section 8) ---
+
+    def _jumped(self, policy_update: int, highest: int | None) -> PolicyUpdateJump:
+        """The error for a descriptor further above the ledger than one call may move it."""
+        above = (
+            f"{highest}, the highest scored for this contract"
+            if highest is not None
+            else "the highest scored for this contract when the call began"
+        )
+        return PolicyUpdateJump(
+            f"policy update {policy_update} is more than {self.max_policy_update_jump} above "
+            f"{above} (REWARDSEAL_WORKER_MAX_POLICY_UPDATE_JUMP)",
+            metadata={"max_jump": str(self.max_policy_update_jump)},
+        )
 
     def _check_contract_digest(self, digest: str) -> None:
         validate_digest(digest, "reward_contract_digest", error=InvalidEpisode)

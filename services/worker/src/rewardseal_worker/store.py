@@ -382,22 +382,29 @@ class CommitResult:
     """What happened to one :class:`ReceiptToCommit`.
 
     Exactly one of these holds: the receipt was stored (``duplicate_of`` is None, ``regressed``
-    is False and ``credit_conflicts`` is empty); the episode already had a receipt
-    (``duplicate_of`` names it); the policy update went backwards (``regressed``); or a record
-    to credit is already credited to another receipt (``credit_conflicts`` names them: the
-    caller must judge again with the fresh credited set). Only in the first case was anything
-    stored for the item.
+    and ``jumped`` are False and ``credit_conflicts`` is empty); the episode already had a
+    receipt (``duplicate_of`` names it); the policy update went backwards (``regressed``); it
+    went further forward than one call may move the ledger (``jumped``); or a record to credit
+    is already credited to another receipt (``credit_conflicts`` names them: the caller must
+    judge again with the fresh credited set). Only in the first case was anything stored for
+    the item.
     """
 
     receipt_id: str
     duplicate_of: str | None = None
     regressed: bool = False
     credit_conflicts: tuple[str, ...] = ()
+    jumped: bool = False
 
     @property
     def stored(self) -> bool:
         """True when this item's receipt was committed by this call."""
-        return self.duplicate_of is None and not self.regressed and not self.credit_conflicts
+        return (
+            self.duplicate_of is None
+            and not self.regressed
+            and not self.jumped
+            and not self.credit_conflicts
+        )
 
 
 @dataclass(frozen=True)
@@ -839,7 +846,9 @@ class WorkerStore:
             )
         )
 
-    def commit_receipts(self, items: Sequence[ReceiptToCommit]) -> list[CommitResult]:
+    def commit_receipts(
+        self, items: Sequence[ReceiptToCommit], *, max_jump: int | None = None
+    ) -> list[CommitResult]:
         """Commit a batch of receipts in ONE transaction; one result per item, in order.
 
         Items are applied in order; per item, the first check that fires wins:
@@ -848,6 +857,11 @@ class WorkerStore:
            ``duplicate_of`` = that receipt's id;
         2. ``policy_update`` is below the contract's highest committed update (before, or by
            an earlier item of this batch) -> ``regressed``;
+        2b. with ``max_jump`` set, ``policy_update`` is more than ``max_jump`` above the
+           contract's highest update *as it was before this transaction* -> ``jumped``. On an
+           empty ledger the first item stored by this transaction stands in for it: the first
+           episode of a contract may start at any update, but one transaction never moves the
+           ledger more than ``max_jump`` past where it started, however many items it holds;
         3. a record to credit is already credited for the contract (before, or to an earlier
            item of this batch) -> ``credit_conflicts`` (sorted);
         4. otherwise the receipt is inserted, its records credited, the episode's open
@@ -873,6 +887,8 @@ class WorkerStore:
         def work(conn: Connection) -> list[CommitResult]:
             highest = self._lock_ledgers(conn, contracts)
             before = dict(highest)
+            # Where each contract's ledger stood when this transaction began (see 2b).
+            base = dict(before)
             existing: dict[str, str] = {}
             for chunk in chunks(episode_ids):
                 existing.update(
@@ -896,6 +912,14 @@ class WorkerStore:
                 if current is not None and entry.policy_update < current:
                     results.append(CommitResult(entry.receipt_id, regressed=True))
                     continue
+                start = base[contract]
+                if (
+                    max_jump is not None
+                    and start is not None
+                    and entry.policy_update > start + max_jump
+                ):
+                    results.append(CommitResult(entry.receipt_id, jumped=True))
+                    continue
                 wanted = sorted(set(entry.credited_record_ids))
                 conflicts = tuple(r for r in wanted if (contract, r) in taken)
                 if conflicts:
@@ -903,6 +927,8 @@ class WorkerStore:
                     continue
                 existing[entry.episode_id] = entry.receipt_id
                 taken.update((contract, r) for r in wanted)
+                if start is None:
+                    base[contract] = entry.policy_update
                 highest[contract] = (
                     entry.policy_update if current is None else max(current, entry.policy_update)
                 )
