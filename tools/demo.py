@@ -116,7 +116,10 @@ def local_stack(root: Path, out: TextIO) -> Iterator[dict[str, Any]]:
     try:
         control = start(main, stack.CONTROL, stack.control_command(main))
         control_target = f"{stack.HOST}:{control['port']}"
-        worker = start(main, stack.WORKER, stack.worker_command(main, control_target))
+        worker_command = stack.worker_command(
+            main, control_target, organization_key=control["organization_public_key"]
+        )
+        worker = start(main, stack.WORKER, worker_command)
         screen = worker_data / SCREEN_FILE
         mockmed = start(main, stack.MOCKMED, stack.mockmed_command(main, screen_file=screen))
         # The tier-0 worker shares the seeded data (keys, bundles, screen) but not the store,

@@ -6,7 +6,8 @@
 
 ``up`` starts, in order and each on a free loopback port (``--port 0`` and ``--ready-file``, so
 no port is guessed): ``rewardseal-control serve`` (SQLite), ``rewardseal-worker serve
---seed-mockmed --control ...`` (registers its contract and its own key with control) and
+--seed-mockmed --control ... --trust-org-key ...`` (pins control's organization public key from
+control's banner, registers its contract and its own key with control's *worker* credential) and
 ``rewardseal-mockmed serve`` over the worker's seeded MockMed database, so a write made through
 MockMed's REST API is what the worker's sql oracle reads. These are the console scripts and
 subcommands the Docker images run (deploy/docker-compose.yml; tests/deploy checks both).
@@ -65,7 +66,14 @@ OPTIONAL: Final = frozenset({MOCKMED})
 START_TIMEOUT_SECONDS: Final[Mapping[str, float]] = {CONTROL: 60.0, WORKER: 300.0, MOCKMED: 60.0}
 STOP_TIMEOUT_SECONDS: Final = localstack.STOP_TIMEOUT_SECONDS
 POLL_SECONDS: Final = localstack.POLL_SECONDS
-TOKEN_NAMES: Final = ("control_admin", "control", "worker", "mockmed", "mockmed_admin")
+TOKEN_NAMES: Final = (
+    "control_admin",
+    "control",
+    "control_worker",
+    "worker",
+    "mockmed",
+    "mockmed_admin",
+)
 CHECKPOINT: Final = "policy_checkpoint_mockmed_0"
 
 
@@ -138,13 +146,17 @@ def worker_command(
     layout: Layout,
     control_target: str | None,
     *,
+    organization_key: str | None = None,
     seed: bool = True,
     data_dir: Path | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """``rewardseal-worker serve --seed-mockmed``, joined to the control plane.
 
-    ``control_target`` None: a worker on its own; ``seed`` False: no ``--seed-mockmed``;
+    ``control_target`` None: a worker on its own; otherwise ``organization_key`` (control's
+    ``organization_public_key``, hex, from its banner) is pinned with ``--trust-org-key``, the
+    only key whose certificates and revocation lists the worker accepts; ``seed`` False: no
+    ``--seed-mockmed``;
     ``data_dir``: another directory than the layout's; ``extra``: more arguments
     (``--contract``, ``--db-url``, ``--tls-cert``/``--tls-key``/``--tls-client-ca``).
     """
@@ -157,12 +169,25 @@ def worker_command(
         "0",
         "--data-dir",
         str(data_dir if data_dir is not None else layout.data(WORKER)),
-        *(["--control", control_target] if control_target is not None else []),
+        *_control_flags(control_target, organization_key),
         "--reflection",
         "--ready-file",
         str(layout.ready_file(WORKER)),
         *extra,
     ]
+
+
+def _control_flags(control_target: str | None, organization_key: str | None) -> list[str]:
+    """``--control`` and ``--trust-org-key`` (the worker refuses the first without the second).
+
+    Raises:
+        ValueError: a control target without the organization key to pin.
+    """
+    if control_target is None:
+        return []
+    if not organization_key:
+        raise ValueError("a worker joined to control needs control's organization key to pin")
+    return ["--control", control_target, "--trust-org-key", organization_key]
 
 
 def mockmed_command(layout: Layout, screen_file: Path | None = None) -> list[str]:
@@ -191,13 +216,14 @@ def service_env(service: str, tokens: Mapping[str, str]) -> dict[str, str]:
         return {
             "REWARDSEAL_CONTROL_ADMIN_TOKEN": tokens["control_admin"],
             "REWARDSEAL_CONTROL_TOKEN": tokens["control"],
+            "REWARDSEAL_CONTROL_WORKER_TOKEN": tokens["control_worker"],
         }
     if service == WORKER:
-        # With the admin token the worker registers its own key: no operator step locally.
+        # Control's worker credential registers the worker's own key (no operator step); the
+        # admin credential never leaves control's side.
         return {
             "REWARDSEAL_WORKER_TOKEN": tokens["worker"],
-            "REWARDSEAL_WORKER_CONTROL_TOKEN": tokens["control"],
-            "REWARDSEAL_WORKER_CONTROL_ADMIN_TOKEN": tokens["control_admin"],
+            "REWARDSEAL_WORKER_CONTROL_TOKEN": tokens["control_worker"],
         }
     if service == MOCKMED:
         return {"MOCKMED_TOKEN": tokens["mockmed"], "MOCKMED_ADMIN_TOKEN": tokens["mockmed_admin"]}
@@ -424,11 +450,16 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             "port": banner["port"],
             "target": f"{HOST}:{banner['port']}",
             "organization_key_id": banner.get("organization_key_id"),
+            "organization_public_key": banner["organization_public_key"],
             "data_dir": str(layout.data(CONTROL)),
             "log": str(layout.log_file(CONTROL)),
         }
         out("starting the worker (seeds MockMed and calibrates on its first start) ...")
-        command = worker_command(layout, services[CONTROL]["target"])
+        command = worker_command(
+            layout,
+            services[CONTROL]["target"],
+            organization_key=services[CONTROL]["organization_public_key"],
+        )
         banner = start_service(layout, WORKER, command, service_env(WORKER, tokens))
         services[WORKER] = {
             "pid": read_pid(layout.pid_file(WORKER)),

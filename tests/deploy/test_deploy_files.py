@@ -194,6 +194,7 @@ def known_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
             f"{worker_settings.ENV_PREFIX}TOKEN": "w" * 24,
             f"{worker_settings.ENV_PREFIX}CONTROL": "127.0.0.1:1",
             f"{worker_settings.ENV_PREFIX}CONTROL_TOKEN": "c" * 24,
+            f"{worker_settings.ENV_PREFIX}TRUST_ORG_KEYS": "ab" * 32,
         }
     )
     worker_settings.resolve_settings(env=env)
@@ -344,7 +345,9 @@ def test_compose_command_is_the_make_up_entry_point(compose: dict[str, Any], ser
     layout = stack.Layout(Path("/tmp/rewardseal-stack"))
     local = {
         "control": lambda: stack.control_command(layout),
-        "worker": lambda: stack.worker_command(layout, "127.0.0.1:8791"),
+        "worker": lambda: stack.worker_command(
+            layout, "127.0.0.1:8791", organization_key="ab" * 32
+        ),
         "mockmed": lambda: stack.mockmed_command(layout),
     }[service]()
     assert [Path(local[0]).name, local[1]] == [script, subcommand]
@@ -417,6 +420,23 @@ def test_compose_depends_on_healthy_services(compose: dict[str, Any]) -> None:
         assert all(entry["condition"] == "service_healthy" for entry in depends.values())
         for name in needed:
             assert "healthcheck" in services[name]
+
+
+def test_the_worker_gets_the_worker_credential_and_a_pinned_key_never_the_admin_token(
+    compose: dict[str, Any],
+) -> None:
+    worker = compose["services"]["worker"]["environment"]
+    control = compose["services"]["control"]["environment"]
+    assert not [n for n, v in worker.items() if "ADMIN" in n or "ADMIN" in str(v)]
+    assert worker["REWARDSEAL_WORKER_CONTROL_TOKEN"] == control["REWARDSEAL_CONTROL_WORKER_TOKEN"]
+    assert "REWARDSEAL_WORKER_TRUST_ORG_KEYS" in worker
+    container = k8s_container("worker")
+    refs = {e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"] if "valueFrom" in e}
+    assert "control-worker-token" in refs
+    assert not [ref for ref in refs if "admin" in ref]
+    pinned = flag_value(container["args"], "--trust-org-key")
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert pinned.startswith(mounts["trust"] + "/")
 
 
 def test_postgres_init_script_makes_the_databases(compose: dict[str, Any]) -> None:

@@ -260,6 +260,8 @@ def _banner_text(banner: Mapping[str, Any]) -> str:
             f"{PROG} serving on {banner['target']}",
             f"  transport         {TRANSPORT_TEXT[banner['transport']]}",
             f"  organization key  {banner['organization_key_id']}",
+            # What a worker pins (rewardseal-worker serve --trust-org-key); public, not secret.
+            f"  organization pub  {banner['organization_public_key']}",
             f"  database          {banner['db_url']}",
             f"  admin token       {banner['admin_token_source']}",
             f"  client token      {banner['token_source']}",
