@@ -85,6 +85,25 @@ def test_revocation_list_rollback_rejected() -> None:
     assert follower.is_revoked("cert.mockmed.0001")
 
 
+def test_a_floor_from_an_earlier_run_refuses_older_lists_before_any_is_held() -> None:
+    follower = RevocationFollower(TRUST, floor=3)  # a restart: version 3 was accepted before
+    assert follower.held is None
+    assert follower.floor == 3
+    with pytest.raises(StaleRevocationList) as caught:
+        follower.accept(signed(2), T0)
+    assert caught.value.metadata == {"problem": "rollback", "version": "2", "held_version": "3"}
+    assert follower.held is None
+    # The same version again (content unknown after a restart) and newer ones are taken.
+    assert follower.accept(signed(3), T0).version == 3
+    assert follower.accept(signed(4), T0).version == 4
+    assert follower.floor == 4
+
+
+def test_a_negative_floor_is_refused() -> None:
+    with pytest.raises(ValueError, match="floor"):
+        RevocationFollower(TRUST, floor=-1)
+
+
 def test_revocation_list_freeze_rejected_after_expiry() -> None:
     follower = RevocationFollower(TRUST)
     envelope = signed(1, ("cert.mockmed.0001",))
