@@ -33,7 +33,8 @@ EXPOSE 8791
 HEALTHCHECK --interval=10s --timeout=5s --start-period=30s --retries=3 \
     CMD ["rewardseal-healthcheck", "grpc", "127.0.0.1:8791"]
 # The same entry point `make up` runs (tools/stack.py); compose and Kubernetes pass their own
-# arguments. Tokens come from REWARDSEAL_CONTROL_ADMIN_TOKEN / REWARDSEAL_CONTROL_TOKEN (or 0600
-# files made in the data directory), the database from REWARDSEAL_CONTROL_DB_URL.
+# arguments. Tokens come from REWARDSEAL_CONTROL_ADMIN_TOKEN / REWARDSEAL_CONTROL_TOKEN /
+# REWARDSEAL_CONTROL_WORKER_TOKEN (or 0600 files made in the data directory), the database from
+# REWARDSEAL_CONTROL_DB_URL.
 CMD ["rewardseal-control", "serve", "--host", "0.0.0.0", "--port", "8791", \
      "--data-dir", "/var/lib/rewardseal/control"]

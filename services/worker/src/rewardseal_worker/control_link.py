@@ -114,7 +114,11 @@ class ControlLink:
     ) -> None:
         """``trust``: the pinned organization keys (never taken from control); ``tls``: TLS or
         mutual TLS for the channel (None: plaintext); ``poll_interval``: seconds between
-        certificate polls."""
+        certificate polls.
+
+        Raises:
+            ValidationError: ``trust`` holds no key.
+        """
         if not trust.key_ids:
             raise ValidationError("a control link needs at least one pinned organization key")
         self._channel = aio_channel(target, tls)
