@@ -221,6 +221,38 @@ async def test_with_two_valid_certificates_the_newest_valid_wins(
         await stop_stack(stack)
 
 
+async def test_certificate_for_a_future_update_does_not_displace_the_current_one(
+    control: ControlApp, data_dir: Path
+) -> None:
+    """Training is at update 0; a newer certificate issued for update 5000 would read
+    NOT_YET_VALID on every receipt. The worker keeps the one that certifies today's episodes
+    and moves once training reaches the new one's window."""
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        await holding_a_list(stack)
+        today = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, today)
+        got = await score_honest(stack, 1, update=0)
+        assert got.receipt.certified, got.receipt.certification_refusals
+        ahead = await issue_certificate(
+            control, data_dir, stack.digest, issued_at_policy_update=5000
+        )
+        await polled_after(stack)
+        assert in_use(stack) == today
+        got = await score_honest(stack, 2, update=900)
+        assert got.receipt.certificate_id == today
+        assert got.receipt.certified, got.receipt.certification_refusals
+        # Training reaches the new certificate's window (the old one expired at 1000).
+        got = await score_honest(stack, 3, update=5000)
+        assert got.receipt.certificate_state == CertificateState.CERTIFICATE_STATE_EXPIRED
+        await scoring_under(stack, ahead)
+        got = await score_honest(stack, 4, update=5001)
+        assert got.receipt.certificate_id == ahead
+        assert got.receipt.certified, got.receipt.certification_refusals
+    finally:
+        await stop_stack(stack)
+
+
 async def test_more_than_one_page_of_certificates(control: ControlApp, data_dir: Path) -> None:
     """Control lists oldest first, 50 to a page: the newest is on the last page."""
     stack = await start_linked_worker(data_dir, control.target, control.key)

@@ -20,8 +20,11 @@ knows, :meth:`ControlLink.reevaluate` picks the certificate to score under:
 * candidates: control's certificates for this contract that validate, verify under a pinned
   key and satisfy the contract's certificate policy, plus the bundle's own certificate if any;
   none that the held revocation list revokes;
-* the newest wins: highest ``issued_at_policy_update``, then ``issued_at``, then
-  ``certificate_id`` (a deterministic tie-break);
+* one that is current at the contract's highest policy update scored so far (where training
+  is now) beats one that is not yet valid or expired there, so a certificate issued for an
+  update far ahead never displaces one that certifies today's episodes; among equals the newest
+  wins: highest ``issued_at_policy_update``, then ``issued_at``, then ``certificate_id`` (a
+  deterministic tie-break);
 * no control certificate is adopted before a verified revocation list is held (so a restart
   cannot pick one that was revoked while the worker was down); a revoked certificate in use is
   dropped for the newest valid one, or for none (receipts then uncertified).
@@ -43,7 +46,7 @@ from typing import Any
 
 import grpc
 
-from rewardseal.certificates import satisfies
+from rewardseal.certificates import is_current, satisfies
 from rewardseal.contract import certificate_digest
 from rewardseal.errors import RewardSealError, SignatureError, ValidationError
 from rewardseal.revocation import RevocationFollower
@@ -136,6 +139,8 @@ class ControlLink:
         self._persisted_version = 0
         self._distrusted = False
         self._control_certificates: list[CertificateInUse] = []
+        self._training_update: int | None = None
+        """The contract's highest scored policy update when certificates were last chosen."""
         self._ignored: set[str] = set()
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -303,7 +308,14 @@ class ControlLink:
             _log.warning("control's certificate listing did not end; using what was read")
         self._control_certificates = found
         self.polls += 1
+        await self._refresh_training_update()
         self.reevaluate("certificate poll")
+
+    async def _refresh_training_update(self) -> None:
+        """Read where training is (the contract's highest scored update) off the event loop."""
+        self._training_update = await asyncio.to_thread(
+            self._store.highest_policy_update, self._bundle.contract_digest
+        )
 
     def _acceptable(self, certificate: RewardCertificate) -> bool:
         """Valid, signed by a pinned key, for this contract, and meeting its policy."""
@@ -365,7 +377,14 @@ class ControlLink:
             for c in candidates
             if c.certificate is not None and not follower.is_revoked(c.certificate.certificate_id)
         ]
-        return max(valid, key=_newness_of, default=CertificateInUse())
+        at = self._training_update
+
+        def preference(in_use: CertificateInUse) -> tuple[bool, tuple[int, int, int, str]]:
+            assert in_use.certificate is not None
+            current = at is None or is_current(in_use.certificate, at)
+            return current, newness(in_use.certificate)
+
+        return max(valid, key=preference, default=CertificateInUse())
 
     # --- Revocations ---
 
@@ -410,6 +429,7 @@ class ControlLink:
         follower = self._follower
         assert follower is not None
         await self._persist_version(follower.version)
+        await self._refresh_training_update()
         self.reevaluate(f"revocation list version {follower.version}")
 
     def _accept(self, envelope: SignedEnvelope) -> bool:
@@ -496,8 +516,3 @@ class ControlLink:
         await asyncio.to_thread(self._store.outbox_done, done)
         self.forwarded += len(done)
         return len(done)
-
-
-def _newness_of(in_use: CertificateInUse) -> tuple[int, int, int, str]:
-    assert in_use.certificate is not None
-    return newness(in_use.certificate)
