@@ -163,7 +163,7 @@ class Unauthenticated(RewardSealError):
 
 
 class PermissionDenied(RewardSealError):
-    """An admin RPC was called without the admin credential."""
+    """The credential presented may not make this call (an admin RPC, or outside its role)."""
 
     code = grpc.StatusCode.PERMISSION_DENIED
     reason = "permission_denied"
