@@ -15,6 +15,7 @@ from support.builders import TEST_KEY, make_certificate
 from rewardseal.contract import certificate_digest
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
+from rewardseal.judging import parse_effects
 from rewardseal.mockmed import (
     FORBIDDEN_EFFECTS,
     REQUIRED_EFFECTS,
@@ -27,7 +28,6 @@ from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal_worker import bundle as bundle_module
 from rewardseal_worker.bundle import BUNDLE_FILES, ContractBundle, load_bundle, write_bundle
-from rewardseal_worker.effects import parse_effects
 
 TRUST = TrustSet([TEST_KEY.public_key])
 

@@ -16,10 +16,9 @@ import pytest
 import sqlalchemy as sa
 
 from rewardseal.errors import IdentityMismatch, ValidationError
+from rewardseal.judging import judge_episode, parse_effects
 from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, TIER0_RECIPE, TIER2_RECIPE
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
-from rewardseal_worker.effects import parse_effects
-from rewardseal_worker.judge import judge_episode
 from rewardseal_worker.oracles import OracleUnavailable, make_reader, validate_recipe
 from rewardseal_worker.oracles import sql as sql_module
 from rewardseal_worker.oracles.files import JsonFileReader

@@ -18,6 +18,7 @@ from rewardseal.calibration import epsilon_from_summary
 from rewardseal.certificates import satisfies
 from rewardseal.contract import certificate_digest
 from rewardseal.errors import ValidationError
+from rewardseal.judging import judge_episode
 from rewardseal.mockmed import CORPUS_DIGEST, mockmed_contract_digest
 from rewardseal.signing import SigningKey, TrustSet, verify_certificate
 from rewardseal.v1.enums_pb2 import (
@@ -30,7 +31,6 @@ from rewardseal.validation import validate_certificate
 from rewardseal_worker import seed as seed_module
 from rewardseal_worker.bundle import BUNDLE_FILES, load_bundle
 from rewardseal_worker.calibration import summary_from_json
-from rewardseal_worker.judge import judge_episode
 from rewardseal_worker.oracles.base import make_reader
 from rewardseal_worker.seed import (
     add_background_rows,

@@ -18,6 +18,7 @@ from rewardseal.certificates import satisfies
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
 from rewardseal.extradup import HACKING_FAMILIES
+from rewardseal.judging import judge_episode, parse_effects
 from rewardseal.mockmed import (
     CORPUS_DIGEST,
     ENCOUNTER_FIELDS,
@@ -45,8 +46,6 @@ from rewardseal_worker.calibration import (
     summary_to_json,
     text_progress,
 )
-from rewardseal_worker.effects import parse_effects
-from rewardseal_worker.judge import judge_episode
 
 SEED = 20261130
 KEY = SigningKey.from_seed(bytes(range(32)))

@@ -32,12 +32,12 @@ from google.protobuf.message import Message
 from rewardseal.contract import certificate_digest, contract_digest, contract_tier
 from rewardseal.digest import digest_json
 from rewardseal.errors import SignatureError, ValidationError
+from rewardseal.judging import EffectSpec, parse_effects
 from rewardseal.signing import TrustSet, verify_certificate
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal.validation import validate_certificate, validate_contract
-from rewardseal_worker.effects import EffectSpec, parse_effects
 from rewardseal_worker.oracles.base import (
     KIND_FHIR,
     KIND_JSON_FILE,

@@ -1,8 +1,8 @@
 """Calibration: measure how often a contract's judge accepts a faulty effect (R-CAL-1..3).
 
 Calibration runs where the corpus lives, inside the worker (R-CAL-2). It generates synthetic
-episodes from a seeded generator, judges each one with :func:`~rewardseal_worker.judge.
-judge_episode` exactly as the scoring engine does (same effect specs, same identity, a baseline
+episodes from a seeded generator, judges each one with :func:`~rewardseal.judging.judge_episode`
+exactly as the scoring engine does (same effect specs, same identity, a baseline
 read and a current read, runtime signal COMPLETED), and counts a *false accept* whenever a faulty
 episode comes out VERIFIED. The output is a :class:`CalibrationSummary` (counts, never the
 corpus) and epsilon, the exact one-sided Clopper-Pearson upper bound on the false-accept rate.
@@ -72,6 +72,15 @@ from rewardseal.certificates import satisfies, unmet
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
 from rewardseal.faults import GENERIC_FAULT_CLASSES
+from rewardseal.judging import (
+    RECORD_ID_FIELD,
+    Decision,
+    EffectSpec,
+    IdentityRef,
+    identity_equals,
+    judge_episode,
+    parse_effects,
+)
 from rewardseal.mockmed import IDENTITY_KEY as MOCKMED_IDENTITY_KEY
 from rewardseal.mockmed import REQUIRED_EFFECTS as MOCKMED_REQUIRED_EFFECTS
 from rewardseal.mockmed import mockmed_contract
@@ -86,14 +95,6 @@ from rewardseal.v1.enums_pb2 import (
 from rewardseal.validation import validate_calibration_summary, validate_certificate
 from rewardseal_worker import __version__
 from rewardseal_worker.bundle import ContractBundle
-from rewardseal_worker.effects import (
-    RECORD_ID_FIELD,
-    EffectSpec,
-    IdentityRef,
-    identity_equals,
-    parse_effects,
-)
-from rewardseal_worker.judge import Decision, judge_episode
 from rewardseal_worker.oracles.base import recipe_identity_fields
 
 __all__ = [
@@ -122,6 +123,8 @@ ProgressCallback = Callable[[int, int], None]
 
 DEFAULT_TRIALS: Final = 300
 """Fault trials of a default run: 0 false accepts in 300 gives epsilon 0.0099361 (R-CAL-1)."""
+# The judge now lives in rewardseal.judging; the name keeps its old module path because it enters
+# the checker configuration digest, which certificates carry.
 JUDGE_VERSION: Final = f"rewardseal_worker.judge/{__version__}"
 """Names the judge implementation in the checker configuration digest."""
 EXTRADUP_PREFIX: Final = "extradup."

@@ -38,6 +38,7 @@ from rewardseal.errors import (
     ValidationError,
     preview,
 )
+from rewardseal.judging import judge_episode
 from rewardseal.receipts import EpisodeFacts, build_receipt, is_unscored, seal_receipt
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import RewardCertificate
@@ -57,7 +58,6 @@ from rewardseal.validation import (
 )
 from rewardseal_worker.batching import MicroBatcher
 from rewardseal_worker.bundle import ContractBundle
-from rewardseal_worker.judge import judge_episode
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
 from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP
 from rewardseal_worker.store import BeginItem, ReceiptToCommit, WorkerStore

@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Protocol
 
 from rewardseal.errors import IdentityMismatch, ValidationError
-from rewardseal_worker.effects import EFFECT_NAME_PATTERN, IDENTIFIER_PATTERN, RECORD_ID_FIELD
+from rewardseal.judging import EFFECT_NAME_PATTERN, IDENTIFIER_PATTERN, RECORD_ID_FIELD
 
 HTTP_ENV_NAME_PATTERN = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}\Z")
 """Variables named by ``*_env`` credential keys: conventional upper-case names only, so that a

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rewardseal_worker.effects import RECORD_ID_FIELD, identity_equals
+from rewardseal.judging import RECORD_ID_FIELD, identity_equals
 from rewardseal_worker.oracles.base import (
     OracleUnavailable,
     check_identity,

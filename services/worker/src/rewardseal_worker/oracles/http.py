@@ -47,7 +47,7 @@ from typing import Any, Final
 import httpx
 
 from rewardseal.errors import ValidationError
-from rewardseal_worker.effects import RECORD_ID_FIELD
+from rewardseal.judging import RECORD_ID_FIELD
 from rewardseal_worker.oracles.base import (
     HTTP_ENV_NAME_PATTERN,
     KIND_FHIR,

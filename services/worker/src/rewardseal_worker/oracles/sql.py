@@ -32,7 +32,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from rewardseal.errors import ValidationError
-from rewardseal_worker.effects import RECORD_ID_FIELD
+from rewardseal.judging import RECORD_ID_FIELD
 from rewardseal_worker.oracles.base import (
     KIND_SQL,
     MAX_RECORDS,

@@ -1,70 +1,32 @@
-"""The three-valued judge and the outcome rules (R-W-4, R-W-5).
+"""The outcome rules: verdicts, runtime signal and oracle health -> one outcome (R-W-4, R-W-5).
 
-Each effect gets a verdict: CONFIRMED, REFUTED or INDETERMINATE. :func:`decide` maps the verdicts,
-the runtime signal and the oracle's health to one outcome by the seven rules of R-W-4, first rule
-that fires wins. Everything here is pure: the reads happen elsewhere, so the engine and the
-calibration harness judge the same way.
-
-A record is new for an episode when it is in the current read, absent from the baseline read, and
-not already credited to another receipt (R-W-3: one written record never pays twice).
+:func:`decide` maps the per-effect verdicts of :mod:`rewardseal.judging.verdicts`, the runtime
+signal and the oracle's health to one outcome by the seven rules of R-W-4, first rule that fires
+wins. :func:`judge_episode` judges every effect of one episode and decides. Everything here is
+pure: the reads happen elsewhere, so the worker's engine and its calibration judge the same way.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
 from rewardseal.errors import ValidationError
+from rewardseal.judging.effects import EffectSpec
+from rewardseal.judging.verdicts import (
+    EffectVerdict,
+    Record,
+    Verdict,
+    judge_forbidden,
+    judge_required,
+)
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal, Uncertainty
-from rewardseal_worker.effects import RECORD_ID_FIELD, EffectSpec, same_value
 
-Record = Mapping[str, Any]
+__all__ = ["EVIDENCE_SCHEMA", "Decision", "decide", "judge_episode"]
 
 EVIDENCE_SCHEMA = "rewardseal.evidence.v1"
 """Names the layout of :meth:`Decision.evidence`."""
-
-# Verdict reasons: a stable code, optionally followed by ": <detail>". Details name fields and
-# counts, never field values, so a reason never carries record contents.
-REASON_CONFIRMED = "confirmed"
-REASON_MISSING = "missing"
-REASON_PARTIAL = "partial"
-REASON_DUPLICATE = "duplicate"
-REASON_OMITTED_FIELD = "omitted_field"
-REASON_WRONG_FIELD = "wrong_field"
-REASON_EXTRA_FIELD = "extra_field"
-REASON_NO_BASELINE = "no baseline for a count-new effect"
-REASON_PRESENT = "present"
-REASON_ABSENT = "absent"
-
-
-class Verdict(enum.Enum):
-    """What the oracle's reads say about one effect."""
-
-    CONFIRMED = "CONFIRMED"
-    REFUTED = "REFUTED"
-    INDETERMINATE = "INDETERMINATE"
-
-
-@dataclass(frozen=True)
-class EffectVerdict:
-    """The verdict on one effect, why, and which new records it rests on.
-
-    ``forbidden`` tells a forbidden effect's verdict (CONFIRMED = the effect is present) from a
-    required one's in the evidence.
-    """
-
-    effect: str
-    verdict: Verdict
-    reason: str
-    record_ids: tuple[str, ...]
-    forbidden: bool = False
-
-    @property
-    def present(self) -> bool:
-        """True when some new record belongs to the effect (even a wrong or duplicate one)."""
-        return self.verdict is Verdict.CONFIRMED or bool(self.record_ids)
 
 
 @dataclass(frozen=True)
@@ -120,112 +82,6 @@ class Decision:
                 "credited_records": len(self.credited_record_ids),
             },
         }
-
-
-def _record_id(record: Record) -> str:
-    return str(record[RECORD_ID_FIELD])
-
-
-def _new_records(
-    effect: EffectSpec,
-    identity: Mapping[str, str],
-    baseline: Sequence[Record] | None,
-    current: Sequence[Record],
-    credited: Set[str],
-) -> list[Record]:
-    """Current records of the effect that are neither in the baseline nor credited, by id."""
-    seen = {_record_id(r) for r in baseline} if baseline is not None else set()
-    fresh = [
-        r
-        for r in current
-        if effect.matches(r, identity)
-        and _record_id(r) not in seen
-        and _record_id(r) not in credited
-    ]
-    # Sorted so the verdict and its evidence do not depend on the order the SoR returned rows.
-    return sorted(fresh, key=_record_id)
-
-
-def _field_problem(effect: EffectSpec, record: Record) -> str | None:
-    """The first way ``record`` falls short of the effect's expect / allowed_fields, or None."""
-    for field, wanted in sorted(effect.expect.items()):
-        value = record.get(field)
-        if value is None:  # None counts as absent
-            return f"{REASON_OMITTED_FIELD}: {field}"
-        if not same_value(value, wanted):
-            return f"{REASON_WRONG_FIELD}: {field}"
-    for field in sorted(effect.required_fields):
-        if record.get(field) in (None, ""):  # written, but with nothing in it, is not written
-            return f"{REASON_OMITTED_FIELD}: {field}"
-    if effect.allowed_fields is not None:
-        extra = sorted(
-            field
-            for field, value in record.items()
-            if field != RECORD_ID_FIELD and value is not None and field not in effect.allowed_fields
-        )
-        if extra:
-            return f"{REASON_EXTRA_FIELD}: {', '.join(extra)}"
-    return None
-
-
-def judge_required(
-    effect: EffectSpec,
-    identity: Mapping[str, str],
-    baseline: Sequence[Record] | None,
-    current: Sequence[Record],
-    credited: Set[str],
-) -> EffectVerdict:
-    """Judge a required effect against the baseline and current reads of one identity.
-
-    INDETERMINATE without a baseline when the effect counts new records; REFUTED when the number
-    of new matching records is wrong (missing, partial, duplicate) or a new record omits an
-    expected field, carries a different value, or carries a field outside allowed_fields;
-    CONFIRMED otherwise, with the new record ids.
-    """
-    if baseline is None and effect.new_records is not None:
-        # Without a baseline a pre-existing row is indistinguishable from a new one.
-        return EffectVerdict(effect.name, Verdict.INDETERMINATE, REASON_NO_BASELINE, ())
-    fresh = _new_records(effect, identity, baseline, current, credited)
-    ids = tuple(_record_id(r) for r in fresh)
-    wanted = effect.new_records
-    if not fresh:
-        return EffectVerdict(effect.name, Verdict.REFUTED, REASON_MISSING, ())
-    if wanted is not None and len(fresh) > wanted:
-        reason = f"{REASON_DUPLICATE}: {len(fresh)} new matching records, expected {wanted}"
-        return EffectVerdict(effect.name, Verdict.REFUTED, reason, ids)
-    if wanted is not None and len(fresh) < wanted:
-        reason = f"{REASON_PARTIAL}: {len(fresh)} new matching records, expected {wanted}"
-        return EffectVerdict(effect.name, Verdict.REFUTED, reason, ids)
-    for record in fresh:
-        problem = _field_problem(effect, record)
-        if problem is not None:
-            return EffectVerdict(effect.name, Verdict.REFUTED, problem, ids)
-    return EffectVerdict(effect.name, Verdict.CONFIRMED, REASON_CONFIRMED, ids)
-
-
-def judge_forbidden(
-    effect: EffectSpec,
-    identity: Mapping[str, str],
-    baseline: Sequence[Record] | None,
-    current: Sequence[Record],
-    credited: Set[str],
-) -> EffectVerdict:
-    """Judge a forbidden effect: CONFIRMED when a new record matches it, REFUTED otherwise.
-
-    Without a baseline every current record not credited elsewhere counts as new. Never
-    INDETERMINATE: a missing baseline already makes the required effects INDETERMINATE, and
-    rule 3 fires before rule 4.
-    """
-    fresh = _new_records(effect, identity, baseline, current, credited)
-    # A forbidden effect's ``expect`` narrows what counts as the forbidden state.
-    hits = tuple(
-        _record_id(r)
-        for r in fresh
-        if all(same_value(r.get(f), v) for f, v in effect.expect.items())
-    )
-    if hits:
-        return EffectVerdict(effect.name, Verdict.CONFIRMED, REASON_PRESENT, hits, forbidden=True)
-    return EffectVerdict(effect.name, Verdict.REFUTED, REASON_ABSENT, (), forbidden=True)
 
 
 _STOPPING_SIGNALS: Mapping[int, RewardOutcome.ValueType] = {

@@ -10,11 +10,7 @@ from support.builders import TEST_KEY, make_facts
 
 from rewardseal.digest import canonical_json
 from rewardseal.errors import ValidationError
-from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, mockmed_contract
-from rewardseal.receipts import build_receipt
-from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal, Uncertainty
-from rewardseal_worker.effects import parse_effects
-from rewardseal_worker.judge import (
+from rewardseal.judging import (
     Decision,
     EffectVerdict,
     Verdict,
@@ -22,7 +18,11 @@ from rewardseal_worker.judge import (
     judge_episode,
     judge_forbidden,
     judge_required,
+    parse_effects,
 )
+from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, mockmed_contract
+from rewardseal.receipts import build_receipt
+from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal, Uncertainty
 
 Out = RewardOutcome
 S = RuntimeSignal

@@ -7,14 +7,14 @@ import copy
 import pytest
 
 from rewardseal.errors import ValidationError
-from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS
-from rewardseal_worker.effects import (
+from rewardseal.judging import (
     EffectSpec,
     IdentityRef,
     identity_equals,
     parse_effects,
     same_value,
 )
+from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS
 
 IDENTITY = {"patient_id": "p-001"}
 

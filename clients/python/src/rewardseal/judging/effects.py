@@ -3,7 +3,7 @@
 The required and forbidden effect documents of a contract are plain JSON, bound to the contract by
 digest (R-MSG-1) and kept with the worker. This module turns such a document into frozen
 :class:`EffectSpec` values and answers "does this record belong to that effect?". The verdicts
-themselves live in :mod:`rewardseal_worker.judge`.
+themselves live in :mod:`rewardseal.judging.verdicts`.
 
 Document shape::
 
