@@ -18,7 +18,7 @@ from rewardseal.errors import Unavailable, ValidationError
 from rewardseal.sqlstore import StoreEngine, normalize_url
 from rewardseal_control import db
 from rewardseal_control.models import Base
-from rewardseal_control.repository import ControlStore
+from rewardseal_control.store import ControlStore
 
 TABLES = {
     "contracts",

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from support.builders import FIXED_TIME, make_certificate, make_facts
+from support.control_store import audit, get_receipt, get_revocation_list, list_audit, revocation
 
 from rewardseal.contract import contract_digest
 from rewardseal.errors import (
@@ -33,7 +34,7 @@ from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import CertificateState, IssuerKeyRole, RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.validation import parse_strict
-from rewardseal_control.repository import (
+from rewardseal_control.store import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
     ControlStore,
@@ -117,9 +118,11 @@ def sealed(
 
 def seeded(store: ControlStore) -> str:
     """Register the MockMed contract and the worker and organization keys; the digest."""
-    digest, _ = store.register_contract(mockmed_contract(), contract_digest(mockmed_contract()))
-    store.register_issuer_key(key_message(WORKER_KEY, WORKER), ADMIN, "worker", at=T0)
-    store.register_issuer_key(key_message(ORG_KEY, ORGANIZATION), ADMIN, "org", at=T0)
+    digest, _ = store.contracts.register_contract(
+        mockmed_contract(), contract_digest(mockmed_contract())
+    )
+    store.keys.register_issuer_key(key_message(WORKER_KEY, WORKER), ADMIN, "worker", at=T0)
+    store.keys.register_issuer_key(key_message(ORG_KEY, ORGANIZATION), ADMIN, "org", at=T0)
     return digest
 
 
@@ -141,11 +144,11 @@ def all_pages(fetch: object, page_size: int) -> list[Page[object]]:
 def test_register_contract_is_idempotent_and_recomputes_the_digest(store: ControlStore) -> None:
     contract = mockmed_contract()
     digest = contract_digest(contract)
-    assert store.register_contract(contract, digest) == (digest, True)
-    assert store.register_contract(contract, digest) == (digest, False)
-    assert store.register_contract(contract, None) == (digest, False)
+    assert store.contracts.register_contract(contract, digest) == (digest, True)
+    assert store.contracts.register_contract(contract, digest) == (digest, False)
+    assert store.contracts.register_contract(contract, None) == (digest, False)
 
-    registered = store.get_contract(digest)
+    registered = store.contracts.get_contract(digest)
     assert registered.reward_contract_digest == digest
     assert contract_digest(registered.contract) == digest
     assert registered.registered_at.ToDatetime().year >= 2024
@@ -155,45 +158,45 @@ def test_register_contract_refuses_a_digest_mismatch(store: ControlStore) -> Non
     contract = mockmed_contract()
     other = contract_digest(contract_version(2))
     with pytest.raises(ValidationError, match="does not match"):
-        store.register_contract(contract, other)
+        store.contracts.register_contract(contract, other)
     with pytest.raises(ValidationError):
-        store.register_contract(contract, "")  # the claim is required when passed
+        store.contracts.register_contract(contract, "")  # the claim is required when passed
     with pytest.raises(NotFound):
-        store.get_contract(contract_digest(contract))
+        store.contracts.get_contract(contract_digest(contract))
 
 
 def test_register_contract_refuses_invalid_contracts(store: ControlStore) -> None:
     broken = mockmed_contract()
     broken.contract_id = "bad id"
     with pytest.raises(ValidationError):
-        store.register_contract(broken, None)
+        store.contracts.register_contract(broken, None)
     # Protobuf keeps unknown fields; add one on the wire (field 1023, varint 1).
     wire = mockmed_contract().SerializeToString() + b"\xf8\x3f\x01"
     with pytest.raises(ValidationError, match="does not know"):
-        store.register_contract(RewardContract.FromString(wire), None)
+        store.contracts.register_contract(RewardContract.FromString(wire), None)
 
 
 def test_get_contract_refuses_a_malformed_digest(store: ControlStore) -> None:
     with pytest.raises(ValidationError):
-        store.get_contract("sha256:XYZ")
+        store.contracts.get_contract("sha256:XYZ")
     with pytest.raises(NotFound):
-        store.get_contract("sha256:" + "0" * 64)
+        store.contracts.get_contract("sha256:" + "0" * 64)
 
 
 def test_list_contracts_pages(store: ControlStore) -> None:
     digests = []
     for n in range(7):
-        digest, created = store.register_contract(
+        digest, created = store.contracts.register_contract(
             contract_version(n), None, at=T0 + timedelta(seconds=n)
         )
         assert created
         digests.append(digest)
-    pages = all_pages(store.list_contracts, 3)
+    pages = all_pages(store.contracts.list_contracts, 3)
     assert [len(p.items) for p in pages] == [3, 3, 1]
     listed = [c.reward_contract_digest for p in pages for c in p.items]  # type: ignore[attr-defined]
     assert listed == digests  # oldest registration first, each exactly once
-    assert store.list_contracts().next_page_token == ""
-    items, token = store.list_contracts(page_size=7)
+    assert store.contracts.list_contracts().next_page_token == ""
+    items, token = store.contracts.list_contracts(page_size=7)
     assert len(items) == 7
     assert token == ""
 
@@ -202,7 +205,7 @@ def test_list_contracts_pages(store: ControlStore) -> None:
 
 
 def test_register_issuer_key(store: ControlStore) -> None:
-    key, created = store.register_issuer_key(
+    key, created = store.keys.register_issuer_key(
         key_message(WORKER_KEY, WORKER), ADMIN, "first worker", at=T0
     )
     assert created
@@ -212,12 +215,12 @@ def test_register_issuer_key(store: ControlStore) -> None:
     assert not key.retired
     assert key.not_before.ToDatetime() == T0.replace(tzinfo=None)
     assert not key.HasField("not_after")
-    again, created = store.register_issuer_key(
+    again, created = store.keys.register_issuer_key(
         key_message(WORKER_KEY, WORKER, key_id=WORKER_KEY.key_id), ADMIN, "again"
     )
     assert not created
     assert again == key
-    assert store.get_issuer_key(WORKER_KEY.key_id) == key
+    assert store.keys.get_issuer_key(WORKER_KEY.key_id) == key
 
 
 @pytest.mark.parametrize(
@@ -235,17 +238,17 @@ def test_register_issuer_key_refusals(
     store: ControlStore, fields: dict[str, object], message: str
 ) -> None:
     with pytest.raises(ValidationError, match=message):
-        store.register_issuer_key(key_message(WORKER_KEY, WORKER, **fields), ADMIN, "r")
-    assert store.list_issuer_keys().items == []
-    assert store.list_audit().items == []
+        store.keys.register_issuer_key(key_message(WORKER_KEY, WORKER, **fields), ADMIN, "r")
+    assert store.keys.list_issuer_keys().items == []
+    assert list_audit(store).items == []
 
 
 def test_a_key_keeps_its_role_and_window(store: ControlStore) -> None:
-    store.register_issuer_key(key_message(WORKER_KEY, WORKER), ADMIN, "", at=T0)
+    store.keys.register_issuer_key(key_message(WORKER_KEY, WORKER), ADMIN, "", at=T0)
     with pytest.raises(ValidationError, match="another role"):
-        store.register_issuer_key(key_message(WORKER_KEY, ORGANIZATION), ADMIN, "escalate")
+        store.keys.register_issuer_key(key_message(WORKER_KEY, ORGANIZATION), ADMIN, "escalate")
     with pytest.raises(ValidationError, match="validity window"):
-        store.register_issuer_key(
+        store.keys.register_issuer_key(
             key_message(WORKER_KEY, WORKER, not_before=T0 - timedelta(days=1)), ADMIN, ""
         )
 
@@ -253,93 +256,95 @@ def test_a_key_keeps_its_role_and_window(store: ControlStore) -> None:
 @pytest.mark.parametrize("actor", ["", "Bearer abc", "admin token", "1admin", "a" * 200])
 def test_actor_must_be_a_name(store: ControlStore, actor: str) -> None:
     with pytest.raises(ValidationError, match="actor"):
-        store.register_issuer_key(key_message(WORKER_KEY, WORKER), actor, "r")
+        store.keys.register_issuer_key(key_message(WORKER_KEY, WORKER), actor, "r")
 
 
 def test_list_issuer_keys_pages_and_filters_by_role(store: ControlStore) -> None:
     workers = [SigningKey.from_seed(bytes([n]) * 32) for n in range(5)]
     for n, key in enumerate(workers):
-        store.register_issuer_key(key_message(key, WORKER), ADMIN, "", at=T0 + timedelta(seconds=n))
-    store.register_issuer_key(
+        store.keys.register_issuer_key(
+            key_message(key, WORKER), ADMIN, "", at=T0 + timedelta(seconds=n)
+        )
+    store.keys.register_issuer_key(
         key_message(ORG_KEY, ORGANIZATION), ADMIN, "", at=T0 + timedelta(seconds=9)
     )
-    pages = all_pages(lambda **kw: store.list_issuer_keys(WORKER, **kw), 2)
+    pages = all_pages(lambda **kw: store.keys.list_issuer_keys(WORKER, **kw), 2)
     assert [len(p.items) for p in pages] == [2, 2, 1]
     assert [k.key_id for p in pages for k in p.items] == [k.key_id for k in workers]  # type: ignore[attr-defined]
-    assert [k.key_id for k in store.list_issuer_keys(ORGANIZATION).items] == [ORG_KEY.key_id]
-    assert len(store.list_issuer_keys().items) == 6
+    assert [k.key_id for k in store.keys.list_issuer_keys(ORGANIZATION).items] == [ORG_KEY.key_id]
+    assert len(store.keys.list_issuer_keys().items) == 6
     # A token made under one role filter does not continue another.
-    token = store.list_issuer_keys(WORKER, page_size=2).next_page_token
+    token = store.keys.list_issuer_keys(WORKER, page_size=2).next_page_token
     with pytest.raises(ValidationError, match="other filters"):
-        store.list_issuer_keys(ORGANIZATION, page_size=2, page_token=token)
+        store.keys.list_issuer_keys(ORGANIZATION, page_size=2, page_token=token)
 
 
 def test_retired_key_is_not_active(store: ControlStore) -> None:
     seeded(store)
     now = T0 + timedelta(hours=1)
-    assert store.active_key(WORKER_KEY.key_id, WORKER, now) is not None
-    retired = store.retire_issuer_key(WORKER_KEY.key_id, ADMIN, "rotated", at=now)
+    assert store.keys.active_key(WORKER_KEY.key_id, WORKER, now) is not None
+    retired = store.keys.retire_issuer_key(WORKER_KEY.key_id, ADMIN, "rotated", at=now)
     assert retired.retired
-    assert store.active_key(WORKER_KEY.key_id, WORKER, now) is None
-    assert store.active_key(WORKER_KEY.key_id, WORKER, now + timedelta(days=1)) is None
-    assert store.active_key(WORKER_KEY.key_id, WORKER) is None  # default: now
+    assert store.keys.active_key(WORKER_KEY.key_id, WORKER, now) is None
+    assert store.keys.active_key(WORKER_KEY.key_id, WORKER, now + timedelta(days=1)) is None
+    assert store.keys.active_key(WORKER_KEY.key_id, WORKER) is None  # default: now
     # Before its retirement it was active (history stays answerable).
-    assert store.active_key(WORKER_KEY.key_id, WORKER, now - timedelta(seconds=1)) is not None
-    assert WORKER_KEY.key_id not in store.worker_trust(now)
+    assert store.keys.active_key(WORKER_KEY.key_id, WORKER, now - timedelta(seconds=1)) is not None
+    assert WORKER_KEY.key_id not in store.keys.worker_trust(now)
     # Retiring again changes nothing; a retired key is never registered again.
-    assert store.retire_issuer_key(WORKER_KEY.key_id, ADMIN, "again", at=now + timedelta(1)) == (
-        retired
-    )
+    assert store.keys.retire_issuer_key(
+        WORKER_KEY.key_id, ADMIN, "again", at=now + timedelta(1)
+    ) == (retired)
     with pytest.raises(ValidationError, match="retired"):
-        store.register_issuer_key(key_message(WORKER_KEY, WORKER), ADMIN, "revive")
+        store.keys.register_issuer_key(key_message(WORKER_KEY, WORKER), ADMIN, "revive")
 
 
 def test_retire_refusals(store: ControlStore) -> None:
     with pytest.raises(NotFound):
-        store.retire_issuer_key(WORKER_KEY.key_id, ADMIN, "gone")
+        store.keys.retire_issuer_key(WORKER_KEY.key_id, ADMIN, "gone")
     seeded(store)
     with pytest.raises(ValidationError, match="reason"):
-        store.retire_issuer_key(WORKER_KEY.key_id, ADMIN, "  ")
+        store.keys.retire_issuer_key(WORKER_KEY.key_id, ADMIN, "  ")
     with pytest.raises(ValidationError):
-        store.retire_issuer_key("ed25519:sha256:nothex", ADMIN, "r")
-    assert store.active_key(WORKER_KEY.key_id, WORKER, T0) is not None
+        store.keys.retire_issuer_key("ed25519:sha256:nothex", ADMIN, "r")
+    assert store.keys.active_key(WORKER_KEY.key_id, WORKER, T0) is not None
 
 
 def test_validity_windows(store: ControlStore) -> None:
     start, end = T0 + timedelta(days=1), T0 + timedelta(days=2)
-    store.register_issuer_key(
+    store.keys.register_issuer_key(
         key_message(ORG_KEY, ORGANIZATION, not_before=start, not_after=end), ADMIN, "", at=T0
     )
     key_id = ORG_KEY.key_id
-    assert store.active_key(key_id, ORGANIZATION, start - timedelta(microseconds=1)) is None
-    assert store.active_key(key_id, ORGANIZATION, start) is not None  # inclusive start
-    assert store.active_key(key_id, ORGANIZATION, end - timedelta(microseconds=1)) is not None
-    assert store.active_key(key_id, ORGANIZATION, end) is None  # exclusive end
+    assert store.keys.active_key(key_id, ORGANIZATION, start - timedelta(microseconds=1)) is None
+    assert store.keys.active_key(key_id, ORGANIZATION, start) is not None  # inclusive start
+    assert store.keys.active_key(key_id, ORGANIZATION, end - timedelta(microseconds=1)) is not None
+    assert store.keys.active_key(key_id, ORGANIZATION, end) is None  # exclusive end
     # The role must match: an organization key is not a worker key.
-    assert store.active_key(key_id, WORKER, start) is None
+    assert store.keys.active_key(key_id, WORKER, start) is None
     with pytest.raises(ValidationError):
-        store.active_key(key_id, IssuerKeyRole.ISSUER_KEY_ROLE_UNSPECIFIED, start)
+        store.keys.active_key(key_id, IssuerKeyRole.ISSUER_KEY_ROLE_UNSPECIFIED, start)
     with pytest.raises(ValidationError, match="timezone"):
-        store.active_key(key_id, ORGANIZATION, start.replace(tzinfo=None))
+        store.keys.active_key(key_id, ORGANIZATION, start.replace(tzinfo=None))
     # Unknown keys are simply not active.
-    assert store.active_key(WORKER_KEY.key_id, WORKER, start) is None
+    assert store.keys.active_key(WORKER_KEY.key_id, WORKER, start) is None
 
 
 def test_worker_trust_holds_active_worker_keys_only(store: ControlStore) -> None:
     later = SigningKey.from_seed(b"\x07" * 32)
     retired = SigningKey.from_seed(b"\x08" * 32)
     seeded(store)
-    store.register_issuer_key(
+    store.keys.register_issuer_key(
         key_message(later, WORKER, not_before=T0 + timedelta(days=3)), ADMIN, "", at=T0
     )
-    store.register_issuer_key(key_message(retired, WORKER), ADMIN, "", at=T0)
-    store.retire_issuer_key(retired.key_id, ADMIN, "compromised", at=T0 + timedelta(hours=1))
+    store.keys.register_issuer_key(key_message(retired, WORKER), ADMIN, "", at=T0)
+    store.keys.retire_issuer_key(retired.key_id, ADMIN, "compromised", at=T0 + timedelta(hours=1))
     now = T0 + timedelta(days=1)
-    trust = store.worker_trust(now)
+    trust = store.keys.worker_trust(now)
     assert isinstance(trust, TrustSet)
     assert trust.key_ids == {WORKER_KEY.key_id}
-    assert store.trust_set(ORGANIZATION, now).key_ids == {ORG_KEY.key_id}
-    assert store.worker_trust(T0 + timedelta(days=4)).key_ids == {
+    assert store.keys.trust_set(ORGANIZATION, now).key_ids == {ORG_KEY.key_id}
+    assert store.keys.worker_trust(T0 + timedelta(days=4)).key_ids == {
         WORKER_KEY.key_id,
         later.key_id,
     }
@@ -351,60 +356,60 @@ def test_worker_trust_holds_active_worker_keys_only(store: ControlStore) -> None
 def test_record_and_get_certificate(store: ControlStore) -> None:
     digest = seeded(store)
     certificate = make_certificate(mockmed_contract())
-    stored, created = store.record_certificate(certificate, ADMIN, "calibrated", at=T0)
+    stored, created = store.certificates.record_certificate(certificate, ADMIN, "calibrated", at=T0)
     assert created
     assert stored.certificate == certificate
     assert stored.certificate.reward_contract_digest == digest
     assert not stored.revoked
-    again, created = store.record_certificate(certificate, ADMIN, "retry")
+    again, created = store.certificates.record_certificate(certificate, ADMIN, "retry")
     assert not created
     assert again == stored
-    assert store.get_certificate(certificate.certificate_id) == stored
+    assert store.certificates.get_certificate(certificate.certificate_id) == stored
     with pytest.raises(NotFound):
-        store.get_certificate("cert.unknown.0001")
+        store.certificates.get_certificate("cert.unknown.0001")
     with pytest.raises(ValidationError):
-        store.get_certificate("../etc/passwd")
+        store.certificates.get_certificate("../etc/passwd")
 
 
 def test_record_certificate_refusals(store: ControlStore) -> None:
     certificate = make_certificate(mockmed_contract())
     with pytest.raises(NotFound, match="contract"):
-        store.record_certificate(certificate, ADMIN, "")
-    store.register_contract(mockmed_contract(), None)
+        store.certificates.record_certificate(certificate, ADMIN, "")
+    store.contracts.register_contract(mockmed_contract(), None)
     with pytest.raises(ValidationError, match="issuer key"):
-        store.record_certificate(certificate, ADMIN, "")  # its key is not registered
+        store.certificates.record_certificate(certificate, ADMIN, "")  # its key is not registered
     seeded(store)
-    store.record_certificate(certificate, ADMIN, "")
+    store.certificates.record_certificate(certificate, ADMIN, "")
     other = make_certificate(mockmed_contract(), expiry_policy_updates=10)
     with pytest.raises(ValidationError, match="another certificate"):
-        store.record_certificate(other, ADMIN, "")
+        store.certificates.record_certificate(other, ADMIN, "")
     unsigned = RewardCertificate()
     unsigned.CopyFrom(certificate)
     unsigned.signature = b"short"
     with pytest.raises(ValidationError, match="signature"):
-        store.record_certificate(unsigned, ADMIN, "")
+        store.certificates.record_certificate(unsigned, ADMIN, "")
 
 
 def test_list_certificates_pages_per_contract(store: ControlStore) -> None:
     seeded(store)
     other_contract = contract_version(2)
-    store.register_contract(other_contract, None)
+    store.contracts.register_contract(other_contract, None)
     ids = []
     for n in range(7):
         stamp = make_certificate().issued_at
         stamp.FromDatetime(T0 + timedelta(minutes=n))
         certificate = make_certificate(certificate_id=f"cert.mockmed.{n:04d}", issued_at=stamp)
-        store.record_certificate(certificate, ADMIN, "")
+        store.certificates.record_certificate(certificate, ADMIN, "")
         ids.append(certificate.certificate_id)
-    store.record_certificate(
+    store.certificates.record_certificate(
         make_certificate(other_contract, certificate_id="cert.other.0001"), ADMIN, ""
     )
     digest = contract_digest(mockmed_contract())
-    pages = all_pages(lambda **kw: store.list_certificates(digest, **kw), 3)
+    pages = all_pages(lambda **kw: store.certificates.list_certificates(digest, **kw), 3)
     assert [len(p.items) for p in pages] == [3, 3, 1]
     assert [c.certificate.certificate_id for p in pages for c in p.items] == ids  # type: ignore[attr-defined]
-    assert len(store.list_certificates().items) == 8
-    assert store.list_certificates("sha256:" + "0" * 64).items == []
+    assert len(store.certificates.list_certificates().items) == 8
+    assert store.certificates.list_certificates("sha256:" + "0" * 64).items == []
 
 
 # ---------------------------------------------------------------------- revocation
@@ -421,11 +426,13 @@ def test_revoke_publishes_a_signed_list_with_a_higher_version(store: ControlStor
     seeded(store)
     first = make_certificate()
     second = make_certificate(certificate_id="cert.mockmed.0002")
-    store.record_certificate(first, ADMIN, "")
-    store.record_certificate(second, ADMIN, "")
-    assert store.revocation_head() is None
+    store.certificates.record_certificate(first, ADMIN, "")
+    store.certificates.record_certificate(second, ADMIN, "")
+    assert store.revocations.revocation_head() is None
 
-    head, created = store.revoke(first.certificate_id, "key leaked", ADMIN, sign=signer(), at=T0)
+    head, created = store.revocations.revoke(
+        first.certificate_id, "key leaked", ADMIN, sign=signer(), at=T0
+    )
     assert created
     assert head.version == 1
     assert head.expires_at == T0 + timedelta(hours=24)
@@ -436,7 +443,7 @@ def test_revoke_publishes_a_signed_list_with_a_higher_version(store: ControlStor
     assert listed.entries[0].reason == "key leaked"
 
     later = T0 + timedelta(minutes=5)
-    head2, created = store.revoke(
+    head2, created = store.revocations.revoke(
         second.certificate_id, "bad corpus", ADMIN, sign=signer(), ttl=timedelta(hours=1), at=later
     )
     assert created
@@ -447,18 +454,18 @@ def test_revoke_publishes_a_signed_list_with_a_higher_version(store: ControlStor
         second.certificate_id,
     ]
     # Revoking again changes nothing and returns the current head.
-    head3, created = store.revoke(first.certificate_id, "again", ADMIN, sign=signer())
+    head3, created = store.revocations.revoke(first.certificate_id, "again", ADMIN, sign=signer())
     assert not created
     assert head3 == head2
-    assert store.revocation_head() == head2
-    assert store.get_revocation_list(1) == head
+    assert store.revocations.revocation_head() == head2
+    assert get_revocation_list(store, 1) == head
 
-    record = store.revocation(first.certificate_id)
+    record = revocation(store, first.certificate_id)
     assert record is not None
     assert record.list_version == 1
     assert record.reason == "key leaked"
-    assert store.revocation(second.certificate_id).list_version == 2  # type: ignore[union-attr]
-    stored = store.get_certificate(first.certificate_id)
+    assert revocation(store, second.certificate_id).list_version == 2  # type: ignore[union-attr]
+    stored = store.certificates.get_certificate(first.certificate_id)
     assert stored.revoked
     assert stored.revocation_reason == "key leaked"
     assert stored.revoked_at == T0
@@ -467,35 +474,39 @@ def test_revoke_publishes_a_signed_list_with_a_higher_version(store: ControlStor
 def test_revoke_refusals_store_nothing(store: ControlStore) -> None:
     seeded(store)
     certificate = make_certificate()
-    store.record_certificate(certificate, ADMIN, "")
+    store.certificates.record_certificate(certificate, ADMIN, "")
     with pytest.raises(NotFound):
-        store.revoke("cert.unknown.0001", "r", ADMIN, sign=signer())
+        store.revocations.revoke("cert.unknown.0001", "r", ADMIN, sign=signer())
     with pytest.raises(ValidationError, match="reason"):
-        store.revoke(certificate.certificate_id, "", ADMIN, sign=signer())
+        store.revocations.revoke(certificate.certificate_id, "", ADMIN, sign=signer())
     with pytest.raises(ValidationError, match="ttl"):
-        store.revoke(certificate.certificate_id, "r", ADMIN, sign=signer(), ttl=timedelta(0))
+        store.revocations.revoke(
+            certificate.certificate_id, "r", ADMIN, sign=signer(), ttl=timedelta(0)
+        )
 
     def forger(revocations: RevocationList) -> SignedEnvelope:
         del revocations.entries[:]  # signs a list without the revocation
         return signer()(revocations)
 
     with pytest.raises(ValidationError, match="another revocation list"):
-        store.revoke(certificate.certificate_id, "r", ADMIN, sign=forger)
-    assert store.revocation(certificate.certificate_id) is None
-    assert store.revocation_head() is None
-    assert not store.get_certificate(certificate.certificate_id).revoked
-    assert store.list_audit(action="certificate.revoke").items == []
+        store.revocations.revoke(certificate.certificate_id, "r", ADMIN, sign=forger)
+    assert revocation(store, certificate.certificate_id) is None
+    assert store.revocations.revocation_head() is None
+    assert not store.certificates.get_certificate(certificate.certificate_id).revoked
+    assert list_audit(store, action="certificate.revoke").items == []
 
 
 def test_publish_revocation_list_resigns_under_a_new_version(store: ControlStore) -> None:
     seeded(store)
-    first = store.publish_revocation_list(sign=signer(), at=T0)
+    first = store.revocations.publish_revocation_list(sign=signer(), at=T0)
     assert first.version == 1
     assert list(_revocation_list(first.envelope).entries) == []
     certificate = make_certificate()
-    store.record_certificate(certificate, ADMIN, "")
-    revoked, _ = store.revoke(certificate.certificate_id, "r", ADMIN, sign=signer(), at=T0)
-    resigned = store.publish_revocation_list(
+    store.certificates.record_certificate(certificate, ADMIN, "")
+    revoked, _ = store.revocations.revoke(
+        certificate.certificate_id, "r", ADMIN, sign=signer(), at=T0
+    )
+    resigned = store.revocations.publish_revocation_list(
         sign=signer(), ttl=timedelta(hours=2), at=T0 + timedelta(hours=12)
     )
     assert resigned.version == revoked.version + 1 == 3
@@ -503,9 +514,9 @@ def test_publish_revocation_list_resigns_under_a_new_version(store: ControlStore
     assert list(_revocation_list(resigned.envelope).entries) == list(
         _revocation_list(revoked.envelope).entries
     )
-    assert store.revocation_head() == resigned
+    assert store.revocations.revocation_head() == resigned
     with pytest.raises(NotFound):
-        store.get_revocation_list(99)
+        get_revocation_list(store, 99)
 
 
 # ---------------------------------------------------------------------- receipts
@@ -514,19 +525,19 @@ def test_publish_revocation_list_resigns_under_a_new_version(store: ControlStore
 def test_record_receipts_is_idempotent_by_receipt_id(store: ControlStore) -> None:
     seeded(store)
     envelope = sealed("episode.0001")
-    [result] = store.record_receipts([envelope])
+    [result] = store.receipts.record_receipts([envelope])
     assert result.receipt_id == "rcpt.episode.0001"
     assert result.recorded
     assert not result.duplicate
     assert result.error is None
-    [again] = store.record_receipts([envelope])
+    [again] = store.receipts.record_receipts([envelope])
     assert again.recorded
     assert again.duplicate
     assert again.error is None
-    stored = store.get_receipt("rcpt.episode.0001")
+    stored = get_receipt(store, "rcpt.episode.0001")
     assert stored.envelope == envelope
     assert stored.receipt.episode_id == "episode.0001"
-    assert store.list_receipts().items == [stored]
+    assert store.receipts.list_receipts().items == [stored]
 
 
 def test_record_receipts_refuses_items_one_by_one(store: ControlStore) -> None:
@@ -548,7 +559,7 @@ def test_record_receipts_refuses_items_one_by_one(store: ControlStore) -> None:
     record_contents.payload += b"\xf8\x3f\x01"  # a field this schema does not know
     in_batch_twice = sealed("episode.0007")
 
-    results = store.record_receipts(
+    results = store.receipts.record_receipts(
         [
             good,
             other_payload,
@@ -583,7 +594,7 @@ def test_record_receipts_refuses_items_one_by_one(store: ControlStore) -> None:
     assert results[5].receipt_id == ""
     assert isinstance(results[6].error, ValidationError)
     assert "does not know" in results[6].error.message
-    summary = store.receipt_summary(digest)
+    summary = store.receipts.receipt_summary(digest)
     assert summary.total == 2
 
 
@@ -596,10 +607,10 @@ def test_record_receipts_refuses_envelope_flags(store: ControlStore) -> None:
     flag.CopyFrom(sealed("episode.0002"))
     flag.unscored = True
     unsigned = SignedEnvelope(payload_type=RECEIPT_PAYLOAD_TYPE, payload=flag.payload)
-    results = store.record_receipts([seal, flag, unsigned])
+    results = store.receipts.record_receipts([seal, flag, unsigned])
     assert [r.recorded for r in results] == [False, False, False]
     assert isinstance(results[2].error, SignatureError)
-    assert store.list_receipts().items == []
+    assert store.receipts.list_receipts().items == []
 
 
 def test_concurrent_forwarders_store_each_receipt_once(store: ControlStore) -> None:
@@ -608,24 +619,28 @@ def test_concurrent_forwarders_store_each_receipt_once(store: ControlStore) -> N
     envelopes = [sealed(f"episode.c{n:03d}", policy_update=100 + n % 40) for n in range(40)]
     batches = [envelopes[start : start + 25] for start in (0, 5, 10, 15)] * 2
     with ThreadPoolExecutor(max_workers=8) as pool:
-        outcomes = list(pool.map(store.record_receipts, batches))
+        outcomes = list(pool.map(store.receipts.record_receipts, batches))
     assert all(r.recorded and r.error is None for batch in outcomes for r in batch)
     fresh = [r.receipt_id for batch in outcomes for r in batch if not r.duplicate]
     assert sorted(fresh) == sorted(f"rcpt.episode.c{n:03d}" for n in range(40))
-    assert store.receipt_summary(digest).total == 40
+    assert store.receipts.receipt_summary(digest).total == 40
 
 
 def test_concurrent_revocations_get_distinct_versions(store: ControlStore) -> None:
     seeded(store)
     ids = [f"cert.mockmed.{n:04d}" for n in range(6)]
     for certificate_id in ids:
-        store.record_certificate(make_certificate(certificate_id=certificate_id), ADMIN, "")
+        store.certificates.record_certificate(
+            make_certificate(certificate_id=certificate_id), ADMIN, ""
+        )
     with ThreadPoolExecutor(max_workers=6) as pool:
         heads = list(
-            pool.map(lambda c: store.revoke(c, "batch", ADMIN, sign=signer())[0].version, ids)
+            pool.map(
+                lambda c: store.revocations.revoke(c, "batch", ADMIN, sign=signer())[0].version, ids
+            )
         )
     assert sorted(heads) == [1, 2, 3, 4, 5, 6]
-    head = store.revocation_head()
+    head = store.revocations.revocation_head()
     assert head is not None
     assert head.version == 6
     assert [e.certificate_id for e in _revocation_list(head.envelope).entries] == ids
@@ -642,18 +657,18 @@ def _seed_receipts(store: ControlStore) -> str:
         sealed("episode.a006", policy_update=200),  # certificate expired: uncertified
         sealed("episode.a007", policy_update=201, outcome=WRONG),  # expired
     ]
-    assert all(r.recorded for r in store.record_receipts(envelopes))
+    assert all(r.recorded for r in store.receipts.record_receipts(envelopes))
     return digest
 
 
 def test_list_receipts_pages(store: ControlStore) -> None:
     _seed_receipts(store)
-    pages = all_pages(store.list_receipts, 3)
+    pages = all_pages(store.receipts.list_receipts, 3)
     assert [len(p.items) for p in pages] == [3, 3, 1]
     ids = [r.receipt.episode_id for p in pages for r in p.items]  # type: ignore[attr-defined]
     assert ids == [f"episode.a00{n}" for n in range(1, 8)]  # by policy update
     filtered = ReceiptFilter(certified=False)
-    pages = all_pages(lambda **kw: store.list_receipts(filtered, **kw), 1)
+    pages = all_pages(lambda **kw: store.receipts.list_receipts(filtered, **kw), 1)
     assert [len(p.items) for p in pages] == [1, 1, 1]
 
 
@@ -661,7 +676,7 @@ def test_list_receipts_filters(store: ControlStore) -> None:
     digest = _seed_receipts(store)
 
     def episodes(**filters: object) -> list[str]:
-        page = store.list_receipts(ReceiptFilter(**filters), page_size=MAX_PAGE_SIZE)  # type: ignore[arg-type]
+        page = store.receipts.list_receipts(ReceiptFilter(**filters), page_size=MAX_PAGE_SIZE)  # type: ignore[arg-type]
         return [r.receipt.episode_id for r in page.items]
 
     assert len(episodes(contract_digest=digest)) == 7
@@ -677,9 +692,9 @@ def test_list_receipts_filters(store: ControlStore) -> None:
     ]
     assert episodes(min_policy_update=201) == ["episode.a007"]
     assert episodes(reward_outcome=WRONG, certified=False) == ["episode.a007"]
-    unscored = store.list_receipts(ReceiptFilter(reward_outcome=FAILED)).items[0].receipt
+    unscored = store.receipts.list_receipts(ReceiptFilter(reward_outcome=FAILED)).items[0].receipt
     assert not unscored.HasField("scalar_reward")  # never 0.0 in its place
-    expired = store.list_receipts(ReceiptFilter(min_policy_update=200)).items[0].receipt
+    expired = store.receipts.list_receipts(ReceiptFilter(min_policy_update=200)).items[0].receipt
     assert expired.certificate_state == CertificateState.CERTIFICATE_STATE_EXPIRED
 
     for bad in (
@@ -690,7 +705,7 @@ def test_list_receipts_filters(store: ControlStore) -> None:
         {"contract_digest": "sha256:short"},
     ):
         with pytest.raises(ValidationError):
-            store.list_receipts(ReceiptFilter(**bad))
+            store.receipts.list_receipts(ReceiptFilter(**bad))
 
 
 @pytest.mark.parametrize(
@@ -709,37 +724,37 @@ def test_list_receipts_filters(store: ControlStore) -> None:
 )
 def test_malformed_page_token_is_refused(store: ControlStore, token: str) -> None:
     with pytest.raises(ValidationError, match="page_token"):
-        store.list_receipts(page_token=token)
+        store.receipts.list_receipts(page_token=token)
 
 
 def test_page_tokens_belong_to_their_listing(store: ControlStore) -> None:
     _seed_receipts(store)
-    token = store.list_receipts(page_size=2).next_page_token
+    token = store.receipts.list_receipts(page_size=2).next_page_token
     assert token
     with pytest.raises(ValidationError, match="another listing"):
-        store.list_contracts(page_token=token)
+        store.contracts.list_contracts(page_token=token)
     with pytest.raises(ValidationError, match="other filters"):
-        store.list_receipts(ReceiptFilter(certified=True), page_size=2, page_token=token)
+        store.receipts.list_receipts(ReceiptFilter(certified=True), page_size=2, page_token=token)
     # A well-formed token with a sort key of the wrong type is malformed.
     document = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     document["a"] = ["not-an-int", "rcpt"]
     forged = base64.urlsafe_b64encode(json.dumps(document).encode()).decode().rstrip("=")
     with pytest.raises(ValidationError, match="malformed"):
-        store.list_receipts(page_size=2, page_token=forged)
+        store.receipts.list_receipts(page_size=2, page_token=forged)
 
 
 def test_page_size_bounds(store: ControlStore) -> None:
     for n in range(DEFAULT_PAGE_SIZE + 1):
-        store.register_contract(contract_version(n), None, at=T0 + timedelta(seconds=n))
-    assert len(store.list_contracts().items) == DEFAULT_PAGE_SIZE
-    assert len(store.list_contracts(page_size=10_000).items) == DEFAULT_PAGE_SIZE + 1
+        store.contracts.register_contract(contract_version(n), None, at=T0 + timedelta(seconds=n))
+    assert len(store.contracts.list_contracts().items) == DEFAULT_PAGE_SIZE
+    assert len(store.contracts.list_contracts(page_size=10_000).items) == DEFAULT_PAGE_SIZE + 1
     with pytest.raises(ValidationError, match="page_size"):
-        store.list_contracts(page_size=-1)
+        store.contracts.list_contracts(page_size=-1)
 
 
 def test_receipt_summary(store: ControlStore) -> None:
     digest = _seed_receipts(store)
-    summary = store.receipt_summary(digest)
+    summary = store.receipts.receipt_summary(digest)
     assert summary.total == 7
     assert dict(summary.counts) == {VERIFIED: 4, WRONG: 2, FAILED: 1}
     assert summary.certified == 4
@@ -747,9 +762,9 @@ def test_receipt_summary(store: ControlStore) -> None:
     assert summary.unscored_share == pytest.approx(1 / 7)
     other = contract_digest(contract_version(5))
     with pytest.raises(NotFound):
-        store.receipt_summary(other)
-    store.register_contract(contract_version(5), None)
-    empty = store.receipt_summary(other)
+        store.receipts.receipt_summary(other)
+    store.contracts.register_contract(contract_version(5), None)
+    empty = store.receipts.receipt_summary(other)
     assert (empty.total, empty.certified_share, empty.unscored_share) == (0, 0.0, 0.0)
 
 
@@ -759,10 +774,14 @@ def test_receipt_summary(store: ControlStore) -> None:
 def test_admin_actions_write_audit_rows(store: ControlStore) -> None:
     seeded(store)  # two key registrations
     certificate = make_certificate()
-    store.record_certificate(certificate, "admin:alice", "calibrated on corpus 7", at=T0)
-    store.revoke(certificate.certificate_id, "corpus leaked", "admin:bob", sign=signer(), at=T0)
-    store.retire_issuer_key(WORKER_KEY.key_id, "admin", "rotation", at=T0)
-    entries = store.list_audit().items
+    store.certificates.record_certificate(
+        certificate, "admin:alice", "calibrated on corpus 7", at=T0
+    )
+    store.revocations.revoke(
+        certificate.certificate_id, "corpus leaked", "admin:bob", sign=signer(), at=T0
+    )
+    store.keys.retire_issuer_key(WORKER_KEY.key_id, "admin", "rotation", at=T0)
+    entries = list_audit(store).items
     assert [(e.action, e.actor, e.target, e.reason) for e in entries] == [
         ("issuer_key.register", ADMIN, WORKER_KEY.key_id, "worker"),
         ("issuer_key.register", ADMIN, ORG_KEY.key_id, "org"),
@@ -774,24 +793,28 @@ def test_admin_actions_write_audit_rows(store: ControlStore) -> None:
     assert entries[0].details == {"role": "worker", "created": True}
     assert entries[3].details == {"list_version": 1, "already_revoked": False}
     assert [e.id for e in entries] == sorted(e.id for e in entries)
-    revokes = store.list_audit(action="certificate.revoke").items
+    revokes = list_audit(store, action="certificate.revoke").items
     assert [e.actor for e in revokes] == ["admin:bob"]
 
 
 def test_audit_appends_and_pages(store: ControlStore) -> None:
     for n in range(7):
-        entry = store.audit(
-            "admin", "permission.denied", f"RevokeCertificate/{n}", details={"role": "trainer"}
+        entry = audit(
+            store,
+            "admin",
+            "permission.denied",
+            f"RevokeCertificate/{n}",
+            details={"role": "trainer"},
         )
         assert entry.details == {"role": "trainer"}
-    pages = all_pages(store.list_audit, 3)
+    pages = all_pages(lambda **kw: list_audit(store, **kw), 3)
     assert [len(p.items) for p in pages] == [3, 3, 1]
     assert [e.target for p in pages for e in p.items] == [  # type: ignore[attr-defined]
         f"RevokeCertificate/{n}" for n in range(7)
     ]
     with pytest.raises(ValidationError, match="action"):
-        store.audit("admin", "Drop Table", "x")
+        audit(store, "admin", "Drop Table", "x")
     with pytest.raises(ValidationError, match="JSON"):
-        store.audit("admin", "x.y", "x", details={"n": float("nan")})
+        audit(store, "admin", "x.y", "x", details={"n": float("nan")})
     with pytest.raises(ValidationError, match="actor"):
-        store.audit("Bearer s3cr3t", "x.y", "x")
+        audit(store, "Bearer s3cr3t", "x.y", "x")

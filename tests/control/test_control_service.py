@@ -27,6 +27,7 @@ from support.control import (
     stop_control,
     wire_error,
 )
+from support.control_store import list_audit
 
 from rewardseal.calibration import clopper_pearson_upper
 from rewardseal.contract import certificate_digest, contract_digest
@@ -338,7 +339,7 @@ async def test_register_list_and_retire_issuer_keys(control: ControlStack) -> No
         metadata=ADMIN,
     )
     assert retired.key.retired
-    audit = control.store.list_audit().items
+    audit = list_audit(control.store).items
     assert [(e.actor, e.action, e.target) for e in audit if e.actor == "admin"] == [
         ("admin", "issuer_key.register", WORKER_KEY.key_id),
         ("admin", "issuer_key.retire", WORKER_KEY.key_id),
@@ -405,7 +406,7 @@ async def test_issue_get_and_list_a_certificate(control: ControlStack) -> None:
         pb.ListCertificatesRequest(reward_contract_digest=DIGEST), metadata=TRAINER
     )
     assert [c.certificate_id for c in listed.certificates] == ["cert.mockmed.0001"]
-    audit = control.store.list_audit(action="certificate.issue").items
+    audit = list_audit(control.store, action="certificate.issue").items
     assert [(e.actor, e.target, e.reason) for e in audit] == [
         ("admin", "cert.mockmed.0001", "quarterly calibration")
     ]
@@ -484,7 +485,7 @@ async def test_issue_refuses_production_without_a_registered_organization_key(
     assert metadata["issuer_key_id"] == unkeyed.key.key_id
     assert "not registered" in message
     assert "PRODUCTION" in message
-    assert unkeyed.store.list_certificates().items == []
+    assert unkeyed.store.certificates.list_certificates().items == []
 
 
 async def test_issue_refuses_a_summary_for_another_corpus(control: ControlStack) -> None:
@@ -595,7 +596,7 @@ async def test_retired_key_cannot_issue(control: ControlStack) -> None:
         assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "certification_refused")
         assert metadata["issuer_key_id"] == control.key.key_id
         assert "retired" in message
-    assert len(control.store.list_certificates().items) == 1
+    assert len(control.store.certificates.list_certificates().items) == 1
 
 
 async def test_issue_refuses_a_registered_key_this_service_does_not_hold(
@@ -670,7 +671,7 @@ async def test_revoke_publishes_a_new_signed_list(control: ControlStack) -> None
         metadata=ADMIN,
     )
     assert again.version == answer.version
-    audit = control.store.list_audit(action="certificate.revoke").items
+    audit = list_audit(control.store, action="certificate.revoke").items
     assert next((e.actor, e.target, e.reason) for e in audit) == (
         "admin",
         "cert.mockmed.0001",
@@ -848,7 +849,7 @@ async def test_receipt_with_unregistered_key_rejected(control: ControlStack) -> 
     assert refused.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert refused.error.reason == "signature_invalid"
     assert accepted.recorded  # one bad item never fails the batch
-    stored = control.store.list_receipts().items
+    stored = control.store.receipts.list_receipts().items
     assert [s.receipt.episode_id for s in stored] == ["episode.0002"]
 
 
@@ -866,7 +867,7 @@ async def test_receipt_with_record_contents_rejected(control: ControlStack) -> N
     assert result.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert result.error.reason == "invalid_argument"
     assert "does not know" in result.error.message
-    assert control.store.list_receipts().items == []
+    assert control.store.receipts.list_receipts().items == []
 
 
 async def test_receipt_refusals_per_item(control: ControlStack) -> None:

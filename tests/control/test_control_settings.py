@@ -12,7 +12,6 @@ from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.app import ensure_organization_key
-from rewardseal_control.repository import ControlStore
 from rewardseal_control.settings import (
     ADMIN_TOKEN_ENV,
     DEFAULT_PORT,
@@ -21,6 +20,7 @@ from rewardseal_control.settings import (
     parse_duration,
     resolve_settings,
 )
+from rewardseal_control.store import ControlStore
 
 
 def test_defaults_make_0600_token_files_once(tmp_path: Path) -> None:
@@ -106,8 +106,8 @@ def test_organization_key_registered_once_and_a_retired_key_stays_retired(tmp_pa
         assert first.role == IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
         assert not first.retired
         assert ensure_organization_key(store, key) == first
-        store.retire_issuer_key(key.key_id, "admin", "rotated out")
+        store.keys.retire_issuer_key(key.key_id, "admin", "rotated out")
         # A restart must not bring a retired key back into service.
         assert ensure_organization_key(store, key).retired
         organization = IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
-        assert [k.key_id for k in store.list_issuer_keys(organization).items] == [key.key_id]
+        assert [k.key_id for k in store.keys.list_issuer_keys(organization).items] == [key.key_id]

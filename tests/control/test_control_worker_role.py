@@ -22,6 +22,7 @@ from support.control import (
     stop_control,
     wire_error,
 )
+from support.control_store import list_audit
 
 from rewardseal.contract import contract_digest
 from rewardseal.errors import ValidationError
@@ -102,7 +103,7 @@ async def test_worker_credential_registers_its_worker_key_and_is_audited(
         key_request(IssuerKeyRole.ISSUER_KEY_ROLE_WORKER), metadata=WORKER
     )
     assert answer.key.role == IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
-    audit = control.store.list_audit(action="issuer_key.register").items
+    audit = list_audit(control.store, action="issuer_key.register").items
     assert [entry.actor for entry in audit if entry.target == answer.key.key_id] == [WORKER_ROLE]
 
 

@@ -18,7 +18,7 @@ from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount
 from rewardseal_control.app import ensure_organization_key
-from rewardseal_control.repository import ControlStore
+from rewardseal_control.store import ControlStore
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 

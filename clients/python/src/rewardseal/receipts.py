@@ -144,12 +144,25 @@ def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> RewardEvidenceRec
     validate_receipt(receipt)  # step 3
     if receipt.issuer_key_id not in verified.key_ids:  # step 4
         raise SignatureError("the receipt's issuer_key_id did not sign it")
-    # Step 5: the flags sit outside the signed bytes, so they may only repeat what is signed.
+    check_envelope_flags(envelope, receipt)  # step 5
+    return receipt
+
+
+def check_envelope_flags(envelope: SignedEnvelope, receipt: RewardEvidenceReceipt) -> None:
+    """Refuse envelope flags that say more than the signed ``receipt`` does (R-MSG-8).
+
+    The flags sit outside the signed bytes, so they may only repeat what is signed: a reward
+    receipt never claims a seal or a governed policy, and ``unscored`` follows the outcome.
+    Whoever reads a receipt envelope (a trainer in :func:`open_receipt`, control's receipt
+    index) checks them here, so both refuse the same envelopes with the same words.
+
+    Raises:
+        ValidationError: a flag disagrees with the receipt.
+    """
     if envelope.execute_seal or envelope.production_seal or envelope.flow_governed_policy:
         raise ValidationError("a reward receipt envelope never claims a seal or a governed policy")
     if envelope.unscored != is_unscored(receipt):
         raise ValidationError("the envelope's unscored flag disagrees with the receipt")
-    return receipt
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from rewardseal.serving import RunningServer, check_port_free, transport
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
-from rewardseal_control.repository import ControlStore
+from rewardseal_control.store import ControlStore
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer, utc_now
 from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
@@ -35,9 +35,9 @@ def ensure_organization_key(
     retired stays retired across restarts (it must not silently come back into service).
     """
     try:
-        entry = store.get_issuer_key(key.key_id)
+        entry = store.keys.get_issuer_key(key.key_id)
     except NotFound:
-        entry, created = store.register_issuer_key(
+        entry, created = store.keys.register_issuer_key(
             IssuerKey(
                 public_key=key.public_key,
                 role=IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION,

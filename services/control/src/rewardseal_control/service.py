@@ -55,7 +55,7 @@ from rewardseal.validation import (
     validate_id,
     validate_key_id,
 )
-from rewardseal_control.repository import (
+from rewardseal_control.store import (
     ControlStore,
     ReceiptFilter,
     RecordResult,
@@ -207,10 +207,10 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         # both find the head due would otherwise publish two versions for one renewal.
         async with self._refreshing:
             now = self.clock()
-            head = await self._run(self.store.revocation_head)
+            head = await self._run(self.store.revocations.revocation_head)
             if self._needs_resign(head, now):
                 head = await self._run(
-                    self.store.publish_revocation_list,
+                    self.store.revocations.publish_revocation_list,
                     sign=self._sign_list,
                     ttl=self.revocation_ttl,
                     at=now,
@@ -256,7 +256,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 metadata={"reward_contract_digest": digest},
             )
         stored_digest, created = await self._run(
-            self.store.register_contract,
+            self.store.contracts.register_contract,
             request.contract,
             request.reward_contract_digest,
             at=self.clock(),
@@ -267,14 +267,18 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def GetContract(  # noqa: N802
         self, request: pb.GetContractRequest, context: Context
     ) -> pb.GetContractResponse:
-        registered = await self._run(self.store.get_contract, request.reward_contract_digest)
+        registered = await self._run(
+            self.store.contracts.get_contract, request.reward_contract_digest
+        )
         return pb.GetContractResponse(contract=registered)
 
     @maps_errors
     async def ListContracts(  # noqa: N802
         self, request: pb.ListContractsRequest, context: Context
     ) -> pb.ListContractsResponse:
-        page = await self._run(self.store.list_contracts, request.page_size, request.page_token)
+        page = await self._run(
+            self.store.contracts.list_contracts, request.page_size, request.page_token
+        )
         return pb.ListContractsResponse(contracts=page.items, next_page_token=page.next_page_token)
 
     # ------------------------------------------------------------------ issuer keys
@@ -295,7 +299,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 f"{_enum_name(IssuerKeyRole, request.key.role)}"
             )
         key, _ = await self._run(
-            self.store.register_issuer_key,
+            self.store.keys.register_issuer_key,
             request.key,
             actor,
             request.reason,
@@ -308,7 +312,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         self, request: pb.ListIssuerKeysRequest, context: Context
     ) -> pb.ListIssuerKeysResponse:
         page = await self._run(
-            self.store.list_issuer_keys, request.role, request.page_size, request.page_token
+            self.store.keys.list_issuer_keys, request.role, request.page_size, request.page_token
         )
         return pb.ListIssuerKeysResponse(keys=page.items, next_page_token=page.next_page_token)
 
@@ -317,7 +321,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         self, request: pb.RetireIssuerKeyRequest, context: Context
     ) -> pb.RetireIssuerKeyResponse:
         key = await self._run(
-            self.store.retire_issuer_key,
+            self.store.keys.retire_issuer_key,
             request.key_id,
             self._actor(context),
             request.reason,
@@ -340,7 +344,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         now = self.clock()
         certificate = await self._build_certificate(request, now)
         stored, _ = await self._run(
-            self.store.record_certificate,
+            self.store.certificates.record_certificate,
             certificate,
             self._actor(context),
             request.reason,
@@ -378,7 +382,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         key_id = request.issuer_key_id or self.key.key_id
         validate_key_id(key_id)
 
-        registered = await self._run(self.store.get_contract, digest)
+        registered = await self._run(self.store.contracts.get_contract, digest)
         policy = registered.contract.certificate_policy
         if summary.reward_contract_digest != digest:
             raise ContractMismatch(
@@ -450,7 +454,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         """The named key must be this control plane's own key, registered as an active
         ORGANIZATION key: a retired or unregistered key issues nothing."""
         organization = IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
-        active = await self._run(self.store.active_key, key_id, organization, now)
+        active = await self._run(self.store.keys.active_key, key_id, organization, now)
         if active is None:
             state = await self._key_state(key_id, now)
             needs = (
@@ -473,7 +477,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def _key_state(self, key_id: str, now: datetime) -> str:
         """Why ``key_id`` is not an active organization key, as the end of a sentence."""
         try:
-            key: IssuerKey = await self._run(self.store.get_issuer_key, key_id)
+            key: IssuerKey = await self._run(self.store.keys.get_issuer_key, key_id)
         except NotFound:
             return "is not registered"
         if key.retired:
@@ -486,7 +490,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def GetCertificate(  # noqa: N802
         self, request: pb.GetCertificateRequest, context: Context
     ) -> pb.GetCertificateResponse:
-        stored = await self._run(self.store.get_certificate, request.certificate_id)
+        stored = await self._run(self.store.certificates.get_certificate, request.certificate_id)
         return pb.GetCertificateResponse(
             certificate=stored.certificate,
             certificate_digest=stored.digest,
@@ -498,7 +502,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         self, request: pb.ListCertificatesRequest, context: Context
     ) -> pb.ListCertificatesResponse:
         page = await self._run(
-            self.store.list_certificates,
+            self.store.certificates.list_certificates,
             request.reward_contract_digest or None,
             request.page_size,
             request.page_token,
@@ -515,7 +519,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         self, request: pb.RevokeCertificateRequest, context: Context
     ) -> pb.RevokeCertificateResponse:
         head, created = await self._run(
-            self.store.revoke,
+            self.store.revocations.revoke,
             request.certificate_id,
             request.reason,
             self._actor(context),
@@ -574,7 +578,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         if not envelopes:
             return pb.RecordReceiptsResponse()
         now = self.clock()
-        trust: TrustSet = await self._run(self.store.worker_trust, now)
+        trust: TrustSet = await self._run(self.store.keys.worker_trust, now)
         results: list[pb.RecordReceiptResult | None] = [None] * len(envelopes)
         verified: list[tuple[int, SignedEnvelope]] = []
         for index, envelope in enumerate(envelopes):
@@ -589,7 +593,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             verified.append((index, envelope))
         if verified:
             stored: list[RecordResult] = await self._run(
-                self.store.record_receipts, [envelope for _, envelope in verified], at=now
+                self.store.receipts.record_receipts, [envelope for _, envelope in verified], at=now
             )
             for (index, _), outcome in zip(verified, stored, strict=True):
                 results[index] = _record_result(outcome)
@@ -611,7 +615,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             ),
         )
         page = await self._run(
-            self.store.list_receipts, filters, request.page_size, request.page_token
+            self.store.receipts.list_receipts, filters, request.page_size, request.page_token
         )
         return pb.ListReceiptsResponse(
             receipts=[stored.receipt for stored in page.items],
@@ -622,7 +626,9 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def GetReceiptSummary(  # noqa: N802
         self, request: pb.GetReceiptSummaryRequest, context: Context
     ) -> pb.GetReceiptSummaryResponse:
-        summary = await self._run(self.store.receipt_summary, request.reward_contract_digest)
+        summary = await self._run(
+            self.store.receipts.receipt_summary, request.reward_contract_digest
+        )
         return pb.GetReceiptSummaryResponse(
             reward_contract_digest=summary.contract_digest,
             total=summary.total,

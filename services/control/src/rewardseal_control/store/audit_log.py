@@ -1,0 +1,101 @@
+"""The append-only audit log of admin actions (SPEC section 9).
+
+Every admin action (register or retire an issuer key, record a certificate, revoke) writes
+its row with :func:`write_audit` inside the transaction of its change, so the log never says
+an action happened that did not, nor misses one that did: who (``actor``: a role or
+credential name, never a token), what (``action``), on what (``target``), why (``reason``),
+when, and plain-JSON ``details``. Nothing here updates or deletes a row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from sqlalchemy import Insert, insert
+from sqlalchemy.engine import Connection
+
+from rewardseal.errors import ValidationError
+from rewardseal_control.store import tables
+
+__all__ = [
+    "ACTION_ISSUE_CERTIFICATE",
+    "ACTION_PATTERN",
+    "ACTION_REGISTER_KEY",
+    "ACTION_RETIRE_KEY",
+    "ACTION_REVOKE_CERTIFICATE",
+    "ACTOR_PATTERN",
+    "MAX_TARGET_LENGTH",
+    "check_action",
+    "check_actor",
+    "details_json",
+    "write_audit",
+]
+
+ACTOR_PATTERN: Final = re.compile(r"^[A-Za-z][A-Za-z0-9._:@-]{0,127}\Z")
+"""A role or credential name (``admin``, ``admin:alice``); the service never passes a token."""
+ACTION_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_.]{0,63}\Z")
+MAX_TARGET_LENGTH: Final = 256
+
+ACTION_REGISTER_KEY: Final = "issuer_key.register"
+ACTION_RETIRE_KEY: Final = "issuer_key.retire"
+ACTION_ISSUE_CERTIFICATE: Final = "certificate.issue"
+ACTION_REVOKE_CERTIFICATE: Final = "certificate.revoke"
+
+_INSERT: Final[Insert] = insert(tables.audit).returning(tables.audit.c.id)
+
+
+def check_actor(actor: str) -> str:
+    """``actor`` if it is a role or credential name, else ValidationError."""
+    if not isinstance(actor, str) or not ACTOR_PATTERN.match(actor):
+        raise ValidationError(
+            "actor must be a role or credential name (a letter, then up to 127 of "
+            "A-Z a-z 0-9 . _ : @ -), never a token"
+        )
+    return actor
+
+
+def check_action(action: str, message: str) -> str:
+    """``action`` if it is a dotted lowercase name, else ValidationError(``message``)."""
+    if not isinstance(action, str) or not ACTION_PATTERN.match(action):
+        raise ValidationError(message)
+    return action
+
+
+def details_json(details: Mapping[str, Any]) -> str:
+    """``details`` as canonical JSON (sorted keys, no NaN), or ValidationError."""
+    if not isinstance(details, Mapping) or not all(isinstance(k, str) for k in details):
+        raise ValidationError("audit details must be a JSON object")
+    try:
+        return json.dumps(dict(details), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(f"audit details are not plain JSON: {exc}") from None
+
+
+def write_audit(
+    conn: Connection,
+    *,
+    actor: str,
+    action: str,
+    target: str,
+    reason: str,
+    details: Mapping[str, Any],
+    at: datetime,
+) -> int:
+    """Append one audit row inside the caller's transaction; its id.
+
+    The caller has checked ``actor``, ``target`` and ``reason``; ``details`` must be a JSON
+    object of plain values (never a token or record contents).
+    """
+    row = {
+        "at": at,
+        "actor": actor,
+        "action": action,
+        "target": target,
+        "reason": reason,
+        "details": details_json(details),
+    }
+    return int(conn.execute(_INSERT, row).scalar_one())

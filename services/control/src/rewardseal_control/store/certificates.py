@@ -1,0 +1,204 @@
+"""Recorded reward certificates (R-C-3): what the service issued, with each one's revocation.
+
+The service builds and signs a certificate (and checks that its key may issue it, R-MSG-5);
+this module checks its shape with core's :func:`~rewardseal.validation.validate_certificate`,
+that its contract and issuer key are registered and that its id names no other certificate,
+then stores it with its digest. Recording is an admin action, audited in its transaction.
+A certificate is read together with its revocation (if any): one join, one state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.engine import Connection
+
+from rewardseal.contract import certificate_digest
+from rewardseal.errors import NotFound, ValidationError
+from rewardseal.sqlstore import LostRace, StoreEngine
+from rewardseal.v1.certificate_pb2 import RewardCertificate
+from rewardseal.validation import validate_certificate, validate_digest, validate_id
+from rewardseal_control.store import audit_log, inputs, tables
+from rewardseal_control.store.contracts import require_contract
+from rewardseal_control.store.pagination import Page, fingerprint, page
+from rewardseal_control.store.tables import AnyRow
+
+__all__ = ["CertificateStore", "StoredCertificate"]
+
+_certificates = tables.certificates
+_revocations = tables.revocations
+_SELECT = select(
+    _certificates.c.certificate_id,
+    _certificates.c.contract_digest,
+    _certificates.c.digest,
+    _certificates.c.body,
+    _certificates.c.issued_at,
+    _revocations.c.revoked_at,
+    _revocations.c.reason.label("revocation_reason"),
+).select_from(
+    _certificates.outerjoin(
+        _revocations, _revocations.c.certificate_id == _certificates.c.certificate_id
+    )
+)
+
+
+@dataclass(frozen=True)
+class StoredCertificate:
+    """A recorded certificate, its digest and its revocation (if any)."""
+
+    certificate: RewardCertificate
+    digest: str
+    revoked_at: datetime | None = None
+    revocation_reason: str | None = None
+
+    @property
+    def revoked(self) -> bool:
+        """True once the certificate is revoked."""
+        return self.revoked_at is not None
+
+
+class CertificateStore:
+    """Record, read and list certificates."""
+
+    def __init__(self, db: StoreEngine) -> None:
+        """Work on ``db`` (owned by the :class:`~rewardseal_control.store.ControlStore`)."""
+        self._db = db
+        self._insert = db.insert_ignore(_certificates).returning(_certificates.c.certificate_id)
+
+    def record_certificate(
+        self,
+        certificate: RewardCertificate,
+        actor: str,
+        reason: str = "",
+        *,
+        at: datetime | None = None,
+    ) -> tuple[StoredCertificate, bool]:
+        """Store a signed certificate (admin: issued by the service); ``(stored, created)``.
+
+        Checks its shape (``validate_certificate``), that its contract and issuer key are
+        registered, and that its id is not taken by another certificate. Recording the same
+        certificate again is a no-op (``created`` False). Audited as ``certificate.issue``.
+        Whether the issuer key may issue it (active, role, R-MSG-5) is the service's check.
+
+        Raises:
+            ValidationError: a malformed certificate, an unregistered issuer key, or an id
+                that names another certificate.
+            NotFound: its contract is not registered.
+        """
+        actor = audit_log.check_actor(actor)
+        reason = inputs.text(reason, "reason", max_length=inputs.MAX_REASON_LENGTH)
+        now = inputs.moment(at)
+        if not isinstance(certificate, RewardCertificate):
+            raise ValidationError("certificate must be a RewardCertificate")
+        validate_certificate(certificate)
+        inputs.no_unknown_fields(certificate)
+        digest = certificate_digest(certificate)
+        certificate_id = certificate.certificate_id
+        row = {
+            "certificate_id": certificate_id,
+            "contract_digest": certificate.reward_contract_digest,
+            "digest": digest,
+            "body": certificate.SerializeToString(deterministic=True),
+            "scope": certificate.calibration_scope,
+            "issuer": certificate.issuer,
+            "issuer_key_id": certificate.issuer_key_id,
+            "issued_at_policy_update": certificate.issued_at_policy_update,
+            "expiry_policy_updates": certificate.expiry_policy_updates,
+            "epsilon": certificate.epsilon,
+            "issued_at": inputs.to_datetime(certificate.issued_at),
+        }
+        by_id = _SELECT.where(_certificates.c.certificate_id == certificate_id)
+
+        def work(conn: Connection) -> tuple[StoredCertificate, bool]:
+            existing = conn.execute(by_id).one_or_none()
+            if existing is not None:
+                if existing.digest != digest:
+                    raise ValidationError(
+                        f"certificate_id {certificate_id} already names another certificate"
+                    )
+                created = False
+                stored = existing
+            else:
+                require_contract(conn, certificate.reward_contract_digest)
+                key_known = conn.execute(
+                    select(tables.keys.c.key_id).where(
+                        tables.keys.c.key_id == certificate.issuer_key_id
+                    )
+                ).first()
+                if key_known is None:
+                    raise ValidationError(
+                        f"issuer key {certificate.issuer_key_id} is not registered"
+                    )
+                if conn.execute(self._insert, row).first() is None:
+                    raise LostRace("certificate recorded concurrently")
+                created = True
+                stored = conn.execute(by_id).one()
+            audit_log.write_audit(
+                conn,
+                actor=actor,
+                action=audit_log.ACTION_ISSUE_CERTIFICATE,
+                target=certificate_id,
+                reason=reason,
+                details={
+                    "reward_contract_digest": certificate.reward_contract_digest,
+                    "certificate_digest": digest,
+                    "issuer_key_id": certificate.issuer_key_id,
+                    "calibration_scope": certificate.calibration_scope,
+                    "issuer": certificate.issuer,
+                    "created": created,
+                },
+                at=now,
+            )
+            return _stored_certificate(stored), created
+
+        return self._db.write(work)
+
+    def get_certificate(self, certificate_id: str) -> StoredCertificate:
+        """A recorded certificate with its digest and revocation.
+
+        Raises:
+            ValidationError: malformed id.
+            NotFound: no such certificate.
+        """
+        validate_id(certificate_id, "certificate_id")
+        statement = _SELECT.where(_certificates.c.certificate_id == certificate_id)
+        row = self._db.read(lambda conn: conn.execute(statement).one_or_none())
+        if row is None:
+            raise NotFound(f"certificate {certificate_id} is not known")
+        return _stored_certificate(row)
+
+    def list_certificates(
+        self, contract_digest: str | None = None, page_size: int = 0, page_token: str = ""
+    ) -> Page[StoredCertificate]:
+        """Recorded certificates (of one contract, when given), oldest ``issued_at`` first."""
+        statement = _SELECT
+        if contract_digest is not None:
+            validate_digest(contract_digest, "reward_contract_digest")
+            statement = statement.where(_certificates.c.contract_digest == contract_digest)
+        order = (_certificates.c.issued_at, _certificates.c.certificate_id)
+
+        def work(conn: Connection) -> tuple[list[AnyRow], str]:
+            return page(
+                conn,
+                statement,
+                order,
+                kind="certificates",
+                query=fingerprint(contract=contract_digest),
+                shape=(datetime, str),
+                page_size=page_size,
+                page_token=page_token,
+            )
+
+        rows, token = self._db.read(work, snapshot=True)
+        return Page([_stored_certificate(row) for row in rows], token)
+
+
+def _stored_certificate(row: AnyRow) -> StoredCertificate:
+    return StoredCertificate(
+        certificate=RewardCertificate.FromString(bytes(row.body)),
+        digest=row.digest,
+        revoked_at=row.revoked_at,
+        revocation_reason=row.revocation_reason,
+    )

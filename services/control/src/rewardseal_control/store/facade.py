@@ -1,0 +1,96 @@
+""":class:`ControlStore`: the control plane's one entry point to its durable state.
+
+It opens the database (migrating it first, or checking that it is current), owns the engine
+and hands each aggregate the same engine: ``store.contracts``, ``store.keys``,
+``store.certificates``, ``store.revocations``, ``store.receipts``. The service, the app and
+the tests hold one ControlStore and reach the aggregate they mean by name, so a call reads as
+what it touches (``store.revocations.revoke(...)``).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sqlalchemy.engine import Connection
+
+from rewardseal.errors import Unavailable
+from rewardseal.sqlstore import StoreEngine
+from rewardseal_control import db
+from rewardseal_control.store.certificates import CertificateStore
+from rewardseal_control.store.contracts import ContractStore
+from rewardseal_control.store.keys import IssuerKeyStore
+from rewardseal_control.store.receipts import ReceiptIndex
+from rewardseal_control.store.revocations import RevocationStore
+
+__all__ = ["ControlStore"]
+
+
+class ControlStore:
+    """The control plane's durable state on SQLite (default) or PostgreSQL.
+
+    Thread-safe: one instance may be used from many threads (a connection pool backs it).
+    """
+
+    def __init__(self, url: str, *, migrate: bool = True) -> None:
+        """Open the control store at ``url``.
+
+        ``migrate``: bring the schema to the newest revision first (Alembic, one transaction,
+        serialized against other replicas). With ``migrate=False`` the schema must already be
+        at the newest revision, else :class:`Unavailable`.
+
+        Raises:
+            ValidationError: the URL is not usable.
+            Unavailable: the database cannot be reached, or its schema is not current.
+        """
+        if migrate:
+            db.upgrade(url)
+        self._db: StoreEngine = db.make_store_engine(url)
+        try:
+            if not migrate:
+                self._check_schema()
+        except BaseException:
+            self._db.dispose()
+            raise
+        self.contracts: Final = ContractStore(self._db)
+        self.keys: Final = IssuerKeyStore(self._db)
+        self.certificates: Final = CertificateStore(self._db)
+        self.revocations: Final = RevocationStore(self._db)
+        self.receipts: Final = ReceiptIndex(self._db)
+
+    def _check_schema(self) -> None:
+        from alembic.runtime.migration import MigrationContext
+
+        def work(conn: Connection) -> str | None:
+            return MigrationContext.configure(conn).get_current_revision()
+
+        current = self._db.read(work, snapshot=True)
+        head = db.head_revision()
+        if current != head:
+            raise Unavailable(
+                f"control store schema is at revision {current!r}, this build needs {head!r}: "
+                "run the migrations (rewardseal-control migrate)"
+            )
+
+    @property
+    def backend(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._db.backend
+
+    @property
+    def store_engine(self) -> StoreEngine:
+        """The underlying engine (diagnostics, and the test-only readers of tests/support)."""
+        return self._db
+
+    def ping(self) -> None:
+        """Check that the database answers; raise :class:`Unavailable` if it does not."""
+        self._db.ping()
+
+    def close(self) -> None:
+        """Close every pooled connection. The store must not be used afterwards."""
+        self._db.dispose()
+
+    def __enter__(self) -> ControlStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

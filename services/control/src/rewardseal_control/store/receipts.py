@@ -1,0 +1,405 @@
+"""The receipt index (R-C-5): forwarded receipt envelopes and their privacy-safe columns.
+
+The service verifies each envelope's signature against the active worker keys before it
+reaches :meth:`ReceiptIndex.record_receipts`; here each payload is parsed strictly and checked
+again by core's rules (:func:`~rewardseal.validation.validate_receipt`,
+:func:`~rewardseal.receipts.check_envelope_flags`), so nothing malformed is stored even if a
+caller skipped that step. A receipt is stored once per receipt id and once per episode; the
+contract and issuer key it names must be registered. Only columns that identify and score a
+receipt are kept beside the signed envelope: never record contents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy.engine import Connection
+
+from rewardseal.contract import UNSCORED_OUTCOMES
+from rewardseal.errors import (
+    DuplicateEpisode,
+    NotFound,
+    RewardSealError,
+    SignatureError,
+    ValidationError,
+    preview,
+)
+from rewardseal.receipts import check_envelope_flags
+from rewardseal.signing import RECEIPT_PAYLOAD_TYPE
+from rewardseal.sqlstore import LostRace, StoreEngine, chunks
+from rewardseal.v1.enums_pb2 import RewardOutcome
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+from rewardseal.validation import (
+    check_policy_update_field,
+    parse_strict,
+    validate_digest,
+    validate_receipt,
+)
+from rewardseal_control.store import inputs, tables
+from rewardseal_control.store.contracts import require_contract
+from rewardseal_control.store.pagination import Page, fingerprint, page
+from rewardseal_control.store.tables import AnyRow
+
+__all__ = [
+    "ReceiptFilter",
+    "ReceiptIndex",
+    "ReceiptSummary",
+    "RecordResult",
+    "StoredReceipt",
+    "read_receipt",
+]
+
+_receipts = tables.receipts
+_SELECT = select(
+    _receipts.c.receipt_id,
+    _receipts.c.policy_update,
+    _receipts.c.envelope,
+    _receipts.c.recorded_at,
+)
+
+
+@dataclass(frozen=True)
+class RecordResult:
+    """What happened to one forwarded receipt (same order as the request).
+
+    ``recorded`` is True when the receipt is stored, now or before (``duplicate``); otherwise
+    ``error`` says why it was refused. ``receipt_id`` is empty when the payload did not parse.
+    """
+
+    receipt_id: str
+    recorded: bool
+    duplicate: bool = False
+    error: RewardSealError | None = None
+
+
+@dataclass(frozen=True)
+class StoredReceipt:
+    """A receipt of the index: the signed envelope, its parsed payload, when it was recorded."""
+
+    receipt: RewardEvidenceReceipt
+    envelope: SignedEnvelope
+    recorded_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReceiptFilter:
+    """Filters of :meth:`ControlStore.list_receipts`; None (or outcome 0) means "any"."""
+
+    contract_digest: str | None = None
+    reward_outcome: int | None = None
+    certified: bool | None = None
+    min_policy_update: int | None = None
+    max_policy_update: int | None = None
+
+
+@dataclass(frozen=True)
+class ReceiptSummary:
+    """Per-contract counts of the receipt index."""
+
+    contract_digest: str
+    total: int
+    counts: Mapping[int, int]
+    """RewardOutcome number -> receipts with that outcome (outcomes with none are absent)."""
+    certified: int
+    unscored: int
+
+    @property
+    def certified_share(self) -> float:
+        """Certified receipts / all receipts (0.0 when there are none)."""
+        return self.certified / self.total if self.total else 0.0
+
+    @property
+    def unscored_share(self) -> float:
+        """Unscored receipts (RECONCILIATION_REQUIRED, FAILED_PLATFORM) / all (0.0 if none)."""
+        return self.unscored / self.total if self.total else 0.0
+
+
+def read_receipt(conn: Connection, receipt_id: str) -> StoredReceipt | None:
+    """The recorded receipt ``receipt_id`` inside ``conn``; None if it is not recorded."""
+    row = conn.execute(_SELECT.where(_receipts.c.receipt_id == receipt_id)).one_or_none()
+    return None if row is None else _stored_receipt(row)
+
+
+class ReceiptIndex:
+    """Record forwarded receipts; list and count them."""
+
+    def __init__(self, db: StoreEngine) -> None:
+        """Work on ``db`` (owned by the :class:`~rewardseal_control.store.ControlStore`)."""
+        self._db = db
+        self._insert = db.insert_ignore(_receipts).returning(_receipts.c.receipt_id)
+
+    def record_receipts(
+        self, envelopes: Sequence[SignedEnvelope], *, at: datetime | None = None
+    ) -> list[RecordResult]:
+        """Store forwarded receipt envelopes in ONE transaction; one result per item, in order.
+
+        The caller (the service) has verified each envelope's signature against
+        :meth:`worker_trust`. Here each payload is parsed strictly (no unknown fields) and
+        validated again, and its privacy-safe columns are stored with the envelope. Per item,
+        the first rule that fires wins:
+
+        1. bad payload type, unparsable payload, a rule broken, envelope flags that disagree
+           with the payload -> ValidationError;
+        2. the receipt id is stored already: same payload -> ``recorded, duplicate``;
+           another payload -> ValidationError;
+        3. the episode has another receipt -> DuplicateEpisode (metadata ``receipt_id``);
+        4. the contract is not registered -> NotFound;
+        5. the issuer key is not registered -> SignatureError (``signature_invalid``);
+        6. otherwise stored -> ``recorded``.
+
+        A refused item never fails the others. Durable before return.
+        """
+        now = inputs.moment(at)
+        results: list[RecordResult | None] = [None] * len(envelopes)
+        parsed: list[tuple[int, RewardEvidenceReceipt, dict[str, Any]]] = []
+        for index, envelope in enumerate(envelopes):
+            try:
+                receipt, row = _receipt_row(envelope, now)
+            except RewardSealError as exc:
+                results[index] = RecordResult(receipt_id="", recorded=False, error=exc)
+                continue
+            parsed.append((index, receipt, row))
+        # The signed bytes of each item: what "the same receipt" means for idempotency.
+        payloads = {index: bytes(envelopes[index].payload) for index, _, _ in parsed}
+        if not parsed:
+            return [r for r in results if r is not None]
+        digests = sorted({receipt.reward_contract_digest for _, receipt, _ in parsed})
+        key_ids = sorted({receipt.issuer_key_id for _, receipt, _ in parsed})
+
+        def work(conn: Connection) -> list[RecordResult]:
+            # One statement per chunk of items reads what exists under their receipt ids OR
+            # their episode ids, so an item's two lookups see one state of the table.
+            payload_by_id: dict[str, bytes] = {}
+            receipt_by_episode: dict[str, str] = {}
+            for batch in chunks(parsed):
+                found = conn.execute(
+                    select(
+                        _receipts.c.receipt_id, _receipts.c.episode_id, _receipts.c.envelope
+                    ).where(
+                        or_(
+                            _receipts.c.receipt_id.in_([r.receipt_id for _, r, _ in batch]),
+                            _receipts.c.episode_id.in_([r.episode_id for _, r, _ in batch]),
+                        )
+                    )
+                )
+                for receipt_id, episode_id, stored in found:
+                    payload_by_id[receipt_id] = SignedEnvelope.FromString(bytes(stored)).payload
+                    receipt_by_episode[episode_id] = receipt_id
+            contracts: set[str] = set()
+            for chunk in chunks(digests):
+                contracts.update(
+                    conn.execute(
+                        select(tables.contracts.c.digest).where(
+                            tables.contracts.c.digest.in_(chunk)
+                        )
+                    ).scalars()
+                )
+            keys: set[str] = set()
+            for chunk in chunks(key_ids):
+                keys.update(
+                    conn.execute(
+                        select(tables.keys.c.key_id).where(tables.keys.c.key_id.in_(chunk))
+                    ).scalars()
+                )
+            decided = list(results)
+            rows: list[dict[str, Any]] = []
+            for index, receipt, row in parsed:
+                receipt_id = receipt.receipt_id
+                previous = payload_by_id.get(receipt_id)
+                error: RewardSealError | None = None
+                if previous is not None:
+                    if previous == payloads[index]:
+                        decided[index] = RecordResult(receipt_id, recorded=True, duplicate=True)
+                        continue
+                    error = ValidationError(
+                        f"receipt {receipt_id} is already recorded with other content"
+                    )
+                elif receipt_by_episode.get(receipt.episode_id) == receipt_id:
+                    # Committed concurrently between two reads: read again.
+                    raise LostRace("receipt recorded concurrently")
+                elif receipt.episode_id in receipt_by_episode:
+                    error = DuplicateEpisode(
+                        f"episode {receipt.episode_id} already has a receipt",
+                        metadata={"receipt_id": receipt_by_episode[receipt.episode_id]},
+                    )
+                elif receipt.reward_contract_digest not in contracts:
+                    error = NotFound(
+                        f"reward contract {receipt.reward_contract_digest} is not registered"
+                    )
+                elif receipt.issuer_key_id not in keys:
+                    error = SignatureError(
+                        f"issuer key {receipt.issuer_key_id} is not a registered worker key"
+                    )
+                if error is not None:
+                    decided[index] = RecordResult(receipt_id, recorded=False, error=error)
+                    continue
+                payload_by_id[receipt_id] = payloads[index]
+                receipt_by_episode[receipt.episode_id] = receipt_id
+                rows.append(row)
+                decided[index] = RecordResult(receipt_id, recorded=True)
+            if rows:
+                inserted = conn.execute(self._insert, rows).scalars().all()
+                if len(inserted) != len(rows):
+                    raise LostRace("receipt recorded concurrently")
+            return [r for r in decided if r is not None]
+
+        return self._db.write(work)
+
+    def list_receipts(
+        self, filters: ReceiptFilter | None = None, page_size: int = 0, page_token: str = ""
+    ) -> Page[StoredReceipt]:
+        """Recorded receipts matching ``filters``, by policy update then receipt id.
+
+        Raises:
+            ValidationError: a malformed filter (digest, outcome, update range) or page token.
+        """
+        filters = filters or ReceiptFilter()
+        conditions, query = _receipt_conditions(filters)
+        statement = _SELECT.where(*conditions)
+        order = (_receipts.c.policy_update, _receipts.c.receipt_id)
+
+        def work(conn: Connection) -> tuple[list[AnyRow], str]:
+            return page(
+                conn,
+                statement,
+                order,
+                kind="receipts",
+                query=query,
+                shape=(int, str),
+                page_size=page_size,
+                page_token=page_token,
+            )
+
+        rows, token = self._db.read(work)
+        return Page([_stored_receipt(row) for row in rows], token)
+
+    def receipt_summary(self, contract_digest: str) -> ReceiptSummary:
+        """Counts by outcome, certified and unscored receipts of one registered contract.
+
+        Raises:
+            ValidationError: malformed digest.
+            NotFound: the contract is not registered.
+        """
+        validate_digest(contract_digest, "reward_contract_digest")
+        statement = (
+            select(_receipts.c.reward_outcome, _receipts.c.certified, func.count())
+            .where(_receipts.c.contract_digest == contract_digest)
+            .group_by(_receipts.c.reward_outcome, _receipts.c.certified)
+        )
+
+        def work(conn: Connection) -> list[AnyRow]:
+            require_contract(conn, contract_digest)
+            return list(conn.execute(statement))
+
+        rows = self._db.read(work, snapshot=True)
+        counts: dict[int, int] = {}
+        certified = unscored = 0
+        for outcome, is_certified, count in rows:
+            counts[int(outcome)] = counts.get(int(outcome), 0) + int(count)
+            if is_certified:
+                certified += int(count)
+            if outcome in UNSCORED_OUTCOMES:
+                unscored += int(count)
+        return ReceiptSummary(
+            contract_digest=contract_digest,
+            total=sum(counts.values()),
+            counts=MappingProxyType(dict(sorted(counts.items()))),
+            certified=certified,
+            unscored=unscored,
+        )
+
+
+def _receipt_row(
+    envelope: SignedEnvelope, now: datetime
+) -> tuple[RewardEvidenceReceipt, dict[str, Any]]:
+    """Parse, check and flatten one forwarded envelope into its privacy-safe row."""
+    if not isinstance(envelope, SignedEnvelope):
+        raise ValidationError("each receipt must be a SignedEnvelope")
+    if envelope.payload_type != RECEIPT_PAYLOAD_TYPE:
+        raise ValidationError(
+            f"payload type {preview(envelope.payload_type)} is not a receipt "
+            f"({RECEIPT_PAYLOAD_TYPE})"
+        )
+    if not envelope.signatures:
+        raise SignatureError("the receipt envelope carries no signature")
+    try:
+        inputs.no_unknown_fields(envelope)
+    except ValidationError:
+        raise ValidationError(
+            "the receipt envelope carries fields this schema does not know"
+        ) from None
+    receipt = parse_strict(RewardEvidenceReceipt, envelope.payload)
+    validate_receipt(receipt)
+    check_envelope_flags(envelope, receipt)
+    return receipt, {
+        "receipt_id": receipt.receipt_id,
+        "episode_id": receipt.episode_id,
+        "contract_digest": receipt.reward_contract_digest,
+        "policy_checkpoint_id": receipt.policy_checkpoint_id,
+        "policy_update": receipt.policy_update,
+        "oracle_tier": receipt.oracle_tier,
+        "reward_outcome": receipt.reward_outcome,
+        "scalar_reward": receipt.scalar_reward if receipt.HasField("scalar_reward") else None,
+        "certified": receipt.certified,
+        "development_only": receipt.development_only,
+        "certificate_id": receipt.certificate_id or None,
+        "certificate_state": receipt.certificate_state,
+        "calibration_scope": receipt.calibration_scope,
+        "issuer_key_id": receipt.issuer_key_id,
+        "issued_at": inputs.to_datetime(receipt.issued_at),
+        "envelope": envelope.SerializeToString(deterministic=True),
+        "recorded_at": now,
+    }
+
+
+def _receipt_conditions(filters: ReceiptFilter) -> tuple[list[ColumnElement[bool]], str]:
+    """WHERE clauses of a receipt filter and the fingerprint bound into its page tokens."""
+    if not isinstance(filters, ReceiptFilter):
+        raise ValidationError("filters must be a ReceiptFilter")
+    conditions: list[ColumnElement[bool]] = []
+    if filters.contract_digest is not None:
+        validate_digest(filters.contract_digest, "reward_contract_digest")
+        conditions.append(_receipts.c.contract_digest == filters.contract_digest)
+    outcome = filters.reward_outcome or None
+    if outcome is not None:
+        if outcome not in RewardOutcome.values():
+            raise ValidationError(f"reward_outcome {outcome} is not a known outcome")
+        conditions.append(_receipts.c.reward_outcome == outcome)
+    if filters.certified is not None:
+        if not isinstance(filters.certified, bool):
+            raise ValidationError("certified must be a boolean")
+        conditions.append(_receipts.c.certified == filters.certified)
+    low, high = filters.min_policy_update, filters.max_policy_update
+    for value, name in ((low, "min_policy_update"), (high, "max_policy_update")):
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValidationError(f"{name} must be an integer")
+            check_policy_update_field(value, name)
+    if low is not None and high is not None and low > high:
+        raise ValidationError("min_policy_update must not exceed max_policy_update")
+    if low is not None:
+        conditions.append(_receipts.c.policy_update >= low)
+    if high is not None:
+        conditions.append(_receipts.c.policy_update <= high)
+    query = fingerprint(
+        contract=filters.contract_digest,
+        outcome=outcome,
+        certified=filters.certified,
+        low=low,
+        high=high,
+    )
+    return conditions, query
+
+
+def _stored_receipt(row: AnyRow) -> StoredReceipt:
+    envelope = SignedEnvelope.FromString(bytes(row.envelope))
+    return StoredReceipt(
+        receipt=RewardEvidenceReceipt.FromString(envelope.payload),
+        envelope=envelope,
+        recorded_at=row.recorded_at,
+    )

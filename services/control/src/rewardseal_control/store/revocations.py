@@ -1,0 +1,249 @@
+"""Revocations and the signed revocation lists that carry them (R-C-4).
+
+Revoking a certificate and publishing the next signed list happen in one transaction, under
+one writer lock, so list versions are dense and every list holds every revocation before it.
+The list is signed by the service's organization key through a :data:`RevocationSigner`
+called inside that transaction; what it returns must be the very list it was given. Every
+version ever issued is kept (the head is the highest). Revoking is an admin action, audited
+in its transaction; re-signing the current entries before the head expires is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Final
+
+from sqlalchemy import insert, select
+from sqlalchemy.engine import Connection
+
+from rewardseal.errors import NotFound, ValidationError
+from rewardseal.signing import REVOCATION_LIST_PAYLOAD_TYPE
+from rewardseal.sqlstore import StoreEngine
+from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList
+from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal.validation import parse_strict, validate_id
+from rewardseal_control.store import audit_log, inputs, tables
+
+__all__ = [
+    "DEFAULT_LIST_TTL",
+    "RevocationHead",
+    "RevocationSigner",
+    "RevocationStore",
+    "read_head",
+]
+
+DEFAULT_LIST_TTL: Final = timedelta(hours=24)
+"""How long a signed revocation list is valid unless the service says otherwise."""
+
+_LOCK_KEY: Final = 0x7273_7276_6C73  # pg_advisory_xact_lock: one list writer
+
+RevocationSigner = Callable[[RevocationList], SignedEnvelope]
+"""Signs an unsigned RevocationList (the service's organization key; it may set
+``issuer_key_id``) into a SignedEnvelope of type ``REVOCATION_LIST_PAYLOAD_TYPE``."""
+
+_certificates = tables.certificates
+_revocations = tables.revocations
+_heads = tables.heads
+_HEAD_COLUMNS = (_heads.c.version, _heads.c.envelope, _heads.c.issued_at, _heads.c.expires_at)
+
+
+@dataclass(frozen=True)
+class RevocationHead:
+    """A signed revocation list as stored (the head is the highest version)."""
+
+    version: int
+    envelope: SignedEnvelope
+    issued_at: datetime
+    expires_at: datetime
+
+
+def read_head(conn: Connection, version: int | None = None) -> RevocationHead | None:
+    """The stored list of ``version`` (default: the newest) inside ``conn``; None if absent."""
+    statement = select(*_HEAD_COLUMNS)
+    if version is None:
+        statement = statement.order_by(_heads.c.version.desc()).limit(1)
+    else:
+        statement = statement.where(_heads.c.version == version)
+    row = conn.execute(statement).one_or_none()
+    if row is None:
+        return None
+    return RevocationHead(
+        version=int(row.version),
+        envelope=SignedEnvelope.FromString(bytes(row.envelope)),
+        issued_at=row.issued_at,
+        expires_at=row.expires_at,
+    )
+
+
+class RevocationStore:
+    """Revoke certificates and publish, re-sign and read the signed revocation lists."""
+
+    def __init__(self, db: StoreEngine) -> None:
+        """Work on ``db`` (owned by the :class:`~rewardseal_control.store.ControlStore`)."""
+        self._db = db
+
+    def revoke(
+        self,
+        certificate_id: str,
+        reason: str,
+        actor: str,
+        *,
+        sign: RevocationSigner,
+        ttl: timedelta = DEFAULT_LIST_TTL,
+        at: datetime | None = None,
+    ) -> tuple[RevocationHead, bool]:
+        """Revoke a certificate (R-C-4, admin) and publish the next signed list, atomically.
+
+        The new list (version = head + 1, issued ``at``, expiring ``at + ttl``, every revoked
+        certificate sorted by id) is signed by ``sign`` inside the transaction and stored as the
+        new head; ``(head, True)``. Revoking a revoked certificate changes nothing and returns
+        ``(current head, False)``. Audited as ``certificate.revoke`` either way.
+
+        Raises:
+            ValidationError: malformed id, actor, reason (required) or ttl; ``sign`` returned
+                something that is not the list it was given.
+            NotFound: no such certificate.
+        """
+        validate_id(certificate_id, "certificate_id")
+        reason = inputs.text(reason, "reason", max_length=inputs.MAX_REASON_LENGTH, required=True)
+        actor = audit_log.check_actor(actor)
+        now = inputs.moment(at)
+        _check_ttl(ttl)
+
+        def work(conn: Connection) -> tuple[RevocationHead, bool]:
+            self._db.advisory_lock(conn, _LOCK_KEY)
+            known = conn.execute(
+                select(_certificates.c.certificate_id).where(
+                    _certificates.c.certificate_id == certificate_id
+                )
+            ).first()
+            if known is None:
+                raise NotFound(f"certificate {certificate_id} is not known")
+            already = conn.execute(
+                select(_revocations.c.list_version).where(
+                    _revocations.c.certificate_id == certificate_id
+                )
+            ).first()
+            head = read_head(conn)
+            created = already is None or head is None
+            if created:
+                version = (head.version if head is not None else 0) + 1
+                if already is None:
+                    conn.execute(
+                        insert(_revocations).values(
+                            certificate_id=certificate_id,
+                            reason=reason,
+                            revoked_at=now,
+                            list_version=version,
+                        )
+                    )
+                head = self._publish(conn, sign, ttl, now, version)
+            assert head is not None
+            audit_log.write_audit(
+                conn,
+                actor=actor,
+                action=audit_log.ACTION_REVOKE_CERTIFICATE,
+                target=certificate_id,
+                reason=reason,
+                details={"list_version": head.version, "already_revoked": already is not None},
+                at=now,
+            )
+            return head, created
+
+        return self._db.write(work)
+
+    def publish_revocation_list(
+        self,
+        *,
+        sign: RevocationSigner,
+        ttl: timedelta = DEFAULT_LIST_TTL,
+        at: datetime | None = None,
+    ) -> RevocationHead:
+        """Sign the current entries as the next version (head + 1; 1 for the first list).
+
+        For the first list at start-up and for re-signing before the head expires, so that a
+        follower never holds a frozen list. Not an admin action (not audited).
+
+        Raises:
+            ValidationError: bad ttl; ``sign`` returned something that is not the list.
+        """
+        now = inputs.moment(at)
+        _check_ttl(ttl)
+
+        def work(conn: Connection) -> RevocationHead:
+            self._db.advisory_lock(conn, _LOCK_KEY)
+            head = read_head(conn)
+            version = (head.version if head is not None else 0) + 1
+            return self._publish(conn, sign, ttl, now, version)
+
+        return self._db.write(work)
+
+    def _publish(
+        self,
+        conn: Connection,
+        sign: RevocationSigner,
+        ttl: timedelta,
+        now: datetime,
+        version: int,
+    ) -> RevocationHead:
+        """Build, sign and store list ``version`` from the current revocations."""
+        rows = conn.execute(
+            select(
+                _revocations.c.certificate_id, _revocations.c.reason, _revocations.c.revoked_at
+            ).order_by(_revocations.c.certificate_id)
+        ).all()
+        expires_at = now + ttl
+        unsigned = RevocationList(
+            version=version,
+            issued_at=inputs.timestamp(now),
+            expires_at=inputs.timestamp(expires_at),
+            entries=[
+                RevocationEntry(
+                    certificate_id=row.certificate_id,
+                    reason=row.reason,
+                    revoked_at=inputs.timestamp(row.revoked_at),
+                )
+                for row in rows
+            ],
+        )
+        envelope = sign(RevocationList.FromString(unsigned.SerializeToString()))
+        _check_signed_list(envelope, unsigned)
+        conn.execute(
+            insert(_heads).values(
+                version=version,
+                envelope=envelope.SerializeToString(deterministic=True),
+                issued_at=now,
+                expires_at=expires_at,
+            )
+        )
+        return RevocationHead(
+            version=version, envelope=envelope, issued_at=now, expires_at=expires_at
+        )
+
+    def revocation_head(self) -> RevocationHead | None:
+        """The newest signed revocation list; None before the first is published."""
+        return self._db.read(read_head)
+
+
+def _check_ttl(ttl: timedelta) -> None:
+    if not isinstance(ttl, timedelta) or ttl <= timedelta(0):
+        raise ValidationError("the revocation list ttl must be a positive timedelta")
+
+
+def _check_signed_list(envelope: SignedEnvelope, unsigned: RevocationList) -> None:
+    """The signer must return an envelope over the very list it was given."""
+    if not isinstance(envelope, SignedEnvelope):
+        raise ValidationError("the revocation list signer must return a SignedEnvelope")
+    if envelope.payload_type != REVOCATION_LIST_PAYLOAD_TYPE:
+        raise ValidationError("the signed revocation list has the wrong payload type")
+    if not envelope.signatures:
+        raise ValidationError("the revocation list envelope carries no signature")
+    try:
+        signed = parse_strict(RevocationList, envelope.payload)
+    except ValidationError as exc:
+        raise ValidationError(f"the signed revocation list does not parse: {exc}") from None
+    signed.ClearField("issuer_key_id")
+    if signed != unsigned:
+        raise ValidationError("the signer signed another revocation list than it was given")

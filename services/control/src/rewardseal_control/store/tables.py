@@ -1,0 +1,48 @@
+"""The Core ``Table`` handles of the control schema (:mod:`rewardseal_control.models`).
+
+The aggregates read and write through SQLAlchemy Core, not the ORM: one statement per step
+keeps each transaction's locking visible. Several aggregates look into each other's tables
+(a certificate needs its contract and issuer key; a receipt needs both too), so the handles
+live here, once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+from sqlalchemy import Table
+from sqlalchemy.engine import Row
+
+from rewardseal_control.models import (
+    AuditLog,
+    Base,
+    Certificate,
+    Contract,
+    IssuerKeyRow,
+    Receipt,
+    Revocation,
+    RevocationListHead,
+)
+
+__all__ = [
+    "AnyRow",
+    "audit",
+    "certificates",
+    "contracts",
+    "heads",
+    "keys",
+    "receipts",
+    "revocations",
+]
+
+AnyRow: TypeAlias = "Row[*tuple[Any, ...]]"
+"""A row as a statement returns it (columns read by name)."""
+
+_tables = Base.metadata.tables
+contracts: Table = _tables[Contract.__tablename__]
+keys: Table = _tables[IssuerKeyRow.__tablename__]
+certificates: Table = _tables[Certificate.__tablename__]
+revocations: Table = _tables[Revocation.__tablename__]
+heads: Table = _tables[RevocationListHead.__tablename__]
+receipts: Table = _tables[Receipt.__tablename__]
+audit: Table = _tables[AuditLog.__tablename__]
