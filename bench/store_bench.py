@@ -17,7 +17,10 @@ The ``batched`` variant runs only when the store has those methods. Each run use
 database and store; ``--warmup`` episodes go through the same steps first, untimed, so that the
 numbers are those of a running worker (SQLAlchemy compiles each statement once per engine).
 Prints milliseconds per episode (median of ``--repeat`` runs). ``--store PATH`` benchmarks
-another copy of ``store.py`` (e.g. the previous version, for a before/after comparison).
+another copy of ``store.py`` (e.g. a version from before the store became a package, taken with
+``git show``, for a before/after comparison); the per-item steps the worker no longer takes
+(one begin, one registration, one identity's credits) come from ``tests/support/worker_store.py``
+and need the store's ``begin_episodes``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+
+from support.worker_store import (  # noqa: E402
+    begin_episode,
+    count_receipts,
+    credited_record_ids,
+    open_episode,
+)
 
 from rewardseal.digest import canonical_json  # noqa: E402
 from rewardseal.sqlstore import sqlite_url  # noqa: E402
@@ -77,7 +87,8 @@ def to_commit(n: int) -> Any:
 
 def begin_per_item(store: Any, batch: list[int]) -> None:
     for n in batch:
-        store.begin_episode(
+        begin_episode(
+            store,
             contract_digest=CONTRACT,
             episode_id=f"ep-{n:06d}",
             identity_key=key(n),
@@ -108,8 +119,8 @@ def reads_per_item(store: Any, batch: list[int]) -> None:
     for n in batch:
         assert store.receipt_by_episode(f"ep-{n:06d}") is None
         store.highest_policy_update(CONTRACT)
-        assert store.open_episode(CONTRACT, f"ep-{n:06d}") is not None
-        store.credited_record_ids(CONTRACT, key(n))
+        assert open_episode(store, CONTRACT, f"ep-{n:06d}") is not None
+        credited_record_ids(store, CONTRACT, key(n))
 
 
 def reads_batched(store: Any, batch: list[int]) -> None:
@@ -154,7 +165,7 @@ def one_run(
             commit(store, batch)
             seconds["reads"] += middle - start
             seconds["commit"] += time.perf_counter() - middle
-        assert store.count_receipts() == episodes + warmup
+        assert count_receipts(store) == episodes + warmup
     finally:
         store.close()
     ms = {name: value * 1000 / episodes for name, value in seconds.items()}

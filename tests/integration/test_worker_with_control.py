@@ -27,6 +27,7 @@ from support.linked_stack import (
     start_linked_worker,
 )
 from support.worker_stack import stop_stack
+from support.worker_store import outbox_size
 
 from rewardseal.scoring import revocation_unknown_sentence
 from rewardseal.v1.enums_pb2 import (
@@ -133,11 +134,11 @@ async def test_control_down_scoring_unaffected_then_outbox_drains_exactly_once(
             r.receipt.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED for r in receipts
         )
         assert all(not r.receipt.certified for r in receipts)
-        assert stack.app.store.outbox_size() == 5
+        assert outbox_size(stack.app.store) == 5
         control = await start_control_plane(tmp_path, port=port)
 
         async def drained() -> bool:
-            return stack.app.store.outbox_size() == 0
+            return outbox_size(stack.app.store) == 0
 
         await eventually(drained, within=60)
         stored = await control_receipts(control, stack.digest)

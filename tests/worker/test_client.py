@@ -22,6 +22,7 @@ import grpc
 import pytest
 from google.protobuf import json_format
 from support.mockmed_episodes import CHECKPOINT, descriptor, write_triage
+from support.worker_store import count_receipts
 from worker.conftest import RunningStack
 
 from rewardseal.auth import BearerAuthInterceptor
@@ -520,7 +521,7 @@ async def test_lost_answer_is_recovered_as_the_stored_receipt(
         assert front.flaky.calls[SCORE] == 2
         assert front.flaky.reached[SCORE] == 2
         assert front.flaky.calls[GET_RECEIPT] == 1
-        assert stack.app.store.count_receipts() == 1
+        assert count_receipts(stack.app.store) == 1
         # Without a lost answer, scoring a scored episode is the caller's mistake: it surfaces.
         with pytest.raises(DuplicateEpisode) as caught:
             await either.call("score", descriptor(stack.digest, episode_id))

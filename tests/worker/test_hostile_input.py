@@ -17,6 +17,7 @@ from google.protobuf.struct_pb2 import Struct
 from support.control import TRAINER, ControlStack, start_control, stop_control
 from support.control import wire_error as control_wire_error
 from support.mockmed_episodes import descriptor
+from support.worker_store import count_receipts, open_episode
 from worker.conftest import RunningStack
 from worker.test_worker_contract import auth, raw_stub, wire_error
 
@@ -99,7 +100,7 @@ async def test_score_refuses_hostile_maps_briefly(
     code, reason, message = await wire_message(stack, "ScoreEpisode", request)
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_episode")
     assert len(message) < SHORT_MESSAGE
-    assert stack.app.store.count_receipts() == 0
+    assert count_receipts(stack.app.store) == 0
 
 
 async def test_big_metadata_value_under_an_allowed_key_is_not_echoed(stack: RunningStack) -> None:
@@ -137,13 +138,13 @@ async def test_begin_refuses_what_descriptors_refuse(
     code, reason, message = await wire_message(stack, "BeginEpisode", request)
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_episode")
     assert len(message) < SHORT_MESSAGE
-    assert stack.app.store.open_episode(stack.digest, "episode.hostile.0003") is None
+    assert open_episode(stack.app.store, stack.digest, "episode.hostile.0003") is None
 
 
 async def test_begin_accepts_the_longest_allowed_value(stack: RunningStack) -> None:
     longest = "p" * MAX_IDENTITY_VALUE_LENGTH
     await stack.client.begin("episode.hostile.0004", stack.digest, {"patient_id": longest})
-    assert stack.app.store.open_episode(stack.digest, "episode.hostile.0004") is not None
+    assert open_episode(stack.app.store, stack.digest, "episode.hostile.0004") is not None
 
 
 async def test_batch_and_stream_results_carry_short_errors(stack: RunningStack) -> None:
@@ -169,7 +170,7 @@ async def test_batch_and_stream_results_carry_short_errors(stack: RunningStack) 
         assert result.error.reason == "invalid_episode"
         assert result.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
         assert len(result.error.message) < SHORT_MESSAGE
-    assert stack.app.store.count_receipts() == 0
+    assert count_receipts(stack.app.store) == 0
 
 
 def _grader_item(stack: RunningStack, **fields: Any) -> Struct:

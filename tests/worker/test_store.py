@@ -17,6 +17,14 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Table, event, inspect, select
+from support.worker_store import (
+    begin_episode,
+    count_receipts,
+    credited_record_ids,
+    open_episode,
+    outbox_oldest,
+    outbox_size,
+)
 
 from rewardseal.digest import canonical_json
 from rewardseal.errors import (
@@ -37,6 +45,8 @@ from rewardseal_worker.store import (
     ReceiptToCommit,
     StoredReceipt,
     WorkerStore,
+)
+from rewardseal_worker.store.schema import (
     credited_records,
     open_episodes,
     outbox,
@@ -116,7 +126,8 @@ def begin(
     baseline: list[dict[str, Any]] | None = BASELINE,
     contract: str = CONTRACT,
 ) -> None:
-    store.begin_episode(
+    begin_episode(
+        store,
         contract_digest=contract,
         episode_id=episode_id,
         identity_key=key(identity),
@@ -130,26 +141,26 @@ def begin(
 
 
 def test_begin_open_close_lifecycle(store: WorkerStore) -> None:
-    assert store.open_episode(CONTRACT, "ep-1") is None
+    assert open_episode(store, CONTRACT, "ep-1") is None
     begin(store, "ep-1")
-    assert store.open_episode(CONTRACT, "ep-1") == OpenEpisode(
+    assert open_episode(store, CONTRACT, "ep-1") == OpenEpisode(
         identity_key=key(PATIENT), identity=PATIENT, baseline=BASELINE, begun_at=T0
     )
-    assert store.open_episode(OTHER_CONTRACT, "ep-1") is None
+    assert open_episode(store, OTHER_CONTRACT, "ep-1") is None
 
     [result] = store.commit_receipts([item("ep-1", credited=("enc-2",))])
     assert result == CommitResult(receipt_id="r-ep-1")
     assert result.stored
-    assert store.open_episode(CONTRACT, "ep-1") is None, "commit closes the open episode"
+    assert open_episode(store, CONTRACT, "ep-1") is None, "commit closes the open episode"
     # The identity is free again for the next episode.
     begin(store, "ep-2", at=T0 + timedelta(seconds=1))
-    assert store.open_episode(CONTRACT, "ep-2") is not None
+    assert open_episode(store, CONTRACT, "ep-2") is not None
 
 
 def test_begun_at_is_utc_aware_and_baseline_none_kept(store: WorkerStore) -> None:
     local = T0.astimezone(__import__("datetime").timezone(timedelta(hours=5)))
     begin(store, "ep-1", at=local, baseline=None)
-    opened = store.open_episode(CONTRACT, "ep-1")
+    opened = open_episode(store, CONTRACT, "ep-1")
     assert opened is not None
     assert opened.baseline is None
     assert opened.begun_at == T0
@@ -159,7 +170,7 @@ def test_begun_at_is_utc_aware_and_baseline_none_kept(store: WorkerStore) -> Non
 
 def test_empty_baseline_is_not_none(store: WorkerStore) -> None:
     begin(store, "ep-1", baseline=[])
-    opened = store.open_episode(CONTRACT, "ep-1")
+    opened = open_episode(store, CONTRACT, "ep-1")
     assert opened is not None
     assert opened.baseline == []
 
@@ -169,7 +180,7 @@ def test_second_episode_on_busy_identity_is_refused(store: WorkerStore) -> None:
     with pytest.raises(IdentityBusy) as info:
         begin(store, "ep-2", at=T0 + timedelta(seconds=TTL - 1))
     assert info.value.reason == "identity_busy"
-    assert store.open_episode(CONTRACT, "ep-2") is None
+    assert open_episode(store, CONTRACT, "ep-2") is None
     # Another identity, or the same identity on another contract, is not busy.
     begin(store, "ep-3", identity=OTHER_PATIENT)
     begin(store, "ep-4", contract=OTHER_CONTRACT)
@@ -178,8 +189,8 @@ def test_second_episode_on_busy_identity_is_refused(store: WorkerStore) -> None:
 def test_stale_open_episode_is_reclaimed_after_ttl(store: WorkerStore) -> None:
     begin(store, "ep-1")
     begin(store, "ep-2", at=T0 + timedelta(seconds=TTL), baseline=[])
-    assert store.open_episode(CONTRACT, "ep-1") is None
-    reclaimed = store.open_episode(CONTRACT, "ep-2")
+    assert open_episode(store, CONTRACT, "ep-1") is None
+    reclaimed = open_episode(store, CONTRACT, "ep-2")
     assert reclaimed is not None
     assert reclaimed.baseline == []
 
@@ -188,7 +199,7 @@ def test_rebegin_same_episode_is_idempotent_and_keeps_baseline(store: WorkerStor
     begin(store, "ep-1")
     begin(store, "ep-1", at=T0 + timedelta(seconds=5), baseline=[{"id": "other"}])
     begin(store, "ep-1", at=T0 + timedelta(seconds=TTL * 3), baseline=None)
-    assert store.open_episode(CONTRACT, "ep-1") == OpenEpisode(
+    assert open_episode(store, CONTRACT, "ep-1") == OpenEpisode(
         identity_key=key(PATIENT), identity=PATIENT, baseline=BASELINE, begun_at=T0
     )
 
@@ -198,7 +209,7 @@ def test_same_episode_on_another_identity_conflicts_until_stale(store: WorkerSto
     with pytest.raises(IdentityConflict):
         begin(store, "ep-1", identity=OTHER_PATIENT, at=T0 + timedelta(seconds=1))
     begin(store, "ep-1", identity=OTHER_PATIENT, at=T0 + timedelta(seconds=TTL))
-    moved = store.open_episode(CONTRACT, "ep-1")
+    moved = open_episode(store, CONTRACT, "ep-1")
     assert moved is not None
     assert moved.identity == OTHER_PATIENT
 
@@ -210,12 +221,13 @@ def test_begin_after_receipt_is_duplicate_with_receipt_id(store: WorkerStore) ->
         begin(store, "ep-1", at=T0 + timedelta(seconds=1))
     assert info.value.metadata == {"receipt_id": "receipt-abc"}
     assert info.value.reason == "duplicate_episode"
-    assert store.open_episode(CONTRACT, "ep-1") is None
+    assert open_episode(store, CONTRACT, "ep-1") is None
 
 
 def test_begin_checks_identity_argument(store: WorkerStore) -> None:
     with pytest.raises(ValidationError):
-        store.begin_episode(
+        begin_episode(
+            store,
             contract_digest=CONTRACT,
             episode_id="ep-1",
             identity_key="not json",
@@ -224,7 +236,8 @@ def test_begin_checks_identity_argument(store: WorkerStore) -> None:
             ttl_seconds=TTL,
         )
     with pytest.raises(ValidationError):
-        store.begin_episode(
+        begin_episode(
+            store,
             contract_digest=CONTRACT,
             episode_id="ep-1",
             identity_key=key(PATIENT),
@@ -233,7 +246,8 @@ def test_begin_checks_identity_argument(store: WorkerStore) -> None:
             begun_at=T0,
             ttl_seconds=TTL,
         )
-    store.begin_episode(
+    begin_episode(
+        store,
         contract_digest=CONTRACT,
         episode_id="ep-1",
         identity_key=key(PATIENT),
@@ -278,8 +292,8 @@ def test_duplicates_in_one_batch_store_only_the_first(store: WorkerStore) -> Non
     ]
     assert not results[2].stored
     assert store.receipt_by_id("second") is None
-    assert store.count_receipts() == 2
-    assert store.credited_record_ids(CONTRACT, key(PATIENT)) == {"enc-a"}
+    assert count_receipts(store) == 2
+    assert credited_record_ids(store, CONTRACT, key(PATIENT)) == {"enc-a"}
     assert store.highest_policy_update(CONTRACT) == 100, "a duplicate does not move the ledger"
 
 
@@ -288,8 +302,8 @@ def test_duplicate_across_batches_points_at_the_stored_receipt(store: WorkerStor
     [again] = store.commit_receipts([item("ep-1", "retry", credited=("enc-z",))])
     assert again.duplicate_of == "first"
     assert store.receipt_by_id("retry") is None
-    assert store.count_receipts() == 1
-    assert store.credited_record_ids(CONTRACT, key(PATIENT)) == set()
+    assert count_receipts(store) == 1
+    assert credited_record_ids(store, CONTRACT, key(PATIENT)) == set()
 
 
 def test_duplicate_wins_over_regression(store: WorkerStore) -> None:
@@ -302,15 +316,15 @@ def test_duplicate_wins_over_regression(store: WorkerStore) -> None:
 def test_credited_record_is_never_credited_twice(store: WorkerStore) -> None:
     [first] = store.commit_receipts([item("ep-1", credited=("enc-2", "enc-3"))])
     assert first.stored
-    assert store.credited_record_ids(CONTRACT, key(PATIENT)) == {"enc-2", "enc-3"}
-    assert store.credited_record_ids(CONTRACT, key(OTHER_PATIENT)) == set()
-    assert store.credited_record_ids(OTHER_CONTRACT, key(PATIENT)) == set()
+    assert credited_record_ids(store, CONTRACT, key(PATIENT)) == {"enc-2", "enc-3"}
+    assert credited_record_ids(store, CONTRACT, key(OTHER_PATIENT)) == set()
+    assert credited_record_ids(store, OTHER_CONTRACT, key(PATIENT)) == set()
 
     [second] = store.commit_receipts([item("ep-2", credited=("enc-3", "enc-4"))])
     assert second == CommitResult(receipt_id="r-ep-2", credit_conflicts=("enc-3",))
     assert not second.stored
     assert store.receipt_by_episode("ep-2") is None
-    assert store.credited_record_ids(CONTRACT, key(PATIENT)) == {"enc-2", "enc-3"}
+    assert credited_record_ids(store, CONTRACT, key(PATIENT)) == {"enc-2", "enc-3"}
 
     # In one batch: the second claim on the same record is refused too.
     results = store.commit_receipts(
@@ -325,8 +339,8 @@ def test_credited_record_is_never_credited_twice(store: WorkerStore) -> None:
 
 def test_credits_without_identity_are_excluded_for_every_identity(store: WorkerStore) -> None:
     store.commit_receipts([item("ep-1", identity=None, credited=("enc-9",))])
-    assert store.credited_record_ids(CONTRACT, key(PATIENT)) == {"enc-9"}
-    assert store.credited_record_ids(CONTRACT, key(OTHER_PATIENT)) == {"enc-9"}
+    assert credited_record_ids(store, CONTRACT, key(PATIENT)) == {"enc-9"}
+    assert credited_record_ids(store, CONTRACT, key(OTHER_PATIENT)) == {"enc-9"}
 
 
 # ---------------------------------------------------------------- policy ledger (R-W-7)
@@ -342,8 +356,8 @@ def test_policy_update_regression_stores_nothing(store: WorkerStore) -> None:
     assert regressed == CommitResult(receipt_id="r-ep-2", regressed=True)
     assert not regressed.stored
     assert store.receipt_by_episode("ep-2") is None
-    assert store.credited_record_ids(CONTRACT, key(PATIENT)) == set()
-    assert store.open_episode(CONTRACT, "ep-2") is not None, "the episode stays open"
+    assert credited_record_ids(store, CONTRACT, key(PATIENT)) == set()
+    assert open_episode(store, CONTRACT, "ep-2") is not None, "the episode stays open"
     assert store.highest_policy_update(CONTRACT) == 10
 
     # Equal is not a regression; the ledger only moves up; contracts are independent.
@@ -457,7 +471,7 @@ def test_lookup_reports_receipts_open_registrations_and_ledger(store: WorkerStor
     assert found.highest == 7
     # Agrees with the single-item reads.
     for episode in ("ep-open", "ep-open-2", "ep-other-contract", "ep-missing"):
-        assert found.open.get(episode) == store.open_episode(CONTRACT, episode)
+        assert found.open.get(episode) == open_episode(store, CONTRACT, episode)
 
     empty = store.lookup(OTHER_CONTRACT, [])
     assert dict(empty.receipts) == {}
@@ -484,7 +498,7 @@ def test_credited_for_matches_credited_record_ids(store: WorkerStore) -> None:
         key(FOURTH): {"enc-9"},
     }
     for identity_key in keys:
-        assert credited[identity_key] == store.credited_record_ids(CONTRACT, identity_key)
+        assert credited[identity_key] == credited_record_ids(store, CONTRACT, identity_key)
     assert store.credited_for(OTHER_CONTRACT, {key(THIRD), key(PATIENT)}) == {
         key(THIRD): {"enc-4"},
         key(PATIENT): set(),
@@ -565,7 +579,7 @@ def test_batches_longer_than_one_in_list_are_chunked(store: WorkerStore) -> None
         [item(f"ep-new-{n}", credited=(f"enc-{n}",)) for n in range(size)]
     )
     assert [r.credit_conflicts for r in conflicts] == [(f"enc-{n}",) for n in range(size)]
-    assert store.count_receipts() == size
+    assert count_receipts(store) == size
 
 
 def test_begin_episodes_mixed_outcomes_in_one_batch(store: WorkerStore) -> None:
@@ -627,11 +641,11 @@ def test_begin_episodes_mixed_outcomes_in_one_batch(store: WorkerStore) -> None:
         (CONTRACT, key({"patient_id": "P-7"}), "ep-second"),
         (OTHER_CONTRACT, key(PATIENT), "ep-other"),
     }
-    holder = store.open_episode(CONTRACT, "ep-holder")
+    holder = open_episode(store, CONTRACT, "ep-holder")
     assert holder is not None
     assert holder.baseline == BASELINE
     assert holder.begun_at == T0
-    assert store.count_receipts() == 1
+    assert count_receipts(store) == 1
     assert store.begin_episodes([]) == []
     [only_invalid] = store.begin_episodes([begin_item("ep-bad", identity_key="[]")])
     assert isinstance(only_invalid, ValidationError)
@@ -718,9 +732,9 @@ def test_a_reused_receipt_id_fails_the_whole_batch(store: WorkerStore) -> None:
     ):
         with pytest.raises(RewardSealError, match="already used by another episode"):
             store.commit_receipts(batch)
-        assert store.count_receipts() == 1
-        assert store.credited_record_ids(CONTRACT, key(PATIENT)) == set()
-        assert store.open_episode(CONTRACT, "ep-2") is not None
+        assert count_receipts(store) == 1
+        assert credited_record_ids(store, CONTRACT, key(PATIENT)) == set()
+        assert open_episode(store, CONTRACT, "ep-2") is not None
         assert store.highest_policy_update(CONTRACT) == 100
 
 
@@ -734,13 +748,13 @@ def test_everything_survives_reopening(open_store: Callable[[], WorkerStore]) ->
     first.close()
 
     again = open_store()
-    assert again.count_receipts() == 1
+    assert count_receipts(again) == 1
     stored = again.receipt_by_id("rid-1")
     assert stored is not None
     assert stored.envelope == b"envelope:rid-1"
     assert again.highest_policy_update(CONTRACT) == 42
-    assert again.credited_record_ids(CONTRACT, key(PATIENT)) == {"enc-1"}
-    opened = again.open_episode(CONTRACT, "ep-open")
+    assert credited_record_ids(again, CONTRACT, key(PATIENT)) == {"enc-1"}
+    opened = open_episode(again, CONTRACT, "ep-open")
     assert opened is not None
     assert opened.baseline == BASELINE
     [dup] = again.commit_receipts([item("ep-1", "rid-2")])
@@ -774,8 +788,8 @@ def test_concurrent_commits_one_episode_yield_one_receipt(
     assert len(duplicates) == threads - 1
     assert {r.duplicate_of for r in duplicates} == {winner}
     check = open_store()
-    assert check.count_receipts() == 1
-    assert check.credited_record_ids(CONTRACT, key(PATIENT)) == {f"enc-{winner[4:]}"}
+    assert count_receipts(check) == 1
+    assert credited_record_ids(check, CONTRACT, key(PATIENT)) == {f"enc-{winner[4:]}"}
 
 
 def test_concurrent_commits_of_one_episode_under_two_contracts_yield_one_receipt(
@@ -804,7 +818,7 @@ def test_concurrent_commits_of_one_episode_under_two_contracts_yield_one_receipt
     [winner] = [r.receipt_id for r in results if r.stored]
     assert {r.duplicate_of for r in results if not r.stored} == {winner}
     check = open_store()
-    assert check.count_receipts() == threads + 1
+    assert count_receipts(check) == threads + 1
     stored = check.receipt_by_episode("ep-race")
     assert stored is not None
     assert stored.receipt_id == winner
@@ -884,7 +898,7 @@ def test_concurrent_commits_across_processes_yield_one_receipt(
         stored = check.receipt_by_episode("ep-proc")
         assert stored is not None
         assert {o["duplicate_of"] for o in outputs if not o["stored"]} == {stored.receipt_id}
-        assert check.count_receipts() == 1
+        assert count_receipts(check) == 1
     finally:
         check.close()
 
@@ -934,7 +948,7 @@ def test_concurrent_multi_contract_batches_do_not_deadlock(
     with ThreadPoolExecutor(threads) as pool:
         total = sum(pool.map(run, range(threads)))
     assert total == threads * rounds * 2
-    assert open_store().count_receipts() == total
+    assert count_receipts(open_store()) == total
 
 
 def test_sqlite_pragmas_in_effect(tmp_path: Path) -> None:
@@ -1003,7 +1017,7 @@ def test_outbox_holds_every_stored_receipt_in_commit_order(
         OutboxItem("r-b", envelope_of("r-b"), 0),
         OutboxItem("r-k", envelope_of("r-k"), 0),
     ]
-    assert store.outbox_size() == 4
+    assert outbox_size(store) == 4
     created = {r: c for r, _, _, _, _, _, c in table_rows(store, receipts)}
     rows = outbox_rows(store)
     assert rows == {rid: (created[rid], 0, created[rid], None) for rid in created}
@@ -1023,14 +1037,14 @@ def test_outbox_off_writes_nothing_but_the_table_exists(
     assert result.stored
     assert "outbox" in inspect(store.engine).get_table_names()
     now = datetime.now(UTC)
-    assert store.outbox_size() == 0
+    assert outbox_size(store) == 0
     assert store.outbox_due(10, now) == []
-    assert store.outbox_oldest(now) is None
+    assert outbox_oldest(store, now) is None
     # Forwarding turned on later forwards what is committed from then on.
     later = open_store(outbox=True)
     later.commit_receipts([item("ep-2", "r-2")])
     assert due_ids(later, datetime.now(UTC)) == ["r-2"]
-    assert store.outbox_size() == 1
+    assert outbox_size(store) == 1
 
 
 def test_outbox_done_later_and_due_with_backoff(open_store: Callable[..., WorkerStore]) -> None:
@@ -1038,8 +1052,8 @@ def test_outbox_done_later_and_due_with_backoff(open_store: Callable[..., Worker
     store.commit_receipts([item("ep-1", "r-1"), item("ep-2", "r-2"), item("ep-3", "r-3")])
     [created] = {c for c, *_ in outbox_rows(store).values()}
     now = created + timedelta(seconds=5)
-    assert store.outbox_oldest(now) == 5.0
-    assert store.outbox_oldest(created - timedelta(seconds=1)) == 0.0, "never negative"
+    assert outbox_oldest(store, now) == 5.0
+    assert outbox_oldest(store, created - timedelta(seconds=1)) == 0.0, "never negative"
 
     store.outbox_later(["r-1", "missing"], error="control: unavailable", now=now, delay_seconds=30)
     assert due_ids(store, now) == ["r-2", "r-3"]
@@ -1060,17 +1074,17 @@ def test_outbox_done_later_and_due_with_backoff(open_store: Callable[..., Worker
     assert rows["r-1"][1:] == (2, now + timedelta(seconds=40.5), "x" * OUTBOX_ERROR_MAX)
     assert rows["r-2"][1:] == (1, now + timedelta(seconds=40.5), "x" * OUTBOX_ERROR_MAX)
     assert due_ids(store, now + timedelta(seconds=40)) == ["r-3"]
-    assert store.outbox_oldest(now) == 5.0, "a backed-off row still counts for the age"
+    assert outbox_oldest(store, now) == 5.0, "a backed-off row still counts for the age"
 
     store.outbox_done(["r-2", "missing"])
     store.outbox_done([])
     store.outbox_later([], error="unused", now=now, delay_seconds=1)
-    assert store.outbox_size() == 2
+    assert outbox_size(store) == 2
     assert due_ids(store, now + timedelta(hours=1)) == ["r-1", "r-3"]
     store.outbox_done(("r-1", "r-3", "r-3"))
-    assert store.outbox_size() == 0
-    assert store.outbox_oldest(now) is None
-    assert store.count_receipts() == 3, "forwarding never touches the receipts"
+    assert outbox_size(store) == 0
+    assert outbox_oldest(store, now) is None
+    assert count_receipts(store) == 3, "forwarding never touches the receipts"
 
     with pytest.raises(ValidationError):
         store.outbox_due(0, now)
@@ -1098,8 +1112,8 @@ def test_outbox_rows_roll_back_with_a_failed_batch(
     finally:
         event.remove(store.engine, "before_cursor_execute", fail_on_ledger)
     assert "INSERT INTO outbox" in seen, "the outbox row was written before the failure"
-    assert store.outbox_size() == 0
-    assert store.count_receipts() == 0
+    assert outbox_size(store) == 0
+    assert count_receipts(store) == 0
 
     # A batch refused as a whole (a reused receipt id) leaves no outbox row either.
     store.commit_receipts([item("ep-1", "r-1")])
@@ -1120,7 +1134,7 @@ def test_outbox_adds_one_statement_to_a_commit(open_store: Callable[..., WorkerS
             )
         counts.append(len(writes))
     assert counts == [7, 7]  # test_batch_reads_and_commit_...: 6, and the outbox insert
-    assert store.outbox_size() == 1 + 2 + 64
+    assert outbox_size(store) == 1 + 2 + 64
 
 
 _COMMIT_AND_CRASH = """

@@ -15,6 +15,7 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
 from support.mockmed_episodes import descriptor, write_triage
+from support.worker_store import count_receipts
 from worker.conftest import RunningStack
 
 from rewardseal.v1 import worker_service_pb2 as pb
@@ -147,7 +148,7 @@ async def test_invalid_argument_rows(stack: RunningStack, change: dict, reason: 
     code, got, _ = await wire_error(stack, "ScoreEpisode", request)
     assert (code, got) == (grpc.StatusCode.INVALID_ARGUMENT, reason)
     # Nothing was stored for the refused episode.
-    assert stack.app.store.count_receipts() == 0
+    assert count_receipts(stack.app.store) == 0
 
 
 async def test_identity_conflict_with_registration(stack: RunningStack) -> None:
@@ -375,4 +376,4 @@ async def test_sixty_four_concurrent_calls_one_episode_one_receipt(stack: Runnin
     assert len(errors) == 63
     assert {getattr(e, "reason", None) for e in errors} == {"duplicate_episode"}
     assert {e.metadata["receipt_id"] for e in errors} == {receipts[0].receipt.receipt_id}
-    assert stack.app.store.count_receipts() == 1
+    assert count_receipts(stack.app.store) == 1

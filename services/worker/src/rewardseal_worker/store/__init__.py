@@ -1,0 +1,126 @@
+"""The worker's durable store (R-W-3, R-W-7, R-W-8): open episodes, receipts, credits, ledger,
+and the outbox of receipts to forward to the control plane (R-C-5).
+
+SQLAlchemy 2 Core over SQLite (the default; WAL, ``synchronous=FULL``, ``busy_timeout``) or
+PostgreSQL (``postgresql+psycopg://...``). Every write is one transaction and is durable when the
+method returns.
+
+The store is set-based: a scoring batch costs a constant number of statements, whatever its
+size (lists of ids are bound as ``IN`` parameters, in chunks of :data:`IN_CHUNK`). The batch
+methods are :meth:`WorkerStore.lookup` and :meth:`WorkerStore.credited_for` (the reads before
+judging), :meth:`WorkerStore.commit_receipts` and :meth:`WorkerStore.begin_episodes`; receipts
+are also read one at a time, by id or episode.
+
+Concurrency model, which holds across threads, processes and replicas sharing one PostgreSQL:
+
+* SQLite: every write transaction starts with ``BEGIN IMMEDIATE``, so writers are serialized by
+  the database lock (waiting up to ``busy_timeout``) and a read-then-write never fails midway.
+  Threads sharing one ``WorkerStore`` queue on an in-process lock first (the write gate of
+  :class:`~rewardseal.sqlstore.StoreEngine`).
+* PostgreSQL (READ COMMITTED): ``commit_receipts`` first locks (``SELECT ... ORDER BY ... FOR
+  UPDATE``, creating missing rows) the policy-ledger row of every contract in the batch, in
+  sorted order. Everything a receipt commit checks for a contract (existing receipts of its
+  episodes, ledger, credited records) is read after that lock is held, so those reads are
+  authoritative against every other writer of that contract. ``begin_episodes`` locks the open
+  registrations it reads (``FOR UPDATE``).
+* Both: rows are inserted with ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` and the number
+  of rows inserted is checked against what was decided. A shortfall means a concurrent writer
+  the locks do not cover won a row (the same episode id committed under another contract, or an
+  open registration inserted between our read and our insert): the whole transaction is rolled
+  back and run again, and its reads then see the winner. Nothing is ever stored partially.
+  Deadlocks and serialization failures (SQLSTATE 40P01 / 40001) are retried the same way.
+
+The store is made of parts, one module each, behind this facade: :mod:`.schema` (tables and
+statements), :mod:`.episodes` (open registrations), :mod:`.receipts` (batch reads, the commit,
+credits, the ledger), :mod:`.outbox` (receipts to forward to control, R-C-5) and :mod:`.state`
+(named values that only rise). Callers import from here.
+
+The SQL plumbing (URLs, engine, transactions, error mapping) is :mod:`rewardseal.sqlstore`.
+Only :mod:`rewardseal.errors` classes leave this package: a database that cannot be reached
+becomes :class:`~rewardseal.errors.Unavailable`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Engine
+
+from rewardseal.sqlstore import IN_CHUNK, StoreEngine
+from rewardseal_worker.store.core import STORE_NAME
+from rewardseal_worker.store.episodes import BeginItem, EpisodeStore, OpenEpisode
+from rewardseal_worker.store.outbox import OUTBOX_ERROR_MAX, OutboxItem, OutboxStore
+from rewardseal_worker.store.receipts import (
+    BatchLookup,
+    CommitResult,
+    ReceiptStore,
+    ReceiptToCommit,
+    StoredReceipt,
+)
+from rewardseal_worker.store.schema import create_schema
+from rewardseal_worker.store.state import REVOCATION_VERSION, StateStore
+
+__all__ = [
+    "IN_CHUNK",
+    "OUTBOX_ERROR_MAX",
+    "REVOCATION_VERSION",
+    "BatchLookup",
+    "BeginItem",
+    "CommitResult",
+    "OpenEpisode",
+    "OutboxItem",
+    "ReceiptToCommit",
+    "StoredReceipt",
+    "WorkerStore",
+]
+
+
+class WorkerStore(EpisodeStore, ReceiptStore, OutboxStore, StateStore):
+    """Durable worker state on SQLite (default) or PostgreSQL, shared safely by many processes.
+
+    Thread-safe: one instance may be used from many threads (a connection pool backs it). Its
+    methods come from its parts: :class:`~.episodes.EpisodeStore`,
+    :class:`~.receipts.ReceiptStore`, :class:`~.outbox.OutboxStore` and
+    :class:`~.state.StateStore`.
+    """
+
+    def __init__(self, url: str, *, outbox: bool = False) -> None:
+        """Open the store at a SQLAlchemy URL and create the tables if missing.
+
+        ``sqlite:///path/to/file.db`` or ``postgresql+psycopg://user@host:port/db``
+        (``postgresql://`` and ``postgres://`` select psycopg too). ``outbox``: every receipt
+        :meth:`commit_receipts` stores also gets an outbox row, in the same transaction, for
+        forwarding to the control plane (the outbox table exists either way).
+
+        Raises:
+            ValidationError: the URL is not usable.
+            Unavailable: the database cannot be reached.
+        """
+        db = StoreEngine(url, what=STORE_NAME)
+        super().__init__(db, outbox=outbox)
+        try:
+            create_schema(db)
+        except BaseException:
+            db.dispose()
+            raise
+
+    @property
+    def dialect(self) -> str:
+        """``"sqlite"`` or ``"postgresql"``."""
+        return self._db.backend
+
+    @property
+    def outbox_enabled(self) -> bool:
+        """True when :meth:`commit_receipts` writes outbox rows."""
+        return self._outbox
+
+    @property
+    def engine(self) -> Engine:
+        """The underlying engine (for diagnostics and tests)."""
+        return self._db.engine
+
+    def ping(self) -> None:
+        """Check that the database answers; raise :class:`Unavailable` if it does not."""
+        self._db.ping()
+
+    def close(self) -> None:
+        """Close every pooled connection. The store must not be used afterwards."""
+        self._db.dispose()

@@ -1,0 +1,41 @@
+"""What the parts of the worker store share: the engine, the outbox switch, the insert statements.
+
+:class:`~rewardseal_worker.store.WorkerStore` is made of parts (episodes, receipts, outbox,
+worker state), one module each; every part is a :class:`StorePart`, so all of them run on the
+one engine and its transaction rules (:class:`~rewardseal.sqlstore.StoreEngine`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy.engine import Row
+
+from rewardseal.sqlstore import StoreEngine
+from rewardseal_worker.store.schema import Inserts
+
+STORE_NAME = "worker store"
+"""How errors and the engine name this store."""
+
+
+class StorePart:
+    """The state every part of the store works with.
+
+    Parts add methods only; the store is built once, by
+    :meth:`WorkerStore.__init__ <rewardseal_worker.store.WorkerStore>`.
+    """
+
+    def __init__(self, db: StoreEngine, *, outbox: bool) -> None:
+        """Share ``db`` and build its backend's insert statements once.
+
+        ``outbox``: every receipt a commit stores also gets an outbox row (see
+        :mod:`rewardseal_worker.store.outbox`).
+        """
+        self._db = db
+        self._outbox = outbox
+        self._inserts = Inserts.for_engine(db)
+
+
+def as_dict(rows: Iterable[Row[str, str]]) -> dict[str, str]:
+    """Two-column rows as a mapping of the first column to the second."""
+    return {first: second for first, second in rows}

@@ -1,0 +1,389 @@
+"""Receipts, credits and the policy ledger (R-W-3, R-W-7, R-W-8): reads before judging, the
+commit after it, and receipts by id or episode.
+
+:meth:`ReceiptStore.lookup` and :meth:`ReceiptStore.credited_for` are the reads a scoring batch
+makes before judging; :meth:`ReceiptStore.commit_receipts` stores the signed receipts of a batch
+in one transaction: exactly one receipt per episode, one credit per record and contract, a
+ledger that never goes back (and, with ``max_jump``, never jumps too far forward), the episodes'
+open registrations closed and, with the outbox on, one outbox row per receipt stored.
+
+Concurrency: on PostgreSQL a commit first locks the ledger rows of its contracts in sorted order
+(creating missing rows), so everything it checks for a contract is read under that lock; an
+insert that falls short means a writer the lock does not cover won a row, and the transaction
+is run again (:class:`~rewardseal.sqlstore.LostRace`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+from typing import Any
+
+from sqlalchemy.engine import Connection, Row
+
+from rewardseal.errors import RewardSealError
+from rewardseal.sqlstore import IN_CHUNK, LostRace, chunks
+from rewardseal_worker.store import schema
+from rewardseal_worker.store.core import StorePart, as_dict
+from rewardseal_worker.store.episodes import OpenEpisode, open_episode_of
+from rewardseal_worker.store.outbox import outbox_rows
+
+
+@dataclass(frozen=True)
+class StoredReceipt:
+    """A committed receipt as kept by the worker."""
+
+    receipt_id: str
+    episode_id: str
+    contract_digest: str
+    envelope: bytes
+    """The serialized ``SignedEnvelope`` of the receipt."""
+    evidence: bytes
+    """Canonical JSON of the evidence document (its digest is on the receipt)."""
+
+
+@dataclass(frozen=True)
+class ReceiptToCommit:
+    """One signed receipt to store, with what its commit must record."""
+
+    receipt_id: str
+    episode_id: str
+    contract_digest: str
+    policy_update: int
+    identity_key: str | None
+    """Canonical identity string (``canonical_json(identity).decode()``), or None if unknown."""
+    envelope: bytes
+    evidence: bytes
+    credited_record_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What happened to one :class:`ReceiptToCommit`.
+
+    Exactly one of these holds: the receipt was stored (``duplicate_of`` is None, ``regressed``
+    and ``jumped`` are False and ``credit_conflicts`` is empty); the episode already had a
+    receipt (``duplicate_of`` names it); the policy update went backwards (``regressed``); it
+    went further forward than one call may move the ledger (``jumped``); or a record to credit
+    is already credited to another receipt (``credit_conflicts`` names them: the caller must
+    judge again with the fresh credited set). Only in the first case was anything stored for
+    the item.
+    """
+
+    receipt_id: str
+    duplicate_of: str | None = None
+    regressed: bool = False
+    credit_conflicts: tuple[str, ...] = ()
+    jumped: bool = False
+
+    @property
+    def stored(self) -> bool:
+        """True when this item's receipt was committed by this call."""
+        return (
+            self.duplicate_of is None
+            and not self.regressed
+            and not self.jumped
+            and not self.credit_conflicts
+        )
+
+
+@dataclass(frozen=True)
+class BatchLookup:
+    """What a scoring batch needs to know about its episodes before judging (one read)."""
+
+    receipts: Mapping[str, str]
+    """episode_id -> receipt_id, for the episodes that already have a receipt (any contract)."""
+    open: Mapping[str, OpenEpisode]
+    """episode_id -> registration, for the episodes open on the looked-up contract."""
+    highest: int | None
+    """The contract's highest committed policy update, or None if none was (R-W-7)."""
+
+
+def stored_receipt(row: Row[*tuple[Any, ...]] | None) -> StoredReceipt | None:
+    """A :class:`StoredReceipt` from a row of ``receipts``, or None for no row."""
+    if row is None:
+        return None
+    return StoredReceipt(
+        receipt_id=row.receipt_id,
+        episode_id=row.episode_id,
+        contract_digest=row.contract_digest,
+        envelope=bytes(row.envelope),
+        evidence=bytes(row.evidence),
+    )
+
+
+class ReceiptStore(StorePart):
+    """The receipt, credit and ledger part of :class:`~rewardseal_worker.store.WorkerStore`."""
+
+    def lookup(self, contract_digest: str, episode_ids: Sequence[str]) -> BatchLookup:
+        """Everything scoring needs to know about a batch before judging, in one read.
+
+        Three queries (more only past :data:`IN_CHUNK` ids) on one connection: the episodes'
+        open registrations on ``contract_digest``, their existing receipts, and the contract's
+        highest committed policy update. On SQLite they share one read transaction (one
+        snapshot). On PostgreSQL (READ COMMITTED, where each statement takes its own snapshot
+        even inside a transaction) they run in autocommit, registrations first: a commit that
+        lands between the two reads can then only make an episode look registered *and*
+        receipted (reported as a duplicate), never neither. Advisory: :meth:`commit_receipts`
+        checks again under its lock.
+        """
+        wanted = list(dict.fromkeys(episode_ids))
+
+        def work(conn: Connection) -> BatchLookup:
+            found: dict[str, str] = {}
+            registered: dict[str, OpenEpisode] = {}
+            for chunk in chunks(wanted):
+                rows = conn.execute(
+                    schema.OPEN_EPISODES, {"contract_digest": contract_digest, "episode_ids": chunk}
+                )
+                registered.update((row.episode_id, open_episode_of(row)) for row in rows)
+            for chunk in chunks(wanted):
+                found.update(
+                    as_dict(conn.execute(schema.RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
+                )
+            highest = conn.execute(schema.HIGHEST, {"contract_digest": contract_digest}).scalar()
+            return BatchLookup(
+                receipts=MappingProxyType(found),
+                open=MappingProxyType(registered),
+                highest=None if highest is None else int(highest),
+            )
+
+        return self._db.read(work, snapshot=True)
+
+    def credited_for(
+        self, contract_digest: str, identity_keys: Collection[str]
+    ) -> dict[str, set[str]]:
+        """For each identity key, the ids of the records already credited for the contract.
+
+        Records credited by receipts committed without an identity key count for every
+        identity (they cannot be attributed to one), in one query (more only
+        past :data:`IN_CHUNK` keys). Keys with no credited record map to an empty set.
+        """
+        keys = sorted(set(identity_keys))
+        if not keys:
+            return {}
+
+        def work(conn: Connection) -> dict[str, set[str]]:
+            credited: dict[str, set[str]] = {k: set() for k in keys}
+            anonymous: set[str] = set()
+            for number, chunk in enumerate(chunks(keys)):
+                statement = (
+                    schema.CREDITED_BY_KEYS_AND_ANONYMOUS
+                    if number == 0
+                    else schema.CREDITED_BY_KEYS
+                )
+                rows = conn.execute(
+                    statement, {"contract_digest": contract_digest, "identity_keys": chunk}
+                )
+                for identity_key, record_id in rows:
+                    if identity_key is None:
+                        anonymous.add(record_id)
+                    else:
+                        credited[identity_key].add(record_id)
+            if anonymous:
+                for records in credited.values():
+                    records |= anonymous
+            return credited
+
+        return self._db.read(work, snapshot=len(keys) > IN_CHUNK)
+
+    def receipt_by_episode(self, episode_id: str) -> StoredReceipt | None:
+        """The receipt of an episode, or None."""
+        return self._db.read(
+            lambda conn: stored_receipt(
+                conn.execute(schema.RECEIPT_BY_EPISODE, {"episode_id": episode_id}).one_or_none()
+            )
+        )
+
+    def receipt_by_id(self, receipt_id: str) -> StoredReceipt | None:
+        """A receipt by its id, or None."""
+        return self._db.read(
+            lambda conn: stored_receipt(
+                conn.execute(schema.RECEIPT_BY_ID, {"receipt_id": receipt_id}).one_or_none()
+            )
+        )
+
+    def highest_policy_update(self, contract_digest: str) -> int | None:
+        """The highest policy update committed for a contract, or None if none was (R-W-7)."""
+
+        def work(conn: Connection) -> int | None:
+            value = conn.execute(schema.HIGHEST, {"contract_digest": contract_digest}).scalar()
+            return None if value is None else int(value)
+
+        return self._db.read(work)
+
+    def commit_receipts(
+        self, items: Sequence[ReceiptToCommit], *, max_jump: int | None = None
+    ) -> list[CommitResult]:
+        """Commit a batch of receipts in ONE transaction; one result per item, in order.
+
+        Items are applied in order; per item, the first check that fires wins:
+
+        1. the episode already has a receipt (stored before, or earlier in this batch) ->
+           ``duplicate_of`` = that receipt's id;
+        2. ``policy_update`` is below the contract's highest committed update (before, or by
+           an earlier item of this batch) -> ``regressed``;
+        2b. with ``max_jump`` set, ``policy_update`` is more than ``max_jump`` above the
+           contract's highest update *as it was before this transaction* -> ``jumped``. On an
+           empty ledger the first item stored by this transaction stands in for it: the first
+           episode of a contract may start at any update, but one transaction never moves the
+           ledger more than ``max_jump`` past where it started, however many items it holds;
+        3. a record to credit is already credited for the contract (before, or to an earlier
+           item of this batch) -> ``credit_conflicts`` (sorted);
+        4. otherwise the receipt is inserted, its records credited, the episode's open
+           registration closed and the ledger raised to ``max(highest, policy_update)``; with
+           the outbox on, an outbox row is inserted for it (due at once).
+
+        Nothing is stored for an item in cases 1-3. Set-based: after the contracts' ledger rows
+        are locked, one query each reads the batch's existing receipts and credited records,
+        the items are decided here, and the rows are written with one statement per table.
+        Durable before return.
+
+        Raises:
+            RewardSealError: a receipt id is already used by another episode (nothing of the
+                batch is stored).
+        """
+        if not items:
+            return []
+        batch = list(items)
+        contracts = sorted({entry.contract_digest for entry in batch})
+        episode_ids = list(dict.fromkeys(entry.episode_id for entry in batch))
+        record_ids = sorted({r for entry in batch for r in entry.credited_record_ids})
+
+        def work(conn: Connection) -> list[CommitResult]:
+            highest = self._lock_ledgers(conn, contracts)
+            before = dict(highest)
+            # Where each contract's ledger stood when this transaction began (see 2b).
+            base = dict(before)
+            existing: dict[str, str] = {}
+            for chunk in chunks(episode_ids):
+                existing.update(
+                    as_dict(conn.execute(schema.RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
+                )
+            taken: set[tuple[str, str]] = set()
+            for chunk in chunks(record_ids):
+                rows = conn.execute(
+                    schema.TAKEN_RECORDS, {"contracts": contracts, "record_ids": chunk}
+                )
+                taken.update((contract, record_id) for contract, record_id in rows)
+            now = datetime.now(UTC)
+            results: list[CommitResult] = []
+            receipt_rows: list[dict[str, Any]] = []
+            credit_rows: list[dict[str, Any]] = []
+            for entry in batch:
+                contract = entry.contract_digest
+                duplicate_of = existing.get(entry.episode_id)
+                if duplicate_of is not None:
+                    results.append(CommitResult(entry.receipt_id, duplicate_of=duplicate_of))
+                    continue
+                current = highest[contract]
+                if current is not None and entry.policy_update < current:
+                    results.append(CommitResult(entry.receipt_id, regressed=True))
+                    continue
+                start = base[contract]
+                if (
+                    max_jump is not None
+                    and start is not None
+                    and entry.policy_update > start + max_jump
+                ):
+                    results.append(CommitResult(entry.receipt_id, jumped=True))
+                    continue
+                wanted = sorted(set(entry.credited_record_ids))
+                conflicts = tuple(r for r in wanted if (contract, r) in taken)
+                if conflicts:
+                    results.append(CommitResult(entry.receipt_id, credit_conflicts=conflicts))
+                    continue
+                existing[entry.episode_id] = entry.receipt_id
+                taken.update((contract, r) for r in wanted)
+                if start is None:
+                    base[contract] = entry.policy_update
+                highest[contract] = (
+                    entry.policy_update if current is None else max(current, entry.policy_update)
+                )
+                receipt_rows.append(
+                    {
+                        "receipt_id": entry.receipt_id,
+                        "episode_id": entry.episode_id,
+                        "contract_digest": contract,
+                        "policy_update": entry.policy_update,
+                        "envelope": entry.envelope,
+                        "evidence": entry.evidence,
+                        "created_at": now,
+                    }
+                )
+                credit_rows.extend(
+                    {
+                        "contract_digest": contract,
+                        "record_id": record_id,
+                        "receipt_id": entry.receipt_id,
+                        "identity_key": entry.identity_key,
+                    }
+                    for record_id in wanted
+                )
+                results.append(CommitResult(entry.receipt_id))
+            if receipt_rows:
+                self._write_receipts(conn, receipt_rows)
+                if self._outbox:
+                    conn.execute(schema.INSERT_OUTBOX, outbox_rows(receipt_rows))
+            if credit_rows:
+                inserted = conn.execute(self._inserts.credits, credit_rows).all()
+                if len(inserted) != len(credit_rows):
+                    # Read free under the contracts' locks: a conflict is a bug. Fail the whole
+                    # batch rather than credit a record twice.
+                    raise RewardSealError("worker store error (a record was credited twice)")
+            closed = [row["episode_id"] for row in receipt_rows]
+            for chunk in chunks(closed):
+                conn.execute(schema.CLOSE_OPEN_EPISODES, {"episode_ids": chunk})
+            raised = [
+                {"b_contract": contract, "b_highest": value}
+                for contract, value in highest.items()
+                if value != before[contract]
+            ]
+            if raised:
+                conn.execute(schema.RAISE_LEDGER, raised)
+            return results
+
+        return self._db.write(work)
+
+    def _lock_ledgers(self, conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
+        """Lock (creating if missing) the ledger rows of ``contracts`` (sorted); their values."""
+        rows = self._read_ledgers(conn, contracts)
+        missing = [contract for contract in contracts if contract not in rows]
+        if missing:
+            conn.execute(
+                self._inserts.ledgers,
+                [{"contract_digest": contract, "highest_update": None} for contract in missing],
+            )
+            rows = self._read_ledgers(conn, contracts)
+        return {contract: rows[contract] for contract in contracts}
+
+    @staticmethod
+    def _read_ledgers(conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
+        values: dict[str, int | None] = {}
+        for chunk in chunks(contracts):
+            for contract, value in conn.execute(schema.LOCK_LEDGERS, {"contracts": chunk}):
+                values[contract] = None if value is None else int(value)
+        return values
+
+    def _write_receipts(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+        """Insert the decided receipts; all of them, or roll the transaction back."""
+        inserted = set(conn.execute(self._inserts.receipts, rows).scalars())
+        if len(inserted) == len(rows):
+            return
+        # Not inserted: the receipt id is taken (by another episode), or the episode got its
+        # receipt from a concurrent commit under another contract (whose lock we do not hold).
+        skipped = [row for row in rows if row["episode_id"] not in inserted]
+        owners: dict[str, str] = {}
+        for chunk in chunks([row["receipt_id"] for row in skipped]):
+            owners.update(
+                as_dict(conn.execute(schema.EPISODES_OF_RECEIPT_IDS, {"receipt_ids": chunk}))
+            )
+        for row in skipped:
+            owner = owners.get(row["receipt_id"])
+            if owner is not None and owner != row["episode_id"]:
+                raise RewardSealError(
+                    f"receipt id {row['receipt_id']!r} is already used by another episode"
+                )
+        raise LostRace("receipt committed concurrently")

@@ -1,0 +1,292 @@
+"""The worker store's tables and the statements its parts run (R-W-3, R-W-7, R-W-8, R-C-5).
+
+Tables: ``open_episodes`` (one registration per contract and identity), ``receipts``,
+``credited_records`` (one credit per contract and record), ``policy_ledger`` (the highest policy
+update committed per contract), ``outbox`` (receipts waiting for control) and ``worker_state``
+(named values that only rise). :func:`create_schema` creates what is missing.
+
+Statements are built here once and shared by the parts of
+:class:`~rewardseal_worker.store.WorkerStore`; the backend-specific ``INSERT ... ON CONFLICT DO
+NOTHING`` statements are built per store by :class:`Inserts`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    ForeignKey,
+    Index,
+    Insert,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Connection
+
+from rewardseal.sqlstore import StoreEngine, UTCDateTime
+
+SCHEMA_LOCK_KEY = 0x7265_7761_7264
+"""``pg_advisory_xact_lock`` key serializing ``CREATE TABLE`` across processes."""
+
+metadata = MetaData()
+
+open_episodes = Table(
+    "open_episodes",
+    metadata,
+    Column("contract_digest", String, primary_key=True),
+    Column("identity_key", String, primary_key=True),
+    Column("episode_id", String, nullable=False, unique=True),
+    Column("identity", JSON, nullable=False),
+    Column("baseline", JSON(none_as_null=True), nullable=True),
+    Column("begun_at", UTCDateTime, nullable=False),
+)
+
+receipts = Table(
+    "receipts",
+    metadata,
+    Column("receipt_id", String, primary_key=True),
+    Column("episode_id", String, nullable=False, unique=True),
+    Column("contract_digest", String, nullable=False),
+    Column("policy_update", BigInteger, nullable=False),
+    Column("envelope", LargeBinary, nullable=False),
+    Column("evidence", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+credited_records = Table(
+    "credited_records",
+    metadata,
+    Column("contract_digest", String, primary_key=True),
+    Column("record_id", String, primary_key=True),
+    Column("receipt_id", String, ForeignKey("receipts.receipt_id"), nullable=False),
+    # The identity the crediting episode was judged for (None when the item carried none).
+    Column("identity_key", String, nullable=True),
+    Index("ix_credited_records_identity", "contract_digest", "identity_key"),
+)
+
+policy_ledger = Table(
+    "policy_ledger",
+    metadata,
+    Column("contract_digest", String, primary_key=True),
+    # NULL: the row exists (it serves as the contract's lock) but nothing was committed yet.
+    Column("highest_update", BigInteger, nullable=True),
+)
+
+# Receipts waiting to be forwarded to the control plane (R-C-5); a row is deleted once control
+# has recorded its receipt.
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("receipt_id", String, ForeignKey("receipts.receipt_id"), primary_key=True),
+    Column("envelope", LargeBinary, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    # The receipt's place among those its commit stored: orders rows of one commit (they share
+    # created_at) as the batch did.
+    Column("batch_index", Integer, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", UTCDateTime, nullable=False),
+    # Why the last attempt failed: text the forwarder wrote, never record contents.
+    Column("last_error", String, nullable=True),
+    Index("ix_outbox_due", "next_attempt_at"),
+    Index("ix_outbox_age", "created_at", "batch_index"),
+)
+
+# Small facts the worker keeps across restarts, by name (e.g. the highest revocation-list version
+# it accepted, so a restart cannot be fed an older list). Values only ever rise.
+worker_state = Table(
+    "worker_state",
+    metadata,
+    Column("name", String, primary_key=True),
+    Column("int_value", BigInteger, nullable=False),
+)
+
+# ---------------------------------------------------------------------- statements
+#
+# Built once: SQLAlchemy caches a statement's compiled form, and reusing the same object skips
+# building the expression and its cache key on every call. Lists are expanding bind parameters.
+
+RECEIPT_BY_EPISODE = select(
+    receipts.c.receipt_id,
+    receipts.c.episode_id,
+    receipts.c.contract_digest,
+    receipts.c.envelope,
+    receipts.c.evidence,
+).where(receipts.c.episode_id == bindparam("episode_id"))
+
+RECEIPT_BY_ID = select(
+    receipts.c.receipt_id,
+    receipts.c.episode_id,
+    receipts.c.contract_digest,
+    receipts.c.envelope,
+    receipts.c.evidence,
+).where(receipts.c.receipt_id == bindparam("receipt_id"))
+
+RECEIPT_IDS_OF_EPISODES = select(receipts.c.episode_id, receipts.c.receipt_id).where(
+    receipts.c.episode_id.in_(bindparam("episode_ids", expanding=True))
+)
+
+EPISODES_OF_RECEIPT_IDS = select(receipts.c.receipt_id, receipts.c.episode_id).where(
+    receipts.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
+)
+
+OPEN_EPISODES = select(
+    open_episodes.c.episode_id,
+    open_episodes.c.identity_key,
+    open_episodes.c.identity,
+    open_episodes.c.baseline,
+    open_episodes.c.begun_at,
+).where(
+    open_episodes.c.contract_digest == bindparam("contract_digest"),
+    open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True)),
+)
+
+# The registrations a batch of begins can meet: its episode ids anywhere, and its (contract,
+# identity) slots (the contract x identity product, filtered in Python), locked in one order.
+OPEN_FOR_BEGIN = (
+    select(
+        open_episodes.c.contract_digest,
+        open_episodes.c.identity_key,
+        open_episodes.c.episode_id,
+        open_episodes.c.begun_at,
+    )
+    .where(
+        or_(
+            open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True)),
+            and_(
+                open_episodes.c.contract_digest.in_(bindparam("contracts", expanding=True)),
+                open_episodes.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
+            ),
+        )
+    )
+    .order_by(open_episodes.c.contract_digest, open_episodes.c.identity_key)
+    .with_for_update()
+)
+
+CLOSE_OPEN_EPISODES = delete(open_episodes).where(
+    open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True))
+)
+
+HIGHEST = select(policy_ledger.c.highest_update).where(
+    policy_ledger.c.contract_digest == bindparam("contract_digest")
+)
+
+# FOR UPDATE is applied after ORDER BY in PostgreSQL: the rows are locked in sorted order.
+LOCK_LEDGERS = (
+    select(policy_ledger.c.contract_digest, policy_ledger.c.highest_update)
+    .where(policy_ledger.c.contract_digest.in_(bindparam("contracts", expanding=True)))
+    .order_by(policy_ledger.c.contract_digest)
+    .with_for_update()
+)
+
+RAISE_LEDGER = (
+    update(policy_ledger)
+    .where(policy_ledger.c.contract_digest == bindparam("b_contract"))
+    .values(highest_update=bindparam("b_highest"))
+)
+
+CREDITED_BY_KEYS_AND_ANONYMOUS = select(
+    credited_records.c.identity_key, credited_records.c.record_id
+).where(
+    credited_records.c.contract_digest == bindparam("contract_digest"),
+    or_(
+        credited_records.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
+        credited_records.c.identity_key.is_(None),
+    ),
+)
+
+CREDITED_BY_KEYS = select(credited_records.c.identity_key, credited_records.c.record_id).where(
+    credited_records.c.contract_digest == bindparam("contract_digest"),
+    credited_records.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
+)
+
+# Credited (contract, record) pairs among a batch's records (contract x record product, filtered
+# in Python: a batch almost always has one contract).
+TAKEN_RECORDS = select(credited_records.c.contract_digest, credited_records.c.record_id).where(
+    credited_records.c.contract_digest.in_(bindparam("contracts", expanding=True)),
+    credited_records.c.record_id.in_(bindparam("record_ids", expanding=True)),
+)
+
+
+INSERT_OUTBOX = insert(outbox)
+
+OUTBOX_DUE = (
+    select(outbox.c.receipt_id, outbox.c.envelope, outbox.c.attempts)
+    .where(outbox.c.next_attempt_at <= bindparam("now", type_=UTCDateTime))
+    .order_by(outbox.c.created_at, outbox.c.batch_index, outbox.c.receipt_id)
+    .limit(bindparam("limit", type_=Integer))
+)
+
+OUTBOX_DONE = delete(outbox).where(
+    outbox.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
+)
+
+OUTBOX_LATER = (
+    update(outbox)
+    .where(outbox.c.receipt_id.in_(bindparam("receipt_ids", expanding=True)))
+    .values(
+        attempts=outbox.c.attempts + 1,
+        next_attempt_at=bindparam("b_next", type_=UTCDateTime),
+        last_error=bindparam("b_error", type_=String),
+    )
+)
+
+STATE_VALUE = select(worker_state.c.int_value).where(worker_state.c.name == bindparam("name"))
+# Raise only: a lower value (an older run, a slower replica) never lowers what is stored.
+STATE_RAISE = (
+    update(worker_state)
+    .where(worker_state.c.name == bindparam("b_name"))
+    .where(worker_state.c.int_value < bindparam("b_value"))
+    .values(int_value=bindparam("b_value"))
+)
+
+
+# ---------------------------------------------------------------------- per backend
+
+
+@dataclass(frozen=True)
+class Inserts:
+    """The ``INSERT ... ON CONFLICT DO NOTHING`` statements of one store's backend.
+
+    Those that return a key return it for the rows actually inserted, so a shortfall names
+    exactly what a concurrent writer won.
+    """
+
+    receipts: Insert
+    credits: Insert
+    open_episodes: Insert
+    ledgers: Insert
+    state: Insert
+
+    @classmethod
+    def for_engine(cls, db: StoreEngine) -> Inserts:
+        """Build the statements once for ``db``'s backend."""
+        return cls(
+            receipts=db.insert_ignore(receipts).returning(receipts.c.episode_id),
+            credits=db.insert_ignore(credited_records).returning(credited_records.c.record_id),
+            open_episodes=db.insert_ignore(open_episodes).returning(open_episodes.c.episode_id),
+            ledgers=db.insert_ignore(policy_ledger),
+            state=db.insert_ignore(worker_state),
+        )
+
+
+def create_schema(db: StoreEngine) -> None:
+    """Create missing tables, serialized against other processes doing the same."""
+
+    def create(conn: Connection) -> None:
+        db.advisory_lock(conn, SCHEMA_LOCK_KEY)
+        metadata.create_all(conn, checkfirst=True)
+
+    db.write(create)
