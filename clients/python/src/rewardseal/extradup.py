@@ -9,8 +9,10 @@ with a JSON *action report*::
 
 optionally with ``"evidence": {"tier": 0, "screen_text": "Saved"}``, ``"halted": true`` and
 ``"claim": "<free text the policy says about its own effect>"``. :func:`replay` applies the
-report to an :class:`InMemoryStore`; :func:`sor_check` compares the store before and after, and
-:func:`seal_verdict` turns that read into ``VERIFIED`` or ``REFUSED``.
+report to an :class:`InMemoryStore`; :func:`sor_check` judges the store before and after with the
+core judge (:func:`rewardseal.judging.judge_snapshots` on :meth:`WriteSpec.effect`, the same
+findings the worker refuses for), and :func:`seal_verdict` turns that read into ``VERIFIED`` or
+``REFUSED``.
 
 Only the store decides. Evidence, claims, the ``submitted`` flag and the ``halted`` flag are what
 the policy *says*; they are recorded beside the verdict and never enter it. Evidence below tier 2

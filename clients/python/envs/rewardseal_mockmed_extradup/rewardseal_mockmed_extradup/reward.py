@@ -2,9 +2,10 @@
 
 :func:`certify_completion` is the one scoring path. It parses the policy's JSON action report
 with ``extradup.parse_action_report``, replays it on a fresh ``InMemoryStore``, reads the
-collection before and after with ``sor_check`` and pays 1.0 only when ``seal_verdict`` says
-``VERIFIED``. The environment, :mod:`.certify` and the scripted checks all call it, so the
-number a trainer sees and the number the corpus certifies come from the same code.
+collection before and after with ``sor_check`` (the core judge, ``rewardseal.judging``, the one
+the worker scores with) and pays 1.0 only when ``seal_verdict`` says ``VERIFIED``. The
+environment, :mod:`.certify` and the scripted checks all call it, so the number a trainer sees
+and the number the corpus certifies come from the same code.
 
 There is no tier-0 path: screen text, banners, claims and the ``submitted``/``halted`` flags are
 what the policy says, and they are recorded beside the verdict, never in it.
