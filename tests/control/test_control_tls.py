@@ -31,9 +31,9 @@ from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal_control.app import ensure_organization_key
 from rewardseal_control.cli import CLIENT_TLS_ENV, main
-from rewardseal_control.store import ControlStore
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
+from rewardseal_control.store import ControlStore
 
 CONTRACT = mockmed_contract()
 DIGEST = contract_digest(CONTRACT)

@@ -141,7 +141,7 @@ async def test_worker_holds_no_admin_credential(
     try:
         await asyncio.wait_for(link_of(stack).registered.wait(), 20)
         # The worker registered its own key with the worker credential alone.
-        registered = control.store.get_issuer_key(stack.app.key.key_id)
+        registered = control.store.keys.get_issuer_key(stack.app.key.key_id)
         assert registered.role == IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
         certificate_id = await issue_certificate(control, data_dir, stack.digest)
         channel, stub = control_stub(control.target)
@@ -173,7 +173,7 @@ async def test_worker_holds_no_admin_credential(
                 assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED
         finally:
             await channel.close()
-        assert not control.store.get_certificate(certificate_id).revoked
+        assert not control.store.certificates.get_certificate(certificate_id).revoked
     finally:
         await stop_stack(stack)
 

@@ -108,7 +108,7 @@ async def test_a_worker_that_cannot_do_mutual_tls_never_reaches_control(
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(link.registered.wait(), 3)
         assert link._follower is None or link._follower.held is None
-        assert control.store.list_contracts(0, "").items == []
+        assert control.store.contracts.list_contracts(0, "").items == []
     finally:
         await stop_stack(stack)
 

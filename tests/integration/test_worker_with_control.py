@@ -99,10 +99,10 @@ async def test_rolled_back_revocation_list_makes_certification_unknown(
         await scoring_under(stack, certificate_id)
         await eventually(lambda: _fresh(link, certificate_id))
         # A newer list exists once control re-signs; then feed the worker the older one.
-        old = control.store.revocation_head()
+        old = control.store.revocations.revocation_head()
         assert old is not None
         head = await asyncio.to_thread(
-            control.store.publish_revocation_list, sign=control.servicer._sign_list
+            control.store.revocations.publish_revocation_list, sign=control.servicer._sign_list
         )
         await control.servicer._advance(head)
 

@@ -18,9 +18,9 @@ from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount
 from rewardseal_control.app import ensure_organization_key
-from rewardseal_control.store import ControlStore
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
+from rewardseal_control.store import ControlStore
 
 ADMIN_TOKEN = "admin-token-" + "a" * 24
 CLIENT_TOKEN = "client-token-" + "c" * 24
