@@ -6,6 +6,7 @@ no message carries record contents, identity values, a database URL or a credent
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import sqlite3
@@ -19,9 +20,12 @@ from rewardseal.errors import IdentityMismatch, ValidationError
 from rewardseal.judging import judge_episode, parse_effects
 from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, TIER0_RECIPE, TIER2_RECIPE
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
+from rewardseal_worker import oracles
 from rewardseal_worker.oracles import OracleUnavailable, make_reader, validate_recipe
 from rewardseal_worker.oracles import sql as sql_module
+from rewardseal_worker.oracles.base import RECIPE_KEYS
 from rewardseal_worker.oracles.files import JsonFileReader
+from rewardseal_worker.oracles.registry import READER_KINDS
 from rewardseal_worker.oracles.sql import SqlReader
 
 ME = {"patient_id": "p-001"}
@@ -377,6 +381,34 @@ def test_bad_recipes_are_refused(recipe, message, tmp_path):
 def test_mockmed_recipes_are_valid():
     assert validate_recipe(TIER2_RECIPE) == "sql"
     assert validate_recipe(TIER0_RECIPE) == "screen_dump"
+
+
+def test_every_recipe_kind_has_one_reader():
+    assert set(READER_KINDS) == set(RECIPE_KEYS)
+
+
+def test_oracle_modules_import_downwards_only():
+    """base imports no reader, the readers import base only, the registry sits above them."""
+    package = Path(oracles.__file__).parent
+    imports: dict[str, set[str]] = {}
+    for path in package.glob("*.py"):
+        if path.stem == "__init__":
+            continue
+        tree = ast.parse(path.read_text())
+        imports[path.stem] = {
+            node.module.rsplit(".", 1)[-1]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            and node.module is not None
+            and node.module.startswith("rewardseal_worker.oracles.")
+        }
+    assert imports == {
+        "base": set(),
+        "sql": {"base"},
+        "files": {"base"},
+        "http": {"base"},
+        "registry": {"base", "sql", "files", "http"},
+    }
 
 
 def test_sql_reader_validates_identifiers_itself():

@@ -31,7 +31,7 @@ from rewardseal.validation import validate_certificate
 from rewardseal_worker import seed as seed_module
 from rewardseal_worker.bundle import BUNDLE_FILES, load_bundle
 from rewardseal_worker.calibration import summary_from_json
-from rewardseal_worker.oracles.base import make_reader
+from rewardseal_worker.oracles.registry import make_reader
 from rewardseal_worker.seed import (
     add_background_rows,
     count_encounters,

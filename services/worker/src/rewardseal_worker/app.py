@@ -12,7 +12,8 @@ from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.engine import Scorer
 from rewardseal_worker.health_watch import StoreHealthWatch
-from rewardseal_worker.oracles.base import OracleReader, make_reader
+from rewardseal_worker.oracles.base import OracleReader
+from rewardseal_worker.oracles.registry import make_reader
 from rewardseal_worker.seed import SeedResult, seed_mockmed
 from rewardseal_worker.server import start_worker_server
 from rewardseal_worker.settings import WorkerSettings

@@ -46,8 +46,8 @@ from rewardseal_worker.oracles.base import (
     KIND_SQL,
     recipe_collection,
     recipe_identity_fields,
-    validate_recipe,
 )
+from rewardseal_worker.oracles.registry import validate_recipe
 
 CONTRACT_FILE = "contract.json"
 REQUIRED_EFFECTS_FILE = "required_effects.json"

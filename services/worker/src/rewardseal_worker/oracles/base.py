@@ -1,4 +1,4 @@
-"""The oracle reader protocol, recipe checks and the reader factory (R-W-6).
+"""The oracle reader protocol and the recipe checks every kind shares (R-W-6).
 
 An oracle recipe is a JSON document in a contract bundle that says how to read the system of
 record (SoR). It carries no credentials: a database URL, an API base URL or a bearer token comes
@@ -10,12 +10,14 @@ bundle happens to sit.
 Recipe problems are :class:`rewardseal.errors.ValidationError` (the bundle is wrong). A SoR that
 cannot be read is :class:`OracleUnavailable`, which is an *outcome* (FAILED_PLATFORM,
 ORACLE_UNAVAILABLE), never an RPC error.
+
+The readers (:mod:`.sql`, :mod:`.files`, :mod:`.http`) build on this module; which reader a
+kind gets, and the full check of a recipe, are :mod:`rewardseal_worker.oracles.registry`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -255,12 +257,13 @@ def check_identity(identity: Mapping[str, str], identity_fields: Mapping[str, st
             raise IdentityMismatch(f"identity value for {key!r} must be a non-empty string")
 
 
-def validate_recipe(recipe: Mapping[str, Any]) -> str:
-    """Check a recipe's shape without touching the SoR or the environment; return its kind.
+def check_recipe_shape(recipe: Mapping[str, Any]) -> str:
+    """The checks every kind shares, without touching the SoR or the environment; return the
+    kind. Each reader adds its own kind's checks (:mod:`rewardseal_worker.oracles.registry`).
 
     Raises:
         ValidationError: credentials, unknown or reserved kind, unknown keys, bad identifiers,
-            paths or timeout.
+            collection or timeout.
     """
     if not isinstance(recipe, Mapping):
         raise ValidationError("an oracle recipe must be a JSON object")
@@ -279,43 +282,7 @@ def validate_recipe(recipe: Mapping[str, Any]) -> str:
     recipe_timeout(recipe)
     recipe_identity_fields(recipe)
     recipe_collection(recipe)
-    if kind == KIND_SQL:
-        # Imported here: sql.py and files.py import this module (no import cycle at load time).
-        from rewardseal_worker.oracles.sql import check_database_spec
-
-        check_database_spec(recipe.get("database"))
-        column = recipe.get("id_column", RECORD_ID_FIELD)
-        check_identifier(column, "id_column")
-    elif kind in HTTP_KINDS:
-        from rewardseal_worker.oracles.http import check_http_recipe
-
-        check_http_recipe(recipe)
-    else:
-        check_relative_path(recipe.get("path"), "path")
     return kind
-
-
-def make_reader(recipe: Mapping[str, Any], bundle_dir: Path) -> OracleReader:
-    """Make the reader a recipe describes; relative paths resolve against ``bundle_dir``.
-
-    An environment variable named by ``url_env`` is read here, once.
-
-    Raises:
-        ValidationError: for any recipe problem or a missing environment variable (named, its
-            value never shown).
-    """
-    kind = validate_recipe(recipe)
-    if kind == KIND_SQL:
-        from rewardseal_worker.oracles.sql import SqlReader
-
-        return SqlReader.from_recipe(recipe, bundle_dir, environ=os.environ)
-    if kind in HTTP_KINDS:
-        from rewardseal_worker.oracles.http import HttpReader
-
-        return HttpReader.from_recipe(recipe, environ=os.environ)
-    from rewardseal_worker.oracles.files import JsonFileReader
-
-    return JsonFileReader.from_recipe(recipe, bundle_dir)
 
 
 def make_record(fields: Mapping[str, Any], id_field: str, source: str) -> dict[str, Any]:

@@ -23,13 +23,14 @@ from rewardseal.judging import RECORD_ID_FIELD, identity_equals
 from rewardseal_worker.oracles.base import (
     OracleUnavailable,
     check_identity,
+    check_recipe_shape,
+    check_relative_path,
     make_record,
     read_each,
     recipe_collection,
     recipe_identity_fields,
     recipe_timeout,
     resolve_relative,
-    validate_recipe,
 )
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
@@ -38,6 +39,12 @@ MAX_FILE_BYTES = 64 * 1024 * 1024
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def check_file_recipe(recipe: Mapping[str, Any]) -> None:
+    """The checks specific to ``json_file`` and ``screen_dump`` (after
+    :func:`~.base.check_recipe_shape`): a relative ``path``."""
+    check_relative_path(recipe.get("path"), "path")
 
 
 class JsonFileReader:
@@ -65,7 +72,8 @@ class JsonFileReader:
     @classmethod
     def from_recipe(cls, recipe: Mapping[str, Any], bundle_dir: Path) -> JsonFileReader:
         """Make a reader from a ``json_file`` or ``screen_dump`` recipe."""
-        kind = validate_recipe(recipe)
+        kind = check_recipe_shape(recipe)
+        check_file_recipe(recipe)
         return cls(
             kind=kind,
             path=resolve_relative(recipe["path"], bundle_dir, "path"),

@@ -55,12 +55,12 @@ from rewardseal_worker.oracles.base import (
     MAX_RECORDS,
     OracleUnavailable,
     check_identity,
+    check_recipe_shape,
     make_record,
     read_each,
     recipe_collection,
     recipe_identity_fields,
     recipe_timeout,
-    validate_recipe,
 )
 
 __all__ = [
@@ -111,7 +111,7 @@ def check_url_path(raw: Any, where: str) -> str:
 
 
 def check_http_recipe(recipe: Mapping[str, Any]) -> None:
-    """The checks specific to ``rest`` and ``fhir`` (called by ``validate_recipe``)."""
+    """The checks specific to ``rest`` and ``fhir`` (after :func:`~.base.check_recipe_shape`)."""
     name = recipe.get("base_url_env")
     if not isinstance(name, str) or not HTTP_ENV_NAME_PATTERN.match(name):
         raise ValidationError(
@@ -277,7 +277,8 @@ class HttpReader:
         Raises:
             ValidationError: a recipe problem, or a named variable unset or unusable.
         """
-        kind = validate_recipe(recipe)
+        kind = check_recipe_shape(recipe)
+        check_http_recipe(recipe)
         base_url = _base_url(recipe["base_url_env"], environ)
         token_env = recipe.get("token_env")
         token = _token(token_env, environ) if token_env is not None else None

@@ -39,13 +39,13 @@ from rewardseal_worker.oracles.base import (
     OracleUnavailable,
     check_identifier,
     check_identity,
+    check_recipe_shape,
     check_relative_path,
     make_record,
     read_each,
     recipe_identity_fields,
     recipe_timeout,
     resolve_relative,
-    validate_recipe,
 )
 
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
@@ -72,6 +72,12 @@ def check_database_spec(raw: Any) -> None:
         raise ValidationError(
             'oracle recipe database must be {"url_env": NAME} or {"sqlite_path": PATH}'
         )
+
+
+def check_sql_recipe(recipe: Mapping[str, Any]) -> None:
+    """The checks specific to ``sql`` (after :func:`~.base.check_recipe_shape`)."""
+    check_database_spec(recipe.get("database"))
+    check_identifier(recipe.get("id_column", RECORD_ID_FIELD), "id_column")
 
 
 def sqlite_readonly_url(path: Path) -> URL:
@@ -226,7 +232,8 @@ class SqlReader:
         cls, recipe: Mapping[str, Any], bundle_dir: Path, *, environ: Mapping[str, str]
     ) -> SqlReader:
         """Make a reader from a ``sql`` recipe; ``url_env`` is looked up in ``environ``."""
-        validate_recipe(recipe)
+        check_recipe_shape(recipe)
+        check_sql_recipe(recipe)
         timeout = recipe_timeout(recipe)
         database = recipe["database"]
         if "url_env" in database:
