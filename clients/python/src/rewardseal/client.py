@@ -271,7 +271,13 @@ class _Protocol:
         return attempts.count > 1 and bool(exc.metadata.get("receipt_id"))
 
     def backoff(self, attempt: int) -> float:
-        return float(min(0.05 * 2**attempt, 1.0))
+        return retry_backoff(attempt)
+
+
+def retry_backoff(attempt: int) -> float:
+    """Seconds before resend number ``attempt`` of a call answered UNAVAILABLE (exponential,
+    capped at 1 s); the worker and control clients wait alike."""
+    return float(min(0.05 * 2**attempt, 1.0))
 
 
 def _is_unavailable(error: grpc.RpcError) -> bool:

@@ -1,0 +1,469 @@
+"""Typed clients for the control plane's ``ControlPlaneService``, sync and asyncio.
+
+Both clients attach the bearer token, put a deadline on every unary call, map every failure to
+the :mod:`rewardseal.errors` hierarchy (:func:`rewardseal.rpc_status.from_rpc_error`), and read
+every listing through its last page. Channels are plaintext or, given a
+:class:`~rewardseal.tls.ClientTls`, TLS (mutual with a client certificate).
+
+Retries: only calls that are idempotent, and only on UNAVAILABLE (the call may not have
+arrived). Reads are idempotent; of the writes, ``RegisterContract`` (a repeat answers
+``created=False``) and ``RecordReceipts`` (idempotent by receipt id) are. ``RegisterIssuerKey``,
+``RetireIssuerKey``, ``IssueCertificate`` and ``RevokeCertificate`` are never retried: a repeat
+could mint a second certificate or a second revocation-list version, or write the audit log
+twice. ``WatchRevocations`` is a stream the caller reopens with the version it holds.
+
+Request building, the retry rule, the paging rule and answer checking live once in
+:mod:`rewardseal.control_protocol`, so the two transports cannot drift apart (as
+:mod:`rewardseal.client` shares its ``_Protocol``). The control plane keeps no audit-log
+RPC, so there is no listing for it here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Iterable,
+    Iterator,
+)
+from typing import Any, TypeVar
+
+import grpc
+
+from rewardseal.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SECONDS, message_size_options
+from rewardseal.control_protocol import (
+    ControlProtocol,
+    Listing,
+    ReceiptQuery,
+    issue_certificate_request,
+)
+from rewardseal.rpc_status import from_rpc_error
+from rewardseal.tls import ClientTls, aio_channel
+from rewardseal.tls import channel as tls_channel
+from rewardseal.v1 import control_service_pb2 as pb
+from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
+from rewardseal.v1.contract_pb2 import RewardContract
+from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
+from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+
+__all__ = [
+    "AsyncControlClient",
+    "ControlClient",
+    "ReceiptQuery",
+    "issue_certificate_request",
+]
+
+_Item = TypeVar("_Item")
+
+_ANY_ROLE = IssuerKeyRole.ISSUER_KEY_ROLE_UNSPECIFIED
+
+
+class ControlClient:
+    """Blocking client for ``ControlPlaneService``.
+
+    Listings are generators that fetch page after page as they are read (``contracts``,
+    ``issuer_keys``, ``certificates``, ``receipts``); ``list_*`` collects one into a list.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        retries: int = DEFAULT_RETRIES,
+        page_size: int = 0,
+        max_pages: int | None = None,
+        channel: grpc.Channel | None = None,
+        tls: ClientTls | None = None,
+    ) -> None:
+        """``timeout``: the deadline of each call, in seconds; ``retries``: at most this many
+        resends of an idempotent call answered UNAVAILABLE; ``page_size``: items asked for per
+        page (0: control's default, 50; it sends at most 500); ``max_pages``: stop a listing
+        after this many pages (None: read to the end); ``tls`` makes the channel TLS; a ready
+        ``channel`` is used as given, so the two cannot be combined."""
+        self._protocol = ControlProtocol(
+            token, timeout, retries, page_size, max_pages, channel, tls
+        )
+        self._channel = channel or tls_channel(target, tls, message_size_options())
+        self._stub = ControlPlaneServiceStub(self._channel)
+
+    def __enter__(self) -> ControlClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel."""
+        self._channel.close()
+
+    def _call(self, rpc: str, request: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                method = getattr(self._stub, rpc)
+                return method(
+                    request, timeout=self._protocol.timeout, metadata=self._protocol.metadata
+                )
+            except grpc.RpcError as exc:
+                delay = self._protocol.retry_delay(rpc, exc, attempt)
+                if delay is None:
+                    raise from_rpc_error(exc) from None
+                time.sleep(delay)
+                attempt += 1
+
+    def _read(self, listing: Listing[_Item]) -> Iterator[_Item]:
+        request = listing.request
+        while request is not None:
+            page = self._call(listing.rpc, request)
+            yield from listing.items(page)
+            request = listing.after(page)
+
+    # --- Contracts ---
+
+    def register_contract(
+        self, contract: RewardContract, reward_contract_digest: str
+    ) -> pb.RegisterContractResponse:
+        """Register ``contract`` under the digest the caller computed (control recomputes it
+        and refuses a mismatch, R-C-1); ``created`` is False when it was registered before."""
+        request = pb.RegisterContractRequest(
+            contract=contract, reward_contract_digest=reward_contract_digest
+        )
+        answer: pb.RegisterContractResponse = self._call("RegisterContract", request)
+        return answer
+
+    def get_contract(self, reward_contract_digest: str) -> pb.RegisteredContract:
+        """One registered contract (NotFound when control does not know the digest)."""
+        request = pb.GetContractRequest(reward_contract_digest=reward_contract_digest)
+        answer: pb.GetContractResponse = self._call("GetContract", request)
+        return answer.contract
+
+    def contracts(self, *, page_size: int | None = None) -> Iterator[pb.RegisteredContract]:
+        """Every registered contract, oldest first, page after page."""
+        return self._read(self._protocol.contracts(page_size))
+
+    def list_contracts(self, *, page_size: int | None = None) -> list[pb.RegisteredContract]:
+        """Every registered contract, collected."""
+        return list(self.contracts(page_size=page_size))
+
+    # --- Issuer keys ---
+
+    def register_issuer_key(self, key: IssuerKey, *, reason: str = "") -> IssuerKey:
+        """Register a public key (the admin credential; the worker credential its own WORKER
+        key only); the key as control stored it."""
+        request = pb.RegisterIssuerKeyRequest(key=key, reason=reason)
+        answer: pb.RegisterIssuerKeyResponse = self._call("RegisterIssuerKey", request)
+        return answer.key
+
+    def issuer_keys(
+        self, *, role: IssuerKeyRole.ValueType = _ANY_ROLE, page_size: int | None = None
+    ) -> Iterator[IssuerKey]:
+        """Every issuer key of ``role`` (UNSPECIFIED: every role), page after page."""
+        return self._read(self._protocol.issuer_keys(role, page_size))
+
+    def list_issuer_keys(
+        self, *, role: IssuerKeyRole.ValueType = _ANY_ROLE, page_size: int | None = None
+    ) -> list[IssuerKey]:
+        """Every issuer key of ``role``, collected."""
+        return list(self.issuer_keys(role=role, page_size=page_size))
+
+    def retire_issuer_key(self, key_id: str, *, reason: str) -> IssuerKey:
+        """Retire a key (admin); the key as control now holds it."""
+        request = pb.RetireIssuerKeyRequest(key_id=key_id, reason=reason)
+        answer: pb.RetireIssuerKeyResponse = self._call("RetireIssuerKey", request)
+        return answer.key
+
+    # --- Certificates and revocation ---
+
+    def issue_certificate(self, request: pb.IssueCertificateRequest) -> pb.IssueCertificateResponse:
+        """Issue a certificate (admin); build ``request`` with :func:`issue_certificate_request`.
+        Never retried: a resend could mint a second certificate."""
+        answer: pb.IssueCertificateResponse = self._call("IssueCertificate", request)
+        return answer
+
+    def get_certificate(self, certificate_id: str) -> pb.GetCertificateResponse:
+        """One certificate, its digest and whether it is revoked."""
+        request = pb.GetCertificateRequest(certificate_id=certificate_id)
+        answer: pb.GetCertificateResponse = self._call("GetCertificate", request)
+        return answer
+
+    def certificates(
+        self, *, reward_contract_digest: str = "", page_size: int | None = None
+    ) -> Iterator[RewardCertificate]:
+        """Every certificate (of one contract when a digest is given), oldest first."""
+        return self._read(self._protocol.certificates(reward_contract_digest, page_size))
+
+    def list_certificates(
+        self, *, reward_contract_digest: str = "", page_size: int | None = None
+    ) -> list[RewardCertificate]:
+        """Every certificate (of one contract when a digest is given), collected."""
+        return list(
+            self.certificates(reward_contract_digest=reward_contract_digest, page_size=page_size)
+        )
+
+    def revoke_certificate(
+        self, certificate_id: str, *, reason: str
+    ) -> pb.RevokeCertificateResponse:
+        """Revoke a certificate (admin); the new signed revocation list and its version."""
+        request = pb.RevokeCertificateRequest(certificate_id=certificate_id, reason=reason)
+        answer: pb.RevokeCertificateResponse = self._call("RevokeCertificate", request)
+        return answer
+
+    def get_revocation_list(self) -> SignedEnvelope:
+        """The current signed revocation list, as control signed it (verify it with
+        :class:`rewardseal.revocation.RevocationFollower` before acting on it)."""
+        answer: pb.GetRevocationListResponse = self._call(
+            "GetRevocationList", pb.GetRevocationListRequest()
+        )
+        return answer.revocation_list
+
+    def watch_revocations(self, known_version: int = 0) -> Generator[SignedEnvelope, None, None]:
+        """Each signed revocation list newer than ``known_version``, as control publishes it.
+
+        The one call without the client's deadline: the stream is meant to stay open until
+        the caller stops reading. It is not retried; reopen it with the version held.
+        """
+        request = pb.WatchRevocationsRequest(known_version=known_version)
+        call = self._stub.WatchRevocations(request, metadata=self._protocol.metadata)
+        try:
+            for message in call:
+                yield message.revocation_list
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()  # a no-op once the stream ended; stops it when we stopped reading
+
+    # --- The receipt index (R-C-5) ---
+
+    def record_receipts(self, envelopes: Iterable[SignedEnvelope]) -> list[pb.RecordReceiptResult]:
+        """Forward signed receipts; one result per receipt, in order (idempotent by receipt
+        id, so a resend reports ``duplicate`` and ``recorded``)."""
+        request = self._protocol.record_request(envelopes)
+        answer: pb.RecordReceiptsResponse = self._call("RecordReceipts", request)
+        return self._protocol.recorded(answer, request)
+
+    def receipts(
+        self, query: ReceiptQuery | None = None, *, page_size: int | None = None
+    ) -> Iterator[RewardEvidenceReceipt]:
+        """Every privacy-safe receipt in the index that ``query`` picks (None: all), page after
+        page."""
+        return self._read(self._protocol.receipts(query, page_size))
+
+    def list_receipts(
+        self, query: ReceiptQuery | None = None, *, page_size: int | None = None
+    ) -> list[RewardEvidenceReceipt]:
+        """Every receipt ``query`` picks, collected."""
+        return list(self.receipts(query, page_size=page_size))
+
+    def receipt_summary(self, reward_contract_digest: str) -> pb.GetReceiptSummaryResponse:
+        """Per-outcome counts and the certified and unscored shares of one contract."""
+        request = pb.GetReceiptSummaryRequest(reward_contract_digest=reward_contract_digest)
+        answer: pb.GetReceiptSummaryResponse = self._call("GetReceiptSummary", request)
+        return answer
+
+
+class AsyncControlClient:
+    """asyncio client for ``ControlPlaneService``; see :class:`ControlClient`.
+
+    Listings are async iterators that fetch page after page as they are read; ``list_*``
+    collects one into a list.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        retries: int = DEFAULT_RETRIES,
+        page_size: int = 0,
+        max_pages: int | None = None,
+        channel: grpc.aio.Channel | None = None,
+        tls: ClientTls | None = None,
+    ) -> None:
+        """The settings of :class:`ControlClient`; ``channel`` is an asyncio channel."""
+        self._protocol = ControlProtocol(
+            token, timeout, retries, page_size, max_pages, channel, tls
+        )
+        self._channel = channel or aio_channel(target, tls, message_size_options())
+        self._stub = ControlPlaneServiceStub(self._channel)
+
+    async def __aenter__(self) -> AsyncControlClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self._channel.close()
+
+    async def _call(self, rpc: str, request: Any) -> Any:
+        attempt = 0
+        while True:
+            try:
+                method: Callable[..., Awaitable[Any]] = getattr(self._stub, rpc)
+                return await method(
+                    request, timeout=self._protocol.timeout, metadata=self._protocol.metadata
+                )
+            except grpc.RpcError as exc:
+                delay = self._protocol.retry_delay(rpc, exc, attempt)
+                if delay is None:
+                    raise from_rpc_error(exc) from None
+                await asyncio.sleep(delay)
+                attempt += 1
+
+    async def _read(self, listing: Listing[_Item]) -> AsyncIterator[_Item]:
+        request = listing.request
+        while request is not None:
+            page = await self._call(listing.rpc, request)
+            for item in listing.items(page):
+                yield item
+            request = listing.after(page)
+
+    # --- Contracts ---
+
+    async def register_contract(
+        self, contract: RewardContract, reward_contract_digest: str
+    ) -> pb.RegisterContractResponse:
+        """Register a contract; see :meth:`ControlClient.register_contract`."""
+        request = pb.RegisterContractRequest(
+            contract=contract, reward_contract_digest=reward_contract_digest
+        )
+        answer: pb.RegisterContractResponse = await self._call("RegisterContract", request)
+        return answer
+
+    async def get_contract(self, reward_contract_digest: str) -> pb.RegisteredContract:
+        """One registered contract (NotFound when control does not know the digest)."""
+        request = pb.GetContractRequest(reward_contract_digest=reward_contract_digest)
+        answer: pb.GetContractResponse = await self._call("GetContract", request)
+        return answer.contract
+
+    def contracts(self, *, page_size: int | None = None) -> AsyncIterator[pb.RegisteredContract]:
+        """Every registered contract, oldest first, page after page."""
+        return self._read(self._protocol.contracts(page_size))
+
+    async def list_contracts(self, *, page_size: int | None = None) -> list[pb.RegisteredContract]:
+        """Every registered contract, collected."""
+        return [contract async for contract in self.contracts(page_size=page_size)]
+
+    # --- Issuer keys ---
+
+    async def register_issuer_key(self, key: IssuerKey, *, reason: str = "") -> IssuerKey:
+        """Register a public key; see :meth:`ControlClient.register_issuer_key`."""
+        request = pb.RegisterIssuerKeyRequest(key=key, reason=reason)
+        answer: pb.RegisterIssuerKeyResponse = await self._call("RegisterIssuerKey", request)
+        return answer.key
+
+    def issuer_keys(
+        self, *, role: IssuerKeyRole.ValueType = _ANY_ROLE, page_size: int | None = None
+    ) -> AsyncIterator[IssuerKey]:
+        """Every issuer key of ``role`` (UNSPECIFIED: every role), page after page."""
+        return self._read(self._protocol.issuer_keys(role, page_size))
+
+    async def list_issuer_keys(
+        self, *, role: IssuerKeyRole.ValueType = _ANY_ROLE, page_size: int | None = None
+    ) -> list[IssuerKey]:
+        """Every issuer key of ``role``, collected."""
+        return [key async for key in self.issuer_keys(role=role, page_size=page_size)]
+
+    async def retire_issuer_key(self, key_id: str, *, reason: str) -> IssuerKey:
+        """Retire a key (admin); the key as control now holds it."""
+        request = pb.RetireIssuerKeyRequest(key_id=key_id, reason=reason)
+        answer: pb.RetireIssuerKeyResponse = await self._call("RetireIssuerKey", request)
+        return answer.key
+
+    # --- Certificates and revocation ---
+
+    async def issue_certificate(
+        self, request: pb.IssueCertificateRequest
+    ) -> pb.IssueCertificateResponse:
+        """Issue a certificate; see :meth:`ControlClient.issue_certificate`."""
+        answer: pb.IssueCertificateResponse = await self._call("IssueCertificate", request)
+        return answer
+
+    async def get_certificate(self, certificate_id: str) -> pb.GetCertificateResponse:
+        """One certificate, its digest and whether it is revoked."""
+        request = pb.GetCertificateRequest(certificate_id=certificate_id)
+        answer: pb.GetCertificateResponse = await self._call("GetCertificate", request)
+        return answer
+
+    def certificates(
+        self, *, reward_contract_digest: str = "", page_size: int | None = None
+    ) -> AsyncIterator[RewardCertificate]:
+        """Every certificate (of one contract when a digest is given), oldest first."""
+        return self._read(self._protocol.certificates(reward_contract_digest, page_size))
+
+    async def list_certificates(
+        self, *, reward_contract_digest: str = "", page_size: int | None = None
+    ) -> list[RewardCertificate]:
+        """Every certificate (of one contract when a digest is given), collected."""
+        listing = self.certificates(
+            reward_contract_digest=reward_contract_digest, page_size=page_size
+        )
+        return [certificate async for certificate in listing]
+
+    async def revoke_certificate(
+        self, certificate_id: str, *, reason: str
+    ) -> pb.RevokeCertificateResponse:
+        """Revoke a certificate (admin); the new signed revocation list and its version."""
+        request = pb.RevokeCertificateRequest(certificate_id=certificate_id, reason=reason)
+        answer: pb.RevokeCertificateResponse = await self._call("RevokeCertificate", request)
+        return answer
+
+    async def get_revocation_list(self) -> SignedEnvelope:
+        """The current signed revocation list; see :meth:`ControlClient.get_revocation_list`."""
+        answer: pb.GetRevocationListResponse = await self._call(
+            "GetRevocationList", pb.GetRevocationListRequest()
+        )
+        return answer.revocation_list
+
+    async def watch_revocations(
+        self, known_version: int = 0
+    ) -> AsyncGenerator[SignedEnvelope, None]:
+        """Each signed revocation list newer than ``known_version``; see
+        :meth:`ControlClient.watch_revocations`."""
+        request = pb.WatchRevocationsRequest(known_version=known_version)
+        call = self._stub.WatchRevocations(request, metadata=self._protocol.metadata)
+        try:
+            async for message in call:
+                yield message.revocation_list
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        finally:
+            call.cancel()  # a no-op once the stream ended; stops it when we stopped reading
+
+    # --- The receipt index (R-C-5) ---
+
+    async def record_receipts(
+        self, envelopes: Iterable[SignedEnvelope]
+    ) -> list[pb.RecordReceiptResult]:
+        """Forward signed receipts; see :meth:`ControlClient.record_receipts`."""
+        request = self._protocol.record_request(envelopes)
+        answer: pb.RecordReceiptsResponse = await self._call("RecordReceipts", request)
+        return self._protocol.recorded(answer, request)
+
+    def receipts(
+        self, query: ReceiptQuery | None = None, *, page_size: int | None = None
+    ) -> AsyncIterator[RewardEvidenceReceipt]:
+        """Every privacy-safe receipt in the index that ``query`` picks (None: all)."""
+        return self._read(self._protocol.receipts(query, page_size))
+
+    async def list_receipts(
+        self, query: ReceiptQuery | None = None, *, page_size: int | None = None
+    ) -> list[RewardEvidenceReceipt]:
+        """Every receipt ``query`` picks, collected."""
+        return [receipt async for receipt in self.receipts(query, page_size=page_size)]
+
+    async def receipt_summary(self, reward_contract_digest: str) -> pb.GetReceiptSummaryResponse:
+        """Per-outcome counts and the certified and unscored shares of one contract."""
+        request = pb.GetReceiptSummaryRequest(reward_contract_digest=reward_contract_digest)
+        answer: pb.GetReceiptSummaryResponse = await self._call("GetReceiptSummary", request)
+        return answer
