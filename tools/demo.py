@@ -37,6 +37,7 @@ import grpc
 import stack
 
 from rewardseal.client import VerifiedReceipt, WorkerClient, make_descriptor
+from rewardseal.control_client import ControlClient
 from rewardseal.errors import RewardSealError
 from rewardseal.extradup import (
     CONTROL,
@@ -50,7 +51,6 @@ from rewardseal.proof.conditions import MockMedUI
 from rewardseal.signing import TrustSet
 from rewardseal.sqlstore import sqlite_url
 from rewardseal.v1 import control_service_pb2 as control_pb
-from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 
@@ -254,13 +254,9 @@ def receipt_summary(
 ) -> control_pb.GetReceiptSummaryResponse:
     """Control's summary for ``digest`` once it indexes ``expected`` receipts (outbox drained)."""
     deadline = time.monotonic() + DRAIN_TIMEOUT_SECONDS
-    request = control_pb.GetReceiptSummaryRequest(reward_contract_digest=digest)
-    with grpc.insecure_channel(target) as channel:
-        stub = ControlPlaneServiceStub(channel)
+    with ControlClient(target, token=token, timeout=10.0, retries=0) as control:
         while True:
-            summary = stub.GetReceiptSummary(
-                request, metadata=(("authorization", f"Bearer {token}"),), timeout=10.0
-            )
+            summary = control.receipt_summary(digest)
             if summary.total >= expected or time.monotonic() > deadline:
                 return summary
             time.sleep(0.2)

@@ -14,9 +14,9 @@ import pytest
 from google.protobuf import json_format
 
 from rewardseal.client import AsyncWorkerClient, VerifiedReceipt
+from rewardseal.control_client import AsyncControlClient, ReceiptQuery, issue_certificate_request
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.tls import ClientTls, aio_channel
-from rewardseal.v1 import control_service_pb2 as cpb
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer
@@ -33,8 +33,6 @@ from support.worker_stack import RunningStack
 ADMIN_TOKEN = "admin-token-" + "a" * 32
 CLIENT_TOKEN = "client-token-" + "c" * 32
 WORKER_TOKEN = "worker-token-" + "w" * 32
-ADMIN = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
-CLIENT = (("authorization", f"Bearer {CLIENT_TOKEN}"),)
 CONTROL_ENV = {
     "REWARDSEAL_CONTROL_ADMIN_TOKEN": ADMIN_TOKEN,
     "REWARDSEAL_CONTROL_TOKEN": CLIENT_TOKEN,
@@ -104,25 +102,24 @@ def link_of(stack: RunningStack) -> ControlLink:
 def control_stub(
     target: str, tls: ClientTls | None = None
 ) -> tuple[grpc.aio.Channel, ControlPlaneServiceStub]:
+    """A raw stub, for tests that check what control says on the wire."""
     channel = aio_channel(target, tls)
     return channel, ControlPlaneServiceStub(channel)
+
+
+def control_client(target: str, token: str, tls: ClientTls | None = None) -> AsyncControlClient:
+    return AsyncControlClient(target, token=token, timeout=20.0, tls=tls)
 
 
 async def register_contract(
     target: str, data_dir: Path, digest: str, tls: ClientTls | None = None
 ) -> None:
     """Register the seeded MockMed contract with control (as a trainer would)."""
-    channel, stub = control_stub(target, tls)
-    try:
-        contract = json_format.Parse(
-            (data_dir / "contracts" / "mockmed" / "contract.json").read_text(), RewardContract()
-        )
-        await stub.RegisterContract(
-            cpb.RegisterContractRequest(contract=contract, reward_contract_digest=digest),
-            metadata=CLIENT,
-        )
-    finally:
-        await channel.close()
+    contract = json_format.Parse(
+        (data_dir / "contracts" / "mockmed" / "contract.json").read_text(), RewardContract()
+    )
+    async with control_client(target, CLIENT_TOKEN, tls) as control:
+        await control.register_contract(contract, digest)
 
 
 async def issue_certificate(
@@ -137,52 +134,38 @@ async def issue_certificate(
     """Register the MockMed contract and issue an organization certificate from its calibration
     (admin credential); the new certificate's id."""
     await register_contract(control.target, data_dir, digest, tls)
-    channel, stub = control_stub(control.target, tls)
     bundle = data_dir / "contracts" / "mockmed"
-    try:
-        summary = summary_from_json(json.loads((bundle / "calibration.json").read_text()))
-        answer = await stub.IssueCertificate(
-            cpb.IssueCertificateRequest(
-                reward_contract_digest=digest,
-                calibration=summary,
+    summary = summary_from_json(json.loads((bundle / "calibration.json").read_text()))
+    async with control_client(control.target, ADMIN_TOKEN, tls) as admin:
+        answer = await admin.issue_certificate(
+            issue_certificate_request(
+                digest,
+                summary,
                 calibration_scope=CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC,
                 issuer=CertificateIssuer.CERTIFICATE_ISSUER_ORGANIZATION,
                 issuer_key_id=control.key.key_id,
                 issued_at_policy_update=issued_at_policy_update,
                 certificate_id=certificate_id,
                 reason="integration test",
-            ),
-            metadata=ADMIN,
+            )
         )
-    finally:
-        await channel.close()
     return str(answer.certificate.certificate_id)
 
 
 async def revoke(control: ControlApp, certificate_id: str, tls: ClientTls | None = None) -> int:
     """Revoke ``certificate_id`` at control; the new revocation list version."""
-    channel, stub = control_stub(control.target, tls)
-    try:
-        answer = await stub.RevokeCertificate(
-            cpb.RevokeCertificateRequest(certificate_id=certificate_id, reason="key leak"),
-            metadata=ADMIN,
-        )
-    finally:
-        await channel.close()
+    async with control_client(control.target, ADMIN_TOKEN, tls) as admin:
+        answer = await admin.revoke_certificate(certificate_id, reason="key leak")
     return int(answer.version)
 
 
 async def control_receipts(
     control: ControlApp, digest: str, tls: ClientTls | None = None
 ) -> list[str]:
-    channel, stub = control_stub(control.target, tls)
-    try:
-        answer = await stub.ListReceipts(
-            cpb.ListReceiptsRequest(reward_contract_digest=digest, page_size=500), metadata=CLIENT
-        )
-    finally:
-        await channel.close()
-    return [r.receipt_id for r in answer.receipts]
+    """The receipt ids control's index holds for ``digest`` (every page)."""
+    async with control_client(control.target, CLIENT_TOKEN, tls) as trainer:
+        receipts = await trainer.list_receipts(ReceiptQuery(reward_contract_digest=digest))
+    return [r.receipt_id for r in receipts]
 
 
 async def eventually(predicate: Callable[[], Awaitable[bool]], *, within: float = 20.0) -> None:

@@ -18,26 +18,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO
 
-import grpc
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from rewardseal.control_client import ControlClient
 from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.rpc_status import from_rpc_error
 from rewardseal.service_settings import make_private_dir, read_token_file
 from rewardseal.sqlstore import sqlite_url
-from rewardseal.tls import ClientTls, channel
+from rewardseal.tls import ClientTls
 from rewardseal.v1 import control_service_pb2 as pb
-from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, IssuerKey
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -69,6 +67,7 @@ not ``TLS_CERT``, which is the server's own certificate when ``serve`` runs in t
 EPSILON_KEY = "epsilon"
 """The convenience field of ``calibration.json`` that readers drop unread (R-CAL-4)."""
 PAGE_SIZE = 500
+"""Items asked for per listing page (control's most)."""
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 
@@ -84,8 +83,6 @@ ROLES: Mapping[str, int] = {
     "worker": IssuerKeyRole.ISSUER_KEY_ROLE_WORKER,
     "organization": IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION,
 }
-
-_Item = TypeVar("_Item")
 
 
 class UsageError(Exception):
@@ -285,36 +282,14 @@ def _migrate(args: argparse.Namespace, out: TextIO) -> int:
 # ---------------------------------------------------------------------- admin client
 
 
-@dataclass
-class Client:
-    """A synchronous ControlPlaneService stub with the bearer token attached to every call."""
-
-    stub: pb_grpc.ControlPlaneServiceStub
-    token: str
-    timeout: float
-
-    def call(self, method: str, request: Message) -> Any:
-        """Call ``method``; a refusal raises the matching rewardseal error."""
-        try:
-            return getattr(self.stub, method)(
-                request,
-                metadata=(("authorization", f"Bearer {self.token}"),),
-                timeout=self.timeout,
-            )
-        except grpc.RpcError as exc:
-            raise Refused(from_rpc_error(exc)) from None
-
-    def pages(
-        self, method: str, request: Message, items: Callable[[Any], Sequence[_Item]]
-    ) -> Iterator[_Item]:
-        """Every item of a paginated listing, following ``next_page_token`` to the end."""
-        request.page_size = PAGE_SIZE  # type: ignore[attr-defined]
-        while True:
-            response = self.call(method, request)
-            yield from items(response)
-            if not response.next_page_token:
-                return
-            request.page_token = response.next_page_token  # type: ignore[attr-defined]
+@contextlib.contextmanager
+def _remote() -> Iterator[None]:
+    """Calls to the control plane: its refusal (or absence) is exit status 1, not a local
+    error (exit status 2) such as a file that is not a calibration summary."""
+    try:
+        yield
+    except RewardSealError as error:
+        raise Refused(error) from None
 
 
 def _token(args: argparse.Namespace) -> str:
@@ -398,10 +373,9 @@ def _enum_short(enum: Any, value: int, prefix: str) -> str:
         return str(value)
 
 
-def _contracts_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    contracts = list(
-        client.pages("ListContracts", pb.ListContractsRequest(), lambda r: r.contracts)
-    )
+def _contracts_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with _remote():
+        contracts = client.list_contracts()
     if args.json:
         _print_json({"contracts": [_message_json(c) for c in contracts]}, out)
         return 0
@@ -438,9 +412,10 @@ def _key_rows(keys: Sequence[IssuerKey]) -> list[tuple[str, ...]]:
 _KEY_HEADERS = ("KEY ID", "ROLE", "STATE", "NOT BEFORE", "NOT AFTER", "NAME")
 
 
-def _keys_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    request = pb.ListIssuerKeysRequest(role=ROLES[args.role] if args.role else 0)  # type: ignore[arg-type]
-    keys = list(client.pages("ListIssuerKeys", request, lambda r: r.keys))
+def _keys_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    role = ROLES[args.role] if args.role else 0
+    with _remote():
+        keys = client.list_issuer_keys(role=role)  # type: ignore[arg-type]
     if args.json:
         _print_json({"keys": [_message_json(k) for k in keys]}, out)
         return 0
@@ -448,7 +423,7 @@ def _keys_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
-def _keys_register(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+def _keys_register(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
     try:
         public_key = bytes.fromhex(args.public_key)
     except ValueError:
@@ -458,16 +433,15 @@ def _keys_register(client: Client, args: argparse.Namespace, out: TextIO) -> int
         role=ROLES[args.role],  # type: ignore[arg-type]
         display_name=args.name,
     )
-    response = client.call(
-        "RegisterIssuerKey", pb.RegisterIssuerKeyRequest(key=key, reason=args.reason)
-    )
-    return _print_key(response.key, args, out)
+    with _remote():
+        registered = client.register_issuer_key(key, reason=args.reason)
+    return _print_key(registered, args, out)
 
 
-def _keys_retire(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    request = pb.RetireIssuerKeyRequest(key_id=args.key_id, reason=args.reason)
-    response = client.call("RetireIssuerKey", request)
-    return _print_key(response.key, args, out)
+def _keys_retire(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with _remote():
+        retired = client.retire_issuer_key(args.key_id, reason=args.reason)
+    return _print_key(retired, args, out)
 
 
 def _print_key(key: IssuerKey, args: argparse.Namespace, out: TextIO) -> int:
@@ -505,7 +479,7 @@ def read_calibration(path: Path) -> CalibrationSummary:
     return summary
 
 
-def _certificates_issue(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+def _certificates_issue(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
     if args.issued_at_update < 0 or args.expiry < 0:
         raise UsageError("--issued-at-update and --expiry must not be negative")
     request = pb.IssueCertificateRequest(
@@ -519,7 +493,8 @@ def _certificates_issue(client: Client, args: argparse.Namespace, out: TextIO) -
         certificate_id=args.certificate_id,
         reason=args.reason,
     )
-    response = client.call("IssueCertificate", request)
+    with _remote():
+        response = client.issue_certificate(request)
     certificate = response.certificate
     if args.out:
         text = json_format.MessageToJson(certificate, preserving_proto_field_name=True)
@@ -557,9 +532,9 @@ def _certificates_issue(client: Client, args: argparse.Namespace, out: TextIO) -
     return 0
 
 
-def _certificates_list(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    request = pb.ListCertificatesRequest(reward_contract_digest=args.contract or "")
-    certificates = list(client.pages("ListCertificates", request, lambda r: r.certificates))
+def _certificates_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with _remote():
+        certificates = client.list_certificates(reward_contract_digest=args.contract or "")
     if args.json:
         _print_json({"certificates": [_message_json(c) for c in certificates]}, out)
         return 0
@@ -581,9 +556,9 @@ def _certificates_list(client: Client, args: argparse.Namespace, out: TextIO) ->
     return 0
 
 
-def _certificates_revoke(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    request = pb.RevokeCertificateRequest(certificate_id=args.certificate_id, reason=args.reason)
-    response = client.call("RevokeCertificate", request)
+def _certificates_revoke(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with _remote():
+        response = client.revoke_certificate(args.certificate_id, reason=args.reason)
     if args.json:
         _print_json(
             {
@@ -611,20 +586,13 @@ def _summary_document(summary: pb.GetReceiptSummaryResponse) -> dict[str, Any]:
     }
 
 
-def _receipts_summary(client: Client, args: argparse.Namespace, out: TextIO) -> int:
-    if args.contract:
-        digests = [args.contract]
-    else:
-        digests = [
-            c.reward_contract_digest
-            for c in client.pages("ListContracts", pb.ListContractsRequest(), lambda r: r.contracts)
-        ]
-    summaries = [
-        _summary_document(
-            client.call("GetReceiptSummary", pb.GetReceiptSummaryRequest(reward_contract_digest=d))
-        )
-        for d in digests
-    ]
+def _receipts_summary(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with _remote():
+        if args.contract:
+            digests = [args.contract]
+        else:
+            digests = [c.reward_contract_digest for c in client.contracts()]
+        summaries = [_summary_document(client.receipt_summary(d)) for d in digests]
     if args.json:
         _print_json({"summaries": summaries}, out)
         return 0
@@ -645,10 +613,11 @@ def _receipts_summary(client: Client, args: argparse.Namespace, out: TextIO) -> 
     return 0
 
 
-def _revocations_show(client: Client, args: argparse.Namespace, out: TextIO) -> int:
+def _revocations_show(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
     from rewardseal.v1.certificate_pb2 import RevocationList
 
-    envelope = client.call("GetRevocationList", pb.GetRevocationListRequest()).revocation_list
+    with _remote():
+        envelope = client.get_revocation_list()
     # Shown for people, not acted on: a follower verifies the signature (RevocationFollower).
     revocation_list = RevocationList.FromString(envelope.payload)
     if args.json:
@@ -674,7 +643,7 @@ def _revocations_show(client: Client, args: argparse.Namespace, out: TextIO) -> 
     return 0
 
 
-_Handler = Callable[[Client, argparse.Namespace, TextIO], int]
+_Handler = Callable[[ControlClient, argparse.Namespace, TextIO], int]
 _ADMIN_COMMANDS: Mapping[tuple[str, str], _Handler] = {
     ("contracts", "list"): _contracts_list,
     ("keys", "list"): _keys_list,
@@ -692,8 +661,10 @@ def _run_admin(args: argparse.Namespace, out: TextIO) -> int:
     handler = _ADMIN_COMMANDS[(args.command, args.action)]
     token = _token(args)
     tls = client_tls(args)
-    with channel(_target(args), tls) as link:
-        client = Client(pb_grpc.ControlPlaneServiceStub(link), token, args.timeout)
+    # No retries: a person sees the refusal at once and decides.
+    with ControlClient(
+        _target(args), token=token, timeout=args.timeout, retries=0, page_size=PAGE_SIZE, tls=tls
+    ) as client:
         return handler(client, args, out)
 
 

@@ -44,18 +44,14 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-import grpc
-
 from rewardseal.certificates import is_current, satisfies
 from rewardseal.contract import certificate_digest
+from rewardseal.control_client import AsyncControlClient
 from rewardseal.errors import RewardSealError, SignatureError, ValidationError
 from rewardseal.revocation import RevocationFollower
-from rewardseal.rpc_status import from_rpc_error
 from rewardseal.signing import SigningKey, TrustSet, key_id_for, verify_certificate
-from rewardseal.tls import ClientTls, aio_channel
-from rewardseal.v1 import control_service_pb2 as cpb
+from rewardseal.tls import ClientTls
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
-from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal.validation import validate_certificate
@@ -71,7 +67,8 @@ MAX_BACKOFF_SECONDS = 30.0
 CERTIFICATE_PAGE_SIZE = 50
 """Certificates asked for per ListCertificates page (control may send fewer)."""
 MAX_CERTIFICATE_PAGES = 1000
-"""A page-token loop longer than this is a broken or hostile control plane: stop reading."""
+"""A page-token loop longer than this (certificates or issuer keys) is a broken or hostile
+control plane: the client stops reading, warns, and what was read stands."""
 
 CertificateChange = Callable[[CertificateInUse, CertificateInUse, str], None]
 """Told ``(old, new, why)`` whenever the certificate in use changes (banner, ready file)."""
@@ -124,9 +121,15 @@ class ControlLink:
         """
         if not trust.key_ids:
             raise ValidationError("a control link needs at least one pinned organization key")
-        self._channel = aio_channel(target, tls)
-        self._stub = ControlPlaneServiceStub(self._channel)
-        self._metadata = (("authorization", f"Bearer {token}"),)
+        # No retries in the client: every task below has its own backoff loop.
+        self._control = AsyncControlClient(
+            target,
+            token=token,
+            timeout=CALL_TIMEOUT_SECONDS,
+            retries=0,
+            max_pages=MAX_CERTIFICATE_PAGES,
+            tls=tls,
+        )
         self._trust = trust
         self._key = key
         self._bundle = bundle
@@ -184,18 +187,12 @@ class ControlLink:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self._channel.close()
+        await self._control.close()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    async def _call(self, method: Any, request: Any) -> Any:
-        try:
-            return await method(request, metadata=self._metadata, timeout=CALL_TIMEOUT_SECONDS)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
 
     # --- Registration ---
 
@@ -218,22 +215,14 @@ class ControlLink:
         """Register the contract and this worker's own WORKER key (the worker credential may
         do exactly that; an ORGANIZATION key it could not register)."""
         bundle = self._bundle
-        await self._call(
-            self._stub.RegisterContract,
-            cpb.RegisterContractRequest(
-                contract=bundle.contract, reward_contract_digest=bundle.contract_digest
-            ),
-        )
+        await self._control.register_contract(bundle.contract, bundle.contract_digest)
         key = IssuerKey(
             key_id=self._key.key_id,
             public_key=self._key.public_key,
             role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER,
             display_name=f"worker for {bundle.contract.contract_id}",
         )
-        await self._call(
-            self._stub.RegisterIssuerKey,
-            cpb.RegisterIssuerKeyRequest(key=key, reason="worker start"),
-        )
+        await self._control.register_issuer_key(key, reason="worker start")
 
     async def _warn_about_pinned_keys(self) -> None:
         """Say when a pinned key is retired or unknown at control: the operator's pin and
@@ -252,19 +241,10 @@ class ControlLink:
 
     async def _organization_keys(self) -> dict[str, IssuerKey]:
         keys: dict[str, IssuerKey] = {}
-        token = ""
-        for _ in range(MAX_CERTIFICATE_PAGES):
-            page = await self._call(
-                self._stub.ListIssuerKeys,
-                cpb.ListIssuerKeysRequest(
-                    role=IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION, page_token=token
-                ),
-            )
-            for entry in page.keys:
-                keys[key_id_for(bytes(entry.public_key))] = entry
-            token = page.next_page_token
-            if not token:
-                break
+        async for entry in self._control.issuer_keys(
+            role=IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
+        ):
+            keys[key_id_for(bytes(entry.public_key))] = entry
         return keys
 
     # --- Certificates ---
@@ -285,28 +265,12 @@ class ControlLink:
     async def poll_certificates(self) -> None:
         """Read every page of control's certificates for this contract, keep those that verify
         under a pinned key and satisfy the contract, and choose again."""
-        found: list[CertificateInUse] = []
-        token = ""
-        for _ in range(MAX_CERTIFICATE_PAGES):
-            page = await self._call(
-                self._stub.ListCertificates,
-                cpb.ListCertificatesRequest(
-                    reward_contract_digest=self._bundle.contract_digest,
-                    page_size=CERTIFICATE_PAGE_SIZE,
-                    page_token=token,
-                ),
-            )
-            found.extend(
-                CertificateInUse(c, certificate_digest(c))
-                for c in page.certificates
-                if self._acceptable(c)
-            )
-            token = page.next_page_token
-            if not token:
-                break
-        else:
-            _log.warning("control's certificate listing did not end; using what was read")
-        self._control_certificates = found
+        listed = self._control.certificates(
+            reward_contract_digest=self._bundle.contract_digest, page_size=CERTIFICATE_PAGE_SIZE
+        )
+        self._control_certificates = [
+            CertificateInUse(c, certificate_digest(c)) async for c in listed if self._acceptable(c)
+        ]
         self.polls += 1
         await self._refresh_training_update()
         self.reevaluate("certificate poll")
@@ -398,15 +362,13 @@ class ControlLink:
         while True:
             follower = self._follower
             try:
-                call = self._stub.WatchRevocations(
-                    cpb.WatchRevocationsRequest(known_version=follower.version),
-                    metadata=self._metadata,
-                )
-                async for message in call:
-                    await self.accept_revocations(message.revocation_list)
-                    attempt = 0
-            except grpc.RpcError as exc:
-                _log.warning("revocation stream ended (%s); reconnecting", exc.code())
+                stream = self._control.watch_revocations(follower.version)
+                async with contextlib.aclosing(stream):
+                    async for envelope in stream:
+                        await self.accept_revocations(envelope)
+                        attempt = 0
+            except RewardSealError as exc:
+                _log.warning("revocation stream ended (%s); reconnecting", exc.reason)
             await asyncio.sleep(backoff(attempt))
             attempt += 1
 
@@ -484,11 +446,9 @@ class ControlLink:
         due = await asyncio.to_thread(self._store.outbox_due, FORWARD_BATCH, self._clock())
         if not due:
             return 0
-        request = cpb.RecordReceiptsRequest()
-        for item in due:
-            request.receipts.add().ParseFromString(item.envelope)
+        envelopes = [SignedEnvelope.FromString(item.envelope) for item in due]
         try:
-            answer = await self._call(self._stub.RecordReceipts, request)
+            results = await self._control.record_receipts(envelopes)
         except RewardSealError as exc:
             await asyncio.to_thread(
                 self._store.outbox_later,
@@ -499,7 +459,7 @@ class ControlLink:
             )
             raise
         done: list[str] = []
-        for item, result in zip(due, answer.results, strict=True):
+        for item, result in zip(due, results, strict=True):
             if result.recorded:
                 done.append(item.receipt_id)
                 continue
