@@ -30,7 +30,7 @@ from rewardseal_control.store import (
     tables,
 )
 from rewardseal_control.store.audit_log import MAX_TARGET_LENGTH
-from rewardseal_control.store.pagination import Page, fingerprint, page
+from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.receipts import read_receipt
 from rewardseal_control.store.revocations import read_head
 from rewardseal_control.store.tables import AnyRow
@@ -45,6 +45,7 @@ _AUDIT_COLUMNS = (
     _audit.c.reason,
     _audit.c.details,
 )
+_LISTING = Listing(kind="audit", order=(_audit.c.id,), shape=(int,))
 
 
 @dataclass(frozen=True)
@@ -157,21 +158,13 @@ def list_audit(
     if action is not None:
         audit_log.check_action(action, "action must be a dotted lowercase name")
         statement = statement.where(_audit.c.action == action)
-    order = (_audit.c.id,)
-
-    def work(conn: Connection) -> tuple[list[AnyRow], str]:
-        return page(
-            conn,
-            statement,
-            order,
-            kind="audit",
-            query=fingerprint(action=action),
-            shape=(int,),
-            page_size=page_size,
-            page_token=page_token,
-        )
-
-    rows, token = store.store_engine.read(work)
+    rows, token = _LISTING.read(
+        store.store_engine,
+        statement,
+        query=fingerprint(action=action),
+        page_size=page_size,
+        page_token=page_token,
+    )
     return Page([_audit_entry(row) for row in rows], token)
 
 

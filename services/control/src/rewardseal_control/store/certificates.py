@@ -22,7 +22,7 @@ from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.validation import validate_certificate, validate_digest, validate_id
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.contracts import require_contract
-from rewardseal_control.store.pagination import Page, fingerprint, page
+from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 
 __all__ = ["CertificateStore", "StoredCertificate"]
@@ -41,6 +41,11 @@ _SELECT = select(
     _certificates.outerjoin(
         _revocations, _revocations.c.certificate_id == _certificates.c.certificate_id
     )
+)
+_LISTING = Listing(
+    kind="certificates",
+    order=(_certificates.c.issued_at, _certificates.c.certificate_id),
+    shape=(datetime, str),
 )
 
 
@@ -177,21 +182,14 @@ class CertificateStore:
         if contract_digest is not None:
             validate_digest(contract_digest, "reward_contract_digest")
             statement = statement.where(_certificates.c.contract_digest == contract_digest)
-        order = (_certificates.c.issued_at, _certificates.c.certificate_id)
-
-        def work(conn: Connection) -> tuple[list[AnyRow], str]:
-            return page(
-                conn,
-                statement,
-                order,
-                kind="certificates",
-                query=fingerprint(contract=contract_digest),
-                shape=(datetime, str),
-                page_size=page_size,
-                page_token=page_token,
-            )
-
-        rows, token = self._db.read(work, snapshot=True)
+        rows, token = _LISTING.read(
+            self._db,
+            statement,
+            query=fingerprint(contract=contract_digest),
+            page_size=page_size,
+            page_token=page_token,
+            snapshot=True,
+        )
         return Page([_stored_certificate(row) for row in rows], token)
 
 

@@ -20,7 +20,7 @@ from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.control_service_pb2 import RegisteredContract
 from rewardseal.validation import validate_contract, validate_digest
 from rewardseal_control.store import inputs, tables
-from rewardseal_control.store.pagination import Page, fingerprint, page
+from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 
 __all__ = ["MAX_CONTRACT_VERSION_LENGTH", "ContractStore", "require_contract"]
@@ -29,6 +29,9 @@ MAX_CONTRACT_VERSION_LENGTH: Final = 128
 
 _contracts = tables.contracts
 _COLUMNS = (_contracts.c.digest, _contracts.c.body, _contracts.c.registered_at)
+_LISTING = Listing(
+    kind="contracts", order=(_contracts.c.registered_at, _contracts.c.digest), shape=(datetime, str)
+)
 
 
 def require_contract(conn: Connection, digest: str) -> None:
@@ -107,21 +110,13 @@ class ContractStore:
 
     def list_contracts(self, page_size: int = 0, page_token: str = "") -> Page[RegisteredContract]:
         """Registered contracts, oldest registration first."""
-        order = (_contracts.c.registered_at, _contracts.c.digest)
-
-        def work(conn: Connection) -> tuple[list[AnyRow], str]:
-            return page(
-                conn,
-                select(*_COLUMNS),
-                order,
-                kind="contracts",
-                query=fingerprint(),
-                shape=(datetime, str),
-                page_size=page_size,
-                page_token=page_token,
-            )
-
-        rows, token = self._db.read(work)
+        rows, token = _LISTING.read(
+            self._db,
+            select(*_COLUMNS),
+            query=fingerprint(),
+            page_size=page_size,
+            page_token=page_token,
+        )
         return Page([_registered_contract(row) for row in rows], token)
 
 

@@ -26,7 +26,7 @@ from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal.validation import validate_key_id
 from rewardseal_control.models import ROLE_ORGANIZATION, ROLE_WORKER
 from rewardseal_control.store import audit_log, inputs, tables
-from rewardseal_control.store.pagination import Page, fingerprint, page
+from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 
 __all__ = ["MAX_DISPLAY_NAME_LENGTH", "IssuerKeyStore"]
@@ -53,6 +53,9 @@ _COLUMNS = (
     _keys.c.not_after,
     _keys.c.retired_at,
     _keys.c.registered_at,
+)
+_LISTING = Listing(
+    kind="issuer_keys", order=(_keys.c.registered_at, _keys.c.key_id), shape=(datetime, str)
 )
 
 
@@ -185,21 +188,13 @@ class IssuerKeyStore:
         if role != IssuerKeyRole.ISSUER_KEY_ROLE_UNSPECIFIED:
             role_name = _role_name(role)
             statement = statement.where(_keys.c.role == role_name)
-        order = (_keys.c.registered_at, _keys.c.key_id)
-
-        def work(conn: Connection) -> tuple[list[AnyRow], str]:
-            return page(
-                conn,
-                statement,
-                order,
-                kind="issuer_keys",
-                query=fingerprint(role=role_name),
-                shape=(datetime, str),
-                page_size=page_size,
-                page_token=page_token,
-            )
-
-        rows, token = self._db.read(work)
+        rows, token = _LISTING.read(
+            self._db,
+            statement,
+            query=fingerprint(role=role_name),
+            page_size=page_size,
+            page_token=page_token,
+        )
         return Page([_issuer_key(row) for row in rows], token)
 
     def retire_issuer_key(

@@ -15,6 +15,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 
@@ -22,6 +23,7 @@ from sqlalchemy import ColumnElement, Select, and_, or_
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import ValidationError
+from rewardseal.sqlstore import StoreEngine
 from rewardseal_control.store.tables import AnyRow
 
 __all__ = [
@@ -29,8 +31,8 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "KeyPart",
     "Page",
+    "Listing",
     "fingerprint",
-    "page",
 ]
 
 _T = TypeVar("_T")
@@ -57,34 +59,50 @@ def fingerprint(**query: object) -> str:
     return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
-def page(
-    conn: Connection,
-    statement: Select[Any],
-    order: Sequence[ColumnElement[Any]],
-    *,
-    kind: str,
-    query: str,
-    shape: Sequence[KeyPart],
-    page_size: int,
-    page_token: str,
-) -> tuple[list[AnyRow], str]:
-    """Run a keyset-paginated listing: the page's rows and the next token ("" at the end).
+@dataclass(frozen=True)
+class Listing:
+    """One keyset-paginated listing: its name, its sort key and the types of that key.
 
-    ``order`` is the listing's sort key (unique, so no row is skipped or repeated), ``kind``
-    names the listing, ``query`` is the :func:`fingerprint` of its filters and ``shape`` the
-    types of the ``order`` columns.
+    ``order`` must be unique per row (so no row is skipped or repeated between pages);
+    ``kind`` is bound into the listing's page tokens, with the fingerprint of its filters.
     """
-    size = _page_size(page_size)
-    after = _decode_token(page_token, kind, query, shape)
-    if after is not None:
-        statement = statement.where(_after(order, after))
-    rows = list(conn.execute(statement.order_by(*order).limit(size + 1)))
-    if len(rows) <= size:
-        return rows, ""
-    rows = rows[:size]
-    last = rows[-1]
-    key = [last._mapping[column] for column in order]
-    return rows, _encode_token(kind, query, key)
+
+    kind: str
+    order: tuple[ColumnElement[Any], ...]
+    shape: tuple[KeyPart, ...]
+
+    def read(
+        self,
+        db: StoreEngine,
+        statement: Select[Any],
+        *,
+        query: str,
+        page_size: int,
+        page_token: str,
+        snapshot: bool = False,
+    ) -> tuple[list[AnyRow], str]:
+        """One page of ``statement`` (filtered, unordered) in one read of ``db``: its rows and
+        the next token ("" at the end). ``query`` is the :func:`fingerprint` of the filters."""
+        return db.read(
+            lambda conn: self.page(conn, statement, query=query, size=page_size, token=page_token),
+            snapshot=snapshot,
+        )
+
+    def page(
+        self, conn: Connection, statement: Select[Any], *, query: str, size: int, token: str
+    ) -> tuple[list[AnyRow], str]:
+        """:meth:`read` inside the caller's ``conn``."""
+        limit = _page_size(size)
+        after = _decode_token(token, self.kind, query, self.shape)
+        if after is not None:
+            statement = statement.where(_after(self.order, after))
+        rows = list(conn.execute(statement.order_by(*self.order).limit(limit + 1)))
+        if len(rows) <= limit:
+            return rows, ""
+        rows = rows[:limit]
+        last = rows[-1]
+        key = [last._mapping[column] for column in self.order]
+        return rows, _encode_token(self.kind, query, key)
 
 
 def _page_size(page_size: int) -> int:

@@ -42,7 +42,7 @@ from rewardseal.validation import (
 )
 from rewardseal_control.store import inputs, tables
 from rewardseal_control.store.contracts import require_contract
-from rewardseal_control.store.pagination import Page, fingerprint, page
+from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 
 __all__ = [
@@ -60,6 +60,9 @@ _SELECT = select(
     _receipts.c.policy_update,
     _receipts.c.envelope,
     _receipts.c.recorded_at,
+)
+_LISTING = Listing(
+    kind="receipts", order=(_receipts.c.policy_update, _receipts.c.receipt_id), shape=(int, str)
 )
 
 
@@ -261,21 +264,9 @@ class ReceiptIndex:
         filters = filters or ReceiptFilter()
         conditions, query = _receipt_conditions(filters)
         statement = _SELECT.where(*conditions)
-        order = (_receipts.c.policy_update, _receipts.c.receipt_id)
-
-        def work(conn: Connection) -> tuple[list[AnyRow], str]:
-            return page(
-                conn,
-                statement,
-                order,
-                kind="receipts",
-                query=query,
-                shape=(int, str),
-                page_size=page_size,
-                page_token=page_token,
-            )
-
-        rows, token = self._db.read(work)
+        rows, token = _LISTING.read(
+            self._db, statement, query=query, page_size=page_size, page_token=page_token
+        )
         return Page([_stored_receipt(row) for row in rows], token)
 
     def receipt_summary(self, contract_digest: str) -> ReceiptSummary:
