@@ -5,8 +5,8 @@ Usage: ``.venv/bin/python bench/store_bench.py [--episodes 256] [--batch 64] [--
 For each backend (durable SQLite file: WAL, synchronous=FULL; and a throwaway local PostgreSQL
 server with fsync on, when its binaries are installed) it times, per episode:
 
-- ``begin``: registering the episodes, one ``begin_episode`` each (``per-item``) or one
-  ``begin_episodes`` per batch (``batched``);
+- ``begin``: registering the episodes, one ``begin_episodes`` call per episode (``per-item``) or
+  per batch (``batched``);
 - ``reads``: what ``Scorer._prepare`` reads before judging: per episode ``receipt_by_episode``,
   ``highest_policy_update``, ``open_episode``, ``credited_record_ids`` (``per-item``), or per
   batch one ``lookup`` and one ``credited_for`` (``batched``);
@@ -19,8 +19,8 @@ numbers are those of a running worker (SQLAlchemy compiles each statement once p
 Prints milliseconds per episode (median of ``--repeat`` runs). ``--store PATH`` benchmarks
 another copy of ``store.py`` (e.g. a version from before the store became a package, taken with
 ``git show``, for a before/after comparison); the per-item steps the worker no longer takes
-(one begin, one registration, one identity's credits) come from ``tests/support/worker_store.py``
-and need the store's ``begin_episodes``.
+(one registration, one identity's credits) come from ``tests/support/worker_store.py``, and
+every variant needs the store's ``begin_episodes``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support.worker_store import (  # noqa: E402
-    begin_episode,
     count_receipts,
     credited_record_ids,
     open_episode,
@@ -85,33 +84,25 @@ def to_commit(n: int) -> Any:
     )
 
 
+def to_begin(n: int) -> Any:
+    return store_module.BeginItem(
+        contract_digest=CONTRACT,
+        episode_id=f"ep-{n:06d}",
+        identity_key=key(n),
+        baseline=baseline(n),
+        begun_at=T0,
+        ttl_seconds=TTL,
+    )
+
+
 def begin_per_item(store: Any, batch: list[int]) -> None:
     for n in batch:
-        begin_episode(
-            store,
-            contract_digest=CONTRACT,
-            episode_id=f"ep-{n:06d}",
-            identity_key=key(n),
-            baseline=baseline(n),
-            begun_at=T0,
-            ttl_seconds=TTL,
-        )
+        [outcome] = store.begin_episodes([to_begin(n)])
+        assert outcome is None, outcome
 
 
 def begin_batched(store: Any, batch: list[int]) -> None:
-    outcomes = store.begin_episodes(
-        [
-            store_module.BeginItem(
-                contract_digest=CONTRACT,
-                episode_id=f"ep-{n:06d}",
-                identity_key=key(n),
-                baseline=baseline(n),
-                begun_at=T0,
-                ttl_seconds=TTL,
-            )
-            for n in batch
-        ]
-    )
+    outcomes = store.begin_episodes([to_begin(n) for n in batch])
     assert all(o is None for o in outcomes), outcomes
 
 

@@ -18,17 +18,7 @@ from sqlalchemy import Engine, bindparam, func, or_, select
 from rewardseal.sqlstore import AUTOCOMMIT_READ_OPTION, as_utc
 from rewardseal_worker.store import BeginItem, OpenEpisode, WorkerStore
 from rewardseal_worker.store.episodes import open_episode_of
-from rewardseal_worker.store.schema import credited_records, open_episodes, outbox, receipts
-
-_OPEN_EPISODE = select(
-    open_episodes.c.identity_key,
-    open_episodes.c.identity,
-    open_episodes.c.baseline,
-    open_episodes.c.begun_at,
-).where(
-    open_episodes.c.contract_digest == bindparam("contract_digest"),
-    open_episodes.c.episode_id == bindparam("episode_id"),
-)
+from rewardseal_worker.store.schema import OPEN_EPISODES, credited_records, outbox, receipts
 
 _CREDITED_ONE = select(credited_records.c.record_id).where(
     credited_records.c.contract_digest == bindparam("contract_digest"),
@@ -88,7 +78,7 @@ def open_episode(store: WorkerStore, contract_digest: str, episode_id: str) -> O
     """The open registration of an episode on a contract, or None."""
     with _reader(store).connect() as conn:
         row = conn.execute(
-            _OPEN_EPISODE, {"contract_digest": contract_digest, "episode_id": episode_id}
+            OPEN_EPISODES, {"contract_digest": contract_digest, "episode_ids": [episode_id]}
         ).one_or_none()
         return None if row is None else open_episode_of(row)
 
