@@ -36,7 +36,7 @@ import grpc
 from rewardseal.client import make_descriptor
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
-from rewardseal_worker.seed import add_background_rows, count_encounters
+from rewardseal_mockmed.seeding import add_background_rows, count_encounters
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "worker.json"

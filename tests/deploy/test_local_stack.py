@@ -120,7 +120,7 @@ def test_up_status_score_down(stack: tuple[Path, dict[str, Any], str]) -> None:
                 assert response.status == 201
                 assert json.loads(response.read())["banner"] == "Saved"
         else:
-            from rewardseal_worker.seed import write_encounter
+            from rewardseal_mockmed.seeding import write_encounter
 
             write_encounter(
                 Path(worker["data_dir"]) / "mockmed" / "mockmed.sqlite",

@@ -42,7 +42,7 @@ from rewardseal.trainers.verl_streaming import (
     fill_streamed_rewards,
     reward_positions,
 )
-from rewardseal_worker.seed import write_encounter
+from rewardseal_mockmed.seeding import write_encounter
 
 verl = pytest.importorskip("verl")
 torch = pytest.importorskip("torch")

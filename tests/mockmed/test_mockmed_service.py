@@ -28,6 +28,7 @@ from support.mockmed_service import RunningMockMed, running_mockmed
 
 from rewardseal.errors import RewardSealError, Unavailable, ValidationError
 from rewardseal.sqlstore import normalize_url
+from rewardseal_mockmed import seeding
 from rewardseal_mockmed.cli import main
 from rewardseal_mockmed.fhir import (
     CREATED_AT_EXTENSION,
@@ -40,7 +41,6 @@ from rewardseal_mockmed.fhir import (
 from rewardseal_mockmed.schema import COLUMNS, ENCOUNTERS_TABLE, PATIENT_INDEX
 from rewardseal_mockmed.settings import MockMedSettings, resolve_settings
 from rewardseal_mockmed.store import EncounterStore, background_rows
-from rewardseal_worker import seed as worker_seed
 
 TRIAGE = {
     "type": "Triage",
@@ -547,9 +547,9 @@ def _sqlite_schema(path: Path) -> dict[str, Any]:
     return {"columns": columns, "indexes": indexes, "primary": primary}
 
 
-def test_the_schema_equals_the_one_the_worker_seed_writes(tmp_path: Path) -> None:
+def test_the_schema_equals_the_one_seeding_writes(tmp_path: Path) -> None:
     seeded = tmp_path / "seeded.sqlite"
-    worker_seed.create_database(seeded, background_rows=0, seed=1)
+    seeding.create_database(seeded, background_rows=0, seed=1)
     ours = tmp_path / "mockmed.sqlite"
     store = EncounterStore(f"sqlite:///{ours}")
     try:
@@ -559,22 +559,21 @@ def test_the_schema_equals_the_one_the_worker_seed_writes(tmp_path: Path) -> Non
     assert _sqlite_schema(ours) == _sqlite_schema(seeded)
     assert [column[1] for column in _sqlite_schema(ours)["columns"]] == list(COLUMNS)
     assert set(_sqlite_schema(ours)["indexes"]) == {PATIENT_INDEX}
-    assert worker_seed.ENCOUNTERS_TABLE == ENCOUNTERS_TABLE
 
 
 def test_mockmed_serves_a_database_the_worker_seeded_and_the_worker_reads_ours(
     tmp_path: Path,
 ) -> None:
     seeded = tmp_path / "seeded.sqlite"
-    worker_seed.create_database(seeded, background_rows=30, seed=7)
-    staged = worker_seed.write_encounter(seeded, patient_id="patient-mm-w")
+    seeding.create_database(seeded, background_rows=30, seed=7)
+    staged = seeding.write_encounter(seeded, patient_id="patient-mm-w")
     with running_mockmed(f"sqlite:///{seeded}", tmp_path, seed_rows=50) as running:
         assert running.server.seeded_rows == 0  # a table with rows is left alone
         assert [r["id"] for r in listed(running, "patient-mm-w")] == [staged]
         created = create(running, "patient-mm-w", **TRIAGE)
         assert [r["id"] for r in listed(running, "patient-mm-w")] == [staged, created["id"]]
-    assert worker_seed.count_encounters(seeded, patient_id="patient-mm-w") == 2
-    assert worker_seed.count_encounters(seeded) == 32
+    assert seeding.count_encounters(seeded, patient_id="patient-mm-w") == 2
+    assert seeding.count_encounters(seeded) == 32
 
 
 def test_the_schema_on_both_backends(store_url: str) -> None:
@@ -798,7 +797,7 @@ def test_the_screen_file_is_shared_with_the_seed_and_read_by_the_tier0_oracle(
 
     screen_file = sqlite_mockmed.screen_file
     assert screen_file is not None
-    staged = worker_seed.show_on_screen(screen_file, patient_id="patient-mm-staged")
+    staged = seeding.show_on_screen(screen_file, patient_id="patient-mm-staged")
     claimed = sqlite_mockmed.client.post("/ui/claim", json={"patient_id": "patient-mm-lie"}).json()
     rows = sqlite_mockmed.client.get("/screen.json").json()["collections"]["encounters"]
     assert [row["id"] for row in rows] == [staged, claimed["id"]]  # neither writer lost a row

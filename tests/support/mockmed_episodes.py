@@ -7,7 +7,7 @@ from typing import Any
 
 from rewardseal.client import make_descriptor
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal_worker.seed import write_encounter
+from rewardseal_mockmed.seeding import write_encounter
 
 CHECKPOINT = "policy_checkpoint_mockmed_0"
 

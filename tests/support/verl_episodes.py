@@ -14,13 +14,14 @@ from typing import Any
 from rewardseal import mockmed
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.v1.contract_pb2 import ScoringPolicy
+from rewardseal_mockmed.seeding import write_encounter
 from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration import (
     self_signed_certificate,
     summary_from_json,
     summary_to_json,
 )
-from rewardseal_worker.seed import TIER2_BUNDLE, write_encounter
+from rewardseal_worker.seed import TIER2_BUNDLE
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 DEFAULT_SCORING_BUNDLE = "mockmed-default-scoring"

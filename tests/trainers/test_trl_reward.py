@@ -36,7 +36,7 @@ from rewardseal.trainers.trl import (
     UNSCORED_SHARE_METRIC,
     CertifiedRewardFunction,
 )
-from rewardseal_worker.seed import count_encounters
+from rewardseal_mockmed.seeding import count_encounters
 from rewardseal_worker.server import SERVICE_NAME
 
 SCORE_MANY = f"/{SERVICE_NAME}/ScoreEpisodes"

@@ -38,7 +38,7 @@ from rewardseal.trainers.verl import (
     register_with_verl,
     samples_from_batch,
 )
-from rewardseal_worker.seed import write_encounter
+from rewardseal_mockmed.seeding import write_encounter
 
 
 @pytest.fixture

@@ -46,7 +46,7 @@ from rewardseal.v1.enums_pb2 import (
     RuntimeSignal,
     Uncertainty,
 )
-from rewardseal_worker.seed import count_encounters, show_on_screen, write_encounter
+from rewardseal_mockmed.seeding import count_encounters, show_on_screen, write_encounter
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
 WRONG_EFFECT = RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT

@@ -28,17 +28,18 @@ from rewardseal.v1.enums_pb2 import (
     RuntimeSignal,
 )
 from rewardseal.validation import validate_certificate
+from rewardseal_mockmed import seeding
+from rewardseal_mockmed.seeding import (
+    add_background_rows,
+    count_encounters,
+    show_on_screen,
+    write_encounter,
+)
 from rewardseal_worker import seed as seed_module
 from rewardseal_worker.bundle import BUNDLE_FILES, load_bundle
 from rewardseal_worker.calibration import summary_from_json
 from rewardseal_worker.oracles.registry import make_reader
-from rewardseal_worker.seed import (
-    add_background_rows,
-    count_encounters,
-    seed_mockmed,
-    show_on_screen,
-    write_encounter,
-)
+from rewardseal_worker.seed import seed_mockmed
 
 KEY_PATH = ("keys", "worker.ed25519")
 PATIENT = "patient-test-0001"
@@ -349,7 +350,7 @@ def test_background_rows_are_reproducible_per_seed(tmp_path):
     paths = []
     for name in ("a", "b"):
         path = tmp_path / name / "mockmed.sqlite"
-        seed_module.create_database(path, background_rows=50, seed=3)
+        seeding.create_database(path, background_rows=50, seed=3)
         add_background_rows(path, 25, seed=3)  # repeated seeds still add fresh rows
         paths.append(path)
     rows = []
@@ -363,7 +364,7 @@ def test_background_rows_are_reproducible_per_seed(tmp_path):
 def test_create_database_keeps_an_existing_table(seeded):
     _, _, result = seeded
     row = write_encounter(result.database_path, patient_id=PATIENT)
-    assert seed_module.create_database(result.database_path, background_rows=10, seed=1) is False
+    assert seeding.create_database(result.database_path, background_rows=10, seed=1) is False
     assert count_encounters(result.database_path) == 201
     assert count_encounters(result.database_path, patient_id=PATIENT) == 1
     assert row

@@ -1,8 +1,9 @@
-"""The MockMed table: the schema the worker's seed writes (``rewardseal_worker.seed``).
+"""The MockMed table: the one schema of the service and of :mod:`rewardseal_mockmed.seeding`.
 
-One table, ``encounters``, with an index on ``patient_id``. Every column is TEXT. The columns
-and their nullability match the seed's DDL exactly, so a database made by either one is read
-by both and by the worker's ``sql`` oracle; a test compares the two.
+One table, ``encounters``, with an index on ``patient_id``. Every column is TEXT. The service
+creates it through SQLAlchemy, seeding with the DDL compiled from it, and a test compares the
+two. Its columns and their nullability also equal the hand-written DDL that seeded data
+directories before seeding moved here, so those databases are read as they are.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ metadata = MetaData()
 encounters = Table(
     ENCOUNTERS_TABLE,
     metadata,
-    # nullable=True keeps the DDL equal to the seed's ``id TEXT PRIMARY KEY`` on SQLite (where a
+    # nullable=True keeps the DDL equal to the old ``id TEXT PRIMARY KEY`` on SQLite (where a
     # non-integer primary key column does not imply NOT NULL). The service always sets an id,
     # and PostgreSQL makes every primary key column NOT NULL anyway.
     Column("id", Text, primary_key=True, nullable=True),

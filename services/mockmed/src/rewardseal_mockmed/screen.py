@@ -1,7 +1,7 @@
 """The screen dump: what MockMed's UI showed, for tier-0 (screen_dump) oracles.
 
-Document shape (the one ``rewardseal_worker.seed`` writes and the worker's ``screen_dump``
-oracle reads)::
+Document shape (the one :mod:`rewardseal_mockmed.seeding` stages and the worker's
+``screen_dump`` oracle reads)::
 
     {"collections": {"encounters": [row, ...]}, "banner": {"<patient_id>": "Saved", ...}}
 
@@ -10,9 +10,9 @@ the same banner and a row that was never stored: the banner lie. The dump is the
 evidence of what a user saw, never of what the system of record holds.
 
 Without a file the dump lives in memory. With a file, the file is the dump: each change takes
-the same advisory lock the worker's seed helpers take (``.<name>.lock`` beside the file), reads
-the file, appends, and replaces it atomically, so rows staged by other writers (for instance
-``rewardseal_worker.seed.show_on_screen``) are kept, and a reader never sees half a file. The
+an advisory lock (``.<name>.lock`` beside the file), reads the file, appends, and replaces it
+atomically, so rows staged by other processes (for instance
+``rewardseal_mockmed.seeding.show_on_screen``) are kept, and a reader never sees half a file. The
 oldest rows are dropped beyond ``max_rows``.
 """
 

@@ -24,7 +24,11 @@ from rewardseal_mockmed.schema import COLUMNS, WRITABLE_FIELDS, encounters, meta
 
 __all__ = [
     "DEFAULT_SEED",
+    "EPOCH",
     "MAX_SEED_ROWS",
+    "PRIORITIES",
+    "STATUSES",
+    "TYPES",
     "EncounterStore",
     "Record",
     "background_rows",
@@ -40,9 +44,11 @@ MAX_SEED_ROWS: Final = 10_000_000
 _SCHEMA_LOCK_KEY: Final = 0x4D4F434B4D4544  # "MOCKMED": one schema creator at a time (PostgreSQL)
 _INSERT_CHUNK: Final = 5000
 
-_TYPES = ("Triage", "Consult", "Follow-up", "Lab review", "Vaccination", "Telehealth")
-_STATUSES = ("open", "closed", "closed", "cancelled")
-_PRIORITIES: tuple[str | None, ...] = (None, None, None, None, "routine", "urgent", "stat")
+# The background rows' vocabulary, shared with rewardseal_mockmed.seeding's rows. A value's
+# repeats weight its draw.
+TYPES: Final = ("Triage", "Consult", "Follow-up", "Lab review", "Vaccination", "Telehealth")
+STATUSES: Final = ("open", "closed", "closed", "cancelled")
+PRIORITIES: Final[tuple[str | None, ...]] = (None, None, None, None, "routine", "urgent", "stat")
 _COMPLAINTS = (
     "mild headache since morning",
     "sore throat for two days",
@@ -57,7 +63,8 @@ _PLANS = (
     "follow up if symptoms persist",
     "ice and elevation advised",
 )
-_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+EPOCH: Final = datetime(2026, 1, 1, tzinfo=UTC)
+"""Background rows are created within 300 days after this moment."""
 
 
 def timestamp(moment: datetime | None = None) -> str:
@@ -84,15 +91,15 @@ def background_rows(count: int, seed: int) -> list[Record]:
     patients = [f"patient-{rng.getrandbits(48):012x}" for _ in range(max(1, math.ceil(count / 4)))]
     rows: list[Record] = []
     for _ in range(count):
-        created = _EPOCH + timedelta(seconds=rng.randrange(0, 300 * 24 * 3600))
+        created = EPOCH + timedelta(seconds=rng.randrange(0, 300 * 24 * 3600))
         rows.append(
             {
                 "id": f"enc-{rng.getrandbits(96):024x}",
                 "patient_id": rng.choice(patients),
-                "type": rng.choice(_TYPES),
+                "type": rng.choice(TYPES),
                 "note": f"Synthetic: {rng.choice(_COMPLAINTS)}; {rng.choice(_PLANS)}.",
-                "status": rng.choice(_STATUSES),
-                "priority": rng.choice(_PRIORITIES),
+                "status": rng.choice(STATUSES),
+                "priority": rng.choice(PRIORITIES),
                 "created_at": timestamp(created),
             }
         )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from rewardseal.errors import ValidationError
 from rewardseal.serving import RunningServer, check_port_free, transport
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal_worker.bundle import ContractBundle, load_bundle
@@ -14,10 +15,13 @@ from rewardseal_worker.engine import Scorer
 from rewardseal_worker.health_watch import StoreHealthWatch
 from rewardseal_worker.oracles.base import OracleReader
 from rewardseal_worker.oracles.registry import make_reader
-from rewardseal_worker.seed import SeedResult, seed_mockmed
 from rewardseal_worker.server import start_worker_server
 from rewardseal_worker.settings import WorkerSettings
 from rewardseal_worker.store import WorkerStore
+
+if TYPE_CHECKING:
+    # Seeding MockMed is a demo feature that needs rewardseal-mockmed: imported only to seed.
+    from rewardseal_worker.seed import SeedResult
 
 
 @dataclass
@@ -76,12 +80,24 @@ async def start_worker(
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
+        ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed is not installed, or
+            seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
     """
     # Before seeding and calibrating (minutes): a taken port is refused at once.
     check_port_free(settings.host, settings.port)
     key = SigningKey.load_or_create(settings.key_path)
     seeded = None
     if settings.seed_mockmed:
+        try:
+            from rewardseal_worker.seed import seed_mockmed
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not exc.name.startswith("rewardseal_mockmed"):
+                raise
+            raise ValidationError(
+                "--seed-mockmed needs the rewardseal-mockmed distribution "
+                "(pip install 'rewardseal-worker[mockmed]')"
+            ) from None
+
         seeded = seed_mockmed(
             settings.data_dir, key=key, trials=settings.calibration_trials, progress=progress
         )

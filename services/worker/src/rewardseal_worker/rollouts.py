@@ -14,7 +14,7 @@ from typing import Any
 
 from rewardseal.extradup import mockmed_write_spec, parse_action_report, scripted_report
 from rewardseal.mockmed import IDENTITY_KEY
-from rewardseal_worker.seed import show_on_screen, write_encounter
+from rewardseal_mockmed.seeding import show_on_screen, write_encounter
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,10 @@
-"""Seed a worker data directory with MockMed: the synthetic SoR, two bundles, a certificate.
+"""Seed a worker data directory with MockMed: the synthetic SoR, three bundles, certificates.
+
+A demo and development feature (``rewardseal-worker serve --seed-mockmed``): the worker imports
+this module only when asked to seed, and it needs the ``rewardseal-mockmed`` distribution, whose
+:mod:`rewardseal_mockmed.seeding` writes the database and the screen dump. What is the worker's
+here: the bundles, their calibration, the self-signed SYNTHETIC certificates, the seeding
+lock and idempotence.
 
 :func:`seed_mockmed` lays out::
 
@@ -32,25 +38,18 @@ used to find the first's certificate.json "with different content" and die); the
 then finds the seed complete and reuses it. The data directory and ``mockmed/`` are made 0700,
 the database 0600 (SQLite gives its -wal/-shm files the same mode).
 
-The helpers :func:`write_encounter`, :func:`add_background_rows` and :func:`show_on_screen` stage
-episodes for tests, demos and benchmarks: an honest write, a duplicate, and the banner lie (the
-screen shows a saved Triage encounter, the database has none).
+To stage episodes on a seeded directory (an honest write, a duplicate, the banner lie) use
+:mod:`rewardseal_mockmed.seeding` on :data:`DATABASE_PATH` and :data:`SCREEN_PATH`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import math
 import os
-import random
-import sqlite3
-import tempfile
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final
 
@@ -62,11 +61,12 @@ from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
 from rewardseal.service_settings import make_private_dir
 from rewardseal.signing import SigningKey, TrustSet
-from rewardseal.sqlstore import create_private_file
-from rewardseal.synthetic import synthetic_note
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
+from rewardseal_mockmed.schema import ENCOUNTERS_TABLE
+from rewardseal_mockmed.seeding import DEFAULT_BACKGROUND_ROWS, create_database, create_screen
+from rewardseal_mockmed.store import DEFAULT_SEED
 from rewardseal_worker.bundle import (
     CALIBRATION_FILE,
     CERTIFICATE_FILE,
@@ -90,9 +90,7 @@ from rewardseal_worker.calibration import (
 
 __all__ = [
     "DATABASE_PATH",
-    "DEFAULT_BACKGROUND_ROWS",
     "DEFAULT_SEED",
-    "ENCOUNTERS_TABLE",
     "REST_BUNDLE",
     "REST_RECIPE",
     "REST_TOKEN_ENV",
@@ -101,13 +99,8 @@ __all__ = [
     "TIER0_BUNDLE",
     "TIER2_BUNDLE",
     "SeedResult",
-    "add_background_rows",
-    "count_encounters",
-    "create_database",
     "rest_contract",
     "seed_mockmed",
-    "show_on_screen",
-    "write_encounter",
 ]
 
 DATABASE_PATH: Final = Path("mockmed") / "mockmed.sqlite"
@@ -124,7 +117,6 @@ REST_URL_ENV: Final = "MOCKMED_API_URL"
 """The variable the rest recipe reads MockMed's base URL from (never stored in the bundle)."""
 REST_TOKEN_ENV: Final = "MOCKMED_API_TOKEN"
 """The variable the rest recipe reads MockMed's client bearer token from."""
-ENCOUNTERS_TABLE: Final = "encounters"
 REST_RECIPE: Final[Mapping[str, Any]] = {
     "kind": "rest",
     "base_url_env": REST_URL_ENV,
@@ -135,31 +127,10 @@ REST_RECIPE: Final[Mapping[str, Any]] = {
     "timeout_seconds": 2.0,
 }
 """``GET $MOCKMED_API_URL/api/encounters?patient_id=P``: the rest oracle's read of MockMed."""
-DEFAULT_SEED: Final = 20261130
-DEFAULT_BACKGROUND_ROWS: Final = 200
-DEFAULT_NOTE: Final = "Synthetic triage: mild headache since morning; vitals stable."
 SEED_LOCK: Final = ".seed.lock"
 """The lock file in the data directory that seeding holds (see the module docstring)."""
 
 _CORE_FILES = (CONTRACT_FILE, REQUIRED_EFFECTS_FILE, FORBIDDEN_EFFECTS_FILE, ORACLE_RECIPE_FILE)
-_BUSY_TIMEOUT_SECONDS = 30.0
-_MAX_BACKGROUND_ROWS = 10_000_000
-_SCHEMA = (
-    f"CREATE TABLE IF NOT EXISTS {ENCOUNTERS_TABLE} ("
-    " id TEXT PRIMARY KEY,"
-    " patient_id TEXT NOT NULL,"
-    " type TEXT,"
-    " note TEXT,"
-    " status TEXT,"
-    " priority TEXT NULL,"
-    " created_at TEXT"
-    ")",
-    f"CREATE INDEX IF NOT EXISTS {ENCOUNTERS_TABLE}_patient_id ON {ENCOUNTERS_TABLE} (patient_id)",
-)
-_TYPES = ("Triage", "Consult", "Follow-up", "Lab review", "Vaccination", "Telehealth")
-_STATUSES = ("open", "closed", "closed", "cancelled")
-_PRIORITIES: tuple[str | None, ...] = (None, None, None, None, "routine", "urgent", "stat")
-_EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -182,257 +153,6 @@ class SeedResult:
     epsilon: float
     created: bool
     calibration: CalibrationSummary
-
-
-# --------------------------------------------------------------------------------------------
-# The SoR database
-# --------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _connect(db_path: Path) -> Iterator[sqlite3.Connection]:
-    """A connection in autocommit mode (transactions are explicit), closed on exit."""
-    conn = sqlite3.connect(db_path, timeout=_BUSY_TIMEOUT_SECONDS, isolation_level=None)
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-@contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any error."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield conn
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def _table_exists(conn: sqlite3.Connection) -> bool:
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (ENCOUNTERS_TABLE,)
-    ).fetchone()
-    return row is not None
-
-
-def _ensure_schema(conn: sqlite3.Connection) -> None:
-    for statement in _SCHEMA:
-        conn.execute(statement)
-
-
-def _background_rows(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
-    """``count`` synthetic encounters spread over about ``count / 4`` invented patients."""
-    # 10 hex digits: never the 8-digit ids of rewardseal.extradup.variants or the calibration.
-    patients = [f"patient-{rng.getrandbits(40):010x}" for _ in range(max(1, math.ceil(count / 4)))]
-    rows: list[tuple[Any, ...]] = []
-    for _ in range(count):
-        created = _EPOCH + timedelta(seconds=rng.randrange(0, 300 * 24 * 3600))
-        rows.append(
-            (
-                f"enc-{rng.getrandbits(96):024x}",
-                rng.choice(patients),
-                rng.choice(_TYPES),
-                synthetic_note(rng),
-                rng.choice(_STATUSES),
-                rng.choice(_PRIORITIES),
-                created.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            )
-        )
-    return rows
-
-
-def _insert_background(conn: sqlite3.Connection, count: int, seed: int) -> int:
-    existing = conn.execute(f"SELECT COUNT(*) FROM {ENCOUNTERS_TABLE}").fetchone()[0]
-    # The row count joins the seed so that repeated calls with one seed add new rows.
-    rng = random.Random(f"mockmed.background/{seed}/{existing}")
-    conn.executemany(
-        f"INSERT INTO {ENCOUNTERS_TABLE} "
-        "(id, patient_id, type, note, status, priority, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        _background_rows(rng, count),
-    )
-    return count
-
-
-def _check_count(count: int) -> int:
-    if (
-        isinstance(count, bool)
-        or not isinstance(count, int)
-        or not 0 <= count <= (_MAX_BACKGROUND_ROWS)
-    ):
-        raise ValidationError(f"row count must be an integer in 0..{_MAX_BACKGROUND_ROWS}")
-    return count
-
-
-def create_database(db_path: Path, *, background_rows: int, seed: int) -> bool:
-    """Create the MockMed database with ``background_rows`` synthetic rows, unless it exists.
-
-    The table, its ``patient_id`` index and the rows are written in one transaction. An
-    existing table is kept with every row it holds (receipts may point at them); only a missing
-    index is added. Returns True when the table was created.
-    """
-    _check_count(background_rows)
-    make_private_dir(db_path.parent)
-    # 0600 before SQLite opens it: its -wal and -shm files take the database file's mode.
-    create_private_file(db_path)
-    with _connect(db_path) as conn, _transaction(conn):
-        if _table_exists(conn):
-            _ensure_schema(conn)
-            return False
-        _ensure_schema(conn)
-        _insert_background(conn, background_rows, seed)
-        return True
-
-
-def add_background_rows(db_path: Path, count: int, seed: int) -> int:
-    """Add ``count`` synthetic rows for invented patients in one transaction; return ``count``.
-
-    Rows are a pure function of ``seed`` and the current row count, so a benchmark can grow the
-    table to 50,000 rows reproducibly (one ``executemany``, well under a second).
-    """
-    _check_count(count)
-    with _connect(db_path) as conn, _transaction(conn):
-        _ensure_schema(conn)
-        return _insert_background(conn, count, seed)
-
-
-def write_encounter(
-    db_path: Path,
-    *,
-    patient_id: str,
-    type: str | None = "Triage",
-    note: str | None = DEFAULT_NOTE,
-    status: str | None = "open",
-    priority: str | None = None,
-    created_at: str | None = None,
-    encounter_id: str | None = None,
-) -> str:
-    """Write one encounter, as the policy's write would, and return its id.
-
-    ``created_at`` stays NULL unless given (the MockMed contract allows it as a field the
-    system stamps). Pass ``priority="stat"`` to stage the forbidden effect.
-    """
-    if not isinstance(patient_id, str) or not patient_id:
-        raise ValidationError("patient_id must be a non-empty string")
-    if not Path(db_path).is_file():
-        raise ValidationError(f"{db_path} does not exist; seed MockMed first")
-    record_id = encounter_id or f"enc-{uuid.uuid4().hex}"
-    with _connect(db_path) as conn, _transaction(conn):
-        if not _table_exists(conn):
-            raise ValidationError(f"{db_path} holds no {ENCOUNTERS_TABLE} table; seed it first")
-        conn.execute(
-            f"INSERT INTO {ENCOUNTERS_TABLE} "
-            "(id, patient_id, type, note, status, priority, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (record_id, patient_id, type, note, status, priority, created_at),
-        )
-    return record_id
-
-
-def count_encounters(db_path: Path, *, patient_id: str | None = None) -> int:
-    """How many encounters the database holds (for one patient when ``patient_id`` is given)."""
-    with _connect(db_path) as conn:
-        if patient_id is None:
-            row = conn.execute(f"SELECT COUNT(*) FROM {ENCOUNTERS_TABLE}").fetchone()
-        else:
-            row = conn.execute(
-                f"SELECT COUNT(*) FROM {ENCOUNTERS_TABLE} WHERE patient_id = ?", (patient_id,)
-            ).fetchone()
-    return int(row[0])
-
-
-# --------------------------------------------------------------------------------------------
-# The tier-0 screen dump
-# --------------------------------------------------------------------------------------------
-
-
-def _empty_screen() -> dict[str, Any]:
-    return {"collections": {ENCOUNTERS_TABLE: []}, "banner": {}}
-
-
-def _write_json_atomic(path: Path, doc: Any) -> None:
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(doc, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp)
-        raise
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock beside ``path`` (one screen writer at a time)."""
-    lock_path = path.with_name(f".{path.name}.lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _create_screen(screen_path: Path) -> bool:
-    screen_path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(screen_path):
-        if screen_path.exists():
-            return False
-        _write_json_atomic(screen_path, _empty_screen())
-        return True
-
-
-def show_on_screen(
-    screen_path: Path,
-    *,
-    patient_id: str,
-    banner: str = "Saved",
-    fields: Mapping[str, str | None] | None = None,
-) -> str:
-    """Append what the UI displays for ``patient_id`` to the screen dump; return the row id.
-
-    ``fields`` default to a Triage encounter (type, note, status); ``banner`` is shown for the
-    patient (informational only: no oracle reads it as a record). Nothing is written to the
-    database, so calling this alone stages the banner lie.
-    """
-    if not isinstance(patient_id, str) or not patient_id:
-        raise ValidationError("patient_id must be a non-empty string")
-    shown = (
-        dict(fields)
-        if fields is not None
-        else {
-            "type": "Triage",
-            "note": DEFAULT_NOTE,
-            "status": "open",
-        }
-    )
-    if "id" in shown or "patient_id" in shown:
-        raise ValidationError("fields may not set 'id' or 'patient_id'")
-    row_id = f"screen-{uuid.uuid4().hex}"
-    screen_path.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(screen_path):
-        try:
-            doc = json.loads(screen_path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            doc = _empty_screen()
-        except ValueError as exc:
-            raise ValidationError(f"{screen_path.name} is not valid JSON") from exc
-        collections = doc.setdefault("collections", {})
-        rows = collections.setdefault(ENCOUNTERS_TABLE, [])
-        banners = doc.setdefault("banner", {})
-        if not isinstance(rows, list) or not isinstance(banners, dict):
-            raise ValidationError(f"{screen_path.name} does not have the screen dump's shape")
-        rows.append({"id": row_id, "patient_id": patient_id, **shown})
-        banners[patient_id] = banner
-        _write_json_atomic(screen_path, doc)
-    return row_id
 
 
 # --------------------------------------------------------------------------------------------
@@ -631,7 +351,7 @@ def _seed_locked(
     database_path = data_dir / DATABASE_PATH
     screen_path = data_dir / SCREEN_PATH
     created = create_database(database_path, background_rows=background_rows, seed=seed)
-    created = _create_screen(screen_path) or created
+    created = create_screen(screen_path) or created
 
     tier0, tier0_created = _ensure_bundle(data_dir / TIER0_BUNDLE, _SCREEN, trust)
     tier2, tier2_created = _ensure_bundle(data_dir / TIER2_BUNDLE, _SQL, trust)
