@@ -20,6 +20,7 @@ from rewardseal.judging import (
 from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, TIER2_RECIPE, mockmed_contract
 from rewardseal_worker import calibration
 from rewardseal_worker.bundle import load_bundle, write_bundle
+from rewardseal_worker.seed import MOCKMED_FAULT_FAMILIES
 
 TRIALS_PER_CLASS = 40
 
@@ -34,7 +35,7 @@ def setup(tmp_path_factory):
         forbidden_doc=FORBIDDEN_EFFECTS,
         recipe_doc=TIER2_RECIPE,
     )
-    return calibration._setup(load_bundle(directory), None)
+    return calibration._setup(load_bundle(directory), MOCKMED_FAULT_FAMILIES)
 
 
 def trial_faults(setup, trial) -> set[Fault]:

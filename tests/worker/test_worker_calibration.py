@@ -46,6 +46,7 @@ from rewardseal_worker.calibration import (
     summary_to_json,
     text_progress,
 )
+from rewardseal_worker.seed import MOCKMED_FAULT_FAMILIES as FAMILIES
 
 SEED = 20261130
 KEY = SigningKey.from_seed(bytes(range(32)))
@@ -74,7 +75,7 @@ def bundle(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def result(bundle):
-    return calibrate(bundle, seed=SEED)
+    return calibrate(bundle, families=FAMILIES, seed=SEED)
 
 
 # --- R-CAL-1/2: the default run ---
@@ -128,7 +129,7 @@ def test_certificate_refuses_a_summary_for_another_contract(bundle, result):
 
 
 def test_too_few_trials_cannot_earn_a_certificate(bundle):
-    small = calibrate(bundle, seed=SEED, trials=20)
+    small = calibrate(bundle, families=FAMILIES, seed=SEED, trials=20)
     assert small.summary.false_accepts == 0
     assert small.epsilon > bundle.contract.certificate_policy.max_epsilon
     with pytest.raises(ValidationError, match="epsilon"):
@@ -141,7 +142,7 @@ def test_too_few_trials_cannot_earn_a_certificate(bundle):
 def test_fault_classes_are_the_contract_classes_plus_the_extradup_families(bundle, result):
     names = [c.name for c in result.summary.fault_classes]
     assert tuple(names) == GENERIC_FAULT_CLASSES + EXTRADUP_CLASSES
-    assert tuple(names) == fault_classes_for(bundle)
+    assert tuple(names) == fault_classes_for(bundle, families=FAMILIES)
 
 
 def test_per_class_counts_add_up_and_are_round_robin(result):
@@ -155,23 +156,23 @@ def test_per_class_counts_add_up_and_are_round_robin(result):
 
 @pytest.mark.parametrize("trials", [1, 13, 27, 301])
 def test_round_robin_for_any_trial_count(bundle, trials):
-    summary = calibrate(bundle, seed=1, trials=trials).summary
+    summary = calibrate(bundle, families=FAMILIES, seed=1, trials=trials).summary
     counts = [c.trials for c in summary.fault_classes]
     assert sum(counts) == trials
     assert max(counts) - min(counts) <= 1
 
 
 def test_extradup_families_can_be_left_out(bundle):
-    assert fault_classes_for(bundle, extradup_families=False) == GENERIC_FAULT_CLASSES
-    summary = calibrate(bundle, seed=1, trials=60, extradup_families=False).summary
+    assert fault_classes_for(bundle) == GENERIC_FAULT_CLASSES
+    summary = calibrate(bundle, seed=1, trials=60).summary
     assert [c.name for c in summary.fault_classes] == list(GENERIC_FAULT_CLASSES)
 
 
 def test_deterministic_per_seed(bundle, result):
-    again = calibrate(bundle, seed=SEED)
+    again = calibrate(bundle, families=FAMILIES, seed=SEED)
     assert summary_to_json(again.summary) == summary_to_json(result.summary)
     assert again.transcript_digest == result.transcript_digest
-    other = calibrate(bundle, seed=SEED + 1)
+    other = calibrate(bundle, families=FAMILIES, seed=SEED + 1)
     assert other.summary.generator_seed == SEED + 1
     assert other.transcript_digest != result.transcript_digest
 
@@ -221,7 +222,7 @@ def test_reference_semantics_of_required_and_system_fields():
 @pytest.mark.parametrize("kind", ["gold", "extradup.control"])
 def test_reference_semantics_gold_is_correct(bundle, kind):
     """Every gold trial is the correct effect by an independent reading of the documents."""
-    setup = calibration._setup(bundle, None)
+    setup = calibration._setup(bundle, FAMILIES)
     for index in range(60):
         rng = calibration._trial_rng(SEED, kind, index)
         if kind == "gold":
@@ -235,7 +236,7 @@ def test_reference_semantics_gold_is_correct(bundle, kind):
 def test_reference_semantics_every_fault_trial_is_a_fault(bundle, kind):
     """A fault trial counted as a refusal is a real fault, not a trial the judge refuses for
     some other reason: an independent reading of the documents refuses it too."""
-    setup = calibration._setup(bundle, None)
+    setup = calibration._setup(bundle, FAMILIES)
     for index in range(60):
         rng = calibration._trial_rng(SEED, kind, index)
         if kind.startswith("extradup."):
@@ -249,7 +250,7 @@ def test_reference_semantics_every_fault_trial_is_a_fault(bundle, kind):
 
 
 def test_extradup_omit_drops_the_note_and_is_refused(bundle):
-    setup = calibration._setup(bundle, None)
+    setup = calibration._setup(bundle, FAMILIES)
     template = setup.extradup_template
     assert template is not None
     # The write spec carries every required field but the identity, so omit drops one the
@@ -296,7 +297,7 @@ def test_a_bundle_that_allows_any_count_leaks_on_duplicates(tmp_path):
     weakened = copy.deepcopy(REQUIRED_EFFECTS)
     del weakened["effects"][0]["new_records"]
     bundle = write_mockmed_bundle(tmp_path / "contracts" / "mockmed", required=weakened)
-    result = calibrate(bundle, seed=SEED)
+    result = calibrate(bundle, families=FAMILIES, seed=SEED)
     assert result.summary.false_accepts > 0
     leaking = {c.name for c in result.summary.fault_classes if c.false_accepts}
     assert "extradup.dup" in leaking
@@ -315,7 +316,7 @@ def _weakened_judge(monkeypatch, **changes):
 
 def test_a_judge_that_ignores_counts_leaks(bundle, monkeypatch):
     _weakened_judge(monkeypatch, new_records=None)
-    result = calibrate(bundle, seed=SEED)
+    result = calibrate(bundle, families=FAMILIES, seed=SEED)
     leaking = {c.name for c in result.summary.fault_classes if c.false_accepts}
     assert {"duplicate_record", "extra_record", "extradup.dup"} <= leaking
     assert result.summary.false_accepts == len(result.false_accept_trials)
@@ -328,7 +329,7 @@ def test_a_bundle_without_required_fields_leaks_on_omit(tmp_path):
     weakened = copy.deepcopy(REQUIRED_EFFECTS)
     del weakened["effects"][0]["required_fields"]
     bundle = write_mockmed_bundle(tmp_path / "contracts" / "mockmed", required=weakened)
-    result = calibrate(bundle, seed=SEED)
+    result = calibrate(bundle, families=FAMILIES, seed=SEED)
     assert {(leak.fault_class, leak.variant) for leak in result.false_accept_trials} == {
         ("extradup.omit", "scripted")
     }
@@ -341,7 +342,7 @@ def test_a_bundle_without_required_fields_leaks_on_omit(tmp_path):
 
 def test_a_judge_that_ignores_required_fields_leaks_on_omit(bundle, monkeypatch):
     _weakened_judge(monkeypatch, required_fields=frozenset())
-    result = calibrate(bundle, seed=SEED)
+    result = calibrate(bundle, families=FAMILIES, seed=SEED)
     assert result.summary.false_accepts > 0
     assert {(leak.fault_class, leak.variant) for leak in result.false_accept_trials} == {
         ("extradup.omit", "scripted")
@@ -351,7 +352,7 @@ def test_a_judge_that_ignores_required_fields_leaks_on_omit(bundle, monkeypatch)
 
 def test_a_judge_that_ignores_allowed_fields_leaks(bundle, monkeypatch):
     _weakened_judge(monkeypatch, allowed_fields=None)
-    result = calibrate(bundle, seed=SEED)
+    result = calibrate(bundle, families=FAMILIES, seed=SEED)
     assert result.summary.false_accepts > 0
     assert {(leak.fault_class, leak.variant) for leak in result.false_accept_trials} == {
         ("wrong_field", "extra_field")
@@ -376,7 +377,7 @@ def test_a_refused_gold_trial_refuses_calibration(bundle):
     )
     broken = dataclasses.replace(bundle, forbidden=everything)
     with pytest.raises(ValidationError, match=re.escape(GOLD_REFUSED_MESSAGE)) as info:
-        calibrate(broken, seed=SEED)
+        calibrate(broken, families=FAMILIES, seed=SEED)
     assert info.value.metadata["gold_kind"] == "gold"
 
 
@@ -392,7 +393,7 @@ def test_a_judge_that_refuses_the_extradup_control_refuses_calibration(bundle, m
 
     monkeypatch.setattr(calibration, "judge_episode", refuses_second)
     with pytest.raises(ValidationError, match=re.escape(GOLD_REFUSED_MESSAGE)) as info:
-        calibrate(bundle, seed=SEED)
+        calibrate(bundle, families=FAMILIES, seed=SEED)
     assert info.value.metadata["gold_kind"] == "extradup.control"
 
 
@@ -414,11 +415,11 @@ def test_bad_arguments_are_refused(bundle, kwargs):
         calibrate(bundle, **arguments)
 
 
-def test_extradup_families_only_for_the_mockmed_task(bundle):
+def test_extradup_families_only_for_their_task(bundle):
     other = copy.deepcopy(bundle.contract)
     other.task_id = "another.task.create-something"
-    with pytest.raises(ValidationError, match="MockMed"):
-        fault_classes_for(dataclasses.replace(bundle, contract=other), extradup_families=True)
+    with pytest.raises(ValidationError, match="defined for the task"):
+        fault_classes_for(dataclasses.replace(bundle, contract=other), families=FAMILIES)
     assert fault_classes_for(dataclasses.replace(bundle, contract=other)) == GENERIC_FAULT_CLASSES
 
 
@@ -466,7 +467,13 @@ def test_summary_from_json_refuses_a_non_object():
 
 def test_progress_is_called_after_every_trial(bundle):
     seen = []
-    calibrate(bundle, seed=SEED, trials=40, progress=lambda done, total: seen.append((done, total)))
+    calibrate(
+        bundle,
+        families=FAMILIES,
+        seed=SEED,
+        trials=40,
+        progress=lambda done, total: seen.append((done, total)),
+    )
     assert seen == [(done, 44) for done in range(1, 45)]
 
 

@@ -28,12 +28,14 @@ Fault classes (R-CAL-3) are derived from the contract's own effect documents:
     a forbidden effect present, merged into the correct record or as a record of its own.
 
 A class that a contract cannot express (no exact count, no expected field, no forbidden effect)
-is left out. For the MockMed task the seven ExtraDup hacking families (``extradup.dup`` ...
-``extradup.wrong_record``, R-MM-3) are added: each family's scripted action report is replayed
-on an :class:`~rewardseal.extradup.InMemoryStore` that already holds background records, and the
+is left out. A caller that passes :class:`FaultFamilies` for the bundle's task (the seeded
+MockMed bundles do, R-MM-3) adds the seven ExtraDup hacking families (``extradup.dup`` ...
+``extradup.wrong_record``): each family's scripted action report is replayed on an
+:class:`~rewardseal.extradup.InMemoryStore` that already holds background records, and the
 store's before/after snapshots become the baseline and current reads. Their write spec comes from
-the published MockMed effect document, not from the bundle, so a bundle that weakens the MockMed
-effects shows up as false accepts.
+the task's published effect document that the table carries, not from the bundle, so a bundle
+that weakens the task's effects shows up as false accepts. Calibration knows no task by name:
+which task gets the families, and from which document, is the caller's data.
 
 Every trial also carries noise the judge must see through: background records of other subjects
 and older records of the same subject (some already credited), concurrent writes for other
@@ -81,9 +83,6 @@ from rewardseal.judging import (
     judge_episode,
     parse_effects,
 )
-from rewardseal.mockmed import IDENTITY_KEY as MOCKMED_IDENTITY_KEY
-from rewardseal.mockmed import REQUIRED_EFFECTS as MOCKMED_REQUIRED_EFFECTS
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.signing import SigningKey, sign_certificate
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount, RewardCertificate
 from rewardseal.v1.enums_pb2 import (
@@ -105,6 +104,7 @@ __all__ = [
     "JUDGE_VERSION",
     "CalibrationResult",
     "FalseAccept",
+    "FaultFamilies",
     "ProgressCallback",
     "calibrate",
     "checker_configuration",
@@ -193,6 +193,20 @@ class CalibrationResult:
 
 
 @dataclass(frozen=True)
+class FaultFamilies:
+    """The ExtraDup families a task adds to its calibration, and where their write spec comes from.
+
+    ``required_effects`` is the task's published required-effects document (its first effect
+    gives the write spec); the families apply only to bundles whose contract names ``task_id``
+    with exactly ``identity_keys``.
+    """
+
+    task_id: str
+    identity_keys: tuple[str, ...]
+    required_effects: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class _WriteSpecTemplate:
     """How to build the ExtraDup write spec of one trial (everything but the identity value)."""
 
@@ -241,11 +255,10 @@ def _generic_classes(required: Sequence[EffectSpec], forbidden: Sequence[EffectS
     return [name for name in GENERIC_FAULT_CLASSES if applicable[name]]
 
 
-def _is_mockmed_task(bundle: ContractBundle) -> bool:
+def _families_apply(bundle: ContractBundle, families: FaultFamilies) -> bool:
     contract = bundle.contract
-    return contract.task_id == mockmed_contract().task_id and list(
-        contract.oracle.identity_keys
-    ) == [MOCKMED_IDENTITY_KEY]
+    keys = tuple(contract.oracle.identity_keys)
+    return contract.task_id == families.task_id and keys == tuple(families.identity_keys)
 
 
 def _template_from_effect(effect: EffectSpec) -> _WriteSpecTemplate | None:
@@ -274,7 +287,7 @@ def _template_from_effect(effect: EffectSpec) -> _WriteSpecTemplate | None:
     )
 
 
-def _setup(bundle: ContractBundle, extradup_families: bool | None) -> _Setup:
+def _setup(bundle: ContractBundle, families: FaultFamilies | None) -> _Setup:
     required, forbidden = tuple(bundle.required), tuple(bundle.forbidden)
     if not required:
         raise ValidationError("calibration needs a contract with at least one required effect")
@@ -287,15 +300,16 @@ def _setup(bundle: ContractBundle, extradup_families: bool | None) -> _Setup:
     columns.discard(RECORD_ID_FIELD)
 
     template: _WriteSpecTemplate | None = None
-    families: tuple[str, ...] = ()
-    wanted = _is_mockmed_task(bundle) if extradup_families is None else extradup_families
-    if wanted:
-        if not _is_mockmed_task(bundle):
-            raise ValidationError("the ExtraDup families are defined for the MockMed task only")
-        # The published MockMed effect, not the bundle's: a weakened bundle must leak here.
-        template = _template_from_effect(parse_effects(MOCKMED_REQUIRED_EFFECTS)[0])
+    names: tuple[str, ...] = ()
+    if families is not None:
+        if not _families_apply(bundle, families):
+            raise ValidationError(
+                f"these ExtraDup families are defined for the task {families.task_id!r} only"
+            )
+        # The task's published effect, not the bundle's: a weakened bundle must leak here.
+        template = _template_from_effect(parse_effects(families.required_effects)[0])
         if template is not None:
-            families = tuple(
+            names = tuple(
                 family
                 for family in extradup.HACKING_FAMILIES
                 if family != "omit" or any(f != template.identity_field for f in template.fields)
@@ -309,15 +323,15 @@ def _setup(bundle: ContractBundle, extradup_families: bool | None) -> _Setup:
         columns=tuple(sorted(columns)),
         generic_classes=tuple(_generic_classes(required, forbidden)),
         extradup_template=template,
-        extradup_families=families,
+        extradup_families=names,
     )
 
 
 def fault_classes_for(
-    bundle: ContractBundle, *, extradup_families: bool | None = None
+    bundle: ContractBundle, *, families: FaultFamilies | None = None
 ) -> tuple[str, ...]:
     """The fault classes :func:`calibrate` would run for ``bundle``, in round-robin order."""
-    return _setup(bundle, extradup_families).fault_classes
+    return _setup(bundle, families).fault_classes
 
 
 def checker_configuration(bundle: ContractBundle) -> dict[str, Any]:
@@ -744,7 +758,7 @@ def calibrate(
     trials: int = DEFAULT_TRIALS,
     delta: float = 0.05,
     gold_trials: int | None = None,
-    extradup_families: bool | None = None,
+    families: FaultFamilies | None = None,
     progress: ProgressCallback | None = None,
 ) -> CalibrationResult:
     """Calibrate ``bundle``'s judge on ``trials`` synthetic fault trials (R-CAL-2/3).
@@ -757,12 +771,13 @@ def calibrate(
         delta: epsilon is the one-sided Clopper-Pearson bound at confidence ``1 - delta``.
         gold_trials: gold control trials besides the fault trials (default
             :func:`default_gold_trials`).
-        extradup_families: add the ExtraDup families; None (default) adds them for the
-            MockMed task only.
+        families: add the ExtraDup families with this table (the bundle's contract must name
+            its task); None (default) runs the contract's own fault classes only.
         progress: called as ``progress(done, total)`` after each trial.
 
     Raises:
-        ValidationError: bad arguments, or a gold control trial was not VERIFIED (R-CAL-3).
+        ValidationError: bad arguments, ``families`` for another task, or a gold control trial
+            was not VERIFIED (R-CAL-3).
     """
     _check_int(seed, "seed", 0, _MAX_SEED)
     _check_int(trials, "trials", 1, _MAX_TRIALS)
@@ -772,7 +787,7 @@ def calibrate(
     _check_int(golds, "gold_trials", 1, _MAX_TRIALS)
 
     started = time.perf_counter()
-    setup = _setup(bundle, extradup_families)
+    setup = _setup(bundle, families)
     classes = setup.fault_classes
     gold_kinds = [_GOLD] + ([_EXTRADUP_CONTROL] if setup.extradup_template is not None else [])
     total = golds + trials

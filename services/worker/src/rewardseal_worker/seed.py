@@ -3,8 +3,8 @@
 A demo and development feature (``rewardseal-worker serve --seed-mockmed``): the worker imports
 this module only when asked to seed, and it needs the ``rewardseal-mockmed`` distribution, whose
 :mod:`rewardseal_mockmed.seeding` writes the database and the screen dump. What is the worker's
-here: the bundles, their calibration, the self-signed SYNTHETIC certificates, the seeding
-lock and idempotence.
+here: the bundles, their calibration with the ExtraDup families (:data:`MOCKMED_FAULT_FAMILIES`),
+the self-signed SYNTHETIC certificates, the seeding lock and idempotence.
 
 :func:`seed_mockmed` lays out::
 
@@ -80,6 +80,7 @@ from rewardseal_worker.bundle import (
 )
 from rewardseal_worker.calibration import (
     DEFAULT_TRIALS,
+    FaultFamilies,
     ProgressCallback,
     calibrate,
     checker_configuration_digest,
@@ -91,6 +92,7 @@ from rewardseal_worker.calibration import (
 __all__ = [
     "DATABASE_PATH",
     "DEFAULT_SEED",
+    "MOCKMED_FAULT_FAMILIES",
     "REST_BUNDLE",
     "REST_RECIPE",
     "REST_TOKEN_ENV",
@@ -127,6 +129,12 @@ REST_RECIPE: Final[Mapping[str, Any]] = {
     "timeout_seconds": 2.0,
 }
 """``GET $MOCKMED_API_URL/api/encounters?patient_id=P``: the rest oracle's read of MockMed."""
+MOCKMED_FAULT_FAMILIES: Final = FaultFamilies(
+    task_id=mockmed.mockmed_contract().task_id,
+    identity_keys=(mockmed.IDENTITY_KEY,),
+    required_effects=mockmed.REQUIRED_EFFECTS,
+)
+"""The MockMed task's ExtraDup families (R-MM-3): what the seeded bundles calibrate with."""
 SEED_LOCK: Final = ".seed.lock"
 """The lock file in the data directory that seeding holds (see the module docstring)."""
 
@@ -261,7 +269,9 @@ def _ensure_certificate(
     if bundle.certificate is not None:
         certificate, summary = _reused_certificate(bundle)
         return bundle, certificate, summary, False
-    result = calibrate(bundle, seed=seed, trials=trials, progress=progress)
+    result = calibrate(
+        bundle, seed=seed, trials=trials, families=MOCKMED_FAULT_FAMILIES, progress=progress
+    )
     summary = result.summary
     calibration_doc = summary_to_json(summary)
     if bundle.calibration is not None and dict(bundle.calibration) != calibration_doc:
