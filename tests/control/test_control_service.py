@@ -908,6 +908,34 @@ async def test_receipt_refusals_per_item(control: ControlStack) -> None:
     assert duplicate.error.metadata["receipt_id"] == "rcpt.episode.0003"
 
 
+async def test_receipt_envelope_flags_signatures_and_fields_refused(control: ControlStack) -> None:
+    """What sits outside the signed payload: flags that say more than it, no signature, a field
+    this schema does not know (the index would store it). One refusal each, never a batch."""
+    await register_contract(control)
+    await register_worker_key(control)
+    seal = SignedEnvelope()
+    seal.CopyFrom(sealed("episode.0001"))
+    seal.execute_seal = True
+    flag = SignedEnvelope()
+    flag.CopyFrom(sealed("episode.0002"))
+    flag.unscored = True
+    unsigned = SignedEnvelope(payload_type=RECEIPT_PAYLOAD_TYPE, payload=flag.payload)
+    envelope_field = SignedEnvelope.FromString(
+        sealed("episode.0003").SerializeToString() + b"\xf8\x3f\x01"
+    )
+    results = await record(control, seal, flag, unsigned, envelope_field, sealed("episode.0004"))
+    assert [(r.recorded, r.receipt_id, r.error.reason) for r in results] == [
+        (False, "", "invalid_argument"),
+        (False, "", "invalid_argument"),
+        (False, "", "signature_invalid"),
+        (False, "", "invalid_argument"),
+        (True, "rcpt.episode.0004", ""),
+    ]
+    assert "does not know" in results[3].error.message
+    stored = control.store.receipts.list_receipts().items
+    assert [s.receipt.episode_id for s in stored] == ["episode.0004"]
+
+
 async def test_receipts_from_a_retired_worker_key_rejected(control: ControlStack) -> None:
     await register_contract(control)
     await register_worker_key(control)

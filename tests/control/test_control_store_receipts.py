@@ -1,5 +1,9 @@
 """ControlStore receipt index (R-C-5) on SQLite and PostgreSQL: idempotent recording, per-item
-refusals, envelope flags, concurrent forwarders, filters and the per-contract summary."""
+refusals, concurrent forwarders, filters and the per-contract summary.
+
+The index takes receipts as RecordReceipts hands them over, opened (``support...opened``): what
+opening refuses (signature, payload type, strict parse, rules, envelope flags) is tested at the
+service (tests/control/test_control_service.py) and in core (tests/unit/test_receipts.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from support.control_store_builders import (
     WRONG,
     all_pages,
     contract_version,
+    opened,
     sealed,
     seed_receipts,
     seeded,
@@ -27,11 +32,7 @@ from rewardseal.errors import (
     ValidationError,
 )
 from rewardseal.receipts import seal_receipt
-from rewardseal.signing import (
-    RECEIPT_PAYLOAD_TYPE,
-    REVOCATION_LIST_PAYLOAD_TYPE,
-    SigningKey,
-)
+from rewardseal.signing import SigningKey
 from rewardseal.v1.enums_pb2 import CertificateState, RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.validation import parse_strict
@@ -47,12 +48,12 @@ from rewardseal_control.store import (
 def test_record_receipts_is_idempotent_by_receipt_id(store: ControlStore) -> None:
     seeded(store)
     envelope = sealed("episode.0001")
-    [result] = store.receipts.record_receipts([envelope])
+    [result] = store.receipts.record_receipts(opened(envelope))
     assert result.receipt_id == "rcpt.episode.0001"
     assert result.recorded
     assert not result.duplicate
     assert result.error is None
-    [again] = store.receipts.record_receipts([envelope])
+    [again] = store.receipts.record_receipts(opened(envelope))
     assert again.recorded
     assert again.duplicate
     assert again.error is None
@@ -73,30 +74,28 @@ def test_record_receipts_refuses_items_one_by_one(store: ControlStore) -> None:
     unregistered_key = SigningKey.from_seed(b"\x09" * 32)
     foreign = sealed("episode.0003", key=unregistered_key)
     unknown_contract = sealed("episode.0004", contract=contract_version(9))
-    wrong_type = SignedEnvelope()
-    wrong_type.CopyFrom(sealed("episode.0005"))
-    wrong_type.payload_type = REVOCATION_LIST_PAYLOAD_TYPE
-    record_contents = SignedEnvelope()
-    record_contents.CopyFrom(sealed("episode.0006"))
-    record_contents.payload += b"\xf8\x3f\x01"  # a field this schema does not know
+    # A field this schema does not know on the envelope, outside the signed payload: it opens,
+    # but it would be stored with the envelope.
+    envelope_field = SignedEnvelope.FromString(
+        sealed("episode.0006").SerializeToString() + b"\xf8\x3f\x01"
+    )
     in_batch_twice = sealed("episode.0007")
 
     results = store.receipts.record_receipts(
-        [
+        opened(
             good,
             other_payload,
             same_episode,
             foreign,
             unknown_contract,
-            wrong_type,
-            record_contents,
+            envelope_field,
             in_batch_twice,
             in_batch_twice,
-        ]
+            keys=(unregistered_key,),
+        )
     )
     assert [(r.recorded, r.duplicate) for r in results] == [
         (True, False),
-        (False, False),
         (False, False),
         (False, False),
         (False, False),
@@ -113,33 +112,26 @@ def test_record_receipts_refuses_items_one_by_one(store: ControlStore) -> None:
     assert results[3].error.reason == "signature_invalid"
     assert isinstance(results[4].error, NotFound)
     assert isinstance(results[5].error, ValidationError)
+    assert "does not know" in results[5].error.message
     assert results[5].receipt_id == ""
-    assert isinstance(results[6].error, ValidationError)
-    assert "does not know" in results[6].error.message
     summary = store.receipts.receipt_summary(digest)
     assert summary.total == 2
 
 
-def test_record_receipts_refuses_envelope_flags(store: ControlStore) -> None:
+def test_record_receipts_takes_only_opened_receipts(store: ControlStore) -> None:
     seeded(store)
-    seal = SignedEnvelope()
-    seal.CopyFrom(sealed("episode.0001"))
-    seal.execute_seal = True
-    flag = SignedEnvelope()
-    flag.CopyFrom(sealed("episode.0002"))
-    flag.unscored = True
-    unsigned = SignedEnvelope(payload_type=RECEIPT_PAYLOAD_TYPE, payload=flag.payload)
-    results = store.receipts.record_receipts([seal, flag, unsigned])
-    assert [r.recorded for r in results] == [False, False, False]
-    assert isinstance(results[2].error, SignatureError)
+    [result] = store.receipts.record_receipts([sealed("episode.0001")])  # type: ignore[list-item]
+    assert not result.recorded
+    assert isinstance(result.error, ValidationError)
+    assert result.receipt_id == ""
     assert store.receipts.list_receipts().items == []
 
 
 def test_concurrent_forwarders_store_each_receipt_once(store: ControlStore) -> None:
     """Overlapping batches from several forwarders at once: every receipt stored exactly once."""
     digest = seeded(store)
-    envelopes = [sealed(f"episode.c{n:03d}", policy_update=100 + n % 40) for n in range(40)]
-    batches = [envelopes[start : start + 25] for start in (0, 5, 10, 15)] * 2
+    receipts = opened(*(sealed(f"episode.c{n:03d}", policy_update=100 + n % 40) for n in range(40)))
+    batches = [receipts[start : start + 25] for start in (0, 5, 10, 15)] * 2
     with ThreadPoolExecutor(max_workers=8) as pool:
         outcomes = list(pool.map(store.receipts.record_receipts, batches))
     assert all(r.recorded and r.error is None for batch in outcomes for r in batch)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from rewardseal.contract import contract_digest
 from rewardseal.mockmed import mockmed_contract
-from rewardseal.receipts import build_receipt, seal_receipt
+from rewardseal.receipts import OpenedReceipt, build_receipt, open_receipt, seal_receipt
 from rewardseal.signing import (
     REVOCATION_LIST_PAYLOAD_TYPE,
     SigningKey,
+    TrustSet,
     sign_envelope,
 )
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
@@ -85,6 +86,13 @@ def sealed(
     return seal_receipt(receipt, key)
 
 
+def opened(*envelopes: SignedEnvelope, keys: tuple[SigningKey, ...] = ()) -> list[OpenedReceipt]:
+    """``envelopes`` opened as RecordReceipts opens them before the index takes them, against
+    the worker key and ``keys``."""
+    trust = TrustSet([WORKER_KEY.public_key, *(key.public_key for key in keys)])
+    return [open_receipt(envelope, trust) for envelope in envelopes]
+
+
 def seeded(store: ControlStore) -> str:
     """Register the MockMed contract and the worker and organization keys; the digest."""
     digest, _ = store.contracts.register_contract(
@@ -118,5 +126,5 @@ def seed_receipts(store: ControlStore) -> str:
         sealed("episode.a006", policy_update=200),  # certificate expired: uncertified
         sealed("episode.a007", policy_update=201, outcome=WRONG),  # expired
     ]
-    assert all(r.recorded for r in store.receipts.record_receipts(envelopes))
+    assert all(r.recorded for r in store.receipts.record_receipts(opened(*envelopes)))
     return digest

@@ -60,7 +60,7 @@ def verify_rows(rows: list[StoredRow], trust: TrustSet) -> dict[str, RewardEvide
     """
     receipts: dict[str, RewardEvidenceReceipt] = {}
     for row in rows:
-        receipt = open_receipt(SignedEnvelope.FromString(row.envelope), trust)
+        receipt = open_receipt(SignedEnvelope.FromString(row.envelope), trust).receipt
         assert receipt.episode_id == row.episode_id, row
         assert receipt.receipt_id == row.receipt_id, row
         receipts[row.episode_id] = receipt

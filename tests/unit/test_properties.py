@@ -213,7 +213,7 @@ def test_built_receipt_revalidates_and_survives_seal_and_open(case):
     validate_receipt(receipt)
     envelope = seal_receipt(receipt, TEST_KEY)
     assert envelope.unscored is is_unscored(receipt)
-    opened = open_receipt(envelope, TRUST)
+    opened = open_receipt(envelope, TRUST).receipt
     assert opened == receipt
     validate_receipt(opened)
     assert receipt.certificate_state == certificate_state(

@@ -18,8 +18,10 @@ from rewardseal.errors import SignatureError, ValidationError
 from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import (
     EpisodeFacts,
+    OpenedReceipt,
     build_receipt,
     is_unscored,
+    issue_receipt,
     open_receipt,
     seal_receipt,
 )
@@ -85,11 +87,14 @@ def copy_envelope(envelope: SignedEnvelope) -> SignedEnvelope:
 )
 def test_seal_then_open_returns_an_equal_receipt(outcome, with_certificate):
     receipt = make_receipt(outcome, with_certificate=with_certificate)
-    opened = open_receipt(seal_receipt(receipt, TEST_KEY), TRUST)
-    assert opened == receipt
-    assert opened.SerializeToString(deterministic=True) == receipt.SerializeToString(
+    envelope = seal_receipt(receipt, TEST_KEY)
+    opened = open_receipt(envelope, TRUST)
+    assert opened == OpenedReceipt(receipt, envelope)
+    assert opened.receipt.SerializeToString(deterministic=True) == receipt.SerializeToString(
         deterministic=True
     )
+    assert opened.unscored is is_unscored(receipt)
+    assert opened.scalar == (None if is_unscored(receipt) else receipt.scalar_reward)
 
 
 def test_envelope_payload_is_the_exact_receipt_bytes():
@@ -120,7 +125,7 @@ def test_envelope_flags(outcome, unscored):
 def test_open_accepts_a_trust_set_holding_extra_keys():
     trust = TrustSet([OTHER_KEY.public_key, TEST_KEY.public_key])
     receipt = make_receipt()
-    assert open_receipt(seal_receipt(receipt, TEST_KEY), trust) == receipt
+    assert open_receipt(seal_receipt(receipt, TEST_KEY), trust).receipt == receipt
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,6 +344,27 @@ def test_seal_refuses_a_key_other_than_the_named_issuer():
     receipt = make_receipt(issuer_key_id=TEST_KEY.key_id)
     with pytest.raises(ValidationError, match="issuer_key_id"):
         seal_receipt(receipt, OTHER_KEY)
+
+
+@pytest.mark.parametrize("outcome", ALL_OUTCOMES, ids=short)
+def test_issue_receipt_is_build_then_seal(outcome):
+    """The worker's one-call path gives the receipt and envelope bytes build + seal give."""
+    contract = mockmed_contract()
+    facts = make_facts(outcome)
+    built = build_receipt(
+        facts,
+        contract=contract,
+        certificate=make_certificate(contract),
+        issuer_key_id=TEST_KEY.key_id,
+    )
+    issued = issue_receipt(
+        facts, contract=contract, certificate=make_certificate(contract), key=TEST_KEY
+    )
+    assert issued.receipt == built
+    assert issued.envelope.SerializeToString(deterministic=True) == seal_receipt(
+        built, TEST_KEY
+    ).SerializeToString(deterministic=True)
+    assert open_receipt(issued.envelope, TRUST).receipt == built
 
 
 def test_seal_refuses_an_invalid_receipt():

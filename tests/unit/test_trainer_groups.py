@@ -70,8 +70,8 @@ def receipt(
         certificate=make_certificate(contract),
         issuer_key_id=TEST_KEY.key_id,
     )
-    envelope = seal_receipt(built, TEST_KEY)
-    return VerifiedReceipt(open_receipt(envelope, TRUST), envelope)
+    opened = open_receipt(seal_receipt(built, TEST_KEY), TRUST)
+    return VerifiedReceipt(opened.receipt, opened.envelope)
 
 
 # --------------------------------------------------------------------------------------------

@@ -39,9 +39,9 @@ from rewardseal.errors import (
 )
 from rewardseal.receipts import (
     ExpectedReceipt,
+    OpenedReceipt,
     check_receipt_answers,
     grader_score,
-    is_unscored,
     open_receipt,
     receipt_mismatch,
 )
@@ -52,7 +52,7 @@ from rewardseal.tls import channel as tls_channel
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal.v1.worker_service_pb2_grpc import RewardWorkerServiceStub
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
@@ -66,21 +66,9 @@ _GRADE_FIELDS = ("episode_id", "policy_checkpoint_id", "policy_update", "reward_
 
 
 @dataclass(frozen=True)
-class VerifiedReceipt:
-    """A receipt whose envelope verified against the pinned worker key."""
-
-    receipt: RewardEvidenceReceipt
-    envelope: SignedEnvelope
-
-    @property
-    def scalar(self) -> float | None:
-        """The scalar reward, or None when the episode is unscored (never 0.0 for it)."""
-        return None if is_unscored(self.receipt) else self.receipt.scalar_reward
-
-    @property
-    def unscored(self) -> bool:
-        """True when the episode carries no scalar and must be dropped, not paid 0."""
-        return is_unscored(self.receipt)
+class VerifiedReceipt(OpenedReceipt):
+    """An :class:`~rewardseal.receipts.OpenedReceipt` (its envelope verified against the pinned
+    worker keys) that also answers the request it came back for (R-T-5)."""
 
 
 ReceiptOrError = VerifiedReceipt | RewardSealError
@@ -143,9 +131,9 @@ class _Protocol:
 
         There is no way to verify without an expectation: every answer is bound to its request.
         """
-        receipt = open_receipt(envelope, self.trust)
-        check_receipt_answers(receipt, expected)
-        return VerifiedReceipt(receipt, envelope)
+        opened = open_receipt(envelope, self.trust)
+        check_receipt_answers(opened.receipt, expected)
+        return VerifiedReceipt(opened.receipt, opened.envelope)
 
     def result(self, result: pb.EpisodeResult, descriptor: EpisodeDescriptor) -> ReceiptOrError:
         """One batch or stream entry, bound to the descriptor it answers; any error is the entry.

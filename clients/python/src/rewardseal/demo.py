@@ -115,7 +115,7 @@ def run(out: TextIO = sys.stdout) -> int:
         issuer_key_id=key.key_id,
     )
     envelope = seal_receipt(receipt, key)
-    verified = open_receipt(envelope, TrustSet([key.public_key]))
+    verified = open_receipt(envelope, TrustSet([key.public_key])).receipt
     ok = verified == receipt and verified.certified
     scope = CalibrationScope.Name(verified.calibration_scope).removeprefix("CALIBRATION_SCOPE_")
     out.write(

@@ -1,8 +1,13 @@
 """Build a receipt from a judged outcome by the shared rules (R-MSG-7, R-SCORE-*, R-VAL-*).
 
-The worker calls ``build_receipt`` for every episode; anyone can call it to see what a correct
-receipt for an outcome looks like. Time, nonce and the certificate's revocation are arguments,
-so the function stays pure and testable at its boundaries.
+The worker calls ``issue_receipt`` (``build_receipt``, then the signature) for every episode;
+anyone can call ``build_receipt`` to see what a correct receipt for an outcome looks like. Time,
+nonce and the certificate's revocation are arguments, so the function stays pure and testable at
+its boundaries.
+
+A receipt is validated once where it is made (``build_receipt``) and once where it is read
+(``open_receipt``, the trust boundary of every reader); what ``open_receipt`` returns, an
+:class:`OpenedReceipt`, is passed on as it is and never parsed or validated again.
 """
 
 from __future__ import annotations
@@ -121,15 +126,89 @@ def _timestamp(moment: datetime) -> Timestamp:
 
 
 def seal_receipt(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvelope:
-    """Sign a validated receipt into a DSSE envelope over its exact serialized bytes (R-MSG-8)."""
+    """Sign a validated receipt into a DSSE envelope over its exact serialized bytes (R-MSG-8).
+
+    ``receipt`` may come from anywhere (and a protobuf message can be changed after it was
+    built), so it is validated here; the worker, which signs what it has just built, calls
+    :func:`issue_receipt` instead and validates once.
+    """
     validate_receipt(receipt)
     if receipt.issuer_key_id != key.key_id:
         raise ValidationError("the receipt's issuer_key_id is not the signing key's id")
+    return _sign(receipt, key)
+
+
+@dataclass(frozen=True)
+class IssuedReceipt:
+    """A receipt :func:`issue_receipt` built and validated, and its envelope over its bytes."""
+
+    receipt: RewardEvidenceReceipt
+    envelope: SignedEnvelope
+
+
+def issue_receipt(
+    facts: EpisodeFacts,
+    *,
+    contract: RewardContract,
+    certificate: RewardCertificate | None,
+    key: SigningKey,
+    revoked: bool = False,
+    revocation_unknown: bool = False,
+    digest_of_contract: str | None = None,
+    digest_of_certificate: str | None = None,
+) -> IssuedReceipt:
+    """:func:`build_receipt` then sign with ``key``, the receipt validated once (R-MSG-8).
+
+    The same receipt and envelope bytes as ``seal_receipt(build_receipt(...), key)``: the
+    receipt names ``key`` as its issuer and never leaves this function between its validation
+    and its signature, so the second validation ``seal_receipt`` does for a receipt handed in
+    is not needed. Arguments as :func:`build_receipt`'s.
+    """
+    receipt = build_receipt(
+        facts,
+        contract=contract,
+        certificate=certificate,
+        issuer_key_id=key.key_id,
+        revoked=revoked,
+        revocation_unknown=revocation_unknown,
+        digest_of_contract=digest_of_contract,
+        digest_of_certificate=digest_of_certificate,
+    )
+    return IssuedReceipt(receipt, _sign(receipt, key))
+
+
+def _sign(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvelope:
+    """The envelope of a validated receipt whose issuer is ``key``: its exact bytes, signed."""
     payload = receipt.SerializeToString(deterministic=True)
     return sign_envelope(RECEIPT_PAYLOAD_TYPE, payload, key, unscored=is_unscored(receipt))
 
 
-def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> RewardEvidenceReceipt:
+@dataclass(frozen=True)
+class OpenedReceipt:
+    """A receipt envelope that passed every step of :func:`open_receipt`, and its receipt.
+
+    The value the next layer takes as it is, never parsing or validating again: a client binds
+    it to its request (:func:`check_receipt_answers`), control's receipt index stores it.
+    ``receipt`` is ``envelope.payload`` (the exact signed bytes) parsed strictly and validated,
+    and ``receipt.issuer_key_id`` is a trusted key that signed those bytes. Made by
+    :func:`open_receipt`; both messages are shared, not copied: change neither.
+    """
+
+    receipt: RewardEvidenceReceipt
+    envelope: SignedEnvelope
+
+    @property
+    def scalar(self) -> float | None:
+        """The scalar reward, or None when the episode is unscored (never 0.0 for it)."""
+        return None if is_unscored(self.receipt) else self.receipt.scalar_reward
+
+    @property
+    def unscored(self) -> bool:
+        """True when the episode carries no scalar and must be dropped, not paid 0."""
+        return is_unscored(self.receipt)
+
+
+def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> OpenedReceipt:
     """Verify, then parse, then validate a receipt envelope (R-MSG-8, R-T-5).
 
     Steps, in this order:
@@ -138,6 +217,9 @@ def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> RewardEvidenceRec
     3. the receipt passes every R-VAL rule;
     4. the receipt names a key that signed it;
     5. the envelope's unsigned flags agree with the signed receipt.
+
+    The trust boundary of every reader (a trainer's client, control's RecordReceipts): the
+    :class:`OpenedReceipt` it returns is passed on as it is.
     """
     verified = trust.verify(envelope, payload_type=RECEIPT_PAYLOAD_TYPE)  # step 1
     receipt = parse_strict(RewardEvidenceReceipt, verified.payload)  # step 2
@@ -145,7 +227,7 @@ def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> RewardEvidenceRec
     if receipt.issuer_key_id not in verified.key_ids:  # step 4
         raise SignatureError("the receipt's issuer_key_id did not sign it")
     check_envelope_flags(envelope, receipt)  # step 5
-    return receipt
+    return OpenedReceipt(receipt, envelope)
 
 
 def check_envelope_flags(envelope: SignedEnvelope, receipt: RewardEvidenceReceipt) -> None:
@@ -153,8 +235,8 @@ def check_envelope_flags(envelope: SignedEnvelope, receipt: RewardEvidenceReceip
 
     The flags sit outside the signed bytes, so they may only repeat what is signed: a reward
     receipt never claims a seal or a governed policy, and ``unscored`` follows the outcome.
-    Whoever reads a receipt envelope (a trainer in :func:`open_receipt`, control's receipt
-    index) checks them here, so both refuse the same envelopes with the same words.
+    Every reader of a receipt envelope checks them here, in :func:`open_receipt` (a trainer's
+    client, control's RecordReceipts), so all refuse the same envelopes with the same words.
 
     Raises:
         ValidationError: a flag disagrees with the receipt.

@@ -37,7 +37,7 @@ from rewardseal.errors import (
     RewardSealError,
     ValidationError,
 )
-from rewardseal.receipts import open_receipt
+from rewardseal.receipts import OpenedReceipt, open_receipt
 from rewardseal.revocation import sign_revocation_list
 from rewardseal.rpc_status import maps_errors, to_episode_error
 from rewardseal.signing import SigningKey, TrustSet, sign_certificate
@@ -580,20 +580,21 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         now = self.clock()
         trust: TrustSet = await self._run(self.store.keys.worker_trust, now)
         results: list[pb.RecordReceiptResult | None] = [None] * len(envelopes)
-        verified: list[tuple[int, SignedEnvelope]] = []
+        verified: list[tuple[int, OpenedReceipt]] = []
         for index, envelope in enumerate(envelopes):
             # Verify over the exact bytes against the registered, active worker keys before
-            # anything is parsed or stored (R-C-5); one bad item never fails the batch.
+            # anything is parsed or stored (R-C-5); one bad item never fails the batch. The
+            # opened receipt goes to the index as it is: this is the one parse and validation.
             try:
-                open_receipt(envelope, trust)
+                opened = open_receipt(envelope, trust)
             except RewardSealError as exc:
                 # No receipt_id: an unverified payload is never parsed, not even for its id.
                 results[index] = pb.RecordReceiptResult(error=to_episode_error(exc))
                 continue
-            verified.append((index, envelope))
+            verified.append((index, opened))
         if verified:
             stored: list[RecordResult] = await self._run(
-                self.store.receipts.record_receipts, [envelope for _, envelope in verified], at=now
+                self.store.receipts.record_receipts, [opened for _, opened in verified], at=now
             )
             for (index, _), outcome in zip(verified, stored, strict=True):
                 results[index] = _record_result(outcome)

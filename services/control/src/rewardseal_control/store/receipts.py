@@ -1,12 +1,12 @@
 """The receipt index (R-C-5): forwarded receipt envelopes and their privacy-safe columns.
 
-The service verifies each envelope's signature against the active worker keys before it
-reaches :meth:`ReceiptIndex.record_receipts`; here each payload is parsed strictly and checked
-again by core's rules (:func:`~rewardseal.validation.validate_receipt`,
-:func:`~rewardseal.receipts.check_envelope_flags`), so nothing malformed is stored even if a
-caller skipped that step. A receipt is stored once per receipt id and once per episode; the
-contract and issuer key it names must be registered. Only columns that identify and score a
-receipt are kept beside the signed envelope: never record contents.
+The service opens each envelope (:func:`~rewardseal.receipts.open_receipt`: the signature over
+the exact bytes against the active worker keys, then the strict parse, core's rules and the
+envelope flags) and hands :meth:`ReceiptIndex.record_receipts` the
+:class:`~rewardseal.receipts.OpenedReceipt`: the index takes a receipt only in that form, so it
+never parses or validates one again. A receipt is stored once per receipt id and once per
+episode; the contract and issuer key it names must be registered. Only columns that identify and
+score a receipt are kept beside the signed envelope: never record contents.
 """
 
 from __future__ import annotations
@@ -27,19 +27,12 @@ from rewardseal.errors import (
     RewardSealError,
     SignatureError,
     ValidationError,
-    preview,
 )
-from rewardseal.receipts import check_envelope_flags
-from rewardseal.signing import RECEIPT_PAYLOAD_TYPE
+from rewardseal.receipts import OpenedReceipt
 from rewardseal.sqlstore import LostRace, StoreEngine, chunks
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import (
-    check_policy_update_field,
-    parse_strict,
-    validate_digest,
-    validate_receipt,
-)
+from rewardseal.validation import check_policy_update_field, validate_digest
 from rewardseal_control.store import inputs, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
@@ -71,7 +64,8 @@ class RecordResult:
     """What happened to one forwarded receipt (same order as the request).
 
     ``recorded`` is True when the receipt is stored, now or before (``duplicate``); otherwise
-    ``error`` says why it was refused. ``receipt_id`` is empty when the payload did not parse.
+    ``error`` says why it was refused. ``receipt_id`` is empty when the item was refused before
+    its receipt was looked at (not an opened receipt, or an envelope with unknown fields).
     """
 
     receipt_id: str
@@ -137,17 +131,17 @@ class ReceiptIndex:
         self._insert = db.insert_ignore(_receipts).returning(_receipts.c.receipt_id)
 
     def record_receipts(
-        self, envelopes: Sequence[SignedEnvelope], *, at: datetime | None = None
+        self, receipts: Sequence[OpenedReceipt], *, at: datetime | None = None
     ) -> list[RecordResult]:
-        """Store forwarded receipt envelopes in ONE transaction; one result per item, in order.
+        """Store forwarded receipts in ONE transaction; one result per item, in order.
 
-        The caller (the service) has verified each envelope's signature against
-        :meth:`worker_trust`. Here each payload is parsed strictly (no unknown fields) and
-        validated again, and its privacy-safe columns are stored with the envelope. Per item,
-        the first rule that fires wins:
+        The caller (the service) opened each envelope against :meth:`worker_trust` with
+        :func:`~rewardseal.receipts.open_receipt`: signature, strict parse, every rule and the
+        envelope flags are checked there, once. Here each receipt's privacy-safe columns are
+        stored with its envelope. Per item, the first rule that fires wins:
 
-        1. bad payload type, unparsable payload, a rule broken, envelope flags that disagree
-           with the payload -> ValidationError;
+        1. not an :class:`~rewardseal.receipts.OpenedReceipt`, or an envelope carrying fields
+           this schema does not know (they would be stored) -> ValidationError;
         2. the receipt id is stored already: same payload -> ``recorded, duplicate``;
            another payload -> ValidationError;
         3. the episode has another receipt -> DuplicateEpisode (metadata ``receipt_id``);
@@ -158,17 +152,17 @@ class ReceiptIndex:
         A refused item never fails the others. Durable before return.
         """
         now = inputs.moment(at)
-        results: list[RecordResult | None] = [None] * len(envelopes)
+        results: list[RecordResult | None] = [None] * len(receipts)
         parsed: list[tuple[int, RewardEvidenceReceipt, dict[str, Any]]] = []
-        for index, envelope in enumerate(envelopes):
+        for index, opened in enumerate(receipts):
             try:
-                receipt, row = _receipt_row(envelope, now)
+                row = _receipt_row(opened, now)
             except RewardSealError as exc:
                 results[index] = RecordResult(receipt_id="", recorded=False, error=exc)
                 continue
-            parsed.append((index, receipt, row))
+            parsed.append((index, opened.receipt, row))
         # The signed bytes of each item: what "the same receipt" means for idempotency.
-        payloads = {index: bytes(envelopes[index].payload) for index, _, _ in parsed}
+        payloads = {index: bytes(receipts[index].envelope.payload) for index, _, _ in parsed}
         if not parsed:
             return [r for r in results if r is not None]
         digests = sorted({receipt.reward_contract_digest for _, receipt, _ in parsed})
@@ -305,29 +299,20 @@ class ReceiptIndex:
         )
 
 
-def _receipt_row(
-    envelope: SignedEnvelope, now: datetime
-) -> tuple[RewardEvidenceReceipt, dict[str, Any]]:
-    """Parse, check and flatten one forwarded envelope into its privacy-safe row."""
-    if not isinstance(envelope, SignedEnvelope):
-        raise ValidationError("each receipt must be a SignedEnvelope")
-    if envelope.payload_type != RECEIPT_PAYLOAD_TYPE:
-        raise ValidationError(
-            f"payload type {preview(envelope.payload_type)} is not a receipt "
-            f"({RECEIPT_PAYLOAD_TYPE})"
-        )
-    if not envelope.signatures:
-        raise SignatureError("the receipt envelope carries no signature")
+def _receipt_row(opened: OpenedReceipt, now: datetime) -> dict[str, Any]:
+    """The privacy-safe row of one opened receipt (its envelope stored as it is)."""
+    if not isinstance(opened, OpenedReceipt):
+        raise ValidationError("each receipt must be an OpenedReceipt (see open_receipt)")
+    envelope, receipt = opened.envelope, opened.receipt
+    # The signature covers the payload only; fields outside it that this schema does not know
+    # would be stored with the envelope, so they are refused here, where it is stored.
     try:
         inputs.no_unknown_fields(envelope)
     except ValidationError:
         raise ValidationError(
             "the receipt envelope carries fields this schema does not know"
         ) from None
-    receipt = parse_strict(RewardEvidenceReceipt, envelope.payload)
-    validate_receipt(receipt)
-    check_envelope_flags(envelope, receipt)
-    return receipt, {
+    return {
         "receipt_id": receipt.receipt_id,
         "episode_id": receipt.episode_id,
         "contract_digest": receipt.reward_contract_digest,
