@@ -26,6 +26,7 @@ every variant needs the store's ``begin_episodes``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import statistics
 import sys
@@ -49,6 +50,7 @@ from support.worker_store import (  # noqa: E402
 from rewardseal.digest import canonical_json  # noqa: E402
 from rewardseal.sqlstore import sqlite_url  # noqa: E402
 from rewardseal_worker import store as store_module  # noqa: E402
+from rewardseal_worker.identity import Identity  # noqa: E402
 
 WorkerStore = store_module.WorkerStore
 
@@ -85,10 +87,15 @@ def to_commit(n: int) -> Any:
 
 
 def to_begin(n: int) -> Any:
+    # A store from before the Identity value (``--store``) takes the key string instead.
+    names = {field.name for field in dataclasses.fields(store_module.BeginItem)}
+    who = (
+        {"identity_key": key(n)} if "identity_key" in names else {"identity": Identity(identity(n))}
+    )
     return store_module.BeginItem(
         contract_digest=CONTRACT,
         episode_id=f"ep-{n:06d}",
-        identity_key=key(n),
+        **who,
         baseline=baseline(n),
         begun_at=T0,
         ttl_seconds=TTL,

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import Engine, bindparam, func, or_, select
 
 from rewardseal.sqlstore import AUTOCOMMIT_READ_OPTION, as_utc
+from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import BeginItem, OpenEpisode, WorkerStore
 from rewardseal_worker.store.episodes import open_episode_of
 from rewardseal_worker.store.schema import OPEN_EPISODES, credited_records, outbox, receipts
@@ -45,8 +46,7 @@ def begin_episode(
     *,
     contract_digest: str,
     episode_id: str,
-    identity_key: str,
-    identity: Mapping[str, str] | None = None,
+    identity: Mapping[str, str],
     baseline: list[dict[str, Any]] | None,
     begun_at: datetime,
     ttl_seconds: float,
@@ -54,7 +54,7 @@ def begin_episode(
     """Register one episode (a batch of one :class:`BeginItem`); raise its refusal, if any.
 
     Raises:
-        DuplicateEpisode, IdentityBusy, IdentityConflict, ValidationError: as
+        DuplicateEpisode, IdentityBusy, IdentityConflict: as
             :meth:`WorkerStore.begin_episodes` reports them for the item.
     """
     [error] = store.begin_episodes(
@@ -62,8 +62,7 @@ def begin_episode(
             BeginItem(
                 contract_digest=contract_digest,
                 episode_id=episode_id,
-                identity_key=identity_key,
-                identity=identity,
+                identity=Identity(identity),
                 baseline=baseline,
                 begun_at=begun_at,
                 ttl_seconds=ttl_seconds,

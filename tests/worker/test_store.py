@@ -35,6 +35,7 @@ from rewardseal.errors import (
     Unavailable,
     ValidationError,
 )
+from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import (
     IN_CHUNK,
     OUTBOX_ERROR_MAX,
@@ -130,7 +131,7 @@ def begin(
         store,
         contract_digest=contract,
         episode_id=episode_id,
-        identity_key=key(identity),
+        identity=identity,
         baseline=baseline,
         begun_at=at,
         ttl_seconds=TTL,
@@ -144,7 +145,7 @@ def test_begin_open_close_lifecycle(store: WorkerStore) -> None:
     assert open_episode(store, CONTRACT, "ep-1") is None
     begin(store, "ep-1")
     assert open_episode(store, CONTRACT, "ep-1") == OpenEpisode(
-        identity_key=key(PATIENT), identity=PATIENT, baseline=BASELINE, begun_at=T0
+        identity=Identity(PATIENT), baseline=BASELINE, begun_at=T0
     )
     assert open_episode(store, OTHER_CONTRACT, "ep-1") is None
 
@@ -200,7 +201,7 @@ def test_rebegin_same_episode_is_idempotent_and_keeps_baseline(store: WorkerStor
     begin(store, "ep-1", at=T0 + timedelta(seconds=5), baseline=[{"id": "other"}])
     begin(store, "ep-1", at=T0 + timedelta(seconds=TTL * 3), baseline=None)
     assert open_episode(store, CONTRACT, "ep-1") == OpenEpisode(
-        identity_key=key(PATIENT), identity=PATIENT, baseline=BASELINE, begun_at=T0
+        identity=Identity(PATIENT), baseline=BASELINE, begun_at=T0
     )
 
 
@@ -224,38 +225,17 @@ def test_begin_after_receipt_is_duplicate_with_receipt_id(store: WorkerStore) ->
     assert open_episode(store, CONTRACT, "ep-1") is None
 
 
-def test_begin_checks_identity_argument(store: WorkerStore) -> None:
-    with pytest.raises(ValidationError):
-        begin_episode(
-            store,
-            contract_digest=CONTRACT,
-            episode_id="ep-1",
-            identity_key="not json",
-            baseline=None,
-            begun_at=T0,
-            ttl_seconds=TTL,
-        )
-    with pytest.raises(ValidationError):
-        begin_episode(
-            store,
-            contract_digest=CONTRACT,
-            episode_id="ep-1",
-            identity_key=key(PATIENT),
-            identity=OTHER_PATIENT,
-            baseline=None,
-            begun_at=T0,
-            ttl_seconds=TTL,
-        )
-    begin_episode(
-        store,
-        contract_digest=CONTRACT,
-        episode_id="ep-1",
-        identity_key=key(PATIENT),
-        identity=PATIENT,
-        baseline=None,
-        begun_at=T0,
-        ttl_seconds=TTL,
-    )
+def test_begin_registers_under_the_identitys_canonical_key(store: WorkerStore) -> None:
+    """The key an identity is registered (and later credited) under is its canonical JSON,
+    whatever order its names came in: the key rows written before Identity existed carry."""
+    unsorted = {"site": "S-1", "patient_id": "P-001"}
+    assert Identity(unsorted).key == key(unsorted) == '{"patient_id":"P-001","site":"S-1"}'
+    begin(store, "ep-1", identity=unsorted)
+    assert open_rows(store) == {(CONTRACT, key(unsorted), "ep-1")}
+    registered = open_episode(store, CONTRACT, "ep-1")
+    assert registered is not None
+    assert registered.identity == unsorted
+    assert registered.identity.key == key(unsorted)
 
 
 # ---------------------------------------------------------------- receipts (R-W-8)
@@ -408,14 +388,11 @@ def begin_item(
     at: datetime = T0,
     baseline: list[dict[str, Any]] | None = BASELINE,
     contract: str = CONTRACT,
-    identity_key: str | None = None,
-    given_identity: dict[str, str] | None = None,
 ) -> BeginItem:
     return BeginItem(
         contract_digest=contract,
         episode_id=episode_id,
-        identity_key=key(identity) if identity_key is None else identity_key,
-        identity=given_identity,
+        identity=Identity(identity),
         baseline=baseline,
         begun_at=at,
         ttl_seconds=TTL,
@@ -461,12 +438,8 @@ def test_lookup_reports_receipts_open_registrations_and_ledger(store: WorkerStor
     # on the looked-up contract.
     assert dict(found.receipts) == {"ep-done": "rid-done", "ep-done-elsewhere": "rid-x"}
     assert dict(found.open) == {
-        "ep-open": OpenEpisode(
-            identity_key=key(OTHER_PATIENT), identity=OTHER_PATIENT, baseline=BASELINE, begun_at=T0
-        ),
-        "ep-open-2": OpenEpisode(
-            identity_key=key(THIRD), identity=THIRD, baseline=None, begun_at=T0
-        ),
+        "ep-open": OpenEpisode(identity=Identity(OTHER_PATIENT), baseline=BASELINE, begun_at=T0),
+        "ep-open-2": OpenEpisode(identity=Identity(THIRD), baseline=None, begun_at=T0),
     }
     assert found.highest == 7
     # Agrees with the single-item reads.
@@ -599,16 +572,14 @@ def test_begin_episodes_mixed_outcomes_in_one_batch(store: WorkerStore) -> None:
             begin_item("ep-holder", at=later, baseline=[]),  # 3 idempotent, baseline kept
             begin_item("ep-reclaim", identity=OTHER_PATIENT),  # 4 stale holder reclaimed
             begin_item("ep-elsewhere", identity=SIXTH),  # 5 open for another identity
-            begin_item("ep-bad", identity_key="not json"),  # 6 invalid
-            begin_item("ep-new", identity=SIXTH, at=later),  # 7 open earlier in this batch
-            begin_item("ep-new-2", identity=FOURTH, at=later),  # 8 busy earlier in this batch
-            begin_item("ep-new", identity=FOURTH, at=later),  # 9 idempotent within the batch
-            begin_item("ep-x", identity=PATIENT, given_identity=FOURTH),  # 10 disagrees
-            begin_item("ep-moving", identity=SIXTH),  # 11 stale elsewhere: moves to SIXTH
-            begin_item("ep-first", identity={"patient_id": "P-7"}),  # 12 registered...
-            # 13 ...and reclaimed by a later begin of this batch once stale
+            begin_item("ep-new", identity=SIXTH, at=later),  # 6 open earlier in this batch
+            begin_item("ep-new-2", identity=FOURTH, at=later),  # 7 busy earlier in this batch
+            begin_item("ep-new", identity=FOURTH, at=later),  # 8 idempotent within the batch
+            begin_item("ep-moving", identity=SIXTH),  # 9 stale elsewhere: moves to SIXTH
+            begin_item("ep-first", identity={"patient_id": "P-7"}),  # 10 registered...
+            # 11 ...and reclaimed by a later begin of this batch once stale
             begin_item("ep-second", identity={"patient_id": "P-7"}, at=T0 + timedelta(seconds=TTL)),
-            begin_item("ep-other", identity=PATIENT, contract=OTHER_CONTRACT),  # 14 other contract
+            begin_item("ep-other", identity=PATIENT, contract=OTHER_CONTRACT),  # 12 other contract
         ]
     )
     kinds = [None if o is None else type(o) for o in outcomes]
@@ -619,11 +590,9 @@ def test_begin_episodes_mixed_outcomes_in_one_batch(store: WorkerStore) -> None:
         None,
         None,
         IdentityConflict,
-        ValidationError,
         IdentityConflict,
         IdentityBusy,
         None,
-        ValidationError,
         None,
         None,
         None,
@@ -647,8 +616,6 @@ def test_begin_episodes_mixed_outcomes_in_one_batch(store: WorkerStore) -> None:
     assert holder.begun_at == T0
     assert count_receipts(store) == 1
     assert store.begin_episodes([]) == []
-    [only_invalid] = store.begin_episodes([begin_item("ep-bad", identity_key="[]")])
-    assert isinstance(only_invalid, ValidationError)
 
 
 def test_commit_receipts_mixed_batch(store: WorkerStore) -> None:

@@ -39,7 +39,7 @@ from rewardseal.errors import (
     preview,
 )
 from rewardseal.judging import judge_episode
-from rewardseal.receipts import EpisodeFacts, build_receipt, is_unscored, seal_receipt
+from rewardseal.receipts import EpisodeFacts, is_unscored, issue_receipt
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.enums_pb2 import RuntimeSignal
@@ -58,6 +58,7 @@ from rewardseal.validation import (
 )
 from rewardseal_worker.batching import MicroBatcher
 from rewardseal_worker.bundle import ContractBundle
+from rewardseal_worker.identity import Identity
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
 from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP
 from rewardseal_worker.store import BeginItem, ReceiptToCommit, WorkerStore
@@ -130,15 +131,14 @@ class _Checked:
 
     index: int
     job: ScoreJob
-    identity: dict[str, str]
-    key: str
+    identity: Identity
     baseline: list[Record] | None
 
 
 @dataclass(frozen=True)
 class _BeginJob:
     episode_id: str
-    identity: dict[str, str]
+    identity: Identity
 
 
 class Scorer:
@@ -219,7 +219,6 @@ class Scorer:
                 BeginItem(
                     contract_digest=self.bundle.contract_digest,
                     episode_id=job.episode_id,
-                    identity_key=identity_key(job.identity),
                     identity=job.identity,
                     baseline=baseline,
                     begun_at=begun_at,
@@ -303,10 +302,12 @@ class Scorer:
     ) -> list[int]:
         """Check, read, judge, sign and commit ``indexes``; return those to run again."""
         checked = self._check_batch(jobs, indexes, outcomes)
-        credited = self.store.credited_for(self.bundle.contract_digest, {c.key for c in checked})
+        credited = self.store.credited_for(
+            self.bundle.contract_digest, {c.identity.key for c in checked}
+        )
         reads = self.reader.read_many([c.identity for c in checked])
         prepared = [
-            self._judge_and_sign(c, credited.get(c.key, set()), read)
+            self._judge_and_sign(c, credited.get(c.identity.key, set()), read)
             for c, read in zip(checked, reads, strict=True)
         ]
         to_commit = [p for p in prepared if p.commit is not None]
@@ -380,7 +381,6 @@ class Scorer:
                     index=index,
                     job=jobs[index],
                     identity=identity,
-                    key=identity_key(identity),
                     baseline=registration.baseline if registration is not None else None,
                 )
             )
@@ -420,7 +420,7 @@ class Scorer:
         revocation = (
             self.revoked(certificate.certificate_id) if certificate else Revocation.NOT_REVOKED
         )
-        receipt = build_receipt(
+        issued = issue_receipt(
             EpisodeFacts(
                 receipt_id=new_receipt_id(),
                 episode_id=descriptor.episode_id,
@@ -435,13 +435,13 @@ class Scorer:
             ),
             contract=self.bundle.contract,
             certificate=certificate,
-            issuer_key_id=self.key.key_id,
+            key=self.key,
             revoked=revocation is Revocation.REVOKED,
             revocation_unknown=revocation is Revocation.UNKNOWN,
             digest_of_contract=self.bundle.contract_digest,
             digest_of_certificate=in_use.digest,
         )
-        envelope = seal_receipt(receipt, self.key)
+        receipt, envelope = issued.receipt, issued.envelope
         commit = None
         if checked.job.commit_unscored or not is_unscored(receipt):
             commit = ReceiptToCommit(
@@ -449,7 +449,7 @@ class Scorer:
                 episode_id=receipt.episode_id,
                 contract_digest=self.bundle.contract_digest,
                 policy_update=receipt.policy_update,
-                identity_key=checked.key,
+                identity_key=checked.identity.key,
                 envelope=envelope.SerializeToString(),
                 evidence=evidence,
                 credited_record_ids=decision.credited_record_ids,
@@ -501,9 +501,10 @@ class Scorer:
                 f"environment {descriptor.environment_id} is not the contract's environment"
             )
 
-    def _check_identity_keys(self, identity: Mapping[str, object], field: str) -> dict[str, str]:
+    def _check_identity_keys(self, identity: Mapping[str, object], field: str) -> Identity:
         """The identity, checked: shape first (every entry point: sizes, names, values), then
-        its key set against the contract's (R-W-2); ``field`` names it in messages."""
+        its key set against the contract's (R-W-2); ``field`` names it in messages. The one
+        place an :class:`Identity` (and its key) is made for scoring or BeginEpisode."""
         if not identity:
             raise IdentityMissing("no oracle identity was given")
         check_identity_values(identity, field)
@@ -513,11 +514,13 @@ class Scorer:
             raise IdentityMismatch(
                 f"oracle identity keys [{given}] differ from the contract's {sorted(expected)}"
             )
-        return {name: str(value) for name, value in identity.items()}
+        if isinstance(identity, Identity):
+            return identity  # its key is already computed
+        return Identity({name: str(value) for name, value in identity.items()})
 
     def _resolve_identity(
-        self, descriptor: EpisodeDescriptor, registered: Mapping[str, str] | None
-    ) -> dict[str, str]:
+        self, descriptor: EpisodeDescriptor, registered: Identity | None
+    ) -> Identity:
         """Descriptor field, else metadata.oracle_identity, else the registration; a
         registration wins and a descriptor naming another subject is refused (R-W-2)."""
         given: dict[str, str] | None = None
@@ -576,11 +579,6 @@ class Scorer:
             certificate_id=certificate.certificate_id if certificate else "",
             highest_policy_update=highest,
         )
-
-
-def identity_key(identity: Mapping[str, str]) -> str:
-    """The canonical string of an identity: equal identities always give equal keys."""
-    return canonical_json(dict(identity)).decode()
 
 
 def new_receipt_id() -> str:

@@ -12,8 +12,7 @@ transaction is run again (:class:`~rewardseal.sqlstore.LostRace`).
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,9 +24,9 @@ from rewardseal.errors import (
     IdentityBusy,
     IdentityConflict,
     RewardSealError,
-    ValidationError,
 )
 from rewardseal.sqlstore import LostRace, as_utc, chunks
+from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import schema
 from rewardseal_worker.store.core import StorePart, as_dict
 
@@ -39,8 +38,7 @@ Record = dict[str, Any]
 class OpenEpisode:
     """A registered (BeginEpisode) episode that has no receipt yet."""
 
-    identity_key: str
-    identity: dict[str, str]
+    identity: Identity
     baseline: list[Record] | None
     begun_at: datetime
 
@@ -51,31 +49,17 @@ class BeginItem:
 
     contract_digest: str
     episode_id: str
-    identity_key: str
-    identity: Mapping[str, str] | None = None
+    identity: Identity
+    """The identity, registered under its key (:attr:`Identity.key`)."""
     baseline: list[Record] | None
     begun_at: datetime
     ttl_seconds: float
 
 
-def identity_from_key(identity_key: str) -> dict[str, str]:
-    """Parse a canonical identity string back into the identity mapping."""
-    try:
-        value = json.loads(identity_key)
-    except ValueError as exc:
-        raise ValidationError(f"identity_key is not canonical JSON: {exc}") from exc
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise ValidationError("identity_key must encode a JSON object of strings")
-    return value
-
-
 def open_episode_of(row: Row[*tuple[Any, ...]]) -> OpenEpisode:
     """An :class:`OpenEpisode` from a row of ``open_episodes`` (identity, baseline, begun_at)."""
     return OpenEpisode(
-        identity_key=row.identity_key,
-        identity=dict(row.identity),
+        identity=Identity(row.identity),
         baseline=None if row.baseline is None else list(row.baseline),
         begun_at=row.begun_at,
     )
@@ -104,44 +88,31 @@ class EpisodeStore(StorePart):
     def begin_episodes(self, items: Sequence[BeginItem]) -> list[RewardSealError | None]:
         """Register a batch of episodes in ONE transaction; one outcome per item, in order.
 
-        Each item registers an open episode for ``(contract_digest, identity_key)`` (R-W-1,
+        Each item registers an open episode for ``(contract_digest, identity.key)`` (R-W-1,
         R-W-3). Its ``begun_at`` is also "now" for the TTL: an open episode whose ``begun_at``
         is at least ``ttl_seconds`` older is stale and is reclaimed (deleted). Re-beginning the
         same episode id on the same contract and identity is idempotent and keeps the first
-        baseline. ``identity`` is the mapping ``identity_key`` encodes; when omitted it is
-        parsed from ``identity_key``; when given it must agree with it.
+        baseline.
 
         Items are applied in order; an item's outcome is None when it is registered (or already
         was: an idempotent re-begin), else its error:
 
         - DuplicateEpisode: the episode already has a receipt (metadata ``receipt_id``);
         - IdentityBusy: the identity has another, non-stale open episode;
-        - IdentityConflict: the episode id is open (non-stale) on another contract or identity;
-        - ValidationError: ``identity_key`` is not a canonical identity string, or ``identity``
-          disagrees with it.
+        - IdentityConflict: the episode id is open (non-stale) on another contract or identity.
 
         A refused item changes nothing and does not fail the others; an unreachable database
         fails the call (Unavailable). Durable before return.
         """
-        outcomes: list[RewardSealError | None] = [None] * len(items)
-        accepted: list[tuple[int, BeginItem, dict[str, str], datetime]] = []
-        for index, entry in enumerate(items):
-            try:
-                parsed = identity_from_key(entry.identity_key)
-                if entry.identity is not None and dict(entry.identity) != parsed:
-                    raise ValidationError("identity does not match identity_key")
-            except ValidationError as exc:
-                outcomes[index] = exc
-                continue
-            accepted.append((index, entry, parsed, as_utc(entry.begun_at)))
-        if not accepted:
-            return outcomes
-        episode_ids = list(dict.fromkeys(entry.episode_id for _, entry, _, _ in accepted))
-        contracts = sorted({entry.contract_digest for _, entry, _, _ in accepted})
-        keys = sorted({entry.identity_key for _, entry, _, _ in accepted})
+        if not items:
+            return []
+        accepted = [(index, entry, as_utc(entry.begun_at)) for index, entry in enumerate(items)]
+        episode_ids = list(dict.fromkeys(entry.episode_id for entry in items))
+        contracts = sorted({entry.contract_digest for entry in items})
+        keys = sorted({entry.identity.key for entry in items})
 
         def work(conn: Connection) -> list[RewardSealError | None]:
-            results = list(outcomes)
+            results: list[RewardSealError | None] = [None] * len(items)
             existing: dict[str, str] = {}
             # Registrations as they stand, updated as the items are applied in order.
             by_slot: dict[tuple[str, str], tuple[str, datetime]] = {}
@@ -175,7 +146,8 @@ class EpisodeStore(StorePart):
                 if episode in stored_episodes:
                     to_delete.add(episode)
 
-            for index, entry, parsed, now in accepted:
+            for index, entry, now in accepted:
+                key = entry.identity.key
                 receipt_id = existing.get(entry.episode_id)
                 if receipt_id is not None:
                     results[index] = DuplicateEpisode(
@@ -183,7 +155,7 @@ class EpisodeStore(StorePart):
                         metadata={"receipt_id": receipt_id},
                     )
                     continue
-                holder = by_slot.get((entry.contract_digest, entry.identity_key))
+                holder = by_slot.get((entry.contract_digest, key))
                 if holder is not None:
                     if holder[0] == entry.episode_id:
                         continue  # idempotent re-begin: keep the first registration
@@ -202,13 +174,13 @@ class EpisodeStore(StorePart):
                         )
                         continue
                     release(entry.episode_id)
-                by_slot[(entry.contract_digest, entry.identity_key)] = (entry.episode_id, now)
-                by_episode[entry.episode_id] = (entry.contract_digest, entry.identity_key, now)
+                by_slot[(entry.contract_digest, key)] = (entry.episode_id, now)
+                by_episode[entry.episode_id] = (entry.contract_digest, key, now)
                 to_insert[entry.episode_id] = {
                     "contract_digest": entry.contract_digest,
-                    "identity_key": entry.identity_key,
+                    "identity_key": key,
                     "episode_id": entry.episode_id,
-                    "identity": parsed,
+                    "identity": dict(entry.identity),
                     "baseline": entry.baseline,
                     "begun_at": now,
                 }

@@ -53,7 +53,7 @@ class ReceiptToCommit:
     contract_digest: str
     policy_update: int
     identity_key: str | None
-    """Canonical identity string (``canonical_json(identity).decode()``), or None if unknown."""
+    """The identity's :attr:`~rewardseal_worker.identity.Identity.key`, or None if unknown."""
     envelope: bytes
     evidence: bytes
     credited_record_ids: tuple[str, ...] = ()
