@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from rewardseal import strict_json
 from rewardseal.errors import ValidationError
 from rewardseal.judging import EffectSpec, Fault, Finding, judge_snapshots
 from rewardseal.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
@@ -350,33 +351,13 @@ class ActionReport:
     claim: str | None = None
 
 
-def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json`` object hook: a key given twice is ambiguous, so the report is refused."""
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValidationError(f"action report repeats the key {key!r}")
-        result[key] = value
-    return result
-
-
-def _refuse_constant(name: str) -> Any:
-    """``json`` constant hook: NaN and Infinity are not JSON."""
-    raise ValidationError(f"action report contains the non-JSON constant {name}")
-
-
 def _load_report_text(text: str) -> Any:
     """Decode report text, turning every decoder failure into a ValidationError."""
     if len(text) > MAX_REPORT_CHARS:
         raise ValidationError(f"action report is longer than {MAX_REPORT_CHARS} characters")
     try:
-        return json.loads(
-            text,
-            object_pairs_hook=_refuse_duplicate_keys,
-            parse_constant=_refuse_constant,
-        )
-    except ValidationError:
-        raise
+        # Strict: a repeated key or NaN could read two ways, so the report is refused.
+        return strict_json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ValidationError(f"action report is not JSON: {exc}") from None
 

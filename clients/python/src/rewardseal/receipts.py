@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
 from rewardseal.certificates import certificate_state
+from rewardseal.clock import timestamp
 from rewardseal.contract import (
     UNSCORED_OUTCOMES,
     certificate_digest,
@@ -97,7 +96,7 @@ def build_receipt(
         certification_refusals=list(result.refusals),
         issuer_key_id=issuer_key_id,
         nonce=facts.nonce,
-        issued_at=_timestamp(facts.issued_at),
+        issued_at=timestamp(facts.issued_at, "issued_at"),
         certificate_state=certificate_state(certificate, facts.policy_update, revoked=revoked),
     )
     if result.scalar is not None:
@@ -115,14 +114,6 @@ def build_receipt(
 def is_unscored(receipt: RewardEvidenceReceipt) -> bool:
     """True when the receipt's outcome carries no scalar (R-SCORE-2)."""
     return receipt.reward_outcome in UNSCORED_OUTCOMES
-
-
-def _timestamp(moment: datetime) -> Timestamp:
-    if moment.tzinfo is None:
-        raise ValidationError("issued_at must be timezone-aware (UTC)")
-    stamp = Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
 
 
 def seal_receipt(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvelope:

@@ -25,8 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from google.protobuf.timestamp_pb2 import Timestamp
-
+from rewardseal.clock import timestamp
 from rewardseal.errors import SignatureError, StaleRevocationList, ValidationError
 from rewardseal.signing import REVOCATION_LIST_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
 from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList
@@ -45,14 +44,6 @@ __all__ = [
 
 MAX_REASON_LENGTH = 1024
 """Longest revocation reason a list may carry (a sentence for people, not a document)."""
-
-
-def _timestamp(moment: datetime, field: str) -> Timestamp:
-    if moment.tzinfo is None:
-        raise ValidationError(f"{field} must be timezone-aware (UTC)")
-    stamp = Timestamp()
-    stamp.FromDatetime(moment.astimezone(UTC))
-    return stamp
 
 
 def _aware(now: datetime) -> datetime:
@@ -89,8 +80,8 @@ def build_revocation_list(
     copies = sorted((_copy(entry) for entry in entries), key=lambda entry: entry.certificate_id)
     revocation_list = RevocationList(
         version=version,
-        issued_at=_timestamp(issued_at, "issued_at"),
-        expires_at=_timestamp(issued_at + ttl, "expires_at"),
+        issued_at=timestamp(issued_at, "issued_at"),
+        expires_at=timestamp(issued_at + ttl, "expires_at"),
         entries=copies,
         issuer_key_id=issuer_key_id,
     )

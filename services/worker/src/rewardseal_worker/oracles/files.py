@@ -13,12 +13,12 @@ both kinds.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rewardseal import strict_json
 from rewardseal.judging import RECORD_ID_FIELD, identity_equals
 from rewardseal_worker.oracles.base import (
     OracleUnavailable,
@@ -35,10 +35,6 @@ from rewardseal_worker.oracles.base import (
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 """A larger file is refused rather than parsed: the read must stay bounded."""
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def check_file_recipe(recipe: Mapping[str, Any]) -> None:
@@ -134,7 +130,7 @@ class JsonFileReader:
         if len(data) > MAX_FILE_BYTES:
             raise OracleUnavailable(f"{source}: larger than {MAX_FILE_BYTES} bytes")
         try:
-            return json.loads(data, parse_constant=_refuse_constant)
+            return strict_json.loads(data)
         except (ValueError, RecursionError):
             # from None: the decoder's message quotes the document around the error.
             raise OracleUnavailable(f"{source}: malformed JSON") from None

@@ -39,13 +39,13 @@ absent), as the SQL reader answers for the same table.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import httpx
 
+from rewardseal import strict_json
 from rewardseal.errors import ValidationError
 from rewardseal.judging import RECORD_ID_FIELD
 from rewardseal_worker.oracles.base import (
@@ -149,10 +149,6 @@ def _token(name: str, environ: Mapping[str, str]) -> str:
     if not token.isascii() or not token.isprintable() or token != token.strip():
         raise ValidationError(f"environment variable {name} does not hold a usable bearer token")
     return token
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _string_or_none(value: Any, source: str, what: str) -> str | None:
@@ -366,7 +362,7 @@ class HttpReader:
         if time.monotonic() > deadline:
             raise OracleUnavailable(f"{source}: read timed out after {self.timeout_seconds:g}s")
         try:
-            return json.loads(bytes(body), parse_constant=_refuse_constant)
+            return strict_json.loads(bytes(body))
         except (ValueError, RecursionError):
             # from None: the decoder's message quotes the document around the error.
             raise OracleUnavailable(f"{source}: malformed JSON") from None

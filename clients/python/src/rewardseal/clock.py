@@ -1,0 +1,34 @@
+"""Wall-clock time as the messages carry it: aware UTC datetimes and protobuf Timestamps.
+
+Every service reads the time through an injected clock (so tests can fix it); this is the one
+default clock, and the one conversion from a datetime to the ``Timestamp`` a message signs.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from rewardseal.errors import ValidationError
+
+__all__ = ["timestamp", "utc_now"]
+
+
+def utc_now() -> datetime:
+    """The wall clock, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def timestamp(moment: datetime, field: str = "time") -> Timestamp:
+    """``moment`` as a protobuf Timestamp (UTC).
+
+    Raises:
+        ValidationError: ``moment`` is naive; ``Timestamp.FromDatetime`` would silently read it
+            as UTC, so a local time would be signed as the wrong instant. ``field`` names it.
+    """
+    if moment.tzinfo is None:
+        raise ValidationError(f"{field} must be timezone-aware (UTC)")
+    stamp = Timestamp()
+    stamp.FromDatetime(moment.astimezone(UTC))
+    return stamp
