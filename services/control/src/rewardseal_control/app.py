@@ -10,13 +10,14 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
+from rewardseal.clock import utc_now
 from rewardseal.errors import NotFound
 from rewardseal.serving import RunningServer, check_port_free, transport
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.server import start_control_server
-from rewardseal_control.service import ControlPlaneServicer, utc_now
+from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
 from rewardseal_control.store import ControlStore
 

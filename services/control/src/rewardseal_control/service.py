@@ -20,14 +20,13 @@ import logging
 import math
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
 import grpc
-from google.protobuf.timestamp_pb2 import Timestamp
 
-from rewardseal.calibration import delta_from_summary, epsilon_from_summary
-from rewardseal.certificates import unmet
+from rewardseal.calibration import delta_from_summary
+from rewardseal.clock import utc_now
 from rewardseal.contract import contract_digest
 from rewardseal.errors import (
     CertificationRefused,
@@ -37,10 +36,11 @@ from rewardseal.errors import (
     RewardSealError,
     ValidationError,
 )
+from rewardseal.issuing import check_summary_for, issue_certificate
 from rewardseal.receipts import OpenedReceipt, open_receipt
 from rewardseal.revocation import sign_revocation_list
 from rewardseal.rpc_status import maps_errors, to_episode_error
-from rewardseal.signing import SigningKey, TrustSet, sign_certificate
+from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
@@ -49,7 +49,6 @@ from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal.validation import (
     check_policy_update_field,
     validate_calibration_summary,
-    validate_certificate,
     validate_contract,
     validate_digest,
     validate_id,
@@ -68,7 +67,6 @@ __all__ = [
     "TRAINER_ROLE",
     "WORKER_ROLE",
     "ControlPlaneServicer",
-    "utc_now",
 ]
 
 _log = logging.getLogger(__name__)
@@ -92,17 +90,6 @@ Context = grpc.aio.ServicerContext[Any, Any]
 Clock = Callable[[], datetime]
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
-
-
-def utc_now() -> datetime:
-    """The current time, timezone-aware UTC."""
-    return datetime.now(UTC)
-
-
-def _timestamp(moment: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(moment)
-    return stamp
 
 
 def _enum_name(enum: Any, value: int) -> str:
@@ -383,38 +370,19 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         validate_key_id(key_id)
 
         registered = await self._run(self.store.contracts.get_contract, digest)
-        policy = registered.contract.certificate_policy
-        if summary.reward_contract_digest != digest:
-            raise ContractMismatch(
-                f"the calibration summary is for contract {summary.reward_contract_digest}, "
-                f"not {digest}"
-            )
-        if summary.calibration_corpus_digest != policy.calibration_corpus_digest:
-            raise CertificationRefused(
-                "the calibration summary's corpus differs from the contract's calibration corpus "
-                f"({summary.calibration_corpus_digest}, the contract names "
-                f"{policy.calibration_corpus_digest})",
-                metadata={"rule": "R-C-3"},
-            )
-
-        # R-MSG-5, in the order a reader would ask: who signs, for what scope, on what data.
+        contract = registered.contract
+        # R-C-3 and R-MSG-5 before the key: who signs, for what scope, on what data.
+        check_summary_for(
+            summary,
+            contract.certificate_policy,
+            contract_digest=digest,
+            scope=scope,
+            issuer=issuer,
+        )
         production = scope == CalibrationScope.CALIBRATION_SCOPE_PRODUCTION
-        organization = issuer == CertificateIssuer.CERTIFICATE_ISSUER_ORGANIZATION
-        if production and not organization:
-            raise CertificationRefused(
-                "a SELF_SIGNED certificate may only carry SYNTHETIC scope; PRODUCTION needs an "
-                "ORGANIZATION issuer",
-                metadata={"rule": "R-MSG-5"},
-            )
-        if production and not summary.held_out:
-            raise CertificationRefused(
-                "PRODUCTION scope needs a calibration summary marked held-out",
-                metadata={"rule": "R-MSG-5"},
-            )
         await self._check_signing_key(key_id, now, production=production)
 
-        # R-CAL-4: epsilon from the counts, never from the request; delta from the confidence.
-        epsilon = epsilon_from_summary(summary)
+        # A stated delta must be the summary's own (R-CAL-4); the certificate's is recomputed.
         delta = delta_from_summary(summary)
         if request.delta and not (
             math.isfinite(request.delta) and abs(request.delta - delta) <= DELTA_TOLERANCE
@@ -423,32 +391,18 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 f"delta {request.delta!r} does not match the summary's confidence "
                 f"{summary.confidence!r} (delta is 1 - confidence = {delta!r})"
             )
-        # 0 means "as long as the contract allows"; anything longer is refused below.
-        expiry = request.expiry_policy_updates or policy.max_expiry_policy_updates
-        certificate = RewardCertificate(
+        return issue_certificate(
+            summary,
+            contract,
+            self.key,
+            contract_digest=digest,
             certificate_id=certificate_id,
-            reward_contract_digest=digest,
-            checker_configuration_digest=summary.checker_configuration_digest,
-            epsilon=epsilon,
-            delta=delta,
-            threshold=summary.threshold,
-            calibration_corpus_digest=summary.calibration_corpus_digest,
-            calibration_scope=scope,
-            issued_at_policy_update=request.issued_at_policy_update,
-            expiry_policy_updates=expiry,
-            issued_at=_timestamp(now),
+            issued_at=now,
+            scope=scope,
             issuer=issuer,
+            issued_at_policy_update=request.issued_at_policy_update,
+            expiry_policy_updates=request.expiry_policy_updates,
         )
-        shortfalls = unmet(certificate, policy)
-        if shortfalls:
-            raise CertificationRefused(
-                "the certificate would not satisfy the contract's certificate policy: "
-                + "; ".join(shortfalls),
-                metadata={"rule": "R-C-3", "shortfalls": str(len(shortfalls))},
-            )
-        signed = sign_certificate(certificate, self.key)
-        validate_certificate(signed)
-        return signed
 
     async def _check_signing_key(self, key_id: str, now: datetime, *, production: bool) -> None:
         """The named key must be this control plane's own key, registered as an active

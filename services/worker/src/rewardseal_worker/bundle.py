@@ -29,15 +29,17 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from rewardseal.contract import certificate_digest, contract_digest, contract_tier
+from rewardseal import strict_json
+from rewardseal.accepting import accept_certificate
+from rewardseal.contract import contract_digest, contract_tier
 from rewardseal.digest import digest_json
 from rewardseal.errors import SignatureError, ValidationError
 from rewardseal.judging import EffectSpec, parse_effects
-from rewardseal.signing import TrustSet, verify_certificate
+from rewardseal.signing import TrustSet
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
-from rewardseal.validation import validate_certificate, validate_contract
+from rewardseal.validation import validate_contract
 from rewardseal_worker.oracles.base import (
     KIND_FHIR,
     KIND_JSON_FILE,
@@ -283,7 +285,7 @@ def _assemble(
 
     cert_digest: str | None = None
     if certificate is not None:
-        cert_digest = _check_certificate(certificate, digest, trust)
+        cert_digest = _check_certificate(certificate, contract, digest, trust)
     if calibration is not None:
         if not isinstance(calibration, Mapping):
             raise ValidationError(f"{CALIBRATION_FILE}: must be a JSON object")
@@ -313,36 +315,17 @@ def _effects(name: str, doc: Mapping[str, Any]) -> tuple[EffectSpec, ...]:
         raise ValidationError(f"{name}: {exc.message}") from exc
 
 
-def _check_certificate(certificate: RewardCertificate, digest: str, trust: TrustSet | None) -> str:
+def _check_certificate(
+    certificate: RewardCertificate, contract: RewardContract, digest: str, trust: TrustSet | None
+) -> str:
     try:
-        validate_certificate(certificate)
-    except ValidationError as exc:
-        raise ValidationError(f"{CERTIFICATE_FILE}: {exc.message}") from exc
-    if certificate.reward_contract_digest != digest:
-        raise ValidationError(
-            f"{CERTIFICATE_FILE}: the certificate is for another contract "
-            f"({certificate.reward_contract_digest}, not {digest})"
+        accepted = accept_certificate(
+            certificate, trust=trust, contract=contract, contract_digest=digest, check_policy=False
         )
-    if trust is not None:
-        try:
-            verify_certificate(certificate, trust)
-        except SignatureError as exc:
-            raise ValidationError(f"{CERTIFICATE_FILE}: {exc.message}") from exc
-    return certificate_digest(certificate)
-
-
-def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            # Two readers could pick different values for a repeated key; refuse the ambiguity.
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    except (ValidationError, SignatureError) as exc:
+        raise ValidationError(f"{CERTIFICATE_FILE}: {exc.message}") from exc
+    assert accepted.digest is not None
+    return accepted.digest
 
 
 def _read_text(directory: Path, name: str) -> str:
@@ -358,9 +341,7 @@ def _read_text(directory: Path, name: str) -> str:
 def _read_json(directory: Path, name: str) -> Any:
     text = _read_text(directory, name)
     try:
-        return json.loads(
-            text, object_pairs_hook=_refuse_duplicates, parse_constant=_refuse_constant
-        )
+        return strict_json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ValidationError(f"{name}: not valid JSON ({exc})") from None
 

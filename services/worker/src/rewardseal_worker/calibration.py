@@ -57,23 +57,22 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, TextIO
-
-from google.protobuf import json_format
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from rewardseal import extradup
 from rewardseal.calibration import (
+    EPSILON_KEY,
     METHOD,
     clopper_pearson_upper,
-    delta_from_summary,
-    epsilon_from_summary,
+    summary_from_json,
+    summary_to_json,
 )
-from rewardseal.certificates import satisfies, unmet
+from rewardseal.clock import utc_now
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
 from rewardseal.faults import GENERIC_FAULT_CLASSES
+from rewardseal.issuing import check_summary_for, issue_certificate
 from rewardseal.judging import (
     RECORD_ID_FIELD,
     Decision,
@@ -83,7 +82,7 @@ from rewardseal.judging import (
     judge_episode,
     parse_effects,
 )
-from rewardseal.signing import SigningKey, sign_certificate
+from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount, RewardCertificate
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -91,13 +90,14 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
     RuntimeSignal,
 )
-from rewardseal.validation import validate_calibration_summary, validate_certificate
+from rewardseal.validation import validate_calibration_summary
 from rewardseal_worker import __version__
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.oracles.base import recipe_identity_fields
 
 __all__ = [
     "DEFAULT_TRIALS",
+    "EPSILON_KEY",
     "EXTRADUP_PREFIX",
     "GENERIC_FAULT_CLASSES",
     "GOLD_REFUSED_MESSAGE",
@@ -131,8 +131,6 @@ EXTRADUP_PREFIX: Final = "extradup."
 """Prefix of the ExtraDup family fault classes (``extradup.dup``, ...)."""
 GOLD_REFUSED_MESSAGE: Final = "calibration refused: a gold control trial was not VERIFIED"
 """The message of the ValidationError raised when a gold control trial is refused (R-CAL-3)."""
-EPSILON_KEY: Final = "epsilon"
-"""The convenience field :func:`summary_to_json` adds; readers recompute it, never trust it."""
 
 _MAX_SEED = 2**64 - 1  # generator_seed is a uint64
 _MAX_TRIALS = 1_000_000
@@ -867,42 +865,6 @@ def calibrate(
 
 
 # --------------------------------------------------------------------------------------------
-# calibration.json
-# --------------------------------------------------------------------------------------------
-
-
-def summary_to_json(summary: CalibrationSummary) -> dict[str, Any]:
-    """``calibration.json``: the summary's proto3 JSON mapping (original field names, defaults
-    included) plus a top-level ``"epsilon"`` that readers recompute and never trust (R-CAL-4).
-    """
-    doc: dict[str, Any] = json_format.MessageToDict(
-        summary,
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=True,
-    )
-    doc[EPSILON_KEY] = epsilon_from_summary(summary)
-    return doc
-
-
-def summary_from_json(doc: Mapping[str, Any]) -> CalibrationSummary:
-    """Parse ``calibration.json``; the ``"epsilon"`` convenience field is dropped unread.
-
-    Raises:
-        ValidationError: unknown fields, wrong types, or a summary that breaks R-CAL-2/3.
-    """
-    if not isinstance(doc, Mapping):
-        raise ValidationError("calibration.json must be a JSON object")
-    body = {k: v for k, v in doc.items() if k != EPSILON_KEY}
-    summary = CalibrationSummary()
-    try:
-        json_format.ParseDict(body, summary)
-    except json_format.ParseError as exc:
-        raise ValidationError(f"calibration.json is not a calibration summary ({exc})") from None
-    validate_calibration_summary(summary)
-    return summary
-
-
-# --------------------------------------------------------------------------------------------
 # The self-signed synthetic certificate
 # --------------------------------------------------------------------------------------------
 
@@ -918,51 +880,43 @@ def self_signed_certificate(
 ) -> RewardCertificate:
     """A SELF_SIGNED, SYNTHETIC certificate for ``bundle`` from a calibration summary.
 
-    Epsilon is recomputed from the summary's counts (R-CAL-4); delta is ``1 - confidence``
-    (rounded to 12 decimals, so 0.95 gives exactly 0.05); the
-    expiry is the contract's longest allowed. The id defaults to ``cert.<contract id stem>.<first
-    12 hex of the contract digest>``.
+    Issued by :func:`rewardseal.issuing.issue_certificate`, as the control plane issues:
+    epsilon recomputed from the summary's counts (R-CAL-4), delta ``1 - confidence`` (rounded to
+    12 decimals, so 0.95 gives exactly 0.05), the expiry the contract's longest allowed. The
+    summary must also come from this bundle's checker. The id defaults to ``cert.<contract id
+    stem>.<first 12 hex of the contract digest>``.
 
     Raises:
-        ValidationError: the summary is for another contract, corpus or checker, or the
-            certificate would not satisfy the contract's certificate policy.
+        ValidationError: the summary is for another contract (ContractMismatch), corpus
+            (CertificationRefused) or checker, or the certificate would not satisfy the
+            contract's certificate policy (CertificationRefused).
     """
-    validate_calibration_summary(summary)
     contract = bundle.contract
-    policy = contract.certificate_policy
-    if summary.reward_contract_digest != bundle.contract_digest:
-        raise ValidationError("the calibration summary is for another contract")
-    if summary.calibration_corpus_digest != policy.calibration_corpus_digest:
-        raise ValidationError("the calibration summary names another calibration corpus")
+    scope = CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC
+    issuer = CertificateIssuer.CERTIFICATE_ISSUER_SELF_SIGNED
+    check_summary_for(
+        summary,
+        contract.certificate_policy,
+        contract_digest=bundle.contract_digest,
+        scope=scope,
+        issuer=issuer,
+    )
     if summary.checker_configuration_digest != checker_configuration_digest(bundle):
         raise ValidationError("the calibration summary was made with another checker")
-    delta = delta_from_summary(summary)
-    stamp = Timestamp()
-    stamp.FromDatetime((issued_at or datetime.now(UTC)).replace(microsecond=0))
     stem = contract.contract_id.split(".", 1)[0] or "contract"
-    certificate = RewardCertificate(
+    return issue_certificate(
+        summary,
+        contract,
+        key,
+        contract_digest=bundle.contract_digest,
         certificate_id=certificate_id
         or f"cert.{stem}.{bundle.contract_digest.removeprefix('sha256:')[:12]}",
-        reward_contract_digest=bundle.contract_digest,
-        checker_configuration_digest=summary.checker_configuration_digest,
-        epsilon=epsilon_from_summary(summary),
-        delta=delta,
-        threshold=summary.threshold,
-        calibration_corpus_digest=summary.calibration_corpus_digest,
-        calibration_scope=CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC,
+        # Whole seconds, as the worker has always stamped them (same inputs, same bytes).
+        issued_at=(issued_at or utc_now()).replace(microsecond=0),
+        scope=scope,
+        issuer=issuer,
         issued_at_policy_update=issued_at_policy_update,
-        expiry_policy_updates=policy.max_expiry_policy_updates,
-        issued_at=stamp,
-        issuer=CertificateIssuer.CERTIFICATE_ISSUER_SELF_SIGNED,
     )
-    if not satisfies(certificate, policy):
-        raise ValidationError(
-            "refusing to issue a certificate that does not satisfy the contract's policy: "
-            + "; ".join(unmet(certificate, policy))
-        )
-    signed = sign_certificate(certificate, key)
-    validate_certificate(signed)
-    return signed
 
 
 # --------------------------------------------------------------------------------------------

@@ -44,19 +44,19 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from rewardseal.certificates import is_current, satisfies
-from rewardseal.contract import certificate_digest
+from rewardseal.accepting import CertificateInUse, accept_certificate
+from rewardseal.certificates import is_current
+from rewardseal.clock import utc_now
 from rewardseal.control_client import AsyncControlClient
 from rewardseal.errors import RewardSealError, SignatureError, ValidationError
 from rewardseal.revocation import RevocationFollower
-from rewardseal.signing import SigningKey, TrustSet, key_id_for, verify_certificate
+from rewardseal.signing import SigningKey, TrustSet, key_id_for
 from rewardseal.tls import ClientTls
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal.validation import validate_certificate
 from rewardseal_worker.bundle import ContractBundle
-from rewardseal_worker.engine import CertificateInUse, Revocation, Scorer, utc_now
+from rewardseal_worker.engine import Revocation, Scorer
 from rewardseal_worker.store import REVOCATION_VERSION, WorkerStore
 
 _log = logging.getLogger(__name__)
@@ -268,9 +268,8 @@ class ControlLink:
         listed = self._control.certificates(
             reward_contract_digest=self._bundle.contract_digest, page_size=CERTIFICATE_PAGE_SIZE
         )
-        self._control_certificates = [
-            CertificateInUse(c, certificate_digest(c)) async for c in listed if self._acceptable(c)
-        ]
+        accepted = [self._accept_certificate(c) async for c in listed]
+        self._control_certificates = [c for c in accepted if c is not None]
         self.polls += 1
         await self._refresh_training_update()
         self.reevaluate("certificate poll")
@@ -281,21 +280,18 @@ class ControlLink:
             self._store.highest_policy_update, self._bundle.contract_digest
         )
 
-    def _acceptable(self, certificate: RewardCertificate) -> bool:
-        """Valid, signed by a pinned key, for this contract, and meeting its policy."""
+    def _accept_certificate(self, certificate: RewardCertificate) -> CertificateInUse | None:
+        """Valid, for this contract, signed by a pinned key and meeting its policy; else None."""
         try:
-            validate_certificate(certificate)
-            verify_certificate(certificate, self._trust)
-        except (ValidationError, SignatureError) as exc:
+            return accept_certificate(
+                certificate,
+                trust=self._trust,
+                contract=self._bundle.contract,
+                contract_digest=self._bundle.contract_digest,
+            )
+        except RewardSealError as exc:
             self._ignore(certificate.certificate_id, exc.message)
-            return False
-        if certificate.reward_contract_digest != self._bundle.contract_digest:
-            self._ignore(certificate.certificate_id, "it names another contract")
-            return False
-        if not satisfies(certificate, self._bundle.contract.certificate_policy):
-            self._ignore(certificate.certificate_id, "it falls short of the contract's policy")
-            return False
-        return True
+            return None
 
     def _ignore(self, certificate_id: str, why: str) -> None:
         # Once per certificate: a poll every few seconds must not repeat the same warning.

@@ -15,13 +15,14 @@ import secrets
 import uuid
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.timestamp_pb2 import Timestamp
 
+from rewardseal.accepting import CertificateInUse
 from rewardseal.certificates import certificate_state
+from rewardseal.clock import timestamp, utc_now
 from rewardseal.digest import canonical_json, digest_bytes
 from rewardseal.errors import (
     ContractMismatch,
@@ -85,23 +86,9 @@ RevocationCheck = Callable[[str], Revocation]
 """Given a certificate id, what the worker knows of its revocation."""
 
 
-def utc_now() -> datetime:
-    """The wall clock, in UTC (injected everywhere so tests can fix it)."""
-    return datetime.now(UTC)
-
-
 def never_revoked(certificate_id: str) -> Revocation:
     """The revocation check of a worker that follows no revocation list."""
     return Revocation.NOT_REVOKED
-
-
-@dataclass(frozen=True)
-class CertificateInUse:
-    """The certificate receipts are issued under and its digest, swapped as one value so that a
-    scoring thread never pairs one certificate with another's digest."""
-
-    certificate: RewardCertificate | None = None
-    digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -198,8 +185,7 @@ class Scorer:
     ) -> list[BeginEpisodeResponse | RewardSealError]:
         known = self.store.lookup(self.bundle.contract_digest, [j.episode_id for j in jobs])
         begun_at = self.clock()
-        stamp = Timestamp()
-        stamp.FromDatetime(begun_at)
+        stamp = timestamp(begun_at, "begun_at")
         items: list[BeginItem] = []
         answers: list[BeginEpisodeResponse | RewardSealError] = []
         fresh = [job for job in jobs if job.episode_id not in known.receipts]
