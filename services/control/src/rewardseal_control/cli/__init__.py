@@ -1,0 +1,76 @@
+"""``rewardseal-control``: run the control plane (``serve``, ``migrate``) and administer it.
+
+Admin commands talk to a running control plane over gRPC (``--target host:port``). They print
+tables for people and, with ``--json``, one JSON document for scripts. The bearer token comes
+from ``--token``, else ``$REWARDSEAL_CONTROL_ADMIN_TOKEN``, else ``$REWARDSEAL_CONTROL_TOKEN``,
+else the token files in ``--data-dir`` (admin first); it is never printed. Over TLS they pin the
+control plane's CA with ``--tls-ca`` (and ``--tls-server-name`` when its certificate names
+another host than ``--target``), and for mutual TLS present ``--tls-cert`` and ``--tls-key``;
+each flag else ``$REWARDSEAL_CONTROL_CLIENT_TLS_CA``, ``_CERT``, ``_KEY``, ``_SERVER_NAME``.
+With none of them the channel is plaintext. ``serve --tls-cert --tls-key [--tls-client-ca]``
+serves TLS (mutual TLS with a client CA).
+
+Exit status: 0 on success, 1 when the control plane refused the request (or could not be
+reached), 2 on a usage or local error (a missing or malformed file, no token, bad settings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from rewardseal.errors import RewardSealError
+from rewardseal_control.cli.admin import client_tls, run_admin
+from rewardseal_control.cli.common import (
+    CLIENT_TLS_ENV,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    PROG,
+    Refused,
+    UsageError,
+)
+from rewardseal_control.cli.parser import build_parser
+from rewardseal_control.cli.serve import migrate, serve
+
+__all__ = [
+    "CLIENT_TLS_ENV",
+    "EXIT_REFUSED",
+    "EXIT_USAGE",
+    "PROG",
+    "Refused",
+    "UsageError",
+    "build_parser",
+    "client_tls",
+    "main",
+]
+
+
+def main(
+    argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
+    """Entry point of ``rewardseal-control``; ``stdout``/``stderr`` default to the process's."""
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "serve":
+            logging.basicConfig(
+                level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+            )
+            return asyncio.run(serve(args, out))
+        if args.command == "migrate":
+            return migrate(args, out)
+        return run_admin(args, out)
+    except Refused as refused:
+        print(f"{PROG}: refused: {refused.error.message} ({refused.error.reason})", file=err)
+        return EXIT_REFUSED
+    except UsageError as exc:
+        print(f"{PROG}: {exc}", file=err)
+        return EXIT_USAGE
+    except RewardSealError as exc:
+        # Local: bad settings, a file that is not a calibration summary, a database URL.
+        print(f"{PROG}: {exc.message}", file=err)
+        return EXIT_USAGE

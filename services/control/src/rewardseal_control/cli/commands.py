@@ -1,0 +1,286 @@
+"""The admin commands, one handler each: ask the control plane, print the answer."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
+
+from google.protobuf import json_format
+
+from rewardseal.calibration import read_calibration
+from rewardseal.control_client import ControlClient
+from rewardseal.v1 import control_service_pb2 as pb
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
+from rewardseal.v1.enums_pb2 import (
+    CalibrationScope,
+    CertificateIssuer,
+    IssuerKeyRole,
+    RewardOutcome,
+)
+from rewardseal_control.cli.common import ISSUERS, ROLES, SCOPES, UsageError, remote
+from rewardseal_control.cli.output import (
+    enum_short,
+    message_json,
+    print_json,
+    print_table,
+    time_text,
+)
+
+
+def _contracts_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with remote():
+        contracts = client.list_contracts()
+    if args.json:
+        print_json({"contracts": [message_json(c) for c in contracts]}, out)
+        return 0
+    print_table(
+        ("DIGEST", "CONTRACT ID", "VERSION", "REGISTERED AT"),
+        [
+            (
+                c.reward_contract_digest,
+                c.contract.contract_id,
+                c.contract.contract_version,
+                time_text(c, "registered_at"),
+            )
+            for c in contracts
+        ],
+        out,
+    )
+    return 0
+
+
+def _key_rows(keys: Sequence[IssuerKey]) -> list[tuple[str, ...]]:
+    return [
+        (
+            k.key_id,
+            enum_short(IssuerKeyRole, k.role, "ISSUER_KEY_ROLE_"),
+            "retired" if k.retired else "active",
+            time_text(k, "not_before"),
+            time_text(k, "not_after"),
+            k.display_name or "-",
+        )
+        for k in keys
+    ]
+
+
+_KEY_HEADERS = ("KEY ID", "ROLE", "STATE", "NOT BEFORE", "NOT AFTER", "NAME")
+
+
+def _keys_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    role = ROLES[args.role] if args.role else 0
+    with remote():
+        keys = client.list_issuer_keys(role=role)  # type: ignore[arg-type]
+    if args.json:
+        print_json({"keys": [message_json(k) for k in keys]}, out)
+        return 0
+    print_table(_KEY_HEADERS, _key_rows(keys), out)
+    return 0
+
+
+def _keys_register(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        public_key = bytes.fromhex(args.public_key)
+    except ValueError:
+        raise UsageError("--public-key must be hex") from None
+    key = IssuerKey(
+        public_key=public_key,
+        role=ROLES[args.role],  # type: ignore[arg-type]
+        display_name=args.name,
+    )
+    with remote():
+        registered = client.register_issuer_key(key, reason=args.reason)
+    return _print_key(registered, args, out)
+
+
+def _keys_retire(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with remote():
+        retired = client.retire_issuer_key(args.key_id, reason=args.reason)
+    return _print_key(retired, args, out)
+
+
+def _print_key(key: IssuerKey, args: argparse.Namespace, out: TextIO) -> int:
+    if args.json:
+        print_json({"key": message_json(key)}, out)
+    else:
+        print_table(_KEY_HEADERS, _key_rows([key]), out)
+    return 0
+
+
+def _certificates_issue(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    if args.issued_at_update < 0 or args.expiry < 0:
+        raise UsageError("--issued-at-update and --expiry must not be negative")
+    request = pb.IssueCertificateRequest(
+        reward_contract_digest=args.contract,
+        calibration=read_calibration(args.calibration),
+        calibration_scope=SCOPES[args.scope],  # type: ignore[arg-type]
+        issuer=ISSUERS[args.issuer],  # type: ignore[arg-type]
+        issuer_key_id=args.key_id,
+        issued_at_policy_update=args.issued_at_update,
+        expiry_policy_updates=args.expiry,
+        certificate_id=args.certificate_id,
+        reason=args.reason,
+    )
+    with remote():
+        response = client.issue_certificate(request)
+    certificate = response.certificate
+    if args.out:
+        text = json_format.MessageToJson(certificate, preserving_proto_field_name=True)
+        args.out.write_text(text + "\n")
+    if args.json:
+        print_json(
+            {
+                "certificate": message_json(certificate),
+                "certificate_digest": response.certificate_digest,
+            },
+            out,
+        )
+        return 0
+    last = certificate.issued_at_policy_update + certificate.expiry_policy_updates - 1
+    print_table(
+        ("FIELD", "VALUE"),
+        [
+            ("certificate_id", certificate.certificate_id),
+            ("certificate_digest", response.certificate_digest),
+            ("reward_contract_digest", certificate.reward_contract_digest),
+            ("epsilon", f"{certificate.epsilon:.6g} (recomputed from the counts)"),
+            ("delta", f"{certificate.delta:g}"),
+            ("threshold", f"{certificate.threshold:g}"),
+            (
+                "scope",
+                enum_short(CalibrationScope, certificate.calibration_scope, "CALIBRATION_SCOPE_"),
+            ),
+            ("issuer", enum_short(CertificateIssuer, certificate.issuer, "CERTIFICATE_ISSUER_")),
+            ("issuer_key_id", certificate.issuer_key_id),
+            ("current for updates", f"{certificate.issued_at_policy_update} .. {last}"),
+            ("issued_at", time_text(certificate, "issued_at")),
+        ],
+        out,
+    )
+    return 0
+
+
+def _certificates_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with remote():
+        certificates = client.list_certificates(reward_contract_digest=args.contract or "")
+    if args.json:
+        print_json({"certificates": [message_json(c) for c in certificates]}, out)
+        return 0
+    print_table(
+        ("CERTIFICATE ID", "CONTRACT", "EPSILON", "SCOPE", "ISSUER", "UPDATES"),
+        [
+            (
+                c.certificate_id,
+                c.reward_contract_digest,
+                f"{c.epsilon:.6g}",
+                enum_short(CalibrationScope, c.calibration_scope, "CALIBRATION_SCOPE_"),
+                enum_short(CertificateIssuer, c.issuer, "CERTIFICATE_ISSUER_"),
+                f"{c.issued_at_policy_update}+{c.expiry_policy_updates}",
+            )
+            for c in certificates
+        ],
+        out,
+    )
+    return 0
+
+
+def _certificates_revoke(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with remote():
+        response = client.revoke_certificate(args.certificate_id, reason=args.reason)
+    if args.json:
+        print_json(
+            {
+                "certificate_id": args.certificate_id,
+                "revocation_list_version": response.version,
+                "revocation_list": message_json(response.revocation_list),
+            },
+            out,
+        )
+        return 0
+    print(f"revoked {args.certificate_id}; revocation list version {response.version}", file=out)
+    return 0
+
+
+def _summary_document(summary: pb.GetReceiptSummaryResponse) -> dict[str, Any]:
+    return {
+        "reward_contract_digest": summary.reward_contract_digest,
+        "total": summary.total,
+        "counts": {
+            enum_short(RewardOutcome, c.reward_outcome, "REWARD_OUTCOME_"): c.count
+            for c in summary.counts
+        },
+        "certified_share": summary.certified_share,
+        "unscored_share": summary.unscored_share,
+    }
+
+
+def _receipts_summary(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with remote():
+        if args.contract:
+            digests = [args.contract]
+        else:
+            digests = [c.reward_contract_digest for c in client.contracts()]
+        summaries = [_summary_document(client.receipt_summary(d)) for d in digests]
+    if args.json:
+        print_json({"summaries": summaries}, out)
+        return 0
+    print_table(
+        ("CONTRACT", "TOTAL", "CERTIFIED", "UNSCORED", "OUTCOMES"),
+        [
+            (
+                s["reward_contract_digest"],
+                s["total"],
+                f"{s['certified_share']:.1%}",
+                f"{s['unscored_share']:.1%}",
+                " ".join(f"{name}={count}" for name, count in s["counts"].items()) or "-",
+            )
+            for s in summaries
+        ],
+        out,
+    )
+    return 0
+
+
+def _revocations_show(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with remote():
+        envelope = client.get_revocation_list()
+    # Shown for people, not acted on: a follower verifies the signature (RevocationFollower).
+    revocation_list = RevocationList.FromString(envelope.payload)
+    if args.json:
+        print_json(
+            {
+                "revocation_list": message_json(revocation_list),
+                "envelope": message_json(envelope),
+            },
+            out,
+        )
+        return 0
+    issued, expires = (
+        time_text(revocation_list, "issued_at"),
+        time_text(revocation_list, "expires_at"),
+    )
+    print(
+        f"revocation list version {revocation_list.version}, issued {issued}, expires {expires}, "
+        f"signed by {revocation_list.issuer_key_id}",
+        file=out,
+    )
+    print_table(
+        ("CERTIFICATE ID", "REVOKED AT", "REASON"),
+        [(e.certificate_id, time_text(e, "revoked_at"), e.reason) for e in revocation_list.entries],
+        out,
+    )
+    return 0
+
+
+_Handler = Callable[[ControlClient, argparse.Namespace, TextIO], int]
+ADMIN_COMMANDS: Mapping[tuple[str, str], _Handler] = {
+    ("contracts", "list"): _contracts_list,
+    ("keys", "list"): _keys_list,
+    ("keys", "register"): _keys_register,
+    ("keys", "retire"): _keys_retire,
+    ("certificates", "issue"): _certificates_issue,
+    ("certificates", "list"): _certificates_list,
+    ("certificates", "revoke"): _certificates_revoke,
+    ("receipts", "summary"): _receipts_summary,
+    ("revocations", "show"): _revocations_show,
+}

@@ -1,0 +1,48 @@
+"""How admin commands print: aligned tables for people, one JSON document for scripts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A message as JSON with its proto field names."""
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+
+def print_json(document: Any, out: TextIO) -> None:
+    """One indented JSON document, keys sorted (stable for scripts and diffs)."""
+    print(json.dumps(document, indent=2, sort_keys=True), file=out)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
+    """Left-aligned columns two spaces apart; ``(none)`` under the headers when empty."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    for row in [list(headers), *cells]:
+        print(
+            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out
+        )
+    if not rows:
+        print("(none)", file=out)
+
+
+def time_text(message: Message, field: str) -> str:
+    """The Timestamp ``field`` of ``message`` in RFC 3339, or ``-`` when unset."""
+    if not message.HasField(field):
+        return "-"
+    stamp = getattr(message, field)
+    return str(stamp.ToJsonString())
+
+
+def enum_short(enum: Any, value: int, prefix: str) -> str:
+    """An enum value's name without ``prefix``; the number for a value this build does not know."""
+    try:
+        return str(enum.Name(value)).removeprefix(prefix)
+    except ValueError:
+        return str(value)

@@ -1,0 +1,138 @@
+"""The ``rewardseal-control`` command line: every command, flag and default."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rewardseal_control.cli.common import (
+    CLIENT_TLS_ENV,
+    ISSUERS,
+    PROG,
+    ROLES,
+    SCOPES,
+    TARGET_ENV,
+)
+from rewardseal_control.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_PREFIX
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="rewardseal control plane: serve it, migrate it, administer it."
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="serve ControlPlaneService over gRPC")
+    _store_options(serve)
+    serve.add_argument("--host", help=f"listen address (default {DEFAULT_HOST})")
+    serve.add_argument("--port", type=int, help=f"listen port (default {DEFAULT_PORT}; 0: free)")
+    serve.add_argument(
+        "--revocation-ttl", help="lifetime of each signed revocation list (e.g. 24h, 30m)"
+    )
+    serve.add_argument("--reflection", action="store_true", help="enable gRPC reflection")
+    serve.add_argument(
+        "--tls-cert",
+        type=Path,
+        help=f"serve TLS with this PEM certificate chain (or ${ENV_PREFIX}TLS_CERT)",
+    )
+    serve.add_argument(
+        "--tls-key", type=Path, help=f"its PEM private key (or ${ENV_PREFIX}TLS_KEY)"
+    )
+    serve.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help=f"require client certificates issued by this PEM CA: mutual TLS "
+        f"(or ${ENV_PREFIX}TLS_CLIENT_CA)",
+    )
+    serve.add_argument(
+        "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
+    )
+
+    migrate = commands.add_parser("migrate", help="apply the database migrations and exit")
+    _store_options(migrate)
+    migrate.add_argument("--revision", default="head", help="target revision (default head)")
+
+    client = argparse.ArgumentParser(add_help=False)
+    client.add_argument(
+        "--target", help=f"control plane host:port (default ${TARGET_ENV} or 127.0.0.1:8791)"
+    )
+    client.add_argument("--token", help="bearer token (default: environment or --data-dir)")
+    client.add_argument("--data-dir", type=Path, help="read the token files from here")
+    client.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    client.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
+    client.add_argument(
+        "--tls-ca",
+        type=Path,
+        help=f"dial TLS, trusting this PEM CA for the server (or ${CLIENT_TLS_ENV}CA)",
+    )
+    client.add_argument(
+        "--tls-cert",
+        type=Path,
+        help=f"client certificate for mutual TLS, PEM (or ${CLIENT_TLS_ENV}CERT)",
+    )
+    client.add_argument(
+        "--tls-key", type=Path, help=f"its PEM private key (or ${CLIENT_TLS_ENV}KEY)"
+    )
+    client.add_argument(
+        "--tls-server-name",
+        help=f"the name the server's certificate must carry when it is not the --target host "
+        f"(or ${CLIENT_TLS_ENV}SERVER_NAME)",
+    )
+
+    contracts = _group(commands, "contracts", "the contract registry")
+    contracts.add_parser("list", parents=[client], help="list registered contracts")
+
+    keys = _group(commands, "keys", "the issuer key registry")
+    keys_list = keys.add_parser("list", parents=[client], help="list issuer keys")
+    keys_list.add_argument("--role", choices=sorted(ROLES), help="only keys of this role")
+    keys_register = keys.add_parser("register", parents=[client], help="register a public key")
+    keys_register.add_argument("--public-key", required=True, help="raw Ed25519 key, 64 hex")
+    keys_register.add_argument("--role", choices=sorted(ROLES), required=True)
+    keys_register.add_argument("--name", default="", help="display name")
+    keys_register.add_argument("--reason", default="", help="why (audit log)")
+    keys_retire = keys.add_parser("retire", parents=[client], help="retire a key")
+    keys_retire.add_argument("key_id", metavar="KEY_ID")
+    keys_retire.add_argument("--reason", required=True, help="why (audit log)")
+
+    certificates = _group(commands, "certificates", "certificates and revocation")
+    issue = certificates.add_parser(
+        "issue", parents=[client], help="issue a certificate from a calibration summary"
+    )
+    issue.add_argument("--contract", required=True, metavar="DIGEST", help="contract digest")
+    issue.add_argument("--calibration", required=True, type=Path, help="calibration.json")
+    issue.add_argument("--scope", choices=sorted(SCOPES), default="synthetic")
+    issue.add_argument("--issuer", choices=sorted(ISSUERS), default="organization")
+    issue.add_argument("--key-id", default="", help="issuer key id (default: the service's key)")
+    issue.add_argument("--issued-at-update", type=int, default=0, metavar="N")
+    issue.add_argument(
+        "--expiry", type=int, default=0, metavar="N", help="policy updates (default: max allowed)"
+    )
+    issue.add_argument("--certificate-id", default="", help="default: minted by the server")
+    issue.add_argument("--reason", default="", help="why (audit log)")
+    issue.add_argument("--out", type=Path, help="also write the certificate JSON here")
+    certificates_list = certificates.add_parser("list", parents=[client], help="list")
+    certificates_list.add_argument("--contract", metavar="DIGEST", help="only this contract")
+    revoke = certificates.add_parser("revoke", parents=[client], help="revoke a certificate")
+    revoke.add_argument("certificate_id", metavar="ID")
+    revoke.add_argument("--reason", required=True, help="why (audit log and revocation list)")
+
+    receipts = _group(commands, "receipts", "the privacy-safe receipt index")
+    summary = receipts.add_parser("summary", parents=[client], help="per-contract counts")
+    summary.add_argument("--contract", metavar="DIGEST", help="one contract (default: all)")
+
+    revocations = _group(commands, "revocations", "the signed revocation list")
+    revocations.add_parser("show", parents=[client], help="print the current list")
+    return parser
+
+
+def _group(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, what: str
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    group = commands.add_parser(name, help=what)
+    return group.add_subparsers(dest="action", required=True, metavar="ACTION")
+
+
+def _store_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, help="keys, tokens and the default database")
+    parser.add_argument("--db-url", help="database URL (default SQLite in the data dir)")
