@@ -20,7 +20,6 @@ Results go to bench/results/stack.json (medians and p99 in milliseconds, episode
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import platform
 import secrets
@@ -37,6 +36,8 @@ from typing import Any
 
 import grpc
 import httpx
+
+from rewardseal.localstack import NotReady, wait_for_banner
 
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
@@ -106,14 +107,11 @@ def write_rest_bundle(data_dir: Path) -> Path:
 
 
 def _wait_ready(process: subprocess.Popen[bytes], ready: Path, what: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 120
-    while not ready.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise SystemExit(f"{what} did not start")
-        time.sleep(0.05)
-    info: dict[str, Any] = json.loads(ready.read_text())
-    return info
+    try:
+        return wait_for_banner(process, ready, 120)
+    except NotReady:
+        process.kill()
+        raise SystemExit(f"{what} did not start") from None
 
 
 def _ready_file(data_dir: Path, what: str) -> Path:

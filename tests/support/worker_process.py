@@ -7,12 +7,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ from typing import IO, Any
 import pytest
 
 from rewardseal.client import AsyncWorkerClient, WorkerClient
+from rewardseal.localstack import NotReady, wait_for_banner
 from rewardseal.signing import TrustSet
 
 WORKER_CLI = Path(sys.executable).with_name("rewardseal-worker")
@@ -66,14 +65,12 @@ class WorkerProcess:
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_SECONDS) -> dict[str, Any]:
         """Block until the ready file appears; fail the test if the worker exits first."""
-        deadline = time.monotonic() + timeout
-        while not self.ready.exists():
-            if self.proc.poll() is not None:
-                pytest.fail(f"worker exited {self.proc.returncode}: {self.log_text()}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"worker did not become ready in {timeout:.0f} s: {self.log_text()}")
-            time.sleep(0.05)
-        self.banner = json.loads(self.ready.read_text())
+        try:
+            self.banner = wait_for_banner(self.proc, self.ready, timeout)
+        except NotReady as failed:
+            if failed.exit_code is not None:
+                pytest.fail(f"worker exited {failed.exit_code}: {self.log_text()}")
+            pytest.fail(f"worker did not become ready in {timeout:.0f} s: {self.log_text()}")
         return self.banner
 
     def client(self, timeout: float = 20.0) -> WorkerClient:

@@ -105,6 +105,44 @@ def spawn(
         )
 
 
+class NotReady(Exception):
+    """A process wrote no banner: it exited (``exit_code``), or is still starting when the
+    wait ran out (``exit_code`` None)."""
+
+    def __init__(self, exit_code: int | None) -> None:
+        """Record how the wait ended."""
+        super().__init__("exited" if exit_code is not None else "timed out")
+        self.exit_code = exit_code
+
+
+def wait_for_banner(
+    process: subprocess.Popen[Any], ready_file: Path, timeout: float
+) -> dict[str, Any]:
+    """The JSON object ``process`` writes to ``ready_file`` once it serves.
+
+    The one wait for a started service: tools, tests and benchmarks turn :class:`NotReady`
+    into their own failure. A file that does not parse yet is read again, not trusted.
+
+    Raises:
+        NotReady: the process exited first, or wrote no banner within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if ready_file.exists():
+            try:
+                banner = json.loads(ready_file.read_text())
+            except ValueError:
+                banner = None
+            if isinstance(banner, dict):
+                return banner
+        code = process.poll()
+        if code is not None:
+            raise NotReady(code)
+        if time.monotonic() > deadline:
+            raise NotReady(None)
+        time.sleep(POLL_SECONDS)
+
+
 def wait_ready(
     process: subprocess.Popen[bytes],
     name: str,
@@ -118,27 +156,18 @@ def wait_ready(
         Unavailable: the process exited first, or wrote no banner within ``timeout`` seconds
             (the message ends with the end of its log).
     """
-    deadline = time.monotonic() + timeout
-    while True:
-        if ready_file.exists():
-            try:
-                banner = json.loads(ready_file.read_text())
-            except ValueError:
-                banner = None
-            if isinstance(banner, dict):
-                return banner
-        code = process.poll()
-        if code is not None:
+    try:
+        return wait_for_banner(process, ready_file, timeout)
+    except NotReady as failed:
+        if failed.exit_code is not None:
             raise Unavailable(
-                f"{name} exited with status {code} while starting; the end of {log_file}:\n"
-                f"{log_tail(log_file)}"
-            )
-        if time.monotonic() > deadline:
-            raise Unavailable(
-                f"{name} did not become ready within {timeout:.0f} s; the end of {log_file}:\n"
-                f"{log_tail(log_file)}"
-            )
-        time.sleep(POLL_SECONDS)
+                f"{name} exited with status {failed.exit_code} while starting; the end of "
+                f"{log_file}:\n{log_tail(log_file)}"
+            ) from None
+        raise Unavailable(
+            f"{name} did not become ready within {timeout:.0f} s; the end of {log_file}:\n"
+            f"{log_tail(log_file)}"
+        ) from None
 
 
 class LocalServices:
