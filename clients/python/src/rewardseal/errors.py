@@ -182,3 +182,41 @@ class CannotListen(RewardSealError):
 
     code = grpc.StatusCode.UNAVAILABLE
     reason = "cannot_listen"
+
+
+class IntegritySpecInvalid(ValidationError):
+    """A reward-system, retention-protocol or integrity-profile document has blockers (R-I-1)."""
+
+    reason = "integrity_spec_invalid"
+
+
+class RewardMappingError(ValidationError):
+    """A raw reward is not finite or lies outside its normalization range (R-I-1 mapping)."""
+
+    reason = "reward_mapping_failed"
+
+
+class ShardCorrupt(ValidationError):
+    """A signal shard's rows do not hash to its manifest, or the manifest is malformed (R-I-3)."""
+
+    reason = "shard_corrupt"
+
+
+class ReviewRefused(ValidationError):
+    """A decision review lacks a reason, names an unknown action, or forks without a checkpoint."""
+
+    reason = "review_refused"
+
+
+class DecisionSuperseded(RewardSealError):
+    """A review names a decision that is no longer the current one, or the run has stopped."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "decision_superseded"
+
+
+class BindingRefused(RewardSealError):
+    """A training binding is incomplete or not gating-eligible; metadata lists blockers (R-I-9)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "binding_refused"
