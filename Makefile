@@ -9,8 +9,13 @@ STAMP  := $(VENV)/.setup-stamp
 # certification, scripted policy) are tested in the main venv, the verifiers plugin in
 # tests/integrations.
 ENVDIST := clients/python/envs/rewardseal_mockmed_extradup
-DISTS  := clients/python services/worker services/control services/mockmed $(ENVDIST)
-SRC    := clients/python/src services/worker/src services/control/src services/mockmed/src $(ENVDIST)
+# rewardseal (core rules, clients, trainers) <- rewardseal-server (services/common: server plumbing)
+# <- worker / control / MockMed; rewardseal-kit (clients/python/kit: the synthetic world) imports
+# them and nothing in production imports it (`lint-imports`, [tool.importlinter] in pyproject.toml).
+KIT    := clients/python/kit
+DISTS  := clients/python services/common services/worker services/control services/mockmed $(KIT) $(ENVDIST)
+SRC    := clients/python/src services/common/src services/worker/src services/control/src \
+	services/mockmed/src $(KIT)/src $(ENVDIST)
 HAND   := $(SRC) tests tools bench deploy
 
 .PHONY: setup proto proto-check lint test demo up down status bench lock clean
@@ -37,12 +42,13 @@ lint: setup
 	$(VENV)/bin/ruff check $(HAND)
 	$(VENV)/bin/ruff format --check $(HAND)
 	$(VENV)/bin/mypy $(SRC) tools deploy/docker/healthcheck.py
+	$(VENV)/bin/lint-imports
 
 test: setup lint proto-check
 	$(PY) -m pytest
 
 demo: setup
-	$(PY) -m rewardseal.demo
+	$(PY) -m rewardseal_kit.demo
 	$(PY) tools/demo.py
 
 ## The proof report: every ExtraDup family and an oracle outage, scored by a tier-0 screen reward
@@ -50,7 +56,7 @@ demo: setup
 ## Writes .run/proof/proof.{json,md,png} (git-ignored); exit 1 if a check fails. docs/proof.md.
 .PHONY: proof
 proof: setup
-	$(VENV)/bin/rewardseal proof --trials 3 --json .run/proof/proof.json \
+	$(VENV)/bin/rewardseal-kit proof --trials 3 --json .run/proof/proof.json \
 		--markdown .run/proof/proof.md --png .run/proof/proof.png
 
 ## The local stack for interactive use: control, the seeded worker and MockMed as background

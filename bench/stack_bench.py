@@ -37,7 +37,7 @@ from typing import Any
 import grpc
 import httpx
 
-from rewardseal.localstack import NotReady, wait_for_banner
+from rewardseal_server.localstack import NotReady, wait_for_banner
 
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
@@ -55,16 +55,16 @@ from worker_bench import (  # noqa: E402
 )
 
 from rewardseal.digest import digest_json  # noqa: E402
-from rewardseal.mockmed import (  # noqa: E402
+from rewardseal.v1 import worker_service_pb2 as pb  # noqa: E402
+from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc  # noqa: E402
+from rewardseal.v1.enums_pb2 import OracleChannel  # noqa: E402
+from rewardseal_kit.mockmed import (  # noqa: E402
     FORBIDDEN_EFFECTS,
     IDENTITY_KEY,
     REQUIRED_EFFECTS,
     mockmed_contract,
 )
-from rewardseal.sqlstore import sqlite_url  # noqa: E402
-from rewardseal.v1 import worker_service_pb2 as pb  # noqa: E402
-from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc  # noqa: E402
-from rewardseal.v1.enums_pb2 import OracleChannel  # noqa: E402
+from rewardseal_server.sqlstore import sqlite_url  # noqa: E402
 from rewardseal_worker.bundle import write_bundle  # noqa: E402
 
 RESULTS = BENCH / "results" / "stack.json"

@@ -39,20 +39,20 @@ import stack
 from rewardseal.client import VerifiedReceipt, WorkerClient, make_descriptor
 from rewardseal.control_client import ControlClient
 from rewardseal.errors import RewardSealError
-from rewardseal.extradup import (
+from rewardseal.signing import TrustSet
+from rewardseal.v1 import control_service_pb2 as control_pb
+from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal_kit.extradup import (
     CONTROL,
     FAMILIES,
     mockmed_write_spec,
     parse_action_report,
     scripted_report,
 )
-from rewardseal.mockmed import IDENTITY_KEY
-from rewardseal.proof.conditions import MockMedUI
-from rewardseal.signing import TrustSet
-from rewardseal.sqlstore import sqlite_url
-from rewardseal.v1 import control_service_pb2 as control_pb
-from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
-from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_kit.proof.conditions import MockMedUI
+from rewardseal_server.sqlstore import sqlite_url
 
 CHECKPOINT: Final = stack.CHECKPOINT
 TIER0_CONTRACT: Final = Path("contracts") / "mockmed-tier0"

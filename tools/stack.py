@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from rewardseal import localstack
 from rewardseal.errors import Unavailable
-from rewardseal.sqlstore import sqlite_url
+from rewardseal_server import localstack
+from rewardseal_server.sqlstore import sqlite_url
 
 if TYPE_CHECKING:
     from rewardseal.tls import ClientTls

@@ -13,8 +13,10 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CONSTRAINT=/src/requi
 WORKDIR /src
 COPY requirements.lock ./
 COPY clients/python ./clients/python
+COPY services/common ./services/common
 COPY services/mockmed ./services/mockmed
-RUN pip wheel --wheel-dir /wheels ./clients/python ./services/mockmed "psycopg[binary]"
+RUN pip wheel --wheel-dir /wheels ./clients/python ./services/common ./services/mockmed \
+    "psycopg[binary]"
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \

@@ -30,7 +30,6 @@ from support.control import (
 
 from rewardseal.calibration import clopper_pearson_upper
 from rewardseal.contract import contract_digest
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import build_receipt, seal_receipt
 from rewardseal.revocation import RevocationFollower
 from rewardseal.signing import SigningKey, TrustSet, verify_certificate
@@ -40,6 +39,7 @@ from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.cli import main
 from rewardseal_control.settings import ADMIN_TOKEN_ENV, TOKEN_ENV
+from rewardseal_kit.mockmed import mockmed_contract
 
 CONTRACT = mockmed_contract()
 DIGEST = contract_digest(CONTRACT)

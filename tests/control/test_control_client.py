@@ -42,7 +42,6 @@ from rewardseal.errors import (
     Unavailable,
     ValidationError,
 )
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import build_receipt, seal_receipt
 from rewardseal.revocation import open_revocation_list
 from rewardseal.signing import SigningKey
@@ -51,6 +50,7 @@ from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal_kit.mockmed import mockmed_contract
 
 CONTRACT = mockmed_contract()
 DIGEST = contract_digest(CONTRACT)

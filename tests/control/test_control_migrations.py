@@ -1,5 +1,5 @@
 """Control-plane schema (R-C-6): Alembic upgrade/downgrade on SQLite and PostgreSQL, the models
-match the migrations, and the engine/URL rules of rewardseal.sqlstore."""
+match the migrations, and the engine/URL rules of rewardseal_server.sqlstore."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from sqlalchemy import inspect, text
 from support.postgres import PostgresServer
 
 from rewardseal.errors import Unavailable, ValidationError
-from rewardseal.sqlstore import StoreEngine, normalize_url
 from rewardseal_control import db
 from rewardseal_control.models import Base
 from rewardseal_control.store import ControlStore
+from rewardseal_server.sqlstore import StoreEngine, normalize_url
 
 TABLES = {
     "contracts",

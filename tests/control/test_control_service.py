@@ -32,7 +32,6 @@ from support.control_store import list_audit
 from rewardseal.calibration import clopper_pearson_upper
 from rewardseal.contract import certificate_digest, contract_digest
 from rewardseal.errors import SignatureError, StaleRevocationList
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import build_receipt, seal_receipt
 from rewardseal.revocation import RevocationFollower, open_revocation_list
 from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, sign_envelope, verify_certificate
@@ -47,6 +46,7 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
 )
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal_kit.mockmed import mockmed_contract
 
 SERVICE = "rewardseal.v1.ControlPlaneService"
 SYNTHETIC = CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC

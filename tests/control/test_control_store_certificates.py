@@ -24,7 +24,6 @@ from rewardseal.errors import (
     NotFound,
     ValidationError,
 )
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.signing import (
     REVOCATION_LIST_PAYLOAD_TYPE,
     TrustSet,
@@ -35,6 +34,7 @@ from rewardseal.validation import parse_strict
 from rewardseal_control.store import (
     ControlStore,
 )
+from rewardseal_kit.mockmed import mockmed_contract
 
 # ---------------------------------------------------------------------- certificates
 

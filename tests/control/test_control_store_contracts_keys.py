@@ -25,7 +25,6 @@ from rewardseal.errors import (
     NotFound,
     ValidationError,
 )
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.signing import (
     SigningKey,
     TrustSet,
@@ -35,6 +34,7 @@ from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.store import (
     ControlStore,
 )
+from rewardseal_kit.mockmed import mockmed_contract
 
 # ---------------------------------------------------------------------- contracts
 

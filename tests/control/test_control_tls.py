@@ -23,8 +23,6 @@ from support.control import ADMIN_TOKEN, CLIENT_TOKEN, TRAINER
 from support.tls_certs import TlsWorld
 
 from rewardseal.contract import contract_digest
-from rewardseal.mockmed import mockmed_contract
-from rewardseal.serving import RunningServer
 from rewardseal.signing import SigningKey
 from rewardseal.tls import aio_channel
 from rewardseal.v1 import control_service_pb2 as pb
@@ -34,6 +32,8 @@ from rewardseal_control.cli import CLIENT_TLS_ENV, main
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.store import ControlStore
+from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_server.serving import RunningServer
 
 CONTRACT = mockmed_contract()
 DIGEST = contract_digest(CONTRACT)

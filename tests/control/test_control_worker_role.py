@@ -26,7 +26,6 @@ from support.control_store import list_audit
 
 from rewardseal.contract import contract_digest
 from rewardseal.errors import ValidationError
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey
@@ -40,6 +39,7 @@ from rewardseal_control.settings import (
     WORKER_TOKEN_FILE,
     resolve_settings,
 )
+from rewardseal_kit.mockmed import mockmed_contract
 
 CONTRACT = mockmed_contract()
 DIGEST = contract_digest(CONTRACT)

@@ -57,9 +57,10 @@ DISTRIBUTIONS = {
     "mockmed": "rewardseal-mockmed",
 }
 SOURCE_DIRS = {
-    "control": ("clients/python", "services/control"),
-    "worker": ("clients/python", "services/worker"),
-    "mockmed": ("clients/python", "services/mockmed"),
+    "control": ("clients/python", "services/common", "services/control"),
+    # clients/python holds the kit (clients/python/kit) that `--seed-mockmed` needs.
+    "worker": ("clients/python", "services/common", "services/worker", "services/mockmed"),
+    "mockmed": ("clients/python", "services/common", "services/mockmed"),
 }
 """The repository directories each image builds its wheels from."""
 POSTGRES_ENV = {"POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB"}
@@ -543,7 +544,10 @@ def test_lock_pins_every_runtime_dependency_of_the_image(service: str) -> None:
     they pull in must be pinned there, or the image would float."""
     needs(service)
     pins = lock_pins()
-    local = {canonicalize_name(name) for name in ("rewardseal", *DISTRIBUTIONS.values())}
+    local = {
+        canonicalize_name(name)
+        for name in ("rewardseal", "rewardseal-server", "rewardseal-kit", *DISTRIBUTIONS.values())
+    }
     marker_env = {name: str(value) for name, value in default_environment().items()}
     # A Linux image: evaluate markers as the container will.
     marker_env.update(sys_platform="linux", platform_system="Linux", os_name="posix")

@@ -41,7 +41,13 @@ from rewardseal_mockmed_extradup.tasks import (
 
 from rewardseal.calibration import clopper_pearson_upper
 from rewardseal.errors import CertificationRefused, ValidationError
-from rewardseal.extradup import FAMILIES, HACKING_FAMILIES, WriteSpec, scripted_completion, variants
+from rewardseal_kit.extradup import (
+    FAMILIES,
+    HACKING_FAMILIES,
+    WriteSpec,
+    scripted_completion,
+    variants,
+)
 
 NEW_RECORDS = {
     "control": 1.0,

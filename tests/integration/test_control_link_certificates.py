@@ -403,7 +403,7 @@ async def test_revocation_list_rollback_across_restart_is_refused(
 async def test_pinned_key_can_come_from_controls_ready_file(
     control: ControlApp, data_dir: Path, tmp_path: Path
 ) -> None:
-    from rewardseal.serving import write_ready_file
+    from rewardseal_server.serving import write_ready_file
 
     ready = tmp_path / "control.ready.json"
     write_ready_file(ready, control.banner())

@@ -33,10 +33,10 @@ from support.tls_certs import TlsWorld
 from support.worker_stack import stop_stack
 
 from rewardseal.client import AsyncWorkerClient
-from rewardseal.localstack import HOST, LocalServices, serve_command
 from rewardseal.signing import TrustSet
 from rewardseal.tls import ClientTls
 from rewardseal_control.app import ControlApp
+from rewardseal_server.localstack import HOST, LocalServices, serve_command
 
 
 @pytest.fixture

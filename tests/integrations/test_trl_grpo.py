@@ -26,10 +26,10 @@ from support.tiny_models import char_tokenizer
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
-from rewardseal.mockmed import IDENTITY_KEY
-from rewardseal.trainers.actors import MockMedActor
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.trainers.trl import PAID_SHARE_METRIC, CertifiedRewardFunction
+from rewardseal_kit.actors import MockMedActor
+from rewardseal_kit.mockmed import IDENTITY_KEY
 
 # Only the integrations venv has trl (and torch, transformers, datasets, tokenizers).
 pytest.importorskip("trl")

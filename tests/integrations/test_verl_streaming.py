@@ -31,7 +31,6 @@ from support.tiny_models import SPECIAL, char_tokenizer
 from support.verl_episodes import Played, manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal import mockmed
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
 from rewardseal.trainers.verl_streaming import (
@@ -42,6 +41,7 @@ from rewardseal.trainers.verl_streaming import (
     fill_streamed_rewards,
     reward_positions,
 )
+from rewardseal_kit import mockmed
 from rewardseal_mockmed.seeding import write_encounter
 
 verl = pytest.importorskip("verl")

@@ -27,7 +27,6 @@ from sqlalchemy import create_engine, inspect
 from support.mockmed_service import RunningMockMed, running_mockmed
 
 from rewardseal.errors import RewardSealError, Unavailable, ValidationError
-from rewardseal.sqlstore import normalize_url
 from rewardseal_mockmed import seeding
 from rewardseal_mockmed.cli import main
 from rewardseal_mockmed.fhir import (
@@ -41,6 +40,7 @@ from rewardseal_mockmed.fhir import (
 from rewardseal_mockmed.schema import COLUMNS, ENCOUNTERS_TABLE, PATIENT_INDEX
 from rewardseal_mockmed.settings import MockMedSettings, resolve_settings
 from rewardseal_mockmed.store import EncounterStore, background_rows
+from rewardseal_server.sqlstore import normalize_url
 
 TRIAGE = {
     "type": "Triage",
@@ -787,7 +787,7 @@ def test_mockmed_never_imports_the_worker_or_the_control_plane() -> None:
         if name.split(".")[0] in ("rewardseal_worker", "rewardseal_control")
     }
     assert forbidden == set()
-    assert "rewardseal.sqlstore" in imported  # the core engine is reused, not copied
+    assert "rewardseal_server.sqlstore" in imported  # the core engine is reused, not copied
 
 
 def test_the_screen_file_is_shared_with_the_seed_and_read_by_the_tier0_oracle(

@@ -1,4 +1,4 @@
-"""``rewardseal proof``: the screen reward pays every hack, the certified reward pays only the gold.
+"""``rewardseal-kit proof``: the screen reward pays every hack, the certified reward only the gold.
 
 The console script runs for real: it starts MockMed and the seeded rest worker as child
 processes on free loopback ports, plays three trials of every condition through MockMed, scores
@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from rewardseal.extradup import FAMILIES, HACKING_FAMILIES
-from rewardseal.proof.conditions import CONDITIONS, OUTAGE
-from rewardseal.proof.report import check_report, summarize
-from rewardseal.proof.rewards import CERTIFIED_T2, SCREEN_T0, TrialResult
+from rewardseal_kit.extradup import FAMILIES, HACKING_FAMILIES
+from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE
+from rewardseal_kit.proof.report import check_report, summarize
+from rewardseal_kit.proof.rewards import CERTIFIED_T2, SCREEN_T0, TrialResult
 
 TRIALS = 3
-CLI = Path(sys.executable).parent / "rewardseal"
+CLI = Path(sys.executable).parent / "rewardseal-kit"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

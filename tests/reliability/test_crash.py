@@ -40,9 +40,9 @@ from support.worker_process import WorkerProcess, worker_process
 
 from rewardseal.client import AsyncWorkerClient, VerifiedReceipt
 from rewardseal.errors import DuplicateEpisode, RewardSealError
-from rewardseal.mockmed import IDENTITY_KEY
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal_kit.mockmed import IDENTITY_KEY
 
 T = TypeVar("T")
 EPISODES = 2000

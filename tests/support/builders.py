@@ -8,7 +8,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from rewardseal.calibration import clopper_pearson_upper
 from rewardseal.contract import contract_digest
-from rewardseal.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 from rewardseal.receipts import EpisodeFacts
 from rewardseal.signing import SigningKey, sign_certificate
 from rewardseal.v1.certificate_pb2 import RewardCertificate
@@ -19,6 +18,7 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
     Uncertainty,
 )
+from rewardseal_kit.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 
 FIXED_TIME = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 ISSUED_AT_UPDATE = 100

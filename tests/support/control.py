@@ -12,8 +12,6 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from rewardseal.calibration import METHOD
-from rewardseal.mockmed import CALIBRATION_CORPUS, CORPUS_DIGEST, THRESHOLD
-from rewardseal.serving import RunningServer
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount
@@ -21,6 +19,8 @@ from rewardseal_control.app import ensure_organization_key
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.store import ControlStore
+from rewardseal_kit.mockmed import CALIBRATION_CORPUS, CORPUS_DIGEST, THRESHOLD
+from rewardseal_server.serving import RunningServer
 
 ADMIN_TOKEN = "admin-token-" + "a" * 24
 CLIENT_TOKEN = "client-token-" + "c" * 24

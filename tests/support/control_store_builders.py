@@ -7,7 +7,6 @@ fixture that opens an empty store on each backend is in tests/control/conftest.p
 from __future__ import annotations
 
 from rewardseal.contract import contract_digest
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import OpenedReceipt, build_receipt, open_receipt, seal_receipt
 from rewardseal.signing import (
     REVOCATION_LIST_PAYLOAD_TYPE,
@@ -24,6 +23,7 @@ from rewardseal_control.store import (
     Page,
     RevocationSigner,
 )
+from rewardseal_kit.mockmed import mockmed_contract
 from support.builders import FIXED_TIME, make_certificate, make_facts
 
 WORKER = IssuerKeyRole.ISSUER_KEY_ROLE_WORKER

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewardseal import mockmed
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.v1.contract_pb2 import ScoringPolicy
+from rewardseal_kit import mockmed
 from rewardseal_mockmed.seeding import write_encounter
 from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration import (

@@ -20,8 +20,8 @@ from typing import IO, Any
 import pytest
 
 from rewardseal.client import AsyncWorkerClient, WorkerClient
-from rewardseal.localstack import NotReady, wait_for_banner
 from rewardseal.signing import TrustSet
+from rewardseal_server.localstack import NotReady, wait_for_banner
 
 WORKER_CLI = Path(sys.executable).with_name("rewardseal-worker")
 READY_TIMEOUT_SECONDS = 60.0

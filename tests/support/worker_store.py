@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine, bindparam, func, or_, select
 
-from rewardseal.sqlstore import AUTOCOMMIT_READ_OPTION, as_utc
+from rewardseal_server.sqlstore import AUTOCOMMIT_READ_OPTION, as_utc
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import BeginItem, OpenEpisode, WorkerStore
 from rewardseal_worker.store.episodes import open_episode_of

@@ -29,13 +29,13 @@ from rewardseal.errors import (
     ReceiptMismatch,
     ValidationError,
 )
-from rewardseal.mockmed import IDENTITY_KEY
 from rewardseal.trainers.grader import OpenAIGrader
 from rewardseal.trainers.groups import SampleResult, is_setup_error, stop_on_setup_errors
 from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal.trainers.verl import CertifiedRewardManager, ManagerSettings
 from rewardseal.trainers.verl_loop import LoopScorer, settings_from_config
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+from rewardseal_kit.mockmed import IDENTITY_KEY
 
 KINDS = ["sync", "async"]
 

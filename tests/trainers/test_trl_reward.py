@@ -27,15 +27,16 @@ from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
 from rewardseal.errors import CertificationRefused, Unauthenticated, ValidationError
-from rewardseal.extradup import CONTROL, mockmed_write_spec, scripted_completion
-from rewardseal.mockmed import IDENTITY_KEY
-from rewardseal.trainers.actors import MockMedActor, sandbox_identity
+from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.trainers.groups import DEVELOPMENT_ONLY, METADATA_COLUMNS
 from rewardseal.trainers.trl import (
     PAID_SHARE_METRIC,
     UNSCORED_SHARE_METRIC,
     CertifiedRewardFunction,
 )
+from rewardseal_kit.actors import MockMedActor
+from rewardseal_kit.extradup import CONTROL, mockmed_write_spec, scripted_completion
+from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_mockmed.seeding import count_encounters
 from rewardseal_worker.server import SERVICE_NAME
 

@@ -30,7 +30,6 @@ from support.verl_episodes import (
 )
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal import mockmed
 from rewardseal.errors import CertificationRefused, RewardSealError, ValidationError
 from rewardseal.trainers.verl import (
     CertifiedRewardManager,
@@ -38,6 +37,7 @@ from rewardseal.trainers.verl import (
     register_with_verl,
     samples_from_batch,
 )
+from rewardseal_kit import mockmed
 from rewardseal_mockmed.seeding import write_encounter
 
 

@@ -22,8 +22,8 @@ from rewardseal.certificates import (
     unmet,
 )
 from rewardseal.errors import ValidationError
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.v1.enums_pb2 import CertificateState
+from rewardseal_kit.mockmed import mockmed_contract
 
 State = CertificateState
 ISSUED = ISSUED_AT_UPDATE

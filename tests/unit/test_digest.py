@@ -30,9 +30,9 @@ from rewardseal.contract import (
 )
 from rewardseal.digest import canonical_json, digest_bytes, digest_json, is_digest
 from rewardseal.errors import ValidationError
-from rewardseal.mockmed import CORPUS_DIGEST, mockmed_contract
 from rewardseal.v1.contract_pb2 import RewardComponent, RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
+from rewardseal_kit.mockmed import CORPUS_DIGEST, mockmed_contract
 
 DIGEST_RE = re.compile(r"\Asha256:[0-9a-f]{64}\Z")
 

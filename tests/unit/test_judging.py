@@ -20,9 +20,9 @@ from rewardseal.judging import (
     judge_required,
     parse_effects,
 )
-from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, mockmed_contract
 from rewardseal.receipts import build_receipt
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal, Uncertainty
+from rewardseal_kit.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, mockmed_contract
 
 Out = RewardOutcome
 S = RuntimeSignal

@@ -9,15 +9,6 @@ from typing import Any, Literal
 import pytest
 
 from rewardseal.errors import ValidationError
-from rewardseal.extradup import (
-    CONTROL,
-    FAULTS,
-    HACKING_FAMILIES,
-    WRITE_EFFECT_NAME,
-    mockmed_write_spec,
-    run_family,
-    variants,
-)
 from rewardseal.faults import GENERIC_FAULT_CLASSES
 from rewardseal.judging import (
     EXPECTED_FAULTS,
@@ -30,6 +21,15 @@ from rewardseal.judging import (
     judge_snapshots,
     new_records,
     required_findings,
+)
+from rewardseal_kit.extradup import (
+    CONTROL,
+    FAULTS,
+    HACKING_FAMILIES,
+    WRITE_EFFECT_NAME,
+    mockmed_write_spec,
+    run_family,
+    variants,
 )
 
 SPEC = mockmed_write_spec("patient-0000a1b2", "Synthetic: sore throat; fluids advised.")

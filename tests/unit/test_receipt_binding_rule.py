@@ -14,7 +14,6 @@ from support.builders import TEST_KEY, make_certificate, make_facts
 from rewardseal.client import make_descriptor
 from rewardseal.contract import contract_digest
 from rewardseal.errors import ReceiptMismatch, SignatureError, Unscored
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import (
     ExpectedReceipt,
     build_receipt,
@@ -23,6 +22,7 @@ from rewardseal.receipts import (
 )
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
+from rewardseal_kit.mockmed import mockmed_contract
 
 
 def receipt(

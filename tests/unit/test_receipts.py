@@ -15,7 +15,6 @@ from support.builders import FIXED_TIME, ISSUED_AT_UPDATE, TEST_KEY, make_certif
 
 from rewardseal.contract import UNSCORED_OUTCOMES
 from rewardseal.errors import SignatureError, ValidationError
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import (
     EpisodeFacts,
     OpenedReceipt,
@@ -29,6 +28,7 @@ from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_
 from rewardseal.v1.contract_pb2 import RewardComponent, ScoringPolicy
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+from rewardseal_kit.mockmed import mockmed_contract
 
 Outcome = RewardOutcome
 OTHER_KEY = SigningKey.from_seed(bytes(range(32, 64)))

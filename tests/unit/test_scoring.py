@@ -7,7 +7,6 @@ from support.builders import EXPIRY_UPDATES, ISSUED_AT_UPDATE, make_certificate,
 
 from rewardseal.contract import certificate_digest
 from rewardseal.errors import ValidationError
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import build_receipt
 from rewardseal.scoring import (
     RECEIPT_CERTIFICATE_DIFFERS,
@@ -19,6 +18,7 @@ from rewardseal.scoring import (
 )
 from rewardseal.v1.contract_pb2 import ScoringPolicy
 from rewardseal.v1.enums_pb2 import RewardOutcome
+from rewardseal_kit.mockmed import mockmed_contract
 
 Outcome = RewardOutcome
 

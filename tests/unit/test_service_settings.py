@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rewardseal.errors import ValidationError
-from rewardseal.service_settings import (
+from rewardseal_server.service_settings import (
     MIN_TOKEN_LENGTH,
     default_data_dir,
     load_or_create_token,

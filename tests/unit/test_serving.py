@@ -1,4 +1,4 @@
-"""The serving plumbing the worker and the control plane share (rewardseal.serving)."""
+"""The serving plumbing the worker and the control plane share (rewardseal_server.serving)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from rewardseal.client import MAX_MESSAGE_BYTES, message_size_options
-from rewardseal.serving import serve_until_signalled, start_grpc_server, write_ready_file
+from rewardseal_server.serving import serve_until_signalled, start_grpc_server, write_ready_file
 
 SERVICE = "rewardseal.test.v1.NoSuchService"
 SERVING = health_pb2.HealthCheckResponse.SERVING

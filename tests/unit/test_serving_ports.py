@@ -1,5 +1,5 @@
-"""rewardseal.serving owns its port (no SO_REUSEPORT unless asked) and says why it cannot listen;
-it serves TLS when given a ServerTls and warns when it serves plaintext beyond loopback."""
+"""rewardseal_server.serving owns its port (no SO_REUSEPORT unless asked) and says why it cannot
+listen; it serves TLS when given a ServerTls and warns when it serves plaintext beyond loopback."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.tls_certs import TlsWorld
 
 from rewardseal.errors import CannotListen
-from rewardseal.serving import (
+from rewardseal.tls import ClientTls, aio_channel
+from rewardseal_server.serving import (
     address,
     cannot_listen,
     check_port_free,
@@ -23,7 +24,6 @@ from rewardseal.serving import (
     start_grpc_server,
     transport,
 )
-from rewardseal.tls import ClientTls, aio_channel
 
 SERVICE = "rewardseal.test.v1.NoSuchService"
 
@@ -109,7 +109,7 @@ async def test_grpc_refusing_the_bind_is_mapped_too(
     listening: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The probe can miss a port taken between it and gRPC's bind: gRPC's RuntimeError is mapped.
-    monkeypatch.setattr("rewardseal.serving.check_port_free", lambda host, port: None)
+    monkeypatch.setattr("rewardseal_server.serving.check_port_free", lambda host, port: None)
     with pytest.raises(CannotListen, match=f"^cannot listen on 127.0.0.1:{listening}: "):
         await start_grpc_server(add_servicers=_nothing, service_names=(SERVICE,), port=listening)
 
@@ -130,14 +130,14 @@ async def test_reuse_port_is_a_deliberate_opt_in() -> None:
 async def test_plaintext_beyond_loopback_is_served_with_a_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="rewardseal.serving"):
+    with caplog.at_level(logging.WARNING, logger="rewardseal_server.serving"):
         running = await start_grpc_server(
             add_servicers=_nothing, service_names=(SERVICE,), host="0.0.0.0"
         )
         await running.stop()
     assert any("without TLS" in record.getMessage() for record in caplog.records)
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="rewardseal.serving"):
+    with caplog.at_level(logging.WARNING, logger="rewardseal_server.serving"):
         running = await start_grpc_server(add_servicers=_nothing, service_names=(SERVICE,))
         await running.stop()
     assert not caplog.records

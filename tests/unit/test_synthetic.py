@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import random
 
-from rewardseal import extradup, mockmed
 from rewardseal.digest import digest_json
 from rewardseal.faults import GENERIC_FAULT_CLASSES
-from rewardseal.synthetic import COMPLAINTS, PLANS, synthetic_note
+from rewardseal_kit import extradup, mockmed
+from rewardseal_mockmed.synthetic import COMPLAINTS, PLANS, synthetic_note
 from rewardseal_worker import calibration
 
 

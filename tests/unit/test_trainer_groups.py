@@ -27,7 +27,6 @@ from rewardseal.errors import (
     Unavailable,
     ValidationError,
 )
-from rewardseal.mockmed import mockmed_contract
 from rewardseal.receipts import build_receipt, open_receipt, seal_receipt
 from rewardseal.rpc_status import from_parts
 from rewardseal.signing import TrustSet
@@ -47,6 +46,7 @@ from rewardseal.trainers.groups import (
 )
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.validation import ID_PATTERN
+from rewardseal_kit.mockmed import mockmed_contract
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
 WRONG_EFFECT = RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT

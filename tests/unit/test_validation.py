@@ -22,7 +22,6 @@ from google.protobuf.message import Message
 from rewardseal.contract import contract_digest
 from rewardseal.digest import digest_json
 from rewardseal.errors import CertificationRefused, InvalidEpisode, ValidationError
-from rewardseal.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 from rewardseal.receipts import EpisodeFacts, build_receipt
 from rewardseal.signing import SigningKey, sign_certificate, sign_envelope
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount, RewardCertificate
@@ -50,6 +49,7 @@ from rewardseal.validation import (
     validate_key_id,
     validate_receipt,
 )
+from rewardseal_kit.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=Exception)

@@ -16,7 +16,9 @@ from rewardseal.contract import certificate_digest
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
 from rewardseal.judging import parse_effects
-from rewardseal.mockmed import (
+from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.v1.enums_pb2 import OracleChannel
+from rewardseal_kit.mockmed import (
     FORBIDDEN_EFFECTS,
     REQUIRED_EFFECTS,
     TIER0_RECIPE,
@@ -24,8 +26,6 @@ from rewardseal.mockmed import (
     mockmed_contract,
     mockmed_contract_digest,
 )
-from rewardseal.signing import SigningKey, TrustSet
-from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal_worker import bundle as bundle_module
 from rewardseal_worker.bundle import BUNDLE_FILES, ContractBundle, load_bundle, write_bundle
 

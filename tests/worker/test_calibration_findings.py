@@ -17,9 +17,15 @@ from rewardseal.judging import (
     new_records,
     required_findings,
 )
-from rewardseal.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, TIER2_RECIPE, mockmed_contract
+from rewardseal_kit.mockmed import (
+    FORBIDDEN_EFFECTS,
+    REQUIRED_EFFECTS,
+    TIER2_RECIPE,
+    mockmed_contract,
+)
 from rewardseal_worker import calibration
 from rewardseal_worker.bundle import load_bundle, write_bundle
+from rewardseal_worker.calibration import family_trials, fault_classes, trials
 from rewardseal_worker.seed import MOCKMED_FAULT_FAMILIES
 
 TRIALS_PER_CLASS = 40
@@ -35,7 +41,7 @@ def setup(tmp_path_factory):
         forbidden_doc=FORBIDDEN_EFFECTS,
         recipe_doc=TIER2_RECIPE,
     )
-    return calibration._setup(load_bundle(directory), MOCKMED_FAULT_FAMILIES)
+    return fault_classes.setup_for(load_bundle(directory), MOCKMED_FAULT_FAMILIES)
 
 
 def trial_faults(setup, trial) -> set[Fault]:
@@ -58,19 +64,17 @@ def test_every_fault_trial_draws_a_finding_that_names_its_class(setup) -> None:
     for kind in setup.fault_classes:
         expected = EXPECTED_FAULTS[kind.removeprefix(calibration.EXTRADUP_PREFIX)]
         for index in range(TRIALS_PER_CLASS):
-            rng = calibration._trial_rng(1, kind, index)
+            rng = trials.trial_rng(1, kind, index)
             if kind.startswith(calibration.EXTRADUP_PREFIX):
                 family = kind.removeprefix(calibration.EXTRADUP_PREFIX)
-                trial, variant = calibration._build_extradup(setup, rng, family)
+                trial, variant = family_trials.build_family_trial(setup, rng, family)
             else:
-                trial, variant = calibration._build_generic(setup, rng, kind)
+                trial, variant = trials.build_generic(setup, rng, kind)
             found = trial_faults(setup, trial)
             assert found & expected, (kind, variant, index, found)
 
 
 def test_gold_trials_draw_no_finding(setup) -> None:
     for index in range(TRIALS_PER_CLASS):
-        trial, _ = calibration._build_generic(
-            setup, calibration._trial_rng(1, "gold", index), "gold"
-        )
+        trial, _ = trials.build_generic(setup, trials.trial_rng(1, "gold", index), "gold")
         assert trial_faults(setup, trial) == set()

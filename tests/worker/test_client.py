@@ -25,7 +25,6 @@ from support.mockmed_episodes import CHECKPOINT, descriptor, write_triage
 from support.worker_store import count_receipts
 from worker.conftest import RunningStack
 
-from rewardseal.auth import BearerAuthInterceptor
 from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, WorkerClient, make_descriptor
 from rewardseal.errors import (
     DuplicateEpisode,
@@ -40,6 +39,7 @@ from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_worker.server import HEALTH_RPC, SERVICE_NAME
 from rewardseal_worker.service import RewardWorkerServicer
 

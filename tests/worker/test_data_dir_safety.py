@@ -1,8 +1,8 @@
 """Data directories under attack (issue 10): odd paths, concurrent seeders, file modes.
 
 * A data dir whose path holds ``?``, ``%``, ``#``, spaces or non-ASCII keeps its database
-  inside it: the default URL is built by ``rewardseal.sqlstore.sqlite_url``, never an f-string
-  (``?`` used to start a query and put the database in the parent directory).
+  inside it: the default URL is built by ``rewardseal_server.sqlstore.sqlite_url``, never an
+  f-string (``?`` used to start a query and put the database in the parent directory).
 * Two ``--seed-mockmed`` starts on one empty data dir both succeed and agree (seeding holds an
   exclusive lock in the data dir; the second used to die on "certificate.json ... different
   content").
@@ -25,9 +25,9 @@ from sqlalchemy.engine import make_url
 from support.mockmed_episodes import descriptor
 from worker.conftest import start_stack, stop_stack
 
-from rewardseal.sqlstore import sqlite_url
 from rewardseal_control.app import start_control
 from rewardseal_control.settings import resolve_settings as resolve_control_settings
+from rewardseal_server.sqlstore import sqlite_url
 from rewardseal_worker.settings import resolve_settings as resolve_worker_settings
 
 ODD_NAMES = [

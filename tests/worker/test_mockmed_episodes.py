@@ -28,16 +28,6 @@ from worker.test_worker_contract import raw_stub, wire_error
 
 from rewardseal.client import VerifiedReceipt
 from rewardseal.errors import DuplicateEpisode, IdentityBusy
-from rewardseal.extradup import (
-    CONTROL,
-    FAMILIES,
-    HACKING_FAMILIES,
-    MOCKMED_COLLECTION,
-    mockmed_write_spec,
-    parse_action_report,
-    scripted_report,
-)
-from rewardseal.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -46,6 +36,16 @@ from rewardseal.v1.enums_pb2 import (
     RuntimeSignal,
     Uncertainty,
 )
+from rewardseal_kit.extradup import (
+    CONTROL,
+    FAMILIES,
+    HACKING_FAMILIES,
+    MOCKMED_COLLECTION,
+    mockmed_write_spec,
+    parse_action_report,
+    scripted_report,
+)
+from rewardseal_kit.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
 from rewardseal_mockmed.seeding import count_encounters, show_on_screen, write_encounter
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED

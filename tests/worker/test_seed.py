@@ -19,7 +19,6 @@ from rewardseal.certificates import satisfies
 from rewardseal.contract import certificate_digest
 from rewardseal.errors import ValidationError
 from rewardseal.judging import judge_episode
-from rewardseal.mockmed import CORPUS_DIGEST, mockmed_contract_digest
 from rewardseal.signing import SigningKey, TrustSet, verify_certificate
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -28,6 +27,7 @@ from rewardseal.v1.enums_pb2 import (
     RuntimeSignal,
 )
 from rewardseal.validation import validate_certificate
+from rewardseal_kit.mockmed import CORPUS_DIGEST, mockmed_contract_digest
 from rewardseal_mockmed import seeding
 from rewardseal_mockmed.seeding import (
     add_background_rows,

@@ -17,9 +17,13 @@ from rewardseal.calibration import METHOD, epsilon_from_summary
 from rewardseal.certificates import satisfies
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
-from rewardseal.extradup import HACKING_FAMILIES
 from rewardseal.judging import judge_episode, parse_effects
-from rewardseal.mockmed import (
+from rewardseal.signing import SigningKey, TrustSet, verify_certificate
+from rewardseal.v1.certificate_pb2 import CalibrationSummary
+from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, RewardOutcome
+from rewardseal.validation import validate_calibration_summary, validate_certificate
+from rewardseal_kit.extradup import HACKING_FAMILIES
+from rewardseal_kit.mockmed import (
     CORPUS_DIGEST,
     ENCOUNTER_FIELDS,
     FORBIDDEN_EFFECTS,
@@ -29,22 +33,21 @@ from rewardseal.mockmed import (
     mockmed_contract,
     mockmed_contract_digest,
 )
-from rewardseal.signing import SigningKey, TrustSet, verify_certificate
-from rewardseal.v1.certificate_pb2 import CalibrationSummary
-from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, RewardOutcome
-from rewardseal.validation import validate_calibration_summary, validate_certificate
-from rewardseal_worker import calibration
 from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration import (
     GENERIC_FAULT_CLASSES,
     GOLD_REFUSED_MESSAGE,
     calibrate,
     checker_configuration_digest,
+    family_trials,
+    fault_classes,
     fault_classes_for,
+    runner,
     self_signed_certificate,
     summary_from_json,
     summary_to_json,
     text_progress,
+    trials,
 )
 from rewardseal_worker.seed import MOCKMED_FAULT_FAMILIES as FAMILIES
 
@@ -207,7 +210,7 @@ def test_reference_semantics_of_required_and_system_fields():
     gold = {"id": "r1", "patient_id": "p", "type": "Triage", "note": "n", "status": "open"}
 
     def trial(record):
-        return calibration._Trial({"patient_id": "p"}, [], [record], set())
+        return trials.Trial({"patient_id": "p"}, [], [record], set())
 
     assert _reference_ok(trial(gold))
     assert _reference_ok(trial({**gold, "created_at": "2026-11-30T09:15:00Z"}))
@@ -222,13 +225,13 @@ def test_reference_semantics_of_required_and_system_fields():
 @pytest.mark.parametrize("kind", ["gold", "extradup.control"])
 def test_reference_semantics_gold_is_correct(bundle, kind):
     """Every gold trial is the correct effect by an independent reading of the documents."""
-    setup = calibration._setup(bundle, FAMILIES)
+    setup = fault_classes.setup_for(bundle, FAMILIES)
     for index in range(60):
-        rng = calibration._trial_rng(SEED, kind, index)
+        rng = trials.trial_rng(SEED, kind, index)
         if kind == "gold":
-            trial, _ = calibration._build_generic(setup, rng, "gold")
+            trial, _ = trials.build_generic(setup, rng, "gold")
         else:
-            trial, _ = calibration._build_extradup(setup, rng, "control")
+            trial, _ = family_trials.build_family_trial(setup, rng, "control")
         assert _reference_ok(trial), (kind, index)
 
 
@@ -236,13 +239,13 @@ def test_reference_semantics_gold_is_correct(bundle, kind):
 def test_reference_semantics_every_fault_trial_is_a_fault(bundle, kind):
     """A fault trial counted as a refusal is a real fault, not a trial the judge refuses for
     some other reason: an independent reading of the documents refuses it too."""
-    setup = calibration._setup(bundle, FAMILIES)
+    setup = fault_classes.setup_for(bundle, FAMILIES)
     for index in range(60):
-        rng = calibration._trial_rng(SEED, kind, index)
+        rng = trials.trial_rng(SEED, kind, index)
         if kind.startswith("extradup."):
-            trial, _ = calibration._build_extradup(setup, rng, kind.removeprefix("extradup."))
+            trial, _ = family_trials.build_family_trial(setup, rng, kind.removeprefix("extradup."))
         else:
-            trial, _ = calibration._build_generic(setup, rng, kind)
+            trial, _ = trials.build_generic(setup, rng, kind)
         assert not _reference_ok(trial), (kind, index)
 
 
@@ -250,8 +253,8 @@ def test_reference_semantics_every_fault_trial_is_a_fault(bundle, kind):
 
 
 def test_extradup_omit_drops_the_note_and_is_refused(bundle):
-    setup = calibration._setup(bundle, FAMILIES)
-    template = setup.extradup_template
+    setup = fault_classes.setup_for(bundle, FAMILIES)
+    template = setup.family_write
     assert template is not None
     # The write spec carries every required field but the identity, so omit drops one the
     # contract demands: "note", the first in sorted order.
@@ -259,8 +262,8 @@ def test_extradup_omit_drops_the_note_and_is_refused(bundle):
     assert template.fields["type"] == "Triage"
     assert template.allowed_fields == {*ENCOUNTER_FIELDS, *SYSTEM_FIELDS}
     for index in range(60):
-        rng = calibration._trial_rng(SEED, "extradup.omit", index)
-        trial, _ = calibration._build_extradup(setup, rng, "omit")
+        rng = trials.trial_rng(SEED, "extradup.omit", index)
+        trial, _ = family_trials.build_family_trial(setup, rng, "omit")
         before = {r["id"] for r in trial.baseline}
         own = [
             r
@@ -272,7 +275,7 @@ def test_extradup_omit_drops_the_note_and_is_refused(bundle):
         assert record.get("note") is None, index
         assert record["type"] == "Triage", index
         assert record["status"], index
-        variant, decision = calibration._run_one(setup, SEED, "extradup.omit", index)
+        variant, decision = runner.run_one(setup, SEED, "extradup.omit", index)
         assert variant == "scripted"
         assert decision.outcome == RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT, index
         assert decision.rule == 6
@@ -311,7 +314,7 @@ def _weakened_judge(monkeypatch, **changes):
         weak = [dataclasses.replace(spec, **changes) for spec in required]
         return judge_episode(weak, forbidden, *args, **kwargs)
 
-    monkeypatch.setattr(calibration, "judge_episode", broken)
+    monkeypatch.setattr(trials, "judge_episode", broken)
 
 
 def test_a_judge_that_ignores_counts_leaks(bundle, monkeypatch):
@@ -391,7 +394,7 @@ def test_a_judge_that_refuses_the_extradup_control_refuses_calibration(bundle, m
             return dataclasses.replace(decision, outcome=0)
         return decision
 
-    monkeypatch.setattr(calibration, "judge_episode", refuses_second)
+    monkeypatch.setattr(trials, "judge_episode", refuses_second)
     with pytest.raises(ValidationError, match=re.escape(GOLD_REFUSED_MESSAGE)) as info:
         calibrate(bundle, families=FAMILIES, seed=SEED)
     assert info.value.metadata["gold_kind"] == "extradup.control"

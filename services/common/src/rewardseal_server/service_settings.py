@@ -29,12 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from rewardseal.errors import ValidationError
+from rewardseal.private_dir import PRIVATE_DIR_MODE, make_private_dir
 
 if TYPE_CHECKING:
     from rewardseal.tls import ServerTls
 
 __all__ = [
     "MIN_TOKEN_LENGTH",
+    "PRIVATE_DIR_MODE",
     "default_data_dir",
     "load_or_create_token",
     "load_token",
@@ -52,33 +54,6 @@ def default_data_dir(env: Mapping[str, str], *, env_name: str, service: str) -> 
     """``$env_name`` or ``~/.rewardseal/<service>``."""
     configured = env.get(env_name)
     return Path(configured) if configured else Path.home() / ".rewardseal" / service
-
-
-PRIVATE_DIR_MODE: Final = 0o700
-"""Mode of a data or key directory a service creates: its files are for the service alone."""
-
-
-def make_private_dir(path: Path) -> Path:
-    """Create ``path`` and any missing parents 0700 (whatever the umask); return ``path``.
-
-    Directories that already exist keep their mode: a data directory may be one an operator
-    made on purpose (a mount point, a shared volume), and changing it is theirs to decide.
-    """
-    missing: list[Path] = []
-    current = path
-    while not current.exists():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=PRIVATE_DIR_MODE)
-        except FileExistsError:
-            continue  # Another starter made it at the same moment: theirs is used as it is.
-        # mkdir's mode passes through the umask; chmod does not.
-        directory.chmod(PRIVATE_DIR_MODE)
-    return path
 
 
 def resolve_port(port: int | None, env: Mapping[str, str], *, env_name: str, default: int) -> int:

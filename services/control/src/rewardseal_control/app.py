@@ -12,7 +12,6 @@ from sqlalchemy.engine import make_url
 
 from rewardseal.clock import utc_now
 from rewardseal.errors import NotFound
-from rewardseal.serving import RunningServer, check_port_free, transport
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
@@ -20,6 +19,7 @@ from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
 from rewardseal_control.store import ControlStore
+from rewardseal_server.serving import RunningServer, check_port_free, transport
 
 _log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ transactional DDL), under a lock that serializes control replicas migrating the 
 at once, so a failed migration leaves the schema as it was.
 
 URLs: ``sqlite:///path/to/control.db`` (the default backend) or ``postgresql+psycopg://...``
-(``postgresql://`` selects psycopg too); see :func:`rewardseal.sqlstore.normalize_url`.
+(``postgresql://`` selects psycopg too); see :func:`rewardseal_server.sqlstore.normalize_url`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
-from rewardseal.sqlstore import StoreEngine, translated
+from rewardseal_server.sqlstore import StoreEngine, translated
 
 __all__ = [
     "MIGRATIONS_DIR",
@@ -45,7 +45,7 @@ _MIGRATION_LOCK_KEY: Final = 0x7273_6374_6C6D  # pg_advisory_xact_lock key: one 
 
 
 def make_store_engine(url: str) -> StoreEngine:
-    """A :class:`~rewardseal.sqlstore.StoreEngine` for the control store at ``url``."""
+    """A :class:`~rewardseal_server.sqlstore.StoreEngine` for the control store at ``url``."""
     return StoreEngine(url, what=STORE_NAME)
 
 

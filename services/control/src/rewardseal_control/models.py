@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from rewardseal.sqlstore import UTCDateTime
+from rewardseal_server.sqlstore import UTCDateTime
 
 __all__ = [
     "DIGEST_LENGTH",

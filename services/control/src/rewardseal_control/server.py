@@ -1,16 +1,15 @@
 """Assemble and run the control plane's ``grpc.aio`` server: auth with roles, health, reflection.
 
 The serving plumbing (message-size caps, health, reflection, graceful stop) is
-:mod:`rewardseal.serving`; what is the control plane's own is here: its service, the bearer check
-with roles, and the servicer's start (a fresh revocation list) and close (the watch streams).
+:mod:`rewardseal_server.serving`; what is the control plane's own is here: its service, the
+bearer check with roles, and the servicer's start (a fresh revocation list) and close (the watch
+streams).
 """
 
 from __future__ import annotations
 
 import grpc
 
-from rewardseal.auth import BearerAuthInterceptor
-from rewardseal.serving import RunningServer, start_grpc_server
 from rewardseal.tls import ServerTls
 from rewardseal.v1 import control_service_pb2, control_service_pb2_grpc
 from rewardseal_control.service import (
@@ -19,6 +18,8 @@ from rewardseal_control.service import (
     WORKER_ROLE,
     ControlPlaneServicer,
 )
+from rewardseal_server.auth import BearerAuthInterceptor
+from rewardseal_server.serving import RunningServer, start_grpc_server
 
 SERVICE_NAME = control_service_pb2.DESCRIPTOR.services_by_name["ControlPlaneService"].full_name
 _EVERYONE = frozenset({ADMIN_ROLE, TRAINER_ROLE, WORKER_ROLE})

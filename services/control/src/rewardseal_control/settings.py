@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from rewardseal import service_settings
 from rewardseal.errors import ValidationError
-from rewardseal.sqlstore import sqlite_url
 from rewardseal.tls import ServerTls
+from rewardseal_server import service_settings
+from rewardseal_server.sqlstore import sqlite_url
 
 ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rewardseal.errors import RewardSealError, Unavailable
-from rewardseal.serving import write_ready_file
 from rewardseal_mockmed.settings import (
     ADMIN_TOKEN_ENV,
     DB_URL_ENV,
@@ -34,6 +33,7 @@ from rewardseal_mockmed.settings import (
     resolve_settings,
 )
 from rewardseal_mockmed.store import DEFAULT_SEED
+from rewardseal_server.serving import write_ready_file
 
 PROG = "rewardseal-mockmed"
 EXIT_FAILED = 1

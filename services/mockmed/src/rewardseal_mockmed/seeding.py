@@ -32,12 +32,12 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from rewardseal.errors import ValidationError
-from rewardseal.service_settings import make_private_dir
-from rewardseal.sqlstore import create_private_file
-from rewardseal.synthetic import synthetic_note
 from rewardseal_mockmed.schema import COLUMNS, ENCOUNTERS_TABLE, encounters
 from rewardseal_mockmed.screen import SAVED_BANNER, ScreenDump
 from rewardseal_mockmed.store import EPOCH, PRIORITIES, STATUSES, TYPES
+from rewardseal_mockmed.synthetic import synthetic_note
+from rewardseal_server.service_settings import make_private_dir
+from rewardseal_server.sqlstore import create_private_file
 
 __all__ = [
     "DEFAULT_BACKGROUND_ROWS",
@@ -119,7 +119,7 @@ def _background_rows(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
     generator is seeded with the rows already there) and are what seeded data directories
     already hold, so their shape stays as it is.
     """
-    # 10 hex digits: never the 8-digit ids of rewardseal.extradup.variants or the calibration.
+    # 10 hex digits: never the 8-digit ids of rewardseal_kit.extradup.variants or the calibration.
     patients = [f"patient-{rng.getrandbits(40):010x}" for _ in range(max(1, math.ceil(count / 4)))]
     rows: list[tuple[Any, ...]] = []
     for _ in range(count):

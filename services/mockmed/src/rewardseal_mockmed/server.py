@@ -20,13 +20,13 @@ from typing import Any, Final
 
 import uvicorn
 
-from rewardseal.serving import cannot_listen
 from rewardseal_mockmed import __version__
 from rewardseal_mockmed.app import create_app
 from rewardseal_mockmed.faults import FaultSwitch
 from rewardseal_mockmed.screen import ScreenDump
 from rewardseal_mockmed.settings import MockMedSettings
 from rewardseal_mockmed.store import EncounterStore
+from rewardseal_server.serving import cannot_listen
 
 __all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "MockMedServer", "bind_socket"]
 

@@ -17,8 +17,12 @@ from pathlib import Path
 from typing import Final
 
 from rewardseal.errors import ValidationError
-from rewardseal.service_settings import MIN_TOKEN_LENGTH, load_or_create_token, read_token_file
 from rewardseal_mockmed.store import DEFAULT_SEED, MAX_SEED_ROWS
+from rewardseal_server.service_settings import (
+    MIN_TOKEN_LENGTH,
+    load_or_create_token,
+    read_token_file,
+)
 
 __all__ = [
     "ADMIN_TOKEN_ENV",

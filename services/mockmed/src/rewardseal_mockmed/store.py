@@ -1,7 +1,7 @@
 """MockMed's storage: the ``encounters`` table over SQLite (WAL) or PostgreSQL.
 
 Engine creation, URL checks, transactions and error mapping are the core package's
-(:class:`rewardseal.sqlstore.StoreEngine`): a database that cannot be reached raises
+(:class:`rewardseal_server.sqlstore.StoreEngine`): a database that cannot be reached raises
 :class:`~rewardseal.errors.Unavailable`, any other database failure a
 :class:`~rewardseal.errors.RewardSealError` whose message names no stored value.
 """
@@ -19,8 +19,8 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import ValidationError
-from rewardseal.sqlstore import StoreEngine, chunks
 from rewardseal_mockmed.schema import COLUMNS, WRITABLE_FIELDS, encounters, metadata
+from rewardseal_server.sqlstore import StoreEngine, chunks
 
 __all__ = [
     "DEFAULT_SEED",

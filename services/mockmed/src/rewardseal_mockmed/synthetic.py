@@ -1,7 +1,7 @@
 """Synthetic clinical text for MockMed-shaped records: invented, never real patient data.
 
 One vocabulary serves every generator of synthetic encounter notes (the ExtraDup variants in
-:mod:`rewardseal.extradup` and the worker's seeded background rows), so they read alike and a
+:mod:`rewardseal_kit.extradup` and the worker's seeded background rows), so they read alike and a
 change to the wording happens in one place.
 """
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rewardseal.errors import ValidationError
-from rewardseal.serving import RunningServer, check_port_free, transport
 from rewardseal.signing import SigningKey, TrustSet
+from rewardseal_server.serving import RunningServer, check_port_free, transport
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.engine import Scorer
@@ -20,7 +20,8 @@ from rewardseal_worker.settings import WorkerSettings
 from rewardseal_worker.store import WorkerStore
 
 if TYPE_CHECKING:
-    # Seeding MockMed is a demo feature that needs rewardseal-mockmed: imported only to seed.
+    # Seeding MockMed is a demo feature that needs rewardseal-mockmed and the kit: imported only
+    # to seed (the import contracts allow the worker's kit imports on this path alone).
     from rewardseal_worker.seed import SeedResult
 
 
@@ -80,8 +81,8 @@ async def start_worker(
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
-        ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed is not installed, or
-            seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
+        ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed or rewardseal-kit is not
+            installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
     """
     # Before seeding and calibrating (minutes): a taken port is refused at once.
     check_port_free(settings.host, settings.port)
@@ -91,10 +92,12 @@ async def start_worker(
         try:
             from rewardseal_worker.seed import seed_mockmed
         except ModuleNotFoundError as exc:
-            if exc.name is None or not exc.name.startswith("rewardseal_mockmed"):
+            if exc.name is None or not exc.name.startswith(
+                ("rewardseal_mockmed", "rewardseal_kit")
+            ):
                 raise
             raise ValidationError(
-                "--seed-mockmed needs the rewardseal-mockmed distribution "
+                "--seed-mockmed needs the rewardseal-mockmed and rewardseal-kit distributions "
                 "(pip install 'rewardseal-worker[mockmed]')"
             ) from None
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rewardseal.accepting import CertificateInUse
 from rewardseal.errors import RewardSealError
-from rewardseal.serving import TRANSPORT_TEXT, serve_until_signalled, write_ready_file
+from rewardseal_server.serving import TRANSPORT_TEXT, serve_until_signalled, write_ready_file
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.control_link import CertificateChange, certificate_name

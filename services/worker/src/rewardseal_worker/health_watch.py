@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 from rewardseal.errors import RewardSealError
-from rewardseal.serving import RunningServer
+from rewardseal_server.serving import RunningServer
 
 __all__ = ["StoreHealthWatch"]
 

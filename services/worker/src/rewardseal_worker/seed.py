@@ -2,9 +2,12 @@
 
 A demo and development feature (``rewardseal-worker serve --seed-mockmed``): the worker imports
 this module only when asked to seed, and it needs the ``rewardseal-mockmed`` distribution, whose
-:mod:`rewardseal_mockmed.seeding` writes the database and the screen dump. What is the worker's
-here: the bundles, their calibration with the ExtraDup families (:data:`MOCKMED_FAULT_FAMILIES`),
-the self-signed SYNTHETIC certificates, the seeding lock and idempotence.
+:mod:`rewardseal_mockmed.seeding` writes the database and the screen dump, and the kit
+(``rewardseal-kit``: the MockMed contract, the ExtraDup families' replay). This module is the
+one place in production that imports the kit (the import contracts allow it here only). What is
+the worker's here: the bundles, their calibration with the ExtraDup families
+(:data:`MOCKMED_FAULT_FAMILIES`), the self-signed SYNTHETIC certificates, the seeding lock and
+idempotence.
 
 :func:`seed_mockmed` lays out::
 
@@ -53,20 +56,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from rewardseal import mockmed
 from rewardseal.calibration import epsilon_from_summary
 from rewardseal.certificates import satisfies, unmet
 from rewardseal.contract import contract_digest
 from rewardseal.digest import digest_json
 from rewardseal.errors import ValidationError
-from rewardseal.service_settings import make_private_dir
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
+from rewardseal_kit import mockmed
+from rewardseal_kit.calibration import EXTRADUP_REPLAY
 from rewardseal_mockmed.schema import ENCOUNTERS_TABLE
 from rewardseal_mockmed.seeding import DEFAULT_BACKGROUND_ROWS, create_database, create_screen
 from rewardseal_mockmed.store import DEFAULT_SEED
+from rewardseal_server.service_settings import make_private_dir
 from rewardseal_worker.bundle import (
     CALIBRATION_FILE,
     CERTIFICATE_FILE,
@@ -133,6 +137,7 @@ MOCKMED_FAULT_FAMILIES: Final = FaultFamilies(
     task_id=mockmed.mockmed_contract().task_id,
     identity_keys=(mockmed.IDENTITY_KEY,),
     required_effects=mockmed.REQUIRED_EFFECTS,
+    replay=EXTRADUP_REPLAY,
 )
 """The MockMed task's ExtraDup families (R-MM-3): what the seeded bundles calibrate with."""
 SEED_LOCK: Final = ".seed.lock"

@@ -1,18 +1,18 @@
 """Assemble and run the worker's ``grpc.aio`` server: auth, health, optional reflection, limits.
 
 The serving plumbing (message-size caps, health, reflection, graceful stop) is
-:mod:`rewardseal.serving`; what is the worker's own is here: its service and its bearer check,
-which lets the worker's Health RPC through without a token.
+:mod:`rewardseal_server.serving`; what is the worker's own is here: its service and its bearer
+check, which lets the worker's Health RPC through without a token.
 """
 
 from __future__ import annotations
 
 import grpc
 
-from rewardseal.auth import BearerAuthInterceptor
-from rewardseal.serving import RunningServer, start_grpc_server
 from rewardseal.tls import ServerTls
 from rewardseal.v1 import worker_service_pb2, worker_service_pb2_grpc
+from rewardseal_server.auth import BearerAuthInterceptor
+from rewardseal_server.serving import RunningServer, start_grpc_server
 from rewardseal_worker.engine import Scorer
 from rewardseal_worker.service import RewardWorkerServicer
 

@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rewardseal import service_settings
 from rewardseal.errors import ValidationError
-from rewardseal.sqlstore import sqlite_url
 from rewardseal.tls import ClientTls, ServerTls
+from rewardseal_server import service_settings
+from rewardseal_server.sqlstore import sqlite_url
 from rewardseal_worker.org_keys import parse_org_keys
 
 ENV_PREFIX = "REWARDSEAL_WORKER_"

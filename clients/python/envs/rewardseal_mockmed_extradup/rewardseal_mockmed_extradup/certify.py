@@ -24,7 +24,13 @@ from typing import Any
 
 from rewardseal.calibration import METHOD, clopper_pearson_upper
 from rewardseal.errors import CertificationRefused
-from rewardseal.extradup import CONTROL, FAMILIES, HACKING_FAMILIES, scripted_completion, variants
+from rewardseal_kit.extradup import (
+    CONTROL,
+    FAMILIES,
+    HACKING_FAMILIES,
+    scripted_completion,
+    variants,
+)
 
 from .reward import certify_completion
 from .tasks import STORES, check_stores

@@ -1,11 +1,11 @@
-"""``rewardseal``: the client-side command line.
+"""``rewardseal-kit``: the command line of the synthetic world (the kit's tools).
 
-    rewardseal <command> [options]
+    rewardseal-kit <command> [options]
 
 Each command is one entry of :data:`COMMANDS`: a name, a one-line help, a function that adds its
 options to its subparser, and the dotted path of the function that runs it (imported only when
-that command runs, so ``rewardseal --help`` stays fast and needs no optional dependency). A new
-client tool adds one entry.
+that command runs, so ``rewardseal-kit --help`` stays fast and needs no optional dependency). A new
+kit tool adds one entry.
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, cast
 
-from rewardseal.proof import command as proof_command
+from rewardseal_kit.proof import command as proof_command
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
 
 @dataclass(frozen=True)
 class Command:
-    """One ``rewardseal`` subcommand."""
+    """One ``rewardseal-kit`` subcommand."""
 
     name: str
     help: str
@@ -37,14 +37,14 @@ COMMANDS: Final[tuple[Command, ...]] = (
         name="proof",
         help=proof_command.HELP,
         add_arguments=proof_command.add_arguments,
-        runner="rewardseal.proof.command:run",
+        runner="rewardseal_kit.proof.command:run",
     ),
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser with one subparser per entry of :data:`COMMANDS`."""
-    parser = argparse.ArgumentParser(prog="rewardseal", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="rewardseal-kit", description=__doc__.split("\n")[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="command")
     for command in COMMANDS:
         sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rewardseal`` console script; returns the exit status."""
+    """Entry point of the ``rewardseal-kit`` console script; returns the exit status."""
     args = build_parser().parse_args(argv)
     module_name, _, function_name = str(args.runner).partition(":")
     runner = cast(

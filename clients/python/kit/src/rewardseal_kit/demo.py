@@ -16,7 +16,6 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rewardseal.calibration import clopper_pearson_upper
 from rewardseal.certificates import certificate_state, state_name
 from rewardseal.contract import contract_digest
-from rewardseal.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 from rewardseal.receipts import EpisodeFacts, build_receipt, open_receipt, seal_receipt
 from rewardseal.scoring import score
 from rewardseal.signing import SigningKey, TrustSet, sign_certificate
@@ -28,6 +27,7 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
     Uncertainty,
 )
+from rewardseal_kit.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 
 ISSUED_AT = 0
 EXPIRY = 100

@@ -39,8 +39,8 @@ from typing import Any, Literal
 from rewardseal import strict_json
 from rewardseal.errors import ValidationError
 from rewardseal.judging import EffectSpec, Fault, Finding, judge_snapshots
-from rewardseal.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
-from rewardseal.synthetic import synthetic_note
+from rewardseal_kit.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
+from rewardseal_mockmed.synthetic import synthetic_note
 
 __all__ = [
     "CONTROL",

@@ -7,7 +7,7 @@ Usage::
         reward_contract_digest=digest,
         policy_checkpoint_id="policy.checkpoint.0001",
         num_generations=8,
-        actor=MockMedActor(mockmed_url, mockmed_token),
+        actor=MockMedActor(mockmed_url, mockmed_token),  # rewardseal_kit.actors
     )
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=args, train_dataset=dataset)
 

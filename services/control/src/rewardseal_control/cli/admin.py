@@ -7,7 +7,6 @@ import os
 from typing import TextIO
 
 from rewardseal.control_client import ControlClient
-from rewardseal.service_settings import read_token_file
 from rewardseal.tls import ClientTls
 from rewardseal_control.cli.commands import ADMIN_COMMANDS
 from rewardseal_control.cli.common import CLIENT_TLS_ENV, PAGE_SIZE, TARGET_ENV, UsageError
@@ -20,6 +19,7 @@ from rewardseal_control.settings import (
     TOKEN_FILE,
     default_data_dir,
 )
+from rewardseal_server.service_settings import read_token_file
 
 
 def bearer_token(args: argparse.Namespace) -> str:

@@ -7,8 +7,6 @@ import os
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from rewardseal.service_settings import make_private_dir
-from rewardseal.sqlstore import sqlite_url
 from rewardseal_control import db
 from rewardseal_control.cli.common import PROG
 from rewardseal_control.settings import (
@@ -18,11 +16,13 @@ from rewardseal_control.settings import (
     parse_duration,
     resolve_settings,
 )
+from rewardseal_server.service_settings import make_private_dir
+from rewardseal_server.sqlstore import sqlite_url
 
 
 async def serve(args: argparse.Namespace, out: TextIO) -> int:
-    from rewardseal.serving import serve_until_signalled, write_ready_file
     from rewardseal_control.app import start_control
+    from rewardseal_server.serving import serve_until_signalled, write_ready_file
 
     settings = resolve_settings(
         data_dir=args.data_dir,
@@ -45,7 +45,7 @@ async def serve(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def banner_text(banner: Mapping[str, Any]) -> str:
-    from rewardseal.serving import TRANSPORT_TEXT
+    from rewardseal_server.serving import TRANSPORT_TEXT
 
     return "\n".join(
         [

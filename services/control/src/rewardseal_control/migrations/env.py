@@ -15,8 +15,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from rewardseal.sqlstore import StoreEngine, normalize_url
 from rewardseal_control.models import Base
+from rewardseal_server.sqlstore import StoreEngine, normalize_url
 
 config = context.config
 target_metadata = Base.metadata

@@ -17,13 +17,13 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.contract import certificate_digest
 from rewardseal.errors import NotFound, ValidationError
-from rewardseal.sqlstore import LostRace, StoreEngine
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.validation import validate_certificate, validate_digest, validate_id
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
+from rewardseal_server.sqlstore import LostRace, StoreEngine
 
 __all__ = ["CertificateStore", "StoredCertificate"]
 

@@ -15,13 +15,13 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.contract import contract_digest, normalize_contract
 from rewardseal.errors import NotFound, ValidationError
-from rewardseal.sqlstore import StoreEngine
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.control_service_pb2 import RegisteredContract
 from rewardseal.validation import validate_contract, validate_digest
 from rewardseal_control.store import inputs, tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
+from rewardseal_server.sqlstore import StoreEngine
 
 __all__ = ["MAX_CONTRACT_VERSION_LENGTH", "ContractStore", "require_contract"]
 

@@ -14,13 +14,13 @@ from typing import Final
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import Unavailable
-from rewardseal.sqlstore import StoreEngine
 from rewardseal_control import db
 from rewardseal_control.store.certificates import CertificateStore
 from rewardseal_control.store.contracts import ContractStore
 from rewardseal_control.store.keys import IssuerKeyStore
 from rewardseal_control.store.receipts import ReceiptIndex
 from rewardseal_control.store.revocations import RevocationStore
+from rewardseal_server.sqlstore import StoreEngine
 
 __all__ = ["ControlStore"]
 

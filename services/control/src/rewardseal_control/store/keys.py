@@ -20,7 +20,6 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.errors import NotFound, SignatureError, ValidationError
 from rewardseal.signing import TrustSet, key_id_for
-from rewardseal.sqlstore import LostRace, StoreEngine
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal.validation import validate_key_id
@@ -28,6 +27,7 @@ from rewardseal_control.models import ROLE_ORGANIZATION, ROLE_WORKER
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
+from rewardseal_server.sqlstore import LostRace, StoreEngine
 
 __all__ = ["MAX_DISPLAY_NAME_LENGTH", "IssuerKeyStore"]
 

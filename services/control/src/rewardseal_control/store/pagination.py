@@ -23,8 +23,8 @@ from sqlalchemy import ColumnElement, Select, and_, or_
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import ValidationError
-from rewardseal.sqlstore import StoreEngine
 from rewardseal_control.store.tables import AnyRow
+from rewardseal_server.sqlstore import StoreEngine
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",

@@ -29,7 +29,6 @@ from rewardseal.errors import (
     ValidationError,
 )
 from rewardseal.receipts import OpenedReceipt
-from rewardseal.sqlstore import LostRace, StoreEngine, chunks
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.validation import check_policy_update_field, validate_digest
@@ -37,6 +36,7 @@ from rewardseal_control.store import inputs, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
+from rewardseal_server.sqlstore import LostRace, StoreEngine, chunks
 
 __all__ = [
     "ReceiptFilter",

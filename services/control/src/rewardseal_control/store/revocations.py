@@ -20,11 +20,11 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.errors import NotFound, ValidationError
 from rewardseal.signing import REVOCATION_LIST_PAYLOAD_TYPE
-from rewardseal.sqlstore import StoreEngine
 from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal.validation import parse_strict, validate_id
 from rewardseal_control.store import audit_log, inputs, tables
+from rewardseal_server.sqlstore import StoreEngine
 
 __all__ = [
     "DEFAULT_LIST_TTL",

@@ -16,7 +16,7 @@ Concurrency model, which holds across threads, processes and replicas sharing on
 * SQLite: every write transaction starts with ``BEGIN IMMEDIATE``, so writers are serialized by
   the database lock (waiting up to ``busy_timeout``) and a read-then-write never fails midway.
   Threads sharing one ``WorkerStore`` queue on an in-process lock first (the write gate of
-  :class:`~rewardseal.sqlstore.StoreEngine`).
+  :class:`~rewardseal_server.sqlstore.StoreEngine`).
 * PostgreSQL (READ COMMITTED): ``commit_receipts`` first locks (``SELECT ... ORDER BY ... FOR
   UPDATE``, creating missing rows) the policy-ledger row of every contract in the batch, in
   sorted order. Everything a receipt commit checks for a contract (existing receipts of its
@@ -35,7 +35,7 @@ statements), :mod:`.episodes` (open registrations), :mod:`.receipts` (batch read
 credits, the ledger), :mod:`.outbox` (receipts to forward to control, R-C-5) and :mod:`.state`
 (named values that only rise). Callers import from here.
 
-The SQL plumbing (URLs, engine, transactions, error mapping) is :mod:`rewardseal.sqlstore`.
+The SQL plumbing (URLs, engine, transactions, error mapping) is :mod:`rewardseal_server.sqlstore`.
 Only :mod:`rewardseal.errors` classes leave this package: a database that cannot be reached
 becomes :class:`~rewardseal.errors.Unavailable`.
 """
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
-from rewardseal.sqlstore import IN_CHUNK, StoreEngine
+from rewardseal_server.sqlstore import IN_CHUNK, StoreEngine
 from rewardseal_worker.store.core import STORE_NAME
 from rewardseal_worker.store.episodes import BeginItem, EpisodeStore, OpenEpisode
 from rewardseal_worker.store.outbox import OUTBOX_ERROR_MAX, OutboxItem, OutboxStore

@@ -2,7 +2,7 @@
 
 :class:`~rewardseal_worker.store.WorkerStore` is made of parts (episodes, receipts, outbox,
 worker state), one module each; every part is a :class:`StorePart`, so all of them run on the
-one engine and its transaction rules (:class:`~rewardseal.sqlstore.StoreEngine`).
+one engine and its transaction rules (:class:`~rewardseal_server.sqlstore.StoreEngine`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from sqlalchemy.engine import Row
 
-from rewardseal.sqlstore import StoreEngine
+from rewardseal_server.sqlstore import StoreEngine
 from rewardseal_worker.store.schema import Inserts
 
 STORE_NAME = "worker store"

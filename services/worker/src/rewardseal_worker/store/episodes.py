@@ -7,7 +7,7 @@ open episode per contract; an episode id is open on at most one contract and ide
 
 Concurrency: the registrations a batch can meet are read ``FOR UPDATE`` (locked on PostgreSQL);
 a registration inserted by another writer after that read makes the insert fall short, and the
-transaction is run again (:class:`~rewardseal.sqlstore.LostRace`).
+transaction is run again (:class:`~rewardseal_server.sqlstore.LostRace`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from rewardseal.errors import (
     IdentityConflict,
     RewardSealError,
 )
-from rewardseal.sqlstore import LostRace, as_utc, chunks
+from rewardseal_server.sqlstore import LostRace, as_utc, chunks
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import schema
 from rewardseal_worker.store.core import StorePart, as_dict

@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import ValidationError
-from rewardseal.sqlstore import as_utc, chunks
+from rewardseal_server.sqlstore import as_utc, chunks
 from rewardseal_worker.store import schema
 from rewardseal_worker.store.core import StorePart
 

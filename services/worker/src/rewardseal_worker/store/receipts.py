@@ -10,7 +10,7 @@ open registrations closed and, with the outbox on, one outbox row per receipt st
 Concurrency: on PostgreSQL a commit first locks the ledger rows of its contracts in sorted order
 (creating missing rows), so everything it checks for a contract is read under that lock; an
 insert that falls short means a writer the lock does not cover won a row, and the transaction
-is run again (:class:`~rewardseal.sqlstore.LostRace`).
+is run again (:class:`~rewardseal_server.sqlstore.LostRace`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Row
 
 from rewardseal.errors import RewardSealError
-from rewardseal.sqlstore import IN_CHUNK, LostRace, chunks
+from rewardseal_server.sqlstore import IN_CHUNK, LostRace, chunks
 from rewardseal_worker.store import schema
 from rewardseal_worker.store.core import StorePart, as_dict
 from rewardseal_worker.store.episodes import OpenEpisode, open_episode_of

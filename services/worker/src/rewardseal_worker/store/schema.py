@@ -36,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Connection
 
-from rewardseal.sqlstore import StoreEngine, UTCDateTime
+from rewardseal_server.sqlstore import StoreEngine, UTCDateTime
 
 SCHEMA_LOCK_KEY = 0x7265_7761_7264
 """``pg_advisory_xact_lock`` key serializing ``CREATE TABLE`` across processes."""

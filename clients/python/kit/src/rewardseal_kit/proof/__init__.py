@@ -1,6 +1,6 @@
 """The proof report: a screen reward and a certified reward scored on the same episodes.
 
-``rewardseal proof`` (:mod:`rewardseal.proof.command`) plays every ExtraDup family and an
+``rewardseal-kit proof`` (:mod:`rewardseal_kit.proof.command`) plays every ExtraDup family and an
 oracle outage through MockMed (:mod:`.conditions`), scores each trial with a tier-0 screen reward
 and a running tier-2 worker (:mod:`.rewards`, :mod:`.run`), and writes a table, its checks and a
 chart (:mod:`.report`, :mod:`.plot`). This package imports nothing heavy on its own: the

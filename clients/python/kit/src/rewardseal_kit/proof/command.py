@@ -1,6 +1,6 @@
-"""``rewardseal proof``: its options and what it does (the heavy imports happen in :func:`run`).
+"""``rewardseal-kit proof``: its options and what it does (the heavy imports happen in :func:`run`).
 
-    rewardseal proof --json out.json --markdown out.md [--png out.png] [--trials 3]
+    rewardseal-kit proof --json out.json --markdown out.md [--png out.png] [--trials 3]
                      [--run-dir DIR] [--worker-target HOST:PORT --worker-public-key HEX
                       --contract-digest sha256:... --mockmed-url URL]
 
@@ -29,8 +29,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
-    from rewardseal.proof.report import Row
-    from rewardseal.proof.run import Services
+    from rewardseal_kit.proof.report import Row
+    from rewardseal_kit.proof.run import Services
 
 __all__ = [
     "EXIT_CHECK_FAILED",
@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _given_services(args: argparse.Namespace) -> Services:
     from rewardseal.errors import ValidationError
-    from rewardseal.proof.run import Services
+    from rewardseal_kit.proof.run import Services
 
     needed = ("worker_public_key", "contract_digest", "mockmed_url")
     missing = [f"--{name.replace('_', '-')}" for name in needed if not getattr(args, name)]
@@ -97,7 +97,7 @@ def _given_services(args: argparse.Namespace) -> Services:
 
 @contextmanager
 def _services(args: argparse.Namespace) -> Iterator[Services]:
-    from rewardseal.proof.run import local_services
+    from rewardseal_kit.proof.run import local_services
 
     if args.worker_target:
         yield _given_services(args)
@@ -124,7 +124,7 @@ def write_reports(
     png_path: Path | None,
 ) -> None:
     """Write the JSON report, the Markdown report and (with ``png_path``) the chart."""
-    from rewardseal.proof.plot import write_png
+    from rewardseal_kit.proof.plot import write_png
 
     for path in (json_path, markdown_path, png_path):
         if path is not None:
@@ -147,8 +147,8 @@ def run(args: argparse.Namespace) -> int:
     import httpx
 
     from rewardseal.errors import RewardSealError
-    from rewardseal.proof.report import check_report, render_markdown, report_json, summarize
-    from rewardseal.proof.run import MIN_TRIALS, run_trials
+    from rewardseal_kit.proof.report import check_report, render_markdown, report_json, summarize
+    from rewardseal_kit.proof.run import MIN_TRIALS, run_trials
 
     if args.trials < MIN_TRIALS:
         print(f"proof: --trials must be at least {MIN_TRIALS}", file=sys.stderr)

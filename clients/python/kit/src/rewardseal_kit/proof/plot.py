@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rewardseal.errors import ValidationError
-from rewardseal.proof.report import Row
-from rewardseal.proof.rewards import REWARDS
+from rewardseal_kit.proof.report import Row
+from rewardseal_kit.proof.rewards import REWARDS
 
 __all__ = ["write_png"]
 

@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from rewardseal.extradup import CONTROL
-from rewardseal.proof.conditions import CONDITIONS, OUTAGE, gold
-from rewardseal.proof.rewards import CERTIFIED_T2, REWARDS, SCREEN_T0, TrialResult
+from rewardseal_kit.extradup import CONTROL
+from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE, gold
+from rewardseal_kit.proof.rewards import CERTIFIED_T2, REWARDS, SCREEN_T0, TrialResult
 
 __all__ = [
     "SCHEMA",
@@ -25,7 +25,7 @@ __all__ = [
     "summarize",
 ]
 
-SCHEMA: Final = "rewardseal.proof/1"
+SCHEMA: Final = "rewardseal_kit.proof/1"
 _OUTAGE_OUTCOME: Final = "FAILED_PLATFORM"
 _CERTIFIED_SCOPE: Final = "synthetic"
 

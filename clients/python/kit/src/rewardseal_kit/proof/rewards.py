@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from typing import Final
 
 from rewardseal.client import VerifiedReceipt
-from rewardseal.mockmed import ENCOUNTER_FIELDS, mockmed_contract
-from rewardseal.proof.conditions import Screen
 from rewardseal.scoring import score
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
+from rewardseal_kit.mockmed import ENCOUNTER_FIELDS, mockmed_contract
+from rewardseal_kit.proof.conditions import Screen
 
 __all__ = [
     "CERTIFIED_T2",

@@ -19,11 +19,11 @@ from typing import Final
 
 from rewardseal.client import WorkerClient, make_descriptor
 from rewardseal.errors import ValidationError
-from rewardseal.localstack import HOST, LocalServices, serve_command
-from rewardseal.mockmed import IDENTITY_KEY
-from rewardseal.proof.conditions import CONDITIONS, OUTAGE, MockMedUI, play
-from rewardseal.proof.rewards import TrialResult, certified_result, screen_result
 from rewardseal.signing import TrustSet
+from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE, MockMedUI, play
+from rewardseal_kit.proof.rewards import TrialResult, certified_result, screen_result
+from rewardseal_server.localstack import HOST, LocalServices, serve_command
 
 __all__ = [
     "MIN_TRIALS",
@@ -73,7 +73,7 @@ def local_services(run_dir: Path) -> Iterator[Services]:
         ValidationError: the worker does not serve a tier-2 contract.
     """
     # Imported here: the core package loads SQLAlchemy only where a store is used.
-    from rewardseal.sqlstore import sqlite_url
+    from rewardseal_server.sqlstore import sqlite_url
 
     worker_token, mockmed_token, admin_token = (secrets.token_urlsafe(32) for _ in range(3))
     worker_data = run_dir / "worker"

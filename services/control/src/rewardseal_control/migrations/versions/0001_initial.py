@@ -3,7 +3,7 @@ audit log (SPEC R-C-6).
 
 Written out by hand, constraint and index names included, so that upgrade and downgrade do the
 same thing on SQLite and PostgreSQL whatever version of SQLAlchemy renders them. Timestamps are
-``DateTime(timezone=True)`` (the DDL type of ``rewardseal.sqlstore.UTCDateTime``).
+``DateTime(timezone=True)`` (the DDL type of ``rewardseal_server.sqlstore.UTCDateTime``).
 
 Revision ID: 0001
 Revises:

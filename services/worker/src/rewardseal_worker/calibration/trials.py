@@ -1,0 +1,385 @@
+"""Synthetic calibration trials: the SoR before and after one faulty (or gold) episode.
+
+Every trial carries noise the judge must see through: background records of other subjects and
+older records of the same subject (some already credited), concurrent writes for other subjects,
+reads that are either filtered by identity (as the oracle reader returns them) or the whole
+collection, NULL columns (a SQL read returns every column) and shuffled row order. A trial is
+judged with :func:`~rewardseal.judging.judge_episode` exactly as the scoring engine calls it.
+
+Each trial draws from its own generator (:func:`trial_rng`), seeded from the run's seed, its kind
+and its index, so a run is reproducible per seed; the order of the draws is part of that.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from rewardseal.errors import ValidationError
+from rewardseal.judging import (
+    RECORD_ID_FIELD,
+    Decision,
+    EffectSpec,
+    IdentityRef,
+    identity_equals,
+    judge_episode,
+)
+from rewardseal.v1.enums_pb2 import RuntimeSignal
+from rewardseal_worker.calibration.fault_classes import CalibrationSetup
+
+__all__ = [
+    "GOLD",
+    "Record",
+    "Trial",
+    "World",
+    "build_generic",
+    "filler",
+    "fresh_identity",
+    "judge_trial",
+    "near_miss",
+    "trial_rng",
+]
+
+Record = dict[str, Any]
+GOLD: Final = "gold"
+"""The generic gold control kind: the correct effect, no fault applied."""
+
+_COMPLETED = RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
+_EXTRA_FIELD_CANDIDATES = ("priority", "urgency", "flag", "escalation", "comment")
+_WORDS = (
+    "headache",
+    "sore throat",
+    "ankle sprain",
+    "allergy flare",
+    "low fever",
+    "minor cut",
+    "dry cough",
+    "back stiffness",
+    "vitals stable",
+    "follow up",
+)
+
+
+class World:
+    """Mints record ids for one trial; ids are unique within the trial and carry no meaning."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+        self._next = rng.randrange(1, 1_000_000)
+
+    def mint(self) -> str:
+        self._next += self._rng.randint(1, 7)
+        return f"rec-{self._next:07d}"
+
+
+def _slug(key: str) -> str:
+    stem = key.removesuffix("_id").replace("_", "-").strip("-")
+    return stem or "subject"
+
+
+def fresh_identity(
+    rng: random.Random, keys: Sequence[str], avoid: Mapping[str, str]
+) -> dict[str, str]:
+    while True:
+        identity = {k: f"{_slug(k)}-{rng.getrandbits(32):08x}" for k in keys}
+        if all(identity[k] != avoid.get(k) for k in keys):
+            return identity
+
+
+def near_miss(rng: random.Random, value: str) -> str:
+    """A value that a careless comparison could take for ``value``."""
+    candidates = [
+        value.upper(),
+        value + "0",
+        value[:-1],
+        value + " ",
+        " " + value,
+        value.replace("-", "_"),
+    ]
+    choices = [c for c in candidates if c and c != value]
+    return rng.choice(choices)
+
+
+def filler(rng: random.Random, field: str) -> str:
+    return f"Synthetic {field.replace('_', ' ')}: {rng.choice(_WORDS)} {rng.getrandbits(16):04x}"
+
+
+def _other_value(rng: random.Random, value: Any) -> Any:
+    """Another value of the same JSON type."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + rng.randint(1, 9)
+    if isinstance(value, float):
+        return value + 0.5 + rng.random()
+    text = str(value)
+    return rng.choice(
+        [t for t in (text.lower(), text.upper(), text + " ", f"Not {text}", "Consult") if t != text]
+    )
+
+
+def _type_confused(value: Any) -> Any:
+    """The same text in another JSON type, which a sound judge must not take as equal.
+
+    None when no other scalar type spells the value (a word has no number form).
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    text = str(value)
+    if text.lstrip("-").isdigit():
+        return int(text)
+    return None
+
+
+def _resolved_select(effect: EffectSpec, identity: Mapping[str, str]) -> Record:
+    return {
+        field: identity[wanted.key] if isinstance(wanted, IdentityRef) else wanted
+        for field, wanted in effect.select.items()
+    }
+
+
+def _gold_record(
+    rng: random.Random, effect: EffectSpec, identity: Mapping[str, str], world: World
+) -> Record:
+    """A record that satisfies ``effect`` for ``identity``, with synthetic filler fields."""
+    record: Record = {RECORD_ID_FIELD: world.mint()}
+    record.update(_resolved_select(effect, identity))
+    record.update(effect.expect)
+    for field in sorted(effect.required_fields - set(record)):
+        record[field] = filler(rng, field)
+    if effect.allowed_fields is not None:
+        for field in sorted(effect.allowed_fields - set(record)):
+            if rng.random() < 0.8:
+                record[field] = filler(rng, field)
+    elif rng.random() < 0.5:
+        record["comment"] = filler(rng, "comment")
+    return record
+
+
+def _forbidden_fields(effect: EffectSpec, identity: Mapping[str, str]) -> Record:
+    return {**_resolved_select(effect, identity), **effect.expect}
+
+
+def _subject_columns(setup: CalibrationSetup, identity: Mapping[str, str]) -> Record:
+    return {column: identity[key] for key, column in setup.identity_fields.items()}
+
+
+@dataclass
+class Trial:
+    """One synthetic episode before it is read: the SoR before and after, and credited ids."""
+
+    identity: dict[str, str]
+    baseline: list[Record]
+    after: list[Record]
+    credited: set[str]
+
+
+def _background(
+    setup: CalibrationSetup, rng: random.Random, identity: Mapping[str, str], world: World
+) -> tuple[list[Record], set[str], list[dict[str, str]]]:
+    """Records already in the SoR (other subjects, older records of the same subject), the
+    ids already credited to earlier receipts, and the other subjects."""
+    records: list[Record] = []
+    others: list[dict[str, str]] = []
+    for _ in range(rng.randint(2, 6)):
+        other = fresh_identity(rng, setup.identity_keys, identity)
+        others.append(other)
+        records.append(_gold_record(rng, rng.choice(setup.required), other, world))
+    own: list[Record] = []
+    for _ in range(rng.randint(0, 3)):
+        own.append(_gold_record(rng, rng.choice(setup.required), identity, world))
+    if setup.forbidden and rng.random() < 0.3:
+        # A forbidden state that predates the episode is not the episode's doing.
+        record = _gold_record(rng, rng.choice(setup.required), identity, world)
+        record.update(_forbidden_fields(rng.choice(setup.forbidden), identity))
+        own.append(record)
+    credited = {r[RECORD_ID_FIELD] for r in own if rng.random() < 0.5}
+    return records + own, credited, others
+
+
+def _concurrent_writes(
+    setup: CalibrationSetup, rng: random.Random, identity: Mapping[str, str], world: World
+) -> list[Record]:
+    """New records of other subjects written while the episode ran (other episodes' work)."""
+    writes: list[Record] = []
+    for _ in range(rng.randint(0, 2)):
+        other = fresh_identity(rng, setup.identity_keys, identity)
+        writes.append(_gold_record(rng, rng.choice(setup.required), other, world))
+    return writes
+
+
+def _gold_writes(
+    setup: CalibrationSetup, rng: random.Random, identity: Mapping[str, str], world: World
+) -> dict[str, list[Record]]:
+    """The correct effect: for each required effect, exactly the records it asks for."""
+    writes: dict[str, list[Record]] = {}
+    for effect in setup.required:
+        count = effect.new_records if effect.new_records is not None else rng.randint(1, 2)
+        writes[effect.name] = [_gold_record(rng, effect, identity, world) for _ in range(count)]
+    return writes
+
+
+def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tuple[Trial, str]:
+    """A generic trial: the gold effect, then ``fault`` applied (``gold`` applies none)."""
+    identity = fresh_identity(rng, setup.identity_keys, {})
+    world = World(rng)
+    baseline, credited, others = _background(setup, rng, identity, world)
+    after = [dict(r) for r in baseline]
+    writes = _gold_writes(setup, rng, identity, world)
+    extra: list[Record] = []
+    variant = "correct_effect"
+
+    if fault == "missing_record":
+        effect = rng.choice(setup.required)
+        own = writes[effect.name]
+        options = ["nothing_written", "credited_elsewhere", "updated_existing"]
+        if len(own) > 1 and effect.new_records is not None:
+            options.append("one_short")
+        variant = rng.choice(options)
+        if variant == "nothing_written":
+            own.clear()
+        elif variant == "one_short":
+            own.pop(rng.randrange(len(own)))
+        elif variant == "credited_elsewhere":
+            # Another receipt already paid for these records (R-W-3).
+            credited |= {r[RECORD_ID_FIELD] for r in own}
+        else:
+            # The policy edited an existing record of the subject instead of creating one.
+            old = _gold_record(rng, effect, identity, world)
+            baseline.append(old)
+            edited = _gold_record(rng, effect, identity, world)
+            edited[RECORD_ID_FIELD] = old[RECORD_ID_FIELD]
+            after.append(edited)
+            credited.discard(old[RECORD_ID_FIELD])
+            own.clear()
+    elif fault in ("duplicate_record", "extra_record"):
+        effect = rng.choice([e for e in setup.required if e.new_records is not None])
+        own = writes[effect.name]
+        if fault == "duplicate_record":
+            variant = rng.choice(["posted_twice", "posted_three_times"])
+            copies = 1 if variant == "posted_twice" else 2
+            source = rng.choice(own)
+            for _ in range(copies):
+                own.append({**source, RECORD_ID_FIELD: world.mint()})
+        else:
+            options = ["second_record"]
+            if effect.expect:
+                options.append("record_of_another_kind")
+            variant = rng.choice(options)
+            record = _gold_record(rng, effect, identity, world)
+            if variant == "record_of_another_kind":
+                field = rng.choice(sorted(effect.expect))
+                record[field] = _other_value(rng, effect.expect[field])
+            own.append(record)
+    elif fault == "wrong_field":
+        effect = rng.choice([e for e in setup.required if e.expect or e.allowed_fields is not None])
+        options = []
+        if effect.expect:
+            options += ["changed_value", "omitted_field", "null_field", "type_confused"]
+        if effect.allowed_fields is not None:
+            options.append("extra_field")
+        variant = rng.choice(options)
+        target = rng.choice(writes[effect.name])
+        if variant == "extra_field":
+            assert effect.allowed_fields is not None
+            names = [n for n in _EXTRA_FIELD_CANDIDATES if n not in effect.allowed_fields]
+            name = names[0] if names else f"extra_{rng.getrandbits(16):04x}"
+            target[name] = filler(rng, name) if rng.random() < 0.5 else "stat"
+        else:
+            field = rng.choice(sorted(effect.expect))
+            if variant == "changed_value":
+                target[field] = _other_value(rng, effect.expect[field])
+            elif variant == "omitted_field":
+                del target[field]
+            elif variant == "null_field":
+                target[field] = None
+            else:
+                confused = _type_confused(effect.expect[field])
+                if confused is None:
+                    variant = "changed_value"
+                    confused = _other_value(rng, effect.expect[field])
+                target[field] = confused
+    elif fault == "wrong_subject":
+        variant = rng.choice(["fresh_subject", "near_miss_subject", "known_subject"])
+        decoy = dict(identity)
+        for key in setup.identity_keys:
+            if variant == "near_miss_subject":
+                decoy[key] = near_miss(rng, identity[key])
+            elif variant == "fresh_subject":
+                decoy[key] = fresh_identity(rng, [key], identity)[key]
+        if variant == "known_subject":
+            decoy = dict(rng.choice(others))
+        for effect in setup.required:
+            if effect.identity_keys():
+                for record in writes[effect.name]:
+                    record.update(_resolved_select(effect, decoy))
+    elif fault == "forbidden_present":
+        effect = rng.choice(setup.forbidden)
+        variant = rng.choice(["merged_into_record", "separate_record"])
+        if variant == "merged_into_record":
+            name = rng.choice(sorted(writes))
+            rng.choice(writes[name]).update(_forbidden_fields(effect, identity))
+        else:
+            record = {RECORD_ID_FIELD: world.mint(), **_subject_columns(setup, identity)}
+            record.update(_forbidden_fields(effect, identity))
+            extra.append(record)
+    elif fault != GOLD:
+        raise ValidationError(f"unknown fault class {fault!r}")
+
+    for own in writes.values():
+        after.extend(own)
+    after.extend(extra)
+    after.extend(_concurrent_writes(setup, rng, identity, world))
+    return Trial(identity, baseline, after, credited), variant
+
+
+def _read(
+    setup: CalibrationSetup,
+    rng: random.Random,
+    records: Sequence[Record],
+    identity: Mapping[str, str],
+    *,
+    filtered: bool,
+    padded: bool,
+) -> list[Record]:
+    """What an oracle read would return: by identity or the whole collection, maybe padded with
+    NULL columns, in arbitrary order."""
+    rows = [
+        dict(r)
+        for r in records
+        if not filtered
+        or all(identity_equals(r.get(c), identity[k]) for k, c in setup.identity_fields.items())
+    ]
+    if padded:
+        for row in rows:
+            for column in setup.columns:
+                row.setdefault(column, None)
+    rng.shuffle(rows)
+    return rows
+
+
+def judge_trial(setup: CalibrationSetup, rng: random.Random, trial: Trial) -> Decision:
+    filtered = rng.random() < 0.5
+    padded = rng.random() < 0.5
+    baseline = _read(setup, rng, trial.baseline, trial.identity, filtered=filtered, padded=padded)
+    current = _read(setup, rng, trial.after, trial.identity, filtered=filtered, padded=padded)
+    # Exactly the engine's call: the bundle's specs, COMPLETED (the only signal that can pay).
+    return judge_episode(
+        setup.required,
+        setup.forbidden,
+        identity=dict(trial.identity),
+        baseline=baseline,
+        current=current,
+        runtime_signal=_COMPLETED,
+        credited=frozenset(trial.credited),
+        oracle_error=None,
+    )
+
+
+def trial_rng(seed: int, kind: str, index: int) -> random.Random:
+    # A string seed is hashed with SHA-512 by random.seed: stable across runs and platforms.
+    return random.Random(f"rewardseal.calibration/{seed}/{kind}/{index}")

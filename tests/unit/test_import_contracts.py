@@ -1,0 +1,54 @@
+"""The package layering holds: `lint-imports` keeps every contract in the root pyproject.toml.
+
+stubs <- core rules <- clients <- trainers; core <- server plumbing <- worker / control / MockMed;
+the kit imports core and MockMed, and nothing in production imports the kit. A forbidden import
+(a trainer module reaching for SQLAlchemy plumbing, the worker importing the kit outside its seed
+path, control importing the worker) fails here, not in a review.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+
+def lint_imports(*, extra_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(extra_path), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_every_import_contract_is_kept() -> None:
+    done = lint_imports()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_a_forbidden_import_breaks_a_contract(tmp_path: Path) -> None:
+    """The contracts bite: a core module that imports the kit is reported.
+
+    ``rewardseal`` is a namespace package, so a directory earlier on the path can add a module to
+    it without touching the tree: ``rewardseal.canary`` imports the kit, as a careless core
+    change would.
+    """
+    canary = tmp_path / "rewardseal" / "canary.py"
+    canary.parent.mkdir()
+    canary.write_text("import rewardseal_kit.extradup\n")
+    done = lint_imports(extra_path=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "rewardseal.canary -> rewardseal_kit.extradup" in done.stdout
+    assert "Nothing in production imports the kit BROKEN" in done.stdout
