@@ -42,7 +42,7 @@ lint: setup
 	$(VENV)/bin/ruff check $(HAND)
 	$(VENV)/bin/ruff format --check $(HAND)
 	$(VENV)/bin/mypy $(SRC) tools deploy/docker/healthcheck.py
-	$(VENV)/bin/lint-imports
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 test: setup lint proto-check
 	$(PY) -m pytest
@@ -76,6 +76,7 @@ bench: setup
 	$(PY) bench/worker_bench.py
 	$(PY) bench/stack_bench.py
 	$(PY) bench/trainer_bench.py
+	$(PY) bench/integrity_bench.py
 
 ## Re-pin requirements.lock from requirements.in (run after changing requirements.in).
 lock: setup

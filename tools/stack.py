@@ -18,6 +18,13 @@ per service, ``logs/``, ``data/`` (keys, databases, seeded files and ``tokens.js
 tokens, the contract digest and the worker's public key, for scripts. ``up`` prints how to call
 the services. Services inherit no ``REWARDSEAL_*`` or ``MOCKMED_*`` variable from the caller's
 environment, so a shell set up for another deployment cannot point the stack at it.
+
+Why one file of about 650 lines: this is a script run by path (``python tools/stack.py``, and
+``tools/demo.py`` imports it as ``stack``), and ``tests/deploy`` loads it by path too, so a
+sibling module would need a ``sys.path`` change in every caller. What it shares with other code
+(spawning a service, waiting for its ready file, the stop timeouts) lives in
+:mod:`rewardseal_server.localstack`; what stays here is the stack's own: its order of start, pid
+files, health checks, state file and the usage text it prints.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Contract tests for ControlPlaneService on a real grpc.aio server (port 0), SQLite and PostgreSQL.
 
-Every RPC and every refusal (SPEC section 9, R-MSG-5, R-CAL-4, section 8). Errors are read
+Every RPC and every refusal (docs/spec.md §9, R-MSG-5, R-CAL-4, section 8). Errors are read
 straight off the wire (status code + google.rpc.Status ErrorInfo), not through a client's
 decoder, so the tests would catch a mapping bug on either side.
 """

@@ -1,4 +1,4 @@
-"""A real ``trl.GRPOTrainer`` run on CPU, paid by CertifiedRewardFunction (SPEC §11).
+"""A real ``trl.GRPOTrainer`` run on CPU, paid by CertifiedRewardFunction (docs/spec.md §11).
 
 Nothing is downloaded: the model is a two-layer Llama with hidden size 32 and a character-level
 tokenizer, both built here. The policy's completions are therefore noise; the MockMed actor

@@ -1,4 +1,4 @@
-"""Bad input: random bytes and random well-typed descriptors at every worker RPC (SPEC section 8).
+"""Bad input: random bytes and random well-typed descriptors at every worker RPC (docs/spec.md §8).
 
 One real worker process serves the whole module. Every answer must be OK or one of the refusals
 the error model names (never INTERNAL, UNKNOWN or UNAVAILABLE), the process must stay up, and a

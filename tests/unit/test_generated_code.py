@@ -1,6 +1,6 @@
 """The committed stubs in clients/python/src/rewardseal/v1 equal a fresh `tools/genproto.py` run.
 
-The proto files are the source of truth (SPEC section 2). These tests load tools/genproto.py by
+The proto files are the source of truth (docs/spec.md §2). These tests load tools/genproto.py by
 path (tools/ is not a package), check that ``stale_files()`` finds nothing, that ``generate()``
 writes every stub for every .proto, and that ``stale_files()`` does report a committed tree that
 was changed, lost a file or gained one.

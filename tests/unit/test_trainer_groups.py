@@ -1,4 +1,4 @@
-"""The trainer-side rules every adapter shares (rewardseal.trainers.groups, SPEC §11).
+"""The trainer-side rules every adapter shares (rewardseal.trainers.groups, docs/spec.md §11).
 
 Receipts here are real: built, scored and signed by the same code the worker runs, then opened
 (verified) the way a client opens them, so a SampleResult reads the fields a trainer would read.

@@ -1,7 +1,7 @@
 """Hostile input on a real worker (port 0) and a real control plane: oversized keys and values
-in every map field are refused INVALID_ARGUMENT with their SPEC §8 reason, and the error quotes
-at most a short preview of them (issue 10: a 5 kB key used to come back RESOURCE_EXHAUSTED,
-its echo outgrowing the gRPC trailer).
+in every map field are refused INVALID_ARGUMENT with their docs/spec.md §8 reason, and the error
+quotes at most a short preview of them (issue 10: a 5 kB key used to come back
+RESOURCE_EXHAUSTED, its echo outgrowing the gRPC trailer).
 """
 
 from __future__ import annotations

@@ -505,7 +505,7 @@ def test_restart_after_kill_9_keeps_every_receipt(data_dir: Path, tmp_path: Path
 
 
 # --------------------------------------------------------------------------------------------
-# SPEC section 8, last row: the receipt store goes away -> UNAVAILABLE
+# docs/spec.md §8, last row: the receipt store goes away -> UNAVAILABLE
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Contract tests for RewardWorkerService on a real grpc.aio server (port 0), every SPEC §8 row.
+"""Contract tests for RewardWorkerService on a real grpc.aio server (port 0): every row of
+docs/spec.md §8.
 
 Errors are read straight off the wire (status code + google.rpc.Status ErrorInfo), not through
 our client's decoder, so the tests would catch a mapping bug on either side.

@@ -30,7 +30,7 @@ TIER_BY_CHANNEL: Mapping[int, int] = MappingProxyType(
         OracleChannel.ORACLE_CHANNEL_COUNTERPARTY: 3,
     }
 )
-"""Oracle channel -> tier (SPEC section 1)."""
+"""Oracle channel -> tier (docs/spec.md §1)."""
 
 CERTIFIABLE_TIER = 2
 """The lowest tier whose reads can be certified (R-SCORE-3)."""

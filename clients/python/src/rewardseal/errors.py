@@ -1,8 +1,8 @@
-"""The one error hierarchy of rewardseal (R-VAL-7, SPEC section 8).
+"""The one error hierarchy of rewardseal (R-VAL-7, docs/spec.md §8).
 
 Every error knows its gRPC status code and its ``ErrorInfo.reason`` so that the services map a
 domain error to ``google.rpc.Status`` in exactly one place. Raise the most specific class; pass
-``reason=`` only where SPEC section 8 names a finer reason than the class default.
+``reason=`` only where docs/spec.md §8 names a finer reason than the class default.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class RewardSealError(Exception):
 
 
 class ValidationError(RewardSealError):
-    """A contract, certificate, receipt or descriptor breaks a rule of SPEC section 5."""
+    """A contract, certificate, receipt or descriptor breaks a rule of docs/spec.md §5."""
 
     code = grpc.StatusCode.INVALID_ARGUMENT
     reason = "invalid_argument"

@@ -1,4 +1,4 @@
-"""The one place where rewardseal errors meet the gRPC wire (SPEC section 8).
+"""The one place where rewardseal errors meet the gRPC wire (docs/spec.md §8).
 
 Servers turn a ``RewardSealError`` into ``google.rpc.Status`` with one ``ErrorInfo`` (domain
 ``rewardseal``); clients turn such a status back into the same error class, so code on both
@@ -214,7 +214,7 @@ def _undecodable_error() -> errors.ValidationError:
 
 
 def guard_decoding(handler: _MethodHandler | None) -> _MethodHandler | None:
-    """``handler`` with undecodable requests answered INVALID_ARGUMENT (SPEC section 8).
+    """``handler`` with undecodable requests answered INVALID_ARGUMENT (docs/spec.md §8).
 
     grpc answers a request its deserializer cannot parse with UNKNOWN and the parser's
     exception text; here the deserializer hands on a marker instead, and the call is aborted

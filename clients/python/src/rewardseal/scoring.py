@@ -1,4 +1,4 @@
-"""The pure scoring rules shared by worker, control and trainers (SPEC section 4).
+"""The pure scoring rules shared by worker, control and trainers (docs/spec.md §4).
 
 ``score()`` turns an outcome into a scalar and decides, separately, whether the read is
 certified. ``receipt_refusals()`` lets a reader who holds the contract and the certificate

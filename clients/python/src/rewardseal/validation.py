@@ -1,4 +1,4 @@
-"""Validators for contracts, certificates, receipts and descriptors (SPEC section 5, R-MSG-*).
+"""Validators for contracts, certificates, receipts and descriptors (docs/spec.md §5, R-MSG-*).
 
 Each validator returns nothing and raises one error from ``rewardseal.errors`` naming the first
 rule broken. They run when a message is built and when one is parsed, so a bad message never

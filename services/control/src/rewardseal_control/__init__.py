@@ -1,1 +1,4 @@
-"""rewardseal-control: contract registry, certificates, revocation, receipt index (SPEC §9)."""
+"""rewardseal-control: contract registry, certificates, revocation, receipt index.
+
+Its behaviour is docs/spec.md §9.
+"""

@@ -1,4 +1,4 @@
-"""The control plane's tables (SPEC R-C-6): SQLAlchemy 2 ORM models.
+"""The control plane's tables (docs/spec.md R-C-6): SQLAlchemy 2 ORM models.
 
 Privacy-safe columns only: ids, digests, enum values, scalars, times and signed bytes that hold
 no record contents. Times are UTC and read back timezone-aware (:class:`UTCDateTime`). Enum

@@ -1,6 +1,6 @@
 """The gRPC face of the control plane: ``ControlPlaneService`` over one ``ControlStore``.
 
-SPEC section 9 (R-C-1..5), R-MSG-5, R-CAL-4; errors per section 8. Handlers validate requests,
+docs/spec.md §9 (R-C-1..5), R-MSG-5, R-CAL-4; errors per section 8. Handlers validate requests,
 apply the issuing and receipt rules, call the store (in a worker thread: the store is
 synchronous and must not stall the event loop), and answer. Every domain error reaches the
 wire through ``rewardseal.rpc_status`` (one mapping). Roles are enforced by the auth

@@ -1,4 +1,4 @@
-"""MockMed: a synthetic EMR system of record for rewardseal (SPEC R-MM-1).
+"""MockMed: a synthetic EMR system of record for rewardseal (docs/spec.md R-MM-1).
 
 A FastAPI service over SQLite or PostgreSQL with one collection, ``encounters``:
 

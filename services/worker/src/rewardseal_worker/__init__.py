@@ -1,3 +1,6 @@
-"""rewardseal-worker: reads the system of record, judges, signs, stores receipts (SPEC §7)."""
+"""rewardseal-worker: reads the system of record, judges, signs, stores receipts.
+
+Its behaviour is docs/spec.md §7.
+"""
 
 __version__ = "0.1.0"

@@ -452,7 +452,7 @@ class Scorer:
         """The certificate in use now (see :attr:`in_use` for it and its digest together)."""
         return self.in_use.certificate
 
-    # --- Checks (R-W-2, SPEC section 8) ---
+    # --- Checks (R-W-2, docs/spec.md §8) ---
 
     def _jumped(self, policy_update: int, highest: int | None) -> PolicyUpdateJump:
         """The error for a descriptor further above the ledger than one call may move it."""

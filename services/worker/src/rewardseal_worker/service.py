@@ -1,4 +1,4 @@
-"""The gRPC face of the worker: ``RewardWorkerService`` over one ``Scorer`` (SPEC sections 7-8).
+"""The gRPC face of the worker: ``RewardWorkerService`` over one ``Scorer`` (docs/spec.md §7-8).
 
 Handlers only translate: requests in, ``Scorer`` calls, responses or mapped errors out. Every
 domain error reaches the wire through ``rewardseal.rpc_status`` (one mapping).

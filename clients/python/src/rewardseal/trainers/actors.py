@@ -1,4 +1,4 @@
-"""Episode actors: carry out a policy's completion against a system of record (SPEC §11).
+"""Episode actors: carry out a policy's completion against a system of record (docs/spec.md §11).
 
 A trainer adapter with an actor runs the whole rollout for each completion: it mints an episode
 id, asks the actor for the completion's oracle identity, opens the episode (BeginEpisode records

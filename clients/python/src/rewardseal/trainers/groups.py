@@ -1,4 +1,4 @@
-"""Trainer-side rules shared by every adapter (SPEC §11).
+"""Trainer-side rules shared by every adapter (docs/spec.md §11).
 
 A batch of samples is scored into :class:`SampleResult` rows, one per sample, whatever happened
 to each (a verified receipt, a worker error, an unreachable worker): the metadata columns are

@@ -1,4 +1,4 @@
-"""A certified reward function for TRL's ``GRPOTrainer`` (SPEC §11).
+"""A certified reward function for TRL's ``GRPOTrainer`` (docs/spec.md §11).
 
 Usage::
 

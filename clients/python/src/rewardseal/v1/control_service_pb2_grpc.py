@@ -27,7 +27,7 @@ if _version_not_supported:
 
 class ControlPlaneServiceStub:
     """The control plane: contract registry, issuer keys, certificates, revocation and the
-    privacy-safe receipt index (SPEC section 9). Admin RPCs need the admin credential.
+    privacy-safe receipt index (docs/spec.md §9). Admin RPCs need the admin credential.
     """
 
     def __init__(self, channel):
@@ -115,7 +115,7 @@ class ControlPlaneServiceStub:
 
 class ControlPlaneServiceServicer:
     """The control plane: contract registry, issuer keys, certificates, revocation and the
-    privacy-safe receipt index (SPEC section 9). Admin RPCs need the admin credential.
+    privacy-safe receipt index (docs/spec.md §9). Admin RPCs need the admin credential.
     """
 
     def RegisterContract(self, request, context):
@@ -302,7 +302,7 @@ def add_ControlPlaneServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ControlPlaneService:
     """The control plane: contract registry, issuer keys, certificates, revocation and the
-    privacy-safe receipt index (SPEC section 9). Admin RPCs need the admin credential.
+    privacy-safe receipt index (docs/spec.md §9). Admin RPCs need the admin credential.
     """
 
     @staticmethod

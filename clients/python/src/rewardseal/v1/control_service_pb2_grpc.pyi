@@ -28,7 +28,7 @@ GRPC_VERSION: str
 
 class ControlPlaneServiceStub:
     """The control plane: contract registry, issuer keys, certificates, revocation and the
-    privacy-safe receipt index (SPEC section 9). Admin RPCs need the admin credential.
+    privacy-safe receipt index (docs/spec.md §9). Admin RPCs need the admin credential.
     """
 
     @_typing.overload
@@ -60,7 +60,7 @@ class ControlPlaneServiceStub:
 @_typing.type_check_only
 class ControlPlaneServiceAsyncStub(ControlPlaneServiceStub):
     """The control plane: contract registry, issuer keys, certificates, revocation and the
-    privacy-safe receipt index (SPEC section 9). Admin RPCs need the admin credential.
+    privacy-safe receipt index (docs/spec.md §9). Admin RPCs need the admin credential.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -88,7 +88,7 @@ class ControlPlaneServiceAsyncStub(ControlPlaneServiceStub):
 
 class ControlPlaneServiceServicer(metaclass=_abc_1.ABCMeta):
     """The control plane: contract registry, issuer keys, certificates, revocation and the
-    privacy-safe receipt index (SPEC section 9). Admin RPCs need the admin credential.
+    privacy-safe receipt index (docs/spec.md §9). Admin RPCs need the admin credential.
     """
 
     @_abc_1.abstractmethod

@@ -26,7 +26,7 @@ if _version_not_supported:
 
 
 class RewardWorkerServiceStub:
-    """The reward worker: reads the system of record, judges, signs, stores (SPEC section 7).
+    """The reward worker: reads the system of record, judges, signs, stores (docs/spec.md §7).
     Every RPC but Health needs `authorization: Bearer <token>` (R-W-10).
     """
 
@@ -74,7 +74,7 @@ class RewardWorkerServiceStub:
 
 
 class RewardWorkerServiceServicer:
-    """The reward worker: reads the system of record, judges, signs, stores (SPEC section 7).
+    """The reward worker: reads the system of record, judges, signs, stores (docs/spec.md §7).
     Every RPC but Health needs `authorization: Bearer <token>` (R-W-10).
     """
 
@@ -174,7 +174,7 @@ def add_RewardWorkerServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class RewardWorkerService:
-    """The reward worker: reads the system of record, judges, signs, stores (SPEC section 7).
+    """The reward worker: reads the system of record, judges, signs, stores (docs/spec.md §7).
     Every RPC but Health needs `authorization: Bearer <token>` (R-W-10).
     """
 

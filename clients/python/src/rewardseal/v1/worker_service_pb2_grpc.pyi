@@ -27,7 +27,7 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class RewardWorkerServiceStub:
-    """The reward worker: reads the system of record, judges, signs, stores (SPEC section 7).
+    """The reward worker: reads the system of record, judges, signs, stores (docs/spec.md §7).
     Every RPC but Health needs `authorization: Bearer <token>` (R-W-10).
     """
 
@@ -52,7 +52,7 @@ class RewardWorkerServiceStub:
 
 @_typing.type_check_only
 class RewardWorkerServiceAsyncStub(RewardWorkerServiceStub):
-    """The reward worker: reads the system of record, judges, signs, stores (SPEC section 7).
+    """The reward worker: reads the system of record, judges, signs, stores (docs/spec.md §7).
     Every RPC but Health needs `authorization: Bearer <token>` (R-W-10).
     """
 
@@ -73,7 +73,7 @@ class RewardWorkerServiceAsyncStub(RewardWorkerServiceStub):
     """The python-grader grade(sample, item) -> float shape. Unscored -> FAILED_PRECONDITION."""
 
 class RewardWorkerServiceServicer(metaclass=_abc_1.ABCMeta):
-    """The reward worker: reads the system of record, judges, signs, stores (SPEC section 7).
+    """The reward worker: reads the system of record, judges, signs, stores (docs/spec.md §7).
     Every RPC but Health needs `authorization: Bearer <token>` (R-W-10).
     """
 

@@ -1,4 +1,4 @@
-"""Alembic environment of the control plane (SPEC R-C-6).
+"""Alembic environment of the control plane (docs/spec.md R-C-6).
 
 Run through :mod:`rewardseal_control.db` (``upgrade``, ``downgrade``), which builds the Alembic
 configuration in code and hands over an open connection in ``config.attributes["connection"]``

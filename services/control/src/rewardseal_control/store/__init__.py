@@ -1,4 +1,4 @@
-"""The control plane's store (SPEC section 9): a module per aggregate behind :class:`ControlStore`.
+"""The control plane's store (docs/spec.md §9): a module per aggregate behind :class:`ControlStore`.
 
 * :mod:`.contracts`: registered reward contracts (R-C-1);
 * :mod:`.keys`: worker and organization issuer keys, their windows and retirement (R-C-2);

@@ -1,4 +1,4 @@
-"""The append-only audit log of admin actions (SPEC section 9).
+"""The append-only audit log of admin actions (docs/spec.md §9).
 
 Every admin action (register or retire an issuer key, record a certificate, revoke) writes
 its row with :func:`write_audit` inside the transaction of its change, so the log never says

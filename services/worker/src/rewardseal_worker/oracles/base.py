@@ -40,7 +40,7 @@ KIND_REST = "rest"
 KIND_FHIR = "fhir"
 HTTP_KINDS = frozenset({KIND_REST, KIND_FHIR})
 RESERVED_KINDS: frozenset[str] = frozenset()
-"""Kinds SPEC R-W-6 names that this worker cannot read yet (none left)."""
+"""Kinds docs/spec.md R-W-6 names that this worker cannot read yet (none left)."""
 
 DEFAULT_TIMEOUT_SECONDS = 2.0
 MAX_TIMEOUT_SECONDS = 300.0

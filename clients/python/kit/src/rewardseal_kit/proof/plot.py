@@ -22,7 +22,7 @@ def write_png(rows: Sequence[Row], path: Path) -> None:
     """Draw paid share per condition, one bar per reward, to ``path`` (PNG).
 
     Raises:
-        ValidationError: matplotlib is not installed (``pip install 'rewardseal[proof]'``).
+        ValidationError: matplotlib is not installed (``pip install 'rewardseal-kit[proof]'``).
     """
     try:
         import matplotlib
@@ -30,7 +30,9 @@ def write_png(rows: Sequence[Row], path: Path) -> None:
         matplotlib.use("Agg")
         from matplotlib import pyplot
     except ImportError as exc:
-        raise ValidationError("--png needs matplotlib: pip install 'rewardseal[proof]'") from exc
+        raise ValidationError(
+            "--png needs matplotlib: pip install 'rewardseal-kit[proof]'"
+        ) from exc
     conditions = list(dict.fromkeys(row.condition for row in rows))
     share = {(row.condition, row.reward): row.paid_share for row in rows}
     width = 0.38

@@ -1,5 +1,5 @@
 """Initial control-plane schema: contracts, issuer keys, certificates, revocation, receipts,
-audit log (SPEC R-C-6).
+audit log (docs/spec.md R-C-6).
 
 Written out by hand, constraint and index names included, so that upgrade and downgrade do the
 same thing on SQLite and PostgreSQL whatever version of SQLAlchemy renders them. Timestamps are
