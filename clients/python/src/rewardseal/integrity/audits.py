@@ -21,7 +21,13 @@ from rewardseal.integrity.bootstrap import RESAMPLES, SEED, Interval, grouped_bo
 from rewardseal.integrity.decisions import Decision, decide, evidence_problems
 from rewardseal.integrity.fields import JsonObject
 from rewardseal.integrity.mapping import RewardMapping, map_reward
-from rewardseal.integrity.metrics import CoreMetrics, compute_metrics, metric_columns
+from rewardseal.integrity.metrics import (
+    CoreMetrics,
+    MetricColumns,
+    compute_metrics,
+    metric_columns,
+    metrics_from_columns,
+)
 from rewardseal.integrity.profiles import IntegrityProfile
 from rewardseal.integrity.protocols import RetentionProtocol
 from rewardseal.integrity.retention import RetainedRow, Retention
@@ -264,7 +270,8 @@ def audit_boundary(
     if mapping_mismatches(core, system.mapping):
         problems.add("optimizer_mapping_mismatch")
     records = len({row.record_id for row in core})
-    if core and not metric_columns(core, system.mapping).scored:
+    columns: MetricColumns | None = metric_columns(core, system.mapping) if core else None
+    if columns is not None and not columns.scored:
         problems.add("no_scored_rows")
     # The record count means something only for rows that verified.
     incomplete = evidence_problems(records, sorted(problems)) if retention else sorted(problems)
@@ -275,11 +282,9 @@ def audit_boundary(
     intervals: dict[str, Interval] = {}
     subgroups: tuple[SubgroupMetrics, ...] = ()
     trends: tuple[BoundaryTrend, ...] = ()
-    if not incomplete and retention is not None:
-        metrics = compute_metrics(core, system.mapping)
-        intervals = grouped_bootstrap(
-            metric_columns(core, system.mapping), resamples=resamples, seed=seed
-        )
+    if not incomplete and retention is not None and columns is not None:
+        metrics = metrics_from_columns(columns)
+        intervals = grouped_bootstrap(columns, resamples=resamples, seed=seed)
         subgroups = _subgroups(core, system.mapping)
         history = [r for r in earlier_retentions if r is not None] + [retention]
         trends = boundary_trends(history, system.mapping)

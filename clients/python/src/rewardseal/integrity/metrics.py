@@ -45,6 +45,7 @@ __all__ = [
     "MetricColumns",
     "compute_metrics",
     "metric_columns",
+    "metrics_from_columns",
 ]
 
 RATIO_METRICS: Final = (
@@ -218,7 +219,12 @@ def _rank_agreement(optimizer: FloatArray, sentinel: FloatArray) -> tuple[float 
 
 def compute_metrics(rows: Sequence[SignalRow], mapping: RewardMapping) -> CoreMetrics:
     """Every R-I-6 metric over ``rows`` (pass the core only: diagnostics are never pooled)."""
-    columns = metric_columns(rows, mapping)
+    return metrics_from_columns(metric_columns(rows, mapping))
+
+
+def metrics_from_columns(columns: MetricColumns) -> CoreMetrics:
+    """The metrics of already-built columns (an audit builds them once for metrics and
+    bootstrap)."""
     sums_num = columns.numerators.sum(axis=0)
     sums_den = columns.denominators.sum(axis=0)
     ratios = {
@@ -227,7 +233,7 @@ def compute_metrics(rows: Sequence[SignalRow], mapping: RewardMapping) -> CoreMe
     }
     spearman, kendall = _rank_agreement(columns.optimizer, columns.sentinel)
     return CoreMetrics(
-        rows=len(rows),
+        rows=len(columns.groups),
         records=len(columns.record_ids),
         scored=columns.scored,
         spearman=spearman,
