@@ -11,7 +11,7 @@ over the exact bytes and then that those bytes are canonical: any edited byte is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final
 
 from google.protobuf import json_format
@@ -69,9 +69,7 @@ def build_bundle(report: AuditReport, key: SigningKey, *, issued_at: datetime) -
     Raises:
         ValidationError: ``issued_at`` is naive.
     """
-    if issued_at.tzinfo is None:
-        raise ValidationError("issued_at must be timezone-aware (UTC)")
-    stamp = issued_at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    stamp = fields.rfc3339(issued_at, "issued_at")
     payload = canonical_json(_content(report, stamp))
     envelope = sign_envelope(BUNDLE_PAYLOAD_TYPE, payload, key)
     return AuditBundle(digest_bytes(payload), report, stamp, envelope)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Final, Literal, get_args
 
 from rewardseal.errors import DecisionSuperseded, ReviewRefused, ValidationError
@@ -167,12 +167,6 @@ def _decision(outcome: DecisionOutcome, reasons: list[str], report_only: bool) -
     return Decision(outcome, "pause" if pauses else "continue", tuple(reasons), report_only)
 
 
-def _stamp(at: datetime) -> str:
-    if at.tzinfo is None:
-        raise ValidationError("a decision time must be timezone-aware (UTC)")
-    return at.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
 _ENTRY_KEYS: Final = (
     "sequence",
     "kind",
@@ -286,7 +280,12 @@ class Review:
 def initial_entry(decision: Decision, at: datetime) -> DecisionEntry:
     """Entry 0 of a history: the audit's automatic decision, stamped ``at`` (injected)."""
     return DecisionEntry(
-        0, "automatic", decision.outcome, decision.action, decision.reasons, _stamp(at)
+        0,
+        "automatic",
+        decision.outcome,
+        decision.action,
+        decision.reasons,
+        fields.rfc3339(at, "at"),
     )
 
 
@@ -351,7 +350,7 @@ def review_decision(
         outcome=current.outcome,
         action=action,
         reasons=current.reasons,
-        at=_stamp(at),
+        at=fields.rfc3339(at, "at"),
         review_action=review.action,  # type: ignore[arg-type]
         review_reason=reason,
         checkpoint=review.checkpoint,

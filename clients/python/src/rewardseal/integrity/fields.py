@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
 from rewardseal.errors import ValidationError
@@ -18,12 +19,14 @@ __all__ = [
     "JsonObject",
     "boolean",
     "finite",
+    "finite_number",
     "integer",
     "mapping",
     "no_unknown_keys",
     "non_finite_paths",
     "optional_finite",
     "optional_string",
+    "rfc3339",
     "sequence",
     "string",
 ]
@@ -83,12 +86,19 @@ def boolean(doc: Mapping[str, Any], key: str, where: str) -> bool:
     return value
 
 
+def finite_number(value: object) -> float | None:
+    """``value`` as a float when it is a finite int or float (never a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def finite(doc: Mapping[str, Any], key: str, where: str) -> float:
     """The finite number at ``doc[key]`` as a float (ints accepted, bools and NaN/inf refused)."""
-    value = _get(doc, key, where)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    value = finite_number(_get(doc, key, where))
+    if value is None:
         raise ValidationError(f"{where}.{key} must be a finite number")
-    return float(value)
+    return value
 
 
 def optional_finite(doc: Mapping[str, Any], key: str, where: str) -> float | None:
@@ -119,3 +129,15 @@ def non_finite_paths(value: object, path: str = "$") -> list[str]:
         elif isinstance(item, list | tuple):
             stack.extend((child, f"{where}[{index}]") for index, child in enumerate(item))
     return sorted(found)
+
+
+def rfc3339(moment: datetime, field: str = "time") -> str:
+    """``moment`` as RFC 3339 UTC with microseconds and ``Z`` (one spelling, so stored entries
+    and signed bundles digest alike). The time is always injected, never read here.
+
+    Raises:
+        ValidationError: ``moment`` is naive (its instant is unknown).
+    """
+    if moment.tzinfo is None:
+        raise ValidationError(f"{field} must be timezone-aware (UTC)")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")

@@ -14,7 +14,6 @@ blocker: it would accept everything or nothing. A raw reward that is not finite 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
@@ -126,13 +125,6 @@ class RewardMapping:
         )
 
 
-def _number(value: object) -> float | None:
-    """``value`` as a finite float, or None when it is not a finite, non-bool number."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def mapping_blockers(doc: object, where: str = "mapping") -> list[str]:
     """Every reason a mapping document cannot be used, sorted and unique (empty when valid)."""
     if not isinstance(doc, Mapping):
@@ -148,7 +140,7 @@ def mapping_blockers(doc: object, where: str = "mapping") -> list[str]:
             for key in norm
             if key not in _NORMALIZATION_KEYS
         }
-        low, high = _number(norm.get("min")), _number(norm.get("max"))
+        low, high = fields.finite_number(norm.get("min")), fields.finite_number(norm.get("max"))
         for key, number in (("min", low), ("max", high)):
             if number is None:
                 found.add(f"invalid_value:{where}.normalization.{key}")
@@ -156,12 +148,15 @@ def mapping_blockers(doc: object, where: str = "mapping") -> list[str]:
             found.add("normalization_range_empty")
         if norm.get("direction", "maximize") not in DIRECTIONS:
             found.add(f"invalid_value:{where}.normalization.direction")
-    scale, center = _number(doc.get("scale", 1.0)), _number(doc.get("center", 0.0))
+    scale, center = (
+        fields.finite_number(doc.get("scale", 1.0)),
+        fields.finite_number(doc.get("center", 0.0)),
+    )
     if scale is None or scale <= 0:
         found.add("scale_not_positive" if scale is not None else f"invalid_value:{where}.scale")
     if center is None:
         found.add(f"invalid_value:{where}.center")
-    threshold = _number(doc.get("threshold"))
+    threshold = fields.finite_number(doc.get("threshold"))
     if threshold is None:
         found.add(f"invalid_value:{where}.threshold")
     elif (
@@ -190,7 +185,7 @@ def map_reward(raw: Any, mapping: RewardMapping) -> MappedReward:
         RewardMappingError: ``raw`` is not a finite number or lies outside the normalization
             range, and the failure behaviour is ``raise``.
     """
-    value = _number(raw)
+    value = fields.finite_number(raw)
     if value is None:
         return _failed(mapping, "not_finite", f"raw reward {raw!r} is not a finite number")
     norm = mapping.normalization

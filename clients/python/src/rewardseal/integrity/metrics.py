@@ -48,18 +48,9 @@ __all__ = [
     "metrics_from_columns",
 ]
 
-RATIO_METRICS: Final = (
-    "coverage",
-    "error_rate",
-    "pass_agreement",
-    "optimizer_only_rate",
-    "sentinel_only_rate",
-    "reward_gap",
-    "top_tail_disagreement",
-    "saturation",
-)
-"""Metrics that are a ratio of row sums (and get bootstrap intervals)."""
 RANK_METRICS: Final = ("spearman", "kendall")
+RATIO_METRICS: Final = tuple(name for name in METRIC_NAMES if name not in RANK_METRICS)
+"""Metrics that are a ratio of row sums (and get bootstrap intervals), in report order."""
 TOP_TAIL_FRACTION: Final = 0.1
 SATURATION_EPSILON: Final = 1e-9
 DECIMALS: Final = 9

@@ -13,17 +13,14 @@ audit at ``warn`` when a metric's bootstrap interval reaches past its threshold.
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from rewardseal.errors import IntegritySpecInvalid
 from rewardseal.integrity import fields
 from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.revisions import revision_id
+from rewardseal.integrity.revisions import document_blockers, refuse_blocked, revision_id
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -49,7 +46,6 @@ METRIC_NAMES: Final = (
 )
 """Every metric an audit computes (R-I-6), in report order; see rewardseal.integrity.metrics."""
 DEFAULT_PROFILE: Final = "human_aligned_integrity"
-NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _KEYS: Final = ("name", "report_only", "warn_on_interval", "thresholds")
 
 
@@ -113,18 +109,14 @@ class IntegrityProfile:
 
 
 def _bound(value: object) -> bool:
-    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+    return fields.finite_number(value) is not None
 
 
 def validate_profile(doc: object) -> list[str]:
     """Every blocker of a profile document, sorted and unique; empty when it is valid."""
     if not isinstance(doc, Mapping):
         return ["wrong_type:$"]
-    found = {f"not_finite:{path}" for path in fields.non_finite_paths(doc)}
-    found |= {f"unknown_key:{key}" for key in doc if key not in _KEYS}
-    name = doc.get("name")
-    if not (isinstance(name, str) and NAME_PATTERN.fullmatch(name)):
-        found.add("invalid_value:name")
+    found = document_blockers(doc, _KEYS, named=True)
     for flag in ("report_only", "warn_on_interval"):
         if not isinstance(doc.get(flag, False), bool):
             found.add(f"invalid_value:{flag}")
@@ -156,11 +148,7 @@ def parse_profile(doc: object) -> IntegrityProfile:
         IntegritySpecInvalid: the document has blockers (listed in ``metadata["blockers"]``).
     """
     blockers = validate_profile(doc)
-    if blockers:
-        raise IntegritySpecInvalid(
-            f"integrity profile refused: {'; '.join(blockers)}",
-            metadata={"blockers": ",".join(blockers)},
-        )
+    refuse_blocked("integrity profile", blockers)
     data = fields.mapping(doc, "$")
     given = data.get("thresholds", {})
     thresholds = tuple(

@@ -8,17 +8,14 @@ optimizer reward counts as threshold-adjacent (a diagnostic family).
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from rewardseal.errors import IntegritySpecInvalid
 from rewardseal.integrity import fields
 from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.revisions import revision_id
+from rewardseal.integrity.revisions import document_blockers, refuse_blocked, revision_id
 
 __all__ = [
     "BUILTIN_PROTOCOLS",
@@ -31,7 +28,6 @@ __all__ = [
 DEFAULT_SEED: Final = 42
 MAX_ROWS: Final = 1_000_000
 """The largest core or diagnostic size a custom protocol may name (a bound, not a target)."""
-NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _KEYS: Final = ("name", "seed", "core_size", "diagnostic_size", "threshold_band")
 
 
@@ -84,11 +80,7 @@ def validate_protocol(doc: object) -> list[str]:
     """Every blocker of a protocol document, sorted and unique; empty when it is valid."""
     if not isinstance(doc, Mapping):
         return ["wrong_type:$"]
-    found = {f"not_finite:{path}" for path in fields.non_finite_paths(doc)}
-    found |= {f"unknown_key:{key}" for key in doc if key not in _KEYS}
-    name = doc.get("name")
-    if not (isinstance(name, str) and NAME_PATTERN.fullmatch(name)):
-        found.add("invalid_value:name")
+    found = document_blockers(doc, _KEYS, named=True)
     seed = doc.get("seed", DEFAULT_SEED)
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**53:
         found.add("invalid_value:seed")
@@ -102,12 +94,8 @@ def validate_protocol(doc: object) -> list[str]:
         # Everything is core when nothing is dropped: diagnostics would double-count rows.
         found.add("diagnostic_size_without_core_limit")
     band = doc.get("threshold_band", 0.05)
-    if (
-        isinstance(band, bool)
-        or not isinstance(band, int | float)
-        or not math.isfinite(band)
-        or not 0 <= band <= 0.5
-    ):
+    band_value = fields.finite_number(band)
+    if band_value is None or not 0 <= band_value <= 0.5:
         found.add("invalid_value:threshold_band")
     return sorted(found)
 
@@ -119,11 +107,7 @@ def parse_protocol(doc: object) -> RetentionProtocol:
         IntegritySpecInvalid: the document has blockers (listed in ``metadata["blockers"]``).
     """
     blockers = validate_protocol(doc)
-    if blockers:
-        raise IntegritySpecInvalid(
-            f"retention protocol refused: {'; '.join(blockers)}",
-            metadata={"blockers": ",".join(blockers)},
-        )
+    refuse_blocked("retention protocol", blockers)
     data = fields.mapping(doc, "$")
     return RetentionProtocol(
         name=data["name"],

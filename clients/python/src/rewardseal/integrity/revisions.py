@@ -8,13 +8,19 @@ same definition always gets the same id (stores deduplicate on it) and any chang
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from rewardseal.digest import digest_json
+from rewardseal.errors import IntegritySpecInvalid
+from rewardseal.integrity.fields import non_finite_paths
 from rewardseal.integrity.scrubbing import scrub_credentials
 
-__all__ = ["revision_id"]
+__all__ = ["NAME_PATTERN", "document_blockers", "refuse_blocked", "revision_id"]
+
+NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9_]{0,62}")
+"""The name of a protocol or profile revision: a short lowercase identifier."""
 
 
 def revision_id(content: Mapping[str, Any]) -> str:
@@ -24,3 +30,28 @@ def revision_id(content: Mapping[str, Any]) -> str:
         ValidationError: ``content`` has no canonical JSON form (a NaN, an unsafe integer).
     """
     return digest_json(scrub_credentials(content))
+
+
+def refuse_blocked(what: str, blockers: Sequence[str]) -> None:
+    """Refuse a definition that has blockers, listing every one.
+
+    Raises:
+        IntegritySpecInvalid: ``blockers`` is not empty; ``metadata["blockers"]`` holds them
+            comma-separated, and nothing of the definition may be stored.
+    """
+    if blockers:
+        raise IntegritySpecInvalid(
+            f"{what} refused: {'; '.join(blockers)}",
+            metadata={"blockers": ",".join(blockers)},
+        )
+
+
+def document_blockers(doc: Mapping[str, Any], keys: Sequence[str], *, named: bool) -> set[str]:
+    """The blockers every definition shares: NaN/inf anywhere, unknown top-level keys, and (for
+    protocols and profiles, ``named``) a name that is not a short lowercase identifier."""
+    found = {f"not_finite:{path}" for path in non_finite_paths(doc)}
+    found |= {f"unknown_key:{key}" for key in doc if key not in keys}
+    name = doc.get("name")
+    if named and not (isinstance(name, str) and NAME_PATTERN.fullmatch(name)):
+        found.add("invalid_value:name")
+    return found

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from rewardseal.digest import canonical_json, is_digest
-from rewardseal.errors import IntegritySpecInvalid, ValidationError
+from rewardseal.errors import ValidationError
 from rewardseal.integrity import fields
 from rewardseal.integrity.fields import JsonObject
 from rewardseal.integrity.mapping import RewardMapping, mapping_blockers
-from rewardseal.integrity.revisions import revision_id
+from rewardseal.integrity.revisions import document_blockers, refuse_blocked, revision_id
 from rewardseal.integrity.scrubbing import scrub_credentials
 
 __all__ = [
@@ -268,9 +268,8 @@ def validate_reward_system(doc: object) -> list[str]:
     """
     if not isinstance(doc, Mapping):
         return ["wrong_type:$"]
-    found = {f"not_finite:{path}" for path in fields.non_finite_paths(doc)}
+    found = document_blockers(doc, _SYSTEM_KEYS, named=False)
     doc = dict(scrub_credentials(doc))
-    found |= {f"unknown_key:{key}" for key in doc if key not in _SYSTEM_KEYS}
     found |= _source_blockers(doc.get("optimizer"), "optimizer", _SOURCE_KEYS)
     found |= set(mapping_blockers(doc.get("mapping")) if "mapping" in doc else ["missing:mapping"])
     auditors = doc.get("auditors")
@@ -312,11 +311,7 @@ def parse_reward_system(doc: object) -> RewardSystem:
             (comma-separated) and nothing of the spec should be stored.
     """
     blockers = validate_reward_system(doc)
-    if blockers:
-        raise IntegritySpecInvalid(
-            f"reward-system spec refused: {'; '.join(blockers)}",
-            metadata={"blockers": ",".join(blockers)},
-        )
+    refuse_blocked("reward-system spec", blockers)
     data = scrub_credentials(fields.mapping(doc, "$"))
     auditors = [Auditor(a["role"], _source(a)) for a in data["auditors"]]
     # The primary sentinel first, then the diagnostics in canonical order: listing the same
