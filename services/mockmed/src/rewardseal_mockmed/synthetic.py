@@ -1,8 +1,9 @@
 """Synthetic clinical text for MockMed-shaped records: invented, never real patient data.
 
-One vocabulary serves every generator of synthetic encounter notes (the ExtraDup variants in
-:mod:`rewardseal_kit.extradup` and the worker's seeded background rows), so they read alike and a
-change to the wording happens in one place.
+One vocabulary serves every generator of synthetic encounter notes (MockMed's seeded background
+rows, :mod:`rewardseal_mockmed.seeding`, and the ExtraDup variants of the kit,
+:mod:`rewardseal_kit.extradup`), so they read alike and a change to the wording happens in one
+place. It lives with MockMed, whose records these are; the kit imports it from here.
 """
 
 from __future__ import annotations
