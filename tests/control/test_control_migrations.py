@@ -73,7 +73,8 @@ def _diff(url: str) -> list[object]:
 def test_migrations_ship_inside_the_package() -> None:
     assert (db.MIGRATIONS_DIR / "env.py").is_file()
     assert (db.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
-    assert db.head_revision() == "0001"
+    assert (db.MIGRATIONS_DIR / "versions" / "0002_integrity.py").is_file()
+    assert db.head_revision() == "0002"
     # Built in code: no alembic.ini is read.
     assert db.alembic_config().config_file_name is None
 
@@ -157,7 +158,7 @@ def test_concurrent_upgrades_are_serialized(store_url: str) -> None:
 def test_env_accepts_a_url_instead_of_a_connection(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'control.db'}"
     command.upgrade(db.alembic_config(url=url), "head")
-    assert db.current_revision(url) == "0001"
+    assert db.current_revision(url) == db.head_revision()
     command.downgrade(db.alembic_config(url=url), "base")
     assert db.current_revision(url) is None
 

@@ -28,6 +28,7 @@ from rewardseal.contract import contract_digest
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
+from rewardseal.v1 import integrity_pb2
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.server import ADMIN_METHODS, ROLES_BY_METHOD, roles_by_method
@@ -60,11 +61,29 @@ def key_request(role: IssuerKeyRole.ValueType) -> pb.RegisterIssuerKeyRequest:
     )
 
 
-def test_every_rpc_of_the_service_has_its_roles() -> None:
-    service = pb.DESCRIPTOR.services_by_name["ControlPlaneService"]
-    assert {method.name for method in service.methods} == set(ROLES_BY_METHOD)
-    assert set(ADMIN_METHODS) == {"RetireIssuerKey", "IssueCertificate", "RevokeCertificate"}
+def test_every_rpc_of_the_services_has_its_roles() -> None:
+    services = (
+        pb.DESCRIPTOR.services_by_name["ControlPlaneService"],
+        integrity_pb2.DESCRIPTOR.services_by_name["RewardIntegrityService"],
+    )
+    names = [method.name for service in services for method in service.methods]
+    assert len(names) == len(set(names)) == len(ROLES_BY_METHOD)
+    assert set(names) == set(ROLES_BY_METHOD)
+    assert set(ADMIN_METHODS) == {
+        "RetireIssuerKey",
+        "IssueCertificate",
+        "RevokeCertificate",
+        "CreateRewardSystem",
+        "CreateRetentionProtocol",
+        "CreateIntegrityProfile",
+        "CancelAudit",
+        "RetryAudit",
+        "ReviewDecision",
+    }
     assert all(roles for roles in roles_by_method().values())
+    # The worker has no part in reward integrity.
+    integrity = {m.name for m in services[1].methods}
+    assert all(WORKER_ROLE not in ROLES_BY_METHOD[name] for name in integrity)
 
 
 @pytest.mark.parametrize("method", ["IssueCertificate", "RevokeCertificate", "RetireIssuerKey"])

@@ -14,8 +14,11 @@ from grpc_status import rpc_status
 from rewardseal.calibration import METHOD
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
+from rewardseal.v1 import integrity_pb2_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount
 from rewardseal_control.app import ensure_organization_key
+from rewardseal_control.integrity_runner import AuditFunction
+from rewardseal_control.integrity_service import RewardIntegrityServicer
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.store import ControlStore
@@ -26,6 +29,8 @@ ADMIN_TOKEN = "admin-token-" + "a" * 24
 CLIENT_TOKEN = "client-token-" + "c" * 24
 WORKER_TOKEN = "worker-token-" + "w" * 24
 START = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+TEST_RESAMPLES = 1_000
+"""Bootstrap resamples of the audits in tests (production runs R-I-6's 10,000)."""
 
 
 @dataclass
@@ -51,6 +56,7 @@ class ControlStack:
     key: SigningKey
     clock: Clock
     ttl: timedelta
+    integrity: RewardIntegrityServicer
     channels: list[grpc.aio.Channel] = field(default_factory=list)
 
     @property
@@ -67,6 +73,12 @@ class ControlStack:
         channel = grpc.aio.insecure_channel(self.target)
         self.channels.append(channel)
         return pb_grpc.ControlPlaneServiceStub(channel)
+
+    def integrity_stub(self) -> integrity_pb2_grpc.RewardIntegrityServiceStub:
+        """A raw RewardIntegrityService stub on a fresh channel."""
+        channel = grpc.aio.insecure_channel(self.target)
+        self.channels.append(channel)
+        return integrity_pb2_grpc.RewardIntegrityServiceStub(channel)
 
 
 def bearer(token: str) -> tuple[tuple[str, str], ...]:
@@ -85,18 +97,25 @@ async def start_control(
     ttl: timedelta = timedelta(hours=24),
     refresh_interval: timedelta | None = None,
     reflection: bool = False,
+    key: SigningKey | None = None,
+    audit: AuditFunction | None = None,
 ) -> ControlStack:
-    """A control plane over ``url`` with a fresh organization key and a hand-moved clock."""
+    """A control plane over ``url`` with a fresh organization key (or ``key``) and a hand-moved
+    clock; its audits use :data:`TEST_RESAMPLES` (``audit`` may wrap core's audit function)."""
     store = ControlStore(url)
-    key = SigningKey.generate()
+    key = key or SigningKey.generate()
     clock = Clock()
     if register_key:
         ensure_organization_key(store, key, at=clock.now - timedelta(days=1))
     servicer = ControlPlaneServicer(
         store, key, revocation_ttl=ttl, clock=clock, refresh_interval=refresh_interval
     )
+    integrity = RewardIntegrityServicer(
+        store, key, clock=clock, resamples=TEST_RESAMPLES, audit=audit
+    )
     running = await start_control_server(
         servicer,
+        integrity=integrity,
         admin_token=ADMIN_TOKEN,
         token=CLIENT_TOKEN,
         worker_token=WORKER_TOKEN,
@@ -104,7 +123,13 @@ async def start_control(
         reflection=reflection,
     )
     return ControlStack(
-        running=running, servicer=servicer, store=store, key=key, clock=clock, ttl=ttl
+        running=running,
+        servicer=servicer,
+        store=store,
+        key=key,
+        clock=clock,
+        ttl=ttl,
+        integrity=integrity,
     )
 
 
@@ -124,7 +149,9 @@ async def wire_error(
 ) -> tuple[grpc.StatusCode, str, dict[str, str], str]:
     """Call ``method`` expecting failure; (code, ErrorInfo.reason, ErrorInfo.metadata, message)
     read straight off the wire, not through a client's decoder."""
-    stub = stack.stub()
+    stub: object = stack.stub()
+    if not hasattr(stub, method):  # an RPC of RewardIntegrityService
+        stub = stack.integrity_stub()
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await _drain(getattr(stub, method)(request, metadata=metadata, timeout=20))
     error = caught.value

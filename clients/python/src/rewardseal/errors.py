@@ -202,6 +202,21 @@ class ShardCorrupt(ValidationError):
     reason = "shard_corrupt"
 
 
+class ShardSealed(RewardSealError):
+    """Rows were appended to a boundary whose signal shard is sealed already (R-I-3)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "shard_sealed"
+
+
+class AuditStateConflict(RewardSealError):
+    """An audit is not in a state the request needs: cancelling a finished audit, retrying a
+    queued or running one, reading the metrics or bundle of an undecided one (R-I-7/8)."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "audit_state_conflict"
+
+
 class ReviewRefused(ValidationError):
     """A decision review lacks a reason, names an unknown action, or forks without a checkpoint."""
 

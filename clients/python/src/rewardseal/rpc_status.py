@@ -45,6 +45,14 @@ _CLASS_BY_REASON: Mapping[str, type[errors.RewardSealError]] = {
         errors.Unauthenticated,
         errors.PermissionDenied,
         errors.Unavailable,
+        errors.IntegritySpecInvalid,
+        errors.RewardMappingError,
+        errors.ShardCorrupt,
+        errors.ShardSealed,
+        errors.ReviewRefused,
+        errors.DecisionSuperseded,
+        errors.BindingRefused,
+        errors.AuditStateConflict,
     )
 }
 _CLASS_BY_CODE: Mapping[grpc.StatusCode, type[errors.RewardSealError]] = {

@@ -25,6 +25,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -40,6 +41,15 @@ __all__ = [
     "Base",
     "Certificate",
     "Contract",
+    "IMMUTABLE_TABLES",
+    "IntegrityAudit",
+    "IntegrityBundle",
+    "IntegrityDecision",
+    "IntegrityOpenRow",
+    "IntegrityRevision",
+    "IntegrityRevisionRef",
+    "IntegrityShard",
+    "IntegrityShardRow",
     "IssuerKeyRow",
     "Receipt",
     "Revocation",
@@ -226,3 +236,191 @@ class AuditLog(Base):
     """JSON object (sorted keys)."""
 
     __table_args__ = (Index(None, "action", "id"),)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reward integrity (docs/spec.md §12). Revisions, their references, sealed shards and their rows,
+# bundles and decisions are immutable once written: the store never updates or deletes them and
+# the migration adds triggers that refuse an UPDATE or DELETE in the database itself
+# (IMMUTABLE_TABLES). Audits are the one mutable record: their state machine (queued, running,
+# done, failed, cancelled). Open rows are a boundary's capture before its seal, removed by it.
+
+RUN_ID_LENGTH = 200
+"""A training run's id (free text chosen by the trainer side)."""
+
+
+class IntegrityRevision(Base):
+    """A reward-system, retention-protocol or integrity-profile revision (R-I-1, R-I-4, R-I-7);
+    ``content`` is its scrubbed, normalized JSON (the id is its digest)."""
+
+    __tablename__ = "integrity_revisions"
+
+    revision_id: Mapped[str] = mapped_column(String(DIGEST_LENGTH), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str | None] = mapped_column(String(64))
+    builtin: Mapped[bool] = mapped_column(Boolean)
+    independent: Mapped[bool | None] = mapped_column(Boolean)
+    """Reward systems: the primary sentinel is independent of the optimizer (R-I-2)."""
+    content: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint("kind IN ('system', 'protocol', 'profile')", name="kind"),
+        Index(None, "kind", "created_at", "revision_id"),
+    )
+
+
+class IntegrityRevisionRef(Base):
+    """What a reward-system revision names (contract digests, implementation fingerprints), so
+    listings filter on an index instead of reading every document."""
+
+    __tablename__ = "integrity_revision_refs"
+
+    revision_id: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_revisions.revision_id"), primary_key=True
+    )
+    ref: Mapped[str] = mapped_column(String(16), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256), primary_key=True)
+
+    __table_args__ = (Index(None, "ref", "value"),)
+
+
+class IntegrityOpenRow(Base):
+    """One captured row of a boundary not sealed yet (R-I-3); removed when the boundary seals."""
+
+    __tablename__ = "integrity_open_rows"
+
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LENGTH), primary_key=True)
+    boundary: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    record_id: Mapped[str] = mapped_column(String(ID_LENGTH * 2), primary_key=True)
+    candidate: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    system_revision_id: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_revisions.revision_id")
+    )
+    protocol_revision_id: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_revisions.revision_id")
+    )
+    body: Mapped[str] = mapped_column(Text)
+    """The row's JSON (rewardseal.integrity.signals.SignalRow.to_json)."""
+    appended_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class IntegrityShard(Base):
+    """A sealed signal shard: the manifest of one boundary's retained rows (R-I-3)."""
+
+    __tablename__ = "integrity_shards"
+
+    shard_id: Mapped[str] = mapped_column(String(DIGEST_LENGTH), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LENGTH))
+    boundary: Mapped[int] = mapped_column(BigInteger)
+    system_revision_id: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_revisions.revision_id")
+    )
+    protocol_revision_id: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_revisions.revision_id")
+    )
+    captured: Mapped[int] = mapped_column(BigInteger)
+    exact: Mapped[bool] = mapped_column(Boolean)
+    core_rows: Mapped[int] = mapped_column(BigInteger)
+    diagnostic_rows: Mapped[int] = mapped_column(BigInteger)
+    manifest: Mapped[str] = mapped_column(Text)
+    """The manifest's JSON; its digest is ``shard_id``."""
+    sealed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (UniqueConstraint("run_id", "boundary"),)
+
+
+class IntegrityShardRow(Base):
+    """One retained row of a sealed shard, in manifest order."""
+
+    __tablename__ = "integrity_shard_rows"
+
+    shard_id: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_shards.shard_id"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    body: Mapped[str] = mapped_column(Text)
+    """The retained row's JSON (rewardseal.integrity.retention.RetainedRow.to_json)."""
+
+
+class IntegrityAudit(Base):
+    """An audit of one sealed shard under a profile, and where its run stands."""
+
+    __tablename__ = "integrity_audits"
+
+    audit_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(RUN_ID_LENGTH))
+    boundary: Mapped[int] = mapped_column(BigInteger)
+    shard_id: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_shards.shard_id")
+    )
+    system_revision_id: Mapped[str] = mapped_column(String(DIGEST_LENGTH))
+    protocol_revision_id: Mapped[str] = mapped_column(String(DIGEST_LENGTH))
+    profile_revision_id: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_revisions.revision_id")
+    )
+    state: Mapped[str] = mapped_column(String(16))
+    attempts: Mapped[int] = mapped_column(Integer)
+    error: Mapped[str] = mapped_column(Text)
+    claim: Mapped[str | None] = mapped_column(String(64))
+    """The runner holding the audit while it runs (a random token per claim)."""
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """A running audit whose lease has passed is taken up again (its runner died)."""
+    evidence_digest: Mapped[str | None] = mapped_column(String(DIGEST_LENGTH))
+    bundle_id: Mapped[str | None] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("integrity_bundles.bundle_id")
+    )
+    bundle_reused: Mapped[bool] = mapped_column(Boolean)
+    retry_of: Mapped[str | None] = mapped_column(String(ID_LENGTH))
+    retry_reason: Mapped[str] = mapped_column(Text)
+    cancel_reason: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        CheckConstraint(
+            "state IN ('queued', 'running', 'done', 'failed', 'cancelled')", name="state"
+        ),
+        Index(None, "state", "created_at", "audit_id"),
+        Index(None, "run_id", "created_at", "audit_id"),
+        Index(None, "created_at", "audit_id"),
+    )
+
+
+class IntegrityBundle(Base):
+    """A signed audit bundle (R-I-8): content-addressed, signed by the organization key."""
+
+    __tablename__ = "integrity_bundles"
+
+    bundle_id: Mapped[str] = mapped_column(String(DIGEST_LENGTH), primary_key=True)
+    evidence_digest: Mapped[str] = mapped_column(String(DIGEST_LENGTH), index=True)
+    envelope: Mapped[bytes] = mapped_column(LargeBinary)
+    """A serialized SignedEnvelope over the bundle's canonical JSON."""
+    signer_key_id: Mapped[str] = mapped_column(String(KEY_ID_LENGTH))
+    outcome: Mapped[str] = mapped_column(String(32))
+    issued_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class IntegrityDecision(Base):
+    """One entry of an audit's append-only decision history (R-I-8)."""
+
+    __tablename__ = "integrity_decisions"
+
+    audit_id: Mapped[str] = mapped_column(
+        String(ID_LENGTH), ForeignKey("integrity_audits.audit_id"), primary_key=True
+    )
+    sequence: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    body: Mapped[str] = mapped_column(Text)
+    """The entry's JSON (rewardseal.integrity.decisions.DecisionEntry.to_json)."""
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+IMMUTABLE_TABLES = (
+    IntegrityRevision.__tablename__,
+    IntegrityRevisionRef.__tablename__,
+    IntegrityShard.__tablename__,
+    IntegrityShardRow.__tablename__,
+    IntegrityBundle.__tablename__,
+    IntegrityDecision.__tablename__,
+)
+"""Tables whose rows are never updated or deleted (database triggers refuse it)."""

@@ -1,9 +1,10 @@
 """Assemble and run the control plane's ``grpc.aio`` server: auth with roles, health, reflection.
 
 The serving plumbing (message-size caps, health, reflection, graceful stop) is
-:mod:`rewardseal_server.serving`; what is the control plane's own is here: its service, the
-bearer check with roles, and the servicer's start (a fresh revocation list) and close (the watch
-streams).
+:mod:`rewardseal_server.serving`; what is the control plane's own is here: its two services
+(``ControlPlaneService`` and ``RewardIntegrityService``), the bearer check with roles, and the
+servicers' start (a fresh revocation list; the built-in integrity revisions and the audit
+runner) and close (the watch streams, the runner).
 """
 
 from __future__ import annotations
@@ -11,7 +12,13 @@ from __future__ import annotations
 import grpc
 
 from rewardseal.tls import ServerTls
-from rewardseal.v1 import control_service_pb2, control_service_pb2_grpc
+from rewardseal.v1 import (
+    control_service_pb2,
+    control_service_pb2_grpc,
+    integrity_pb2,
+    integrity_pb2_grpc,
+)
+from rewardseal_control.integrity_service import RewardIntegrityServicer
 from rewardseal_control.service import (
     ADMIN_ROLE,
     TRAINER_ROLE,
@@ -22,8 +29,16 @@ from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_server.serving import RunningServer, start_grpc_server
 
 SERVICE_NAME = control_service_pb2.DESCRIPTOR.services_by_name["ControlPlaneService"].full_name
+INTEGRITY_SERVICE_NAME = integrity_pb2.DESCRIPTOR.services_by_name[
+    "RewardIntegrityService"
+].full_name
+_SERVICES = (
+    control_service_pb2.DESCRIPTOR.services_by_name["ControlPlaneService"],
+    integrity_pb2.DESCRIPTOR.services_by_name["RewardIntegrityService"],
+)
 _EVERYONE = frozenset({ADMIN_ROLE, TRAINER_ROLE, WORKER_ROLE})
 _ADMIN_ONLY = frozenset({ADMIN_ROLE})
+_ADMIN_TRAINER = frozenset({ADMIN_ROLE, TRAINER_ROLE})
 ROLES_BY_METHOD: dict[str, frozenset[str]] = {
     # Contracts are immutable and digest-checked: registering one trusts nothing new.
     "RegisterContract": _EVERYONE,
@@ -46,19 +61,54 @@ ROLES_BY_METHOD: dict[str, frozenset[str]] = {
     # The index is for trainers and operators; a worker never needs to read it back.
     "ListReceipts": frozenset({ADMIN_ROLE, TRAINER_ROLE}),
     "GetReceiptSummary": frozenset({ADMIN_ROLE, TRAINER_ROLE}),
+    # RewardIntegrityService (docs/spec.md §12). What decides how a run is judged (revisions),
+    # overrides a decision (reviews) or re-runs one (retry, cancel) is the admin's. The trainer
+    # side resolves its binding, captures and seals its shards and starts the audit of each
+    # boundary (part 2 wires trainers to do exactly that), and reads everything back: it cannot
+    # change what a shard or an audit says once stored (immutable rows, sealed shards), nor the
+    # rules it is judged by. A worker has no part in integrity: none of it.
+    "ValidateRewardSystem": _ADMIN_TRAINER,
+    "CreateRewardSystem": _ADMIN_ONLY,
+    "GetRewardSystem": _ADMIN_TRAINER,
+    "ListRewardSystems": _ADMIN_TRAINER,
+    "ListRetentionProtocols": _ADMIN_TRAINER,
+    "GetRetentionProtocol": _ADMIN_TRAINER,
+    "CreateRetentionProtocol": _ADMIN_ONLY,
+    "ListIntegrityProfiles": _ADMIN_TRAINER,
+    "GetIntegrityProfile": _ADMIN_TRAINER,
+    "CreateIntegrityProfile": _ADMIN_ONLY,
+    "ResolveBinding": _ADMIN_TRAINER,
+    "AppendSignalRows": _ADMIN_TRAINER,
+    "SealSignalShard": _ADMIN_TRAINER,
+    "VerifySignalShard": _ADMIN_TRAINER,
+    "ListSignalShards": _ADMIN_TRAINER,
+    "StartAudit": _ADMIN_TRAINER,
+    "GetAudit": _ADMIN_TRAINER,
+    "ListAudits": _ADMIN_TRAINER,
+    "WatchAudit": _ADMIN_TRAINER,
+    "ListAuditSamples": _ADMIN_TRAINER,
+    "GetAuditMetrics": _ADMIN_TRAINER,
+    "CompareAudits": _ADMIN_TRAINER,
+    "VerifyAudit": _ADMIN_TRAINER,
+    "CancelAudit": _ADMIN_ONLY,
+    "RetryAudit": _ADMIN_ONLY,
+    "ReviewDecision": _ADMIN_ONLY,
+    "GetDecisionHistory": _ADMIN_TRAINER,
 }
-"""Which roles may call each RPC. Every method of the service is named, so a new RPC is refused
-to everyone until it is given its roles here (tests check the map covers the service)."""
+"""Which roles may call each RPC of both services (method names are unique across them). Every
+method is named, so a new RPC is refused to everyone until it is given its roles here (tests
+check the map covers the services)."""
 ADMIN_METHODS = tuple(name for name, roles in ROLES_BY_METHOD.items() if roles == _ADMIN_ONLY)
-"""RPCs that change who is trusted or what is certified: the admin credential only."""
+"""RPCs for the admin credential only: who is trusted, what is certified, and how reward
+integrity judges a run (revisions, reviews, retries, cancellations)."""
 
 
 def roles_by_method() -> dict[str, frozenset[str]]:
     """The interceptor's full method path -> allowed roles map; a method of the service missing
     from :data:`ROLES_BY_METHOD` (a new RPC) gets no role at all (fail closed)."""
-    service = control_service_pb2.DESCRIPTOR.services_by_name["ControlPlaneService"]
     return {
-        f"/{SERVICE_NAME}/{method.name}": ROLES_BY_METHOD.get(method.name, frozenset())
+        f"/{service.full_name}/{method.name}": ROLES_BY_METHOD.get(method.name, frozenset())
+        for service in _SERVICES
         for method in service.methods
     }
 
@@ -73,6 +123,7 @@ async def start_control_server(
     port: int = 0,
     reflection: bool = False,
     tls: ServerTls | None = None,
+    integrity: RewardIntegrityServicer | None = None,
 ) -> RunningServer:
     """Start serving ``servicer`` on ``host:port`` (0 picks a free port).
 
@@ -81,7 +132,8 @@ async def start_control_server(
     allows it (anything else answers PERMISSION_DENIED). The servicer is started once the port
     is bound; stopping the server closes it (watch streams never end on their own, so they are
     ended before the server stops and the stop need not wait for them). With ``tls`` it serves
-    TLS, or mutual TLS when ``tls`` names a client CA.
+    TLS, or mutual TLS when ``tls`` names a client CA. ``integrity`` serves
+    ``RewardIntegrityService`` (default: one over the servicer's store, key and clock).
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
@@ -96,18 +148,31 @@ async def start_control_server(
     interceptor = BearerAuthInterceptor(tokens, roles_by_method=roles_by_method())
     # The servicer names the role in the audit log; it asks the interceptor, never sees tokens.
     servicer.role_for = interceptor.role_for
+    if integrity is None:
+        integrity = RewardIntegrityServicer(servicer.store, servicer.key, clock=servicer.clock)
+    integrity.role_for = interceptor.role_for
+    integrity_servicer = integrity
 
     def add_servicers(server: grpc.aio.Server) -> None:
         control_service_pb2_grpc.add_ControlPlaneServiceServicer_to_server(servicer, server)
+        integrity_pb2_grpc.add_RewardIntegrityServiceServicer_to_server(integrity_servicer, server)
+
+    async def on_start() -> None:
+        await servicer.start()
+        await integrity_servicer.start()
+
+    async def on_stop() -> None:
+        await integrity_servicer.close()
+        await servicer.close()
 
     return await start_grpc_server(
         add_servicers=add_servicers,
-        service_names=(SERVICE_NAME,),
+        service_names=(SERVICE_NAME, INTEGRITY_SERVICE_NAME),
         interceptors=(interceptor,),
         host=host,
         port=port,
         reflection=reflection,
         tls=tls,
-        on_start=servicer.start,
-        on_stop=servicer.close,
+        on_start=on_start,
+        on_stop=on_stop,
     )

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -43,9 +43,11 @@ __all__ = [
     "RANK_METRICS",
     "CoreMetrics",
     "MetricColumns",
+    "SampleOutcome",
     "compute_metrics",
     "metric_columns",
     "metrics_from_columns",
+    "sample_outcome",
 ]
 
 RANK_METRICS: Final = ("spearman", "kendall")
@@ -93,6 +95,24 @@ def _optimizer_verdict(row: SignalRow, mapping: RewardMapping) -> tuple[float, b
         return math.nan, (False if mapping.failure_behavior == "reject" else None)
     normalized = (row.optimizer_mapped - mapping.center) / mapping.scale
     return normalized, row.optimizer_mapped >= mapping.threshold
+
+
+SampleOutcome = Literal["agreement", "optimizer_only", "sentinel_only", "error"]
+"""How one row's two verdicts relate (what an audit's samples are filtered by)."""
+
+
+def sample_outcome(row: SignalRow, mapping: RewardMapping) -> SampleOutcome:
+    """``agreement`` when both verdicts agree, ``optimizer_only`` when only the optimizer
+    accepts (the reward-hacking signal), ``sentinel_only`` the reverse, and ``error`` when one
+    side has no verdict: the same reading of a row the rates above are built from."""
+    _, accepted = _optimizer_verdict(row, mapping)
+    observation = row.sentinel
+    if observation is None or observation.outcome == "error" or accepted is None:
+        return "error"
+    sentinel_accepts = observation.outcome == "accepted"
+    if accepted == sentinel_accepts:
+        return "agreement"
+    return "optimizer_only" if accepted else "sentinel_only"
 
 
 def metric_columns(rows: Sequence[SignalRow], mapping: RewardMapping) -> MetricColumns:

@@ -2,7 +2,9 @@
 
 It opens the database (migrating it first, or checking that it is current), owns the engine
 and hands each aggregate the same engine: ``store.contracts``, ``store.keys``,
-``store.certificates``, ``store.revocations``, ``store.receipts``. The service, the app and
+``store.certificates``, ``store.revocations``, ``store.receipts``, and for reward integrity
+``store.integrity_revisions``, ``store.integrity_shards``, ``store.integrity_audits`` and
+``store.integrity_decisions``. The service, the app and
 the tests hold one ControlStore and reach the aggregate they mean by name, so a call reads as
 what it touches (``store.revocations.revoke(...)``).
 """
@@ -17,6 +19,10 @@ from rewardseal.errors import Unavailable
 from rewardseal_control import db
 from rewardseal_control.store.certificates import CertificateStore
 from rewardseal_control.store.contracts import ContractStore
+from rewardseal_control.store.integrity_audits import IntegrityAuditStore
+from rewardseal_control.store.integrity_decisions import IntegrityDecisionStore
+from rewardseal_control.store.integrity_revisions import IntegrityRevisionStore
+from rewardseal_control.store.integrity_shards import SignalShardStore
 from rewardseal_control.store.keys import IssuerKeyStore
 from rewardseal_control.store.receipts import ReceiptIndex
 from rewardseal_control.store.revocations import RevocationStore
@@ -56,6 +62,11 @@ class ControlStore:
         self.certificates: Final = CertificateStore(self._db)
         self.revocations: Final = RevocationStore(self._db)
         self.receipts: Final = ReceiptIndex(self._db)
+        # Reward integrity (docs/spec.md §12).
+        self.integrity_revisions: Final = IntegrityRevisionStore(self._db)
+        self.integrity_shards: Final = SignalShardStore(self._db, self.integrity_revisions)
+        self.integrity_audits: Final = IntegrityAuditStore(self._db, self.integrity_revisions)
+        self.integrity_decisions: Final = IntegrityDecisionStore(self._db)
 
     def _check_schema(self) -> None:
         from alembic.runtime.migration import MigrationContext

@@ -33,6 +33,7 @@ __all__ = [
     "Page",
     "Listing",
     "fingerprint",
+    "offset_page",
 ]
 
 _T = TypeVar("_T")
@@ -103,6 +104,19 @@ class Listing:
         last = rows[-1]
         key = [last._mapping[column] for column in self.order]
         return rows, _encode_token(self.kind, query, key)
+
+
+def offset_page(
+    items: Sequence[_T], *, kind: str, query: str, page_size: int, page_token: str
+) -> Page[_T]:
+    """One page of a listing computed in memory (filtered rows of one stored document, such as
+    an audit's samples), with the same opaque, listing-bound tokens as :class:`Listing`."""
+    limit = _page_size(page_size)
+    after = _decode_token(page_token, kind, query, (int,))
+    start = 0 if after is None else int(after[0])
+    end = start + limit
+    token = _encode_token(kind, query, [end]) if end < len(items) else ""
+    return Page(list(items[start:end]), token)
 
 
 def _page_size(page_size: int) -> int:

@@ -18,6 +18,14 @@ from rewardseal_control.models import (
     Base,
     Certificate,
     Contract,
+    IntegrityAudit,
+    IntegrityBundle,
+    IntegrityDecision,
+    IntegrityOpenRow,
+    IntegrityRevision,
+    IntegrityRevisionRef,
+    IntegrityShard,
+    IntegrityShardRow,
     IssuerKeyRow,
     Receipt,
     Revocation,
@@ -30,6 +38,14 @@ __all__ = [
     "certificates",
     "contracts",
     "heads",
+    "integrity_audits",
+    "integrity_bundles",
+    "integrity_decisions",
+    "integrity_open_rows",
+    "integrity_revision_refs",
+    "integrity_revisions",
+    "integrity_shard_rows",
+    "integrity_shards",
     "keys",
     "receipts",
     "revocations",
@@ -46,3 +62,11 @@ revocations: Table = _tables[Revocation.__tablename__]
 heads: Table = _tables[RevocationListHead.__tablename__]
 receipts: Table = _tables[Receipt.__tablename__]
 audit: Table = _tables[AuditLog.__tablename__]
+integrity_revisions: Table = _tables[IntegrityRevision.__tablename__]
+integrity_revision_refs: Table = _tables[IntegrityRevisionRef.__tablename__]
+integrity_open_rows: Table = _tables[IntegrityOpenRow.__tablename__]
+integrity_shards: Table = _tables[IntegrityShard.__tablename__]
+integrity_shard_rows: Table = _tables[IntegrityShardRow.__tablename__]
+integrity_audits: Table = _tables[IntegrityAudit.__tablename__]
+integrity_bundles: Table = _tables[IntegrityBundle.__tablename__]
+integrity_decisions: Table = _tables[IntegrityDecision.__tablename__]
