@@ -1703,7 +1703,7 @@ class ListAuditsResponse(_message.Message):
     next_page_token: _builtins.str
     @_builtins.property
     def audits(self) -> _containers.RepeatedCompositeFieldContainer[Global___Audit]:
-        """Newest first."""
+        """In the order they were started."""
 
     def __init__(
         self,
