@@ -13,38 +13,23 @@ could mint a second certificate or a second revocation-list version, or write th
 twice. ``WatchRevocations`` is a stream the caller reopens with the version it holds.
 
 Request building, the retry rule, the paging rule and answer checking live once in
-:mod:`rewardseal.control_protocol`, so the two transports cannot drift apart (as
-:mod:`rewardseal.client` shares its ``_Protocol``). The control plane keeps no audit-log
-RPC, so there is no listing for it here.
+:mod:`rewardseal.control_protocol`, and the call, listing and stream loops once in
+:mod:`rewardseal.control_transport`, so the two transports cannot drift apart (as
+:mod:`rewardseal.client` shares its ``_Protocol``). The control plane keeps no audit-log RPC,
+so there is no listing for it here. ``RewardIntegrityService`` has its own clients on the same
+parts: :mod:`rewardseal.integrity_client`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import (
-    AsyncGenerator,
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Generator,
-    Iterable,
-    Iterator,
-)
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable, Iterator
 
-import grpc
-
-from rewardseal.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SECONDS, message_size_options
 from rewardseal.control_protocol import (
     ControlProtocol,
-    Listing,
     ReceiptQuery,
     issue_certificate_request,
 )
-from rewardseal.rpc_status import from_rpc_error
-from rewardseal.tls import ClientTls, aio_channel
-from rewardseal.tls import channel as tls_channel
+from rewardseal.control_transport import AsyncTransport, BlockingTransport
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
@@ -59,72 +44,18 @@ __all__ = [
     "issue_certificate_request",
 ]
 
-_Item = TypeVar("_Item")
-
 _ANY_ROLE = IssuerKeyRole.ISSUER_KEY_ROLE_UNSPECIFIED
 
 
-class ControlClient:
+class ControlClient(BlockingTransport[ControlProtocol]):
     """Blocking client for ``ControlPlaneService``.
 
     Listings are generators that fetch page after page as they are read (``contracts``,
     ``issuer_keys``, ``certificates``, ``receipts``); ``list_*`` collects one into a list.
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        token: str,
-        timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        retries: int = DEFAULT_RETRIES,
-        page_size: int = 0,
-        max_pages: int | None = None,
-        channel: grpc.Channel | None = None,
-        tls: ClientTls | None = None,
-    ) -> None:
-        """``timeout``: the deadline of each call, in seconds; ``retries``: at most this many
-        resends of an idempotent call answered UNAVAILABLE; ``page_size``: items asked for per
-        page (0: control's default, 50; it sends at most 500); ``max_pages``: stop a listing
-        after this many pages (None: read to the end); ``tls`` makes the channel TLS; a ready
-        ``channel`` is used as given, so the two cannot be combined."""
-        self._protocol = ControlProtocol(
-            token, timeout, retries, page_size, max_pages, channel, tls
-        )
-        self._channel = channel or tls_channel(target, tls, message_size_options())
-        self._stub = ControlPlaneServiceStub(self._channel)
-
-    def __enter__(self) -> ControlClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Close the channel."""
-        self._channel.close()
-
-    def _call(self, rpc: str, request: Any) -> Any:
-        attempt = 0
-        while True:
-            try:
-                method = getattr(self._stub, rpc)
-                return method(
-                    request, timeout=self._protocol.timeout, metadata=self._protocol.metadata
-                )
-            except grpc.RpcError as exc:
-                delay = self._protocol.retry_delay(rpc, exc, attempt)
-                if delay is None:
-                    raise from_rpc_error(exc) from None
-                time.sleep(delay)
-                attempt += 1
-
-    def _read(self, listing: Listing[_Item]) -> Iterator[_Item]:
-        request = listing.request
-        while request is not None:
-            page = self._call(listing.rpc, request)
-            yield from listing.items(page)
-            request = listing.after(page)
+    STUB = ControlPlaneServiceStub
+    RULES = ControlProtocol
 
     # --- Contracts ---
 
@@ -231,14 +162,8 @@ class ControlClient:
         the caller stops reading. It is not retried; reopen it with the version held.
         """
         request = pb.WatchRevocationsRequest(known_version=known_version)
-        call = self._stub.WatchRevocations(request, metadata=self._protocol.metadata)
-        try:
-            for message in call:
-                yield message.revocation_list
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        finally:
-            call.cancel()  # a no-op once the stream ended; stops it when we stopped reading
+        for message in self._stream("WatchRevocations", request):
+            yield message.revocation_list
 
     # --- The receipt index (R-C-5) ---
 
@@ -269,64 +194,15 @@ class ControlClient:
         return answer
 
 
-class AsyncControlClient:
+class AsyncControlClient(AsyncTransport[ControlProtocol]):
     """asyncio client for ``ControlPlaneService``; see :class:`ControlClient`.
 
     Listings are async iterators that fetch page after page as they are read; ``list_*``
     collects one into a list.
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        token: str,
-        timeout: float = DEFAULT_TIMEOUT_SECONDS,
-        retries: int = DEFAULT_RETRIES,
-        page_size: int = 0,
-        max_pages: int | None = None,
-        channel: grpc.aio.Channel | None = None,
-        tls: ClientTls | None = None,
-    ) -> None:
-        """The settings of :class:`ControlClient`; ``channel`` is an asyncio channel."""
-        self._protocol = ControlProtocol(
-            token, timeout, retries, page_size, max_pages, channel, tls
-        )
-        self._channel = channel or aio_channel(target, tls, message_size_options())
-        self._stub = ControlPlaneServiceStub(self._channel)
-
-    async def __aenter__(self) -> AsyncControlClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the channel."""
-        await self._channel.close()
-
-    async def _call(self, rpc: str, request: Any) -> Any:
-        attempt = 0
-        while True:
-            try:
-                method: Callable[..., Awaitable[Any]] = getattr(self._stub, rpc)
-                return await method(
-                    request, timeout=self._protocol.timeout, metadata=self._protocol.metadata
-                )
-            except grpc.RpcError as exc:
-                delay = self._protocol.retry_delay(rpc, exc, attempt)
-                if delay is None:
-                    raise from_rpc_error(exc) from None
-                await asyncio.sleep(delay)
-                attempt += 1
-
-    async def _read(self, listing: Listing[_Item]) -> AsyncIterator[_Item]:
-        request = listing.request
-        while request is not None:
-            page = await self._call(listing.rpc, request)
-            for item in listing.items(page):
-                yield item
-            request = listing.after(page)
+    STUB = ControlPlaneServiceStub
+    RULES = ControlProtocol
 
     # --- Contracts ---
 
@@ -431,14 +307,8 @@ class AsyncControlClient:
         """Each signed revocation list newer than ``known_version``; see
         :meth:`ControlClient.watch_revocations`."""
         request = pb.WatchRevocationsRequest(known_version=known_version)
-        call = self._stub.WatchRevocations(request, metadata=self._protocol.metadata)
-        try:
-            async for message in call:
-                yield message.revocation_list
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
-        finally:
-            call.cancel()  # a no-op once the stream ended; stops it when we stopped reading
+        async for message in self._stream("WatchRevocations", request):
+            yield message.revocation_list
 
     # --- The receipt index (R-C-5) ---
 

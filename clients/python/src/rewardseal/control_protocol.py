@@ -1,7 +1,10 @@
-"""What the control plane's two clients share (:mod:`rewardseal.control_client`).
+"""What the control plane's clients share (:mod:`rewardseal.control_client`,
+:mod:`rewardseal.integrity_client`).
 
 The retry rule, the paging rule, request building and answer checking live here once, so the
 blocking and the asyncio client cannot drift apart; each client only moves messages.
+:class:`CallRules` is what every service's clients share; :class:`ControlProtocol` adds
+``ControlPlaneService``'s requests and its idempotent RPCs.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import grpc
 
@@ -64,27 +67,11 @@ class Listing(Generic[_Item]):
         return self.request
 
 
-class ControlProtocol:
-    """Credentials, deadlines, the retry rule, requests and answer checks for both clients."""
+class CallRules:
+    """Credentials, deadlines, the retry rule and the paging rule of one service's clients."""
 
-    IDEMPOTENT = frozenset(
-        {
-            "RegisterContract",
-            "GetContract",
-            "ListContracts",
-            "ListIssuerKeys",
-            "GetCertificate",
-            "ListCertificates",
-            "GetRevocationList",
-            "RecordReceipts",
-            "ListReceipts",
-            "GetReceiptSummary",
-        }
-    )
-    """The RPCs a resend cannot do twice: the reads, ``RegisterContract`` (a repeat answers
-    ``created=False``) and ``RecordReceipts`` (idempotent by receipt id). A resent
-    ``IssueCertificate`` could mint a second certificate, a resent ``RevokeCertificate`` a
-    second revocation-list version; key registration and retirement write the audit log."""
+    IDEMPOTENT: ClassVar[frozenset[str]] = frozenset()
+    """The RPCs a resend on UNAVAILABLE cannot do twice (each service names its own)."""
 
     def __init__(
         self,
@@ -127,6 +114,29 @@ class ControlProtocol:
         """A listing of ``rpc`` from its first page (``page_size`` None: the client's)."""
         request.page_size = self.page_size if page_size is None else page_size
         return Listing(rpc, request, items, self.max_pages)
+
+
+class ControlProtocol(CallRules):
+    """``ControlPlaneService``'s requests, idempotent RPCs and answer checks for both clients."""
+
+    IDEMPOTENT = frozenset(
+        {
+            "RegisterContract",
+            "GetContract",
+            "ListContracts",
+            "ListIssuerKeys",
+            "GetCertificate",
+            "ListCertificates",
+            "GetRevocationList",
+            "RecordReceipts",
+            "ListReceipts",
+            "GetReceiptSummary",
+        }
+    )
+    """The RPCs a resend cannot do twice: the reads, ``RegisterContract`` (a repeat answers
+    ``created=False``) and ``RecordReceipts`` (idempotent by receipt id). A resent
+    ``IssueCertificate`` could mint a second certificate, a resent ``RevokeCertificate`` a
+    second revocation-list version; key registration and retirement write the audit log."""
 
     def contracts(self, page_size: int | None) -> Listing[pb.RegisteredContract]:
         """Every registered contract."""
