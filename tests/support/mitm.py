@@ -102,6 +102,9 @@ class MitmServicer(pb_grpc.RewardWorkerServiceServicer):
     async def BeginEpisode(self, request: Any, context: Context) -> Any:  # noqa: N802
         return await self._forward("BeginEpisode", request, context)
 
+    async def BeginEpisodes(self, request: Any, context: Context) -> Any:  # noqa: N802
+        return await self._forward("BeginEpisodes", request, context)
+
     async def ScoreEpisode(self, request: Any, context: Context) -> Any:  # noqa: N802
         return await self._forward("ScoreEpisode", request, context)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from rewardseal.trainers.trl import (
     UNSCORED_SHARE_METRIC,
     CertifiedRewardFunction,
 )
+from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_kit.extradup import CONTROL, mockmed_write_spec, scripted_completion
 from rewardseal_kit.mockmed import IDENTITY_KEY
@@ -439,3 +440,75 @@ async def test_actor_with_a_wrong_worker_token_raises_instead_of_filling(
         finally:
             await wrong.close()
     assert count_encounters(stack.database, patient_id="patient-trl-bad-token") == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Actor mode begins the whole batch in one BeginEpisodes call
+# --------------------------------------------------------------------------------------------
+
+
+class CountCalls(grpc.UnaryUnaryClientInterceptor):
+    """Counts the unary calls a client makes, by method."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], details: Any, request: Any
+    ) -> Any:
+        self.calls[details.method.rsplit("/", 1)[-1]] += 1
+        return continuation(details, request)
+
+
+@dataclass
+class RowActor:
+    """Opens every completion under the row's own patient (no sandbox), and writes the honest
+    triage for it: completions of one row then compete for one identity (R-W-3)."""
+
+    database: Path
+    acted: list[str] = field(default_factory=list)
+
+    def identity_for(self, row_identity: Mapping[str, str], episode_id: str) -> dict[str, str]:
+        return dict(row_identity)
+
+    def act(
+        self,
+        completion: str,
+        identity: Mapping[str, str],
+        row_identity: Mapping[str, str],
+        episode_id: str,
+    ) -> RuntimeSignal.ValueType:
+        self.acted.append(episode_id)
+        write_triage(self.database, identity[IDENTITY_KEY])
+        return RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_actor_mode_begins_the_batch_at_once_and_a_refused_begin_is_its_sample_alone(
+    kind: str, stack: RunningStack
+) -> None:
+    counter = CountCalls()
+    channel = grpc.intercept_channel(grpc.insecure_channel(stack.target), counter)
+    with WorkerClient(
+        stack.target, token=stack.token, trust=stack.trust, channel=channel
+    ) as client:
+        actor = RowActor(stack.database)
+        function = reward_function(stack, client, 2, actor=actor)
+        patients = [f"patient-trl-row-{kind}-1", f"patient-trl-row-{kind}-2"]
+        rewards = await call(
+            kind,
+            function,
+            stack,
+            completions=["done"] * 4,
+            oracle_identity=[{IDENTITY_KEY: p} for p in patients for _ in range(2)],
+        )
+    columns = function.metadata_columns()
+    # The first completion of each row opened its episode; its group-mate met a busy identity,
+    # was never acted on, and is filled with its group's mean rather than paid 0 (R-T-1).
+    assert columns["reward_error"] == ["", "identity_busy"] * 2
+    assert columns["reward_outcome"] == ["VERIFIED", "ERROR"] * 2
+    assert rewards == [1.0, 1.0, 1.0, 1.0]
+    ids = columns["reward_episode_id"]
+    assert sorted(actor.acted) == sorted([ids[0], ids[2]])
+    if kind == "sync":
+        assert counter.calls == {"BeginEpisodes": 1, "ScoreEpisodes": 1}

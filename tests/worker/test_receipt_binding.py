@@ -18,7 +18,7 @@ from support.mockmed_episodes import descriptor
 from worker.conftest import RunningStack
 from worker.test_client import KINDS, Either, grader_args, make_client, play
 
-from rewardseal.client import VerifiedReceipt
+from rewardseal.client import VerifiedReceipt, make_begin
 from rewardseal.errors import DuplicateEpisode, ReceiptMismatch, SignatureError
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
@@ -269,6 +269,77 @@ async def test_stream_answer_for_no_descriptor_is_refused(
     mitm.tamper.stream = lambda answers: [*answers, answers[0]]
     with pytest.raises(ReceiptMismatch, match="no descriptor"):
         await client.stream([descriptor(stack.digest, "episode.bind.extra.0")])
+
+
+def begins(stack: RunningStack, ids: list[str]) -> list[pb.BeginEpisodeRequest]:
+    return [make_begin(e, stack.digest, {"patient_id": f"patient-{e}"}) for e in ids]
+
+
+async def test_swapped_begin_answers_are_refused(
+    stack: RunningStack, mitm: Mitm, client: Either
+) -> None:
+    def swap(method: str, request: Any, answer: Any) -> Any:
+        if method == "BeginEpisodes":
+            first = pb.BeginResult()
+            first.CopyFrom(answer.results[0])
+            answer.results[0].CopyFrom(answer.results[1])
+            answer.results[1].CopyFrom(first)
+        return answer
+
+    ids = ["episode.bind.begin.0", "episode.bind.begin.1", "episode.bind.begin.2"]
+    mitm.tamper.answer = swap
+    got = await client.call("begin_many", begins(stack, ids))
+    assert_mismatch(got[0], "episode_id", ids[0], ids[1])
+    assert_mismatch(got[1], "episode_id", ids[1], ids[0])
+    assert isinstance(got[2], pb.BeginEpisodeResponse)
+    assert got[2].episode_id == ids[2]
+
+
+async def test_begin_answers_moved_under_honest_echoes_are_refused(
+    stack: RunningStack, mitm: Mitm, client: Either
+) -> None:
+    def swap_registrations(method: str, request: Any, answer: Any) -> Any:
+        if method == "BeginEpisodes":
+            first = pb.BeginEpisodeResponse()
+            first.CopyFrom(answer.results[0].begun)
+            answer.results[0].begun.CopyFrom(answer.results[1].begun)
+            answer.results[1].begun.CopyFrom(first)
+        return answer
+
+    ids = ["episode.bind.begecho.0", "episode.bind.begecho.1"]
+    mitm.tamper.answer = swap_registrations
+    got = await client.call("begin_many", begins(stack, ids))
+    assert_mismatch(got[0], "episode_id", ids[0], ids[1])
+    assert_mismatch(got[1], "episode_id", ids[1], ids[0])
+
+
+async def test_begin_answer_missing_an_entry_is_refused(
+    stack: RunningStack, mitm: Mitm, client: Either
+) -> None:
+    def drop_last(method: str, request: Any, answer: Any) -> Any:
+        if method == "BeginEpisodes":
+            del answer.results[-1]
+        return answer
+
+    mitm.tamper.answer = drop_last
+    with pytest.raises(ReceiptMismatch) as caught:
+        await client.call("begin_many", begins(stack, ["episode.bind.begshort.0"]))
+    assert caught.value.metadata["field"] == "result count"
+
+
+async def test_stream_answers_of_the_other_kind_are_refused(
+    stack: RunningStack, mitm: Mitm, client: Either
+) -> None:
+    await play(stack, client, "episode.bind.kind.0", write=True)
+    mitm.tamper.stream = lambda answers: list(reversed(answers))
+    items = [
+        *begins(stack, ["episode.bind.kind.1"]),
+        descriptor(stack.digest, "episode.bind.kind.0"),
+    ]
+    got = await client.stream(items)
+    assert len(got) == 2
+    assert_mismatch(got[0], "stream answer", "begin", "result")
+    assert_mismatch(got[1], "stream answer", "result", "begin")
 
 
 # --------------------------------------------------------------------------------------------

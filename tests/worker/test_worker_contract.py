@@ -85,6 +85,7 @@ async def test_health_reports_key_contract_tier_and_certificate(stack: RunningSt
 
 AUTHED_CALLS = [
     ("BeginEpisode", pb.BeginEpisodeRequest()),
+    ("BeginEpisodes", pb.BeginEpisodesRequest()),
     ("ScoreEpisode", pb.ScoreEpisodeRequest()),
     ("ScoreEpisodes", pb.ScoreEpisodesRequest()),
     ("GetReceipt", pb.GetReceiptRequest(receipt_id="rcpt.00000000")),

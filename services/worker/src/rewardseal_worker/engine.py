@@ -22,7 +22,7 @@ from google.protobuf import json_format
 
 from rewardseal.accepting import CertificateInUse
 from rewardseal.certificates import certificate_state
-from rewardseal.clock import timestamp, utc_now
+from rewardseal.clock import utc_now
 from rewardseal.digest import canonical_json, digest_bytes
 from rewardseal.errors import (
     ContractMismatch,
@@ -58,11 +58,12 @@ from rewardseal.validation import (
     validate_id,
 )
 from rewardseal_worker.batching import MicroBatcher
+from rewardseal_worker.begins import BeginJob, BeginOutcome, begin_batch, repeat_of_earlier
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
 from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP
-from rewardseal_worker.store import BeginItem, ReceiptToCommit, WorkerStore
+from rewardseal_worker.store import ReceiptToCommit, WorkerStore
 
 _log = logging.getLogger(__name__)
 
@@ -122,12 +123,6 @@ class _Checked:
     baseline: list[Record] | None
 
 
-@dataclass(frozen=True)
-class _BeginJob:
-    episode_id: str
-    identity: Identity
-
-
 class Scorer:
     """Scores episodes against one contract bundle with one signing key and one store."""
 
@@ -167,62 +162,56 @@ class Scorer:
         self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = MicroBatcher(
             self.score_jobs_sync, max_batch=max_batch, slots=asyncio.Semaphore(1), name="scoring"
         )
-        self._begins: MicroBatcher[_BeginJob, BeginEpisodeResponse] = MicroBatcher(
+        self._begins: MicroBatcher[BeginJob, BeginEpisodeResponse] = MicroBatcher(
             self._begin_batch, max_batch=max_batch, slots=asyncio.Semaphore(1), name="begin"
         )
 
-    # --- BeginEpisode (R-W-1, R-W-3) ---
+    # --- BeginEpisode (R-W-1, R-W-3; the batch itself is rewardseal_worker.begins) ---
 
     async def begin(self, request: BeginEpisodeRequest) -> BeginEpisodeResponse:
         """Record the baseline read for the identity before the rollout."""
+        return await self._begins.submit(self.begin_job(request))
+
+    async def begin_many(self, requests: Sequence[BeginEpisodeRequest]) -> list[BeginOutcome]:
+        """Begin a batch in one worker thread and ONE store transaction; one outcome per
+        request, in order.
+
+        A request refused by its checks or by the store, or repeating an earlier request's
+        episode id, is refused alone. A store failure fails the whole call and stores nothing.
+        """
+        outcomes: dict[int, BeginOutcome] = {}
+        jobs: dict[int, BeginJob] = {}
+        seen: set[str] = set()
+        for index, request in enumerate(requests):
+            try:
+                repeat = repeat_of_earlier(request.episode_id, seen)
+                if repeat is not None:
+                    raise repeat
+                jobs[index] = self.begin_job(request)
+            except RewardSealError as exc:
+                outcomes[index] = exc
+        if jobs:
+            async with self._slots:
+                begun = await asyncio.to_thread(self._begin_batch, list(jobs.values()))
+            outcomes.update(zip(jobs, begun, strict=True))
+        return [outcomes[index] for index in range(len(requests))]
+
+    def begin_job(self, request: BeginEpisodeRequest) -> BeginJob:
+        """``request`` checked without a read: its id, contract and identity (R-W-2)."""
         validate_id(request.episode_id, "episode_id", error=InvalidEpisode)
         self._check_contract_digest(request.reward_contract_digest)
         identity = self._check_identity_keys(dict(request.oracle_identity), "oracle_identity")
-        return await self._begins.submit(_BeginJob(request.episode_id, identity))
+        return BeginJob(request.episode_id, identity)
 
-    def _begin_batch(
-        self, jobs: Sequence[_BeginJob]
-    ) -> list[BeginEpisodeResponse | RewardSealError]:
-        known = self.store.lookup(self.bundle.contract_digest, [j.episode_id for j in jobs])
-        begun_at = self.clock()
-        stamp = timestamp(begun_at, "begun_at")
-        items: list[BeginItem] = []
-        answers: list[BeginEpisodeResponse | RewardSealError] = []
-        fresh = [job for job in jobs if job.episode_id not in known.receipts]
-        reads = iter(self.reader.read_many([job.identity for job in fresh]))
-        for job in jobs:
-            if job.episode_id in known.receipts:
-                answers.append(_duplicate(job.episode_id, known.receipts[job.episode_id]))
-                continue
-            read = next(reads)
-            baseline: list[Record] | None = None
-            if isinstance(read, OracleUnavailable):
-                # No baseline: the episode will be RECONCILIATION_REQUIRED, never paid 0.
-                _log.warning("baseline read failed for episode %s: %s", job.episode_id, read)
-            else:
-                baseline = read
-            items.append(
-                BeginItem(
-                    contract_digest=self.bundle.contract_digest,
-                    episode_id=job.episode_id,
-                    identity=job.identity,
-                    baseline=baseline,
-                    begun_at=begun_at,
-                    ttl_seconds=self.episode_ttl_seconds,
-                )
-            )
-            answers.append(
-                BeginEpisodeResponse(
-                    episode_id=job.episode_id,
-                    begun_at=stamp,
-                    baseline_recorded=baseline is not None,
-                )
-            )
-        errors = iter(self.store.begin_episodes(items))
-        return [
-            answer if isinstance(answer, RewardSealError) else (next(errors) or answer)
-            for answer in answers
-        ]
+    def _begin_batch(self, jobs: Sequence[BeginJob]) -> list[BeginOutcome]:
+        return begin_batch(
+            jobs,
+            contract_digest=self.bundle.contract_digest,
+            store=self.store,
+            reader=self.reader,
+            begun_at=self.clock(),
+            ttl_seconds=self.episode_ttl_seconds,
+        )
 
     # --- Scoring ---
 

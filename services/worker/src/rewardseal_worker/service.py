@@ -23,12 +23,13 @@ from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
 from rewardseal.validation import parse_strict
 from rewardseal_worker import __version__
+from rewardseal_worker.begins import BeginOutcome
 from rewardseal_worker.engine import ScoreJob, ScoreOutcome, Scorer
 
 _log = logging.getLogger(__name__)
 
 MAX_BATCH = 1024
-"""The most descriptors one ScoreEpisodes call may carry."""
+"""The most descriptors one ScoreEpisodes call, or items one BeginEpisodes call, may carry."""
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -37,6 +38,12 @@ def _result(episode_id: str, outcome: ScoreOutcome) -> pb.EpisodeResult:
     if isinstance(outcome, RewardSealError):
         return pb.EpisodeResult(episode_id=episode_id, error=to_episode_error(outcome))
     return pb.EpisodeResult(episode_id=episode_id, envelope=outcome)
+
+
+def _begin_result(episode_id: str, outcome: BeginOutcome) -> pb.BeginResult:
+    if isinstance(outcome, RewardSealError):
+        return pb.BeginResult(episode_id=episode_id, error=to_episode_error(outcome))
+    return pb.BeginResult(episode_id=episode_id, begun=outcome)
 
 
 def descriptor_from_item(item: Mapping[str, Any]) -> EpisodeDescriptor:
@@ -79,6 +86,20 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
         return await self.scorer.begin(request)
 
     @maps_errors
+    async def BeginEpisodes(  # noqa: N802
+        self, request: pb.BeginEpisodesRequest, context: Context
+    ) -> pb.BeginEpisodesResponse:
+        if len(request.items) > MAX_BATCH:
+            raise ValidationError(f"at most {MAX_BATCH} items per call")
+        outcomes = await self.scorer.begin_many(request.items)
+        return pb.BeginEpisodesResponse(
+            results=[
+                _begin_result(item.episode_id, outcome)
+                for item, outcome in zip(request.items, outcomes, strict=True)
+            ]
+        )
+
+    @maps_errors
     async def ScoreEpisode(  # noqa: N802
         self, request: pb.ScoreEpisodeRequest, context: Context
     ) -> pb.ScoreEpisodeResponse:
@@ -102,15 +123,29 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
     async def StreamEpisodes(  # noqa: N802
         self, request_iterator: AsyncIterator[pb.StreamEpisodesRequest], context: Context
     ) -> AsyncIterator[pb.StreamEpisodesResponse]:
-        # Each descriptor goes through the same batcher as unary calls, so a pipelining trainer
-        # still gets group commits; answers keep the order of the requests.
+        # Each request goes through the same batchers as unary calls, so a pipelining trainer
+        # still gets group commits. One request is answered before the next is taken: answers
+        # keep the order of the requests, and a begin is stored before a later descriptor of
+        # the same episode is scored.
         async for request in request_iterator:
+            if request.WhichOneof("request") == "begin":
+                yield pb.StreamEpisodesResponse(begin=await self._stream_begin(request.begin))
+                continue
+            # A request with neither set is an empty descriptor: refused as one.
             descriptor = request.descriptor
             try:
                 outcome: ScoreOutcome = await self.scorer.score(ScoreJob(descriptor))
             except RewardSealError as exc:
                 outcome = exc
             yield pb.StreamEpisodesResponse(result=_result(descriptor.episode_id, outcome))
+
+    async def _stream_begin(self, request: pb.BeginEpisodeRequest) -> pb.BeginResult:
+        outcome: BeginOutcome
+        try:
+            outcome = await self.scorer.begin(request)
+        except RewardSealError as exc:
+            outcome = exc
+        return _begin_result(request.episode_id, outcome)
 
     @maps_errors
     async def GetReceipt(  # noqa: N802

@@ -1,12 +1,12 @@
 """Episode actors: carry out a policy's completion against a system of record (docs/spec.md §11).
 
 A trainer adapter with an actor runs the whole rollout for each completion: it mints an episode
-id, asks the actor for the completion's oracle identity, opens the episode (BeginEpisode records
-the baseline read), lets the actor execute the completion, and scores the batch.
+id, asks the actor for the completion's oracle identity, opens the episodes (one BeginEpisodes
+call records every baseline read), lets the actor execute each completion, and scores the batch.
 
 Why an identity per completion: TRL copies a dataset row to every member of its group, and the
 worker allows one open episode per identity (R-W-3). If every completion of a group wrote for the
-row's own patient, the second BeginEpisode would be refused (``identity_busy``) and, worse, two
+row's own patient, the second begin would be refused (``identity_busy``) and, worse, two
 completions' rows would be indistinguishable. So each completion gets its own sandbox patient,
 derived from the row's patient and the episode id.
 

@@ -29,9 +29,9 @@ it (R-T-1). Only a group with no scored member returns None throughout.
 Two ways to run an episode:
 
 * with an ``actor`` (:mod:`rewardseal.trainers.actors`), this function runs the rollout: it
-  mints one episode id per completion (R-T-4), opens each episode under the actor's
-  per-completion identity, lets the actor execute the completion, then scores the batch in one
-  ``ScoreEpisodes`` call (chunked only above ``max_batch``);
+  mints one episode id per completion (R-T-4), opens every episode under the actor's
+  per-completion identity in one ``BeginEpisodes`` call, lets the actor execute each completion,
+  then scores the batch in one ``ScoreEpisodes`` call (chunked only above ``max_batch``);
 * without one, the rollout already began and acted; the dataset must carry an ``episode_id``
   column with a distinct value per completion, and the batch is only scored.
 
@@ -53,7 +53,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rewardseal.client import AsyncWorkerClient, ReceiptOrError, WorkerClient, make_descriptor
+from rewardseal.client import (
+    AsyncWorkerClient,
+    BeginOrError,
+    ReceiptOrError,
+    WorkerClient,
+    make_begin,
+    make_descriptor,
+)
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.signing import TrustSet
 from rewardseal.tls import ClientTls
@@ -70,6 +77,7 @@ from rewardseal.trainers.groups import (
     sample_results,
     stop_on_setup_errors,
 )
+from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.validation import validate_id
@@ -322,11 +330,30 @@ class CertifiedRewardFunction:
         for index, answer in zip(chunk, answers, strict=True):
             batch.answers[index] = answer
 
+    def _begin(self, batch: _Batch, index: int) -> pb.BeginEpisodeRequest:
+        return make_begin(
+            batch.episode_ids[index], self.reward_contract_digest, batch.identities[index] or {}
+        )
+
     @staticmethod
-    def _record_refused_begin(batch: _Batch, index: int, error: RewardSealError) -> None:
-        if is_setup_error(error):
-            raise error
-        batch.answers[index] = error
+    def _record_begins(
+        batch: _Batch, pending: Sequence[int], begun: Sequence[BeginOrError]
+    ) -> list[int]:
+        """Record the refused begins (a setup error is raised); return the samples to act on.
+
+        A BeginEpisodes call that failed as a whole counts as every sample's refusal.
+        """
+        if len(begun) != len(pending):
+            raise ValidationError(f"{len(begun)} answers for {len(pending)} begins")
+        opened: list[int] = []
+        for index, answer in zip(pending, begun, strict=True):
+            if isinstance(answer, RewardSealError):
+                if is_setup_error(answer):
+                    raise answer
+                batch.answers[index] = answer
+            else:
+                opened.append(index)
+        return opened
 
     @staticmethod
     def _record_outage(batch: _Batch, chunk: Sequence[int], error: RewardSealError) -> None:
@@ -367,16 +394,12 @@ class CertifiedRewardFunction:
         """Score one TRL batch; one reward (or None for an all-unscored group) per completion."""
         batch = self._plan(prompts, completions, kwargs)
         if self.actor is not None:
-            for index in batch.pending():
-                try:
-                    self.client.begin(
-                        batch.episode_ids[index],
-                        self.reward_contract_digest,
-                        batch.identities[index] or {},
-                    )
-                except RewardSealError as exc:
-                    self._record_refused_begin(batch, index, exc)
-                    continue
+            pending = batch.pending()
+            try:
+                begun = self.client.begin_many(self._begin(batch, i) for i in pending)
+            except RewardSealError as exc:
+                begun = [exc] * len(pending)
+            for index in self._record_begins(batch, pending, begun):
                 self._act(batch, index)
         for chunk in self._chunks(batch):
             try:
@@ -444,19 +467,17 @@ class AsyncCertifiedRewardFunction:
         """The last batch's per-sample columns (R-T-3)."""
         return self.rules.metadata_columns()
 
-    async def _begin_and_act(self, batch: _Batch, index: int) -> None:
+    async def _begin_and_act(self, batch: _Batch) -> None:
         rules = self.rules
+        pending = batch.pending()
+        begun: list[BeginOrError]
         try:
-            await self.client.begin(
-                batch.episode_ids[index],
-                rules.reward_contract_digest,
-                batch.identities[index] or {},
-            )
+            begun = await self.client.begin_many(rules._begin(batch, i) for i in pending)
         except RewardSealError as exc:
-            rules._record_refused_begin(batch, index, exc)
-            return
+            begun = [exc] * len(pending)
+        opened = rules._record_begins(batch, pending, begun)
         # The actor blocks (it talks HTTP with urllib); keep it off the event loop.
-        await asyncio.to_thread(rules._act, batch, index)
+        await asyncio.gather(*(asyncio.to_thread(rules._act, batch, i) for i in opened))
 
     async def __call__(
         self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any
@@ -465,7 +486,7 @@ class AsyncCertifiedRewardFunction:
         rules = self.rules
         batch = rules._plan(prompts, completions, kwargs)
         if rules.actor is not None:
-            await asyncio.gather(*(self._begin_and_act(batch, i) for i in batch.pending()))
+            await self._begin_and_act(batch)
         for chunk in rules._chunks(batch):
             try:
                 answers = await self.client.score_many(rules._descriptor(batch, i) for i in chunk)

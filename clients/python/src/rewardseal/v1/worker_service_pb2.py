@@ -29,7 +29,7 @@ from rewardseal.v1 import episode_pb2 as rewardseal_dot_v1_dot_episode__pb2
 from rewardseal.v1 import receipt_pb2 as rewardseal_dot_v1_dot_receipt__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"rewardseal/v1/worker_service.proto\x12\rrewardseal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19rewardseal/v1/enums.proto\x1a\x1brewardseal/v1/episode.proto\x1a\x1brewardseal/v1/receipt.proto\"\x0f\n\rHealthRequest\"\xb1\x02\n\x0eHealthResponse\x12\x15\n\rissuer_key_id\x18\x01 \x01(\t\x12\x19\n\x11issuer_public_key\x18\x02 \x01(\x0c\x12\x1e\n\x16reward_contract_digest\x18\x03 \x01(\t\x12\x13\n\x0boracle_tier\x18\x04 \x01(\r\x12\x34\n\x0eoracle_channel\x18\x05 \x01(\x0e\x32\x1c.rewardseal.v1.OracleChannel\x12:\n\x11\x63\x65rtificate_state\x18\x06 \x01(\x0e\x32\x1f.rewardseal.v1.CertificateState\x12\x16\n\x0e\x63\x65rtificate_id\x18\x07 \x01(\t\x12\x1d\n\x15highest_policy_update\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\"\xd1\x01\n\x13\x42\x65ginEpisodeRequest\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x1e\n\x16reward_contract_digest\x18\x02 \x01(\t\x12O\n\x0foracle_identity\x18\x03 \x03(\x0b\x32\x36.rewardseal.v1.BeginEpisodeRequest.OracleIdentityEntry\x1a\x35\n\x13OracleIdentityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"s\n\x14\x42\x65ginEpisodeResponse\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12,\n\x08\x62\x65gun_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11\x62\x61seline_recorded\x18\x03 \x01(\x08\"K\n\x13ScoreEpisodeRequest\x12\x34\n\ndescriptor\x18\x01 \x01(\x0b\x32 .rewardseal.v1.EpisodeDescriptor\"G\n\x14ScoreEpisodeResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.rewardseal.v1.SignedEnvelope\"\x8e\x01\n\rEpisodeResult\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x31\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1d.rewardseal.v1.SignedEnvelopeH\x00\x12,\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1b.rewardseal.v1.EpisodeErrorH\x00\x42\x08\n\x06result\"M\n\x14ScoreEpisodesRequest\x12\x35\n\x0b\x64\x65scriptors\x18\x01 \x03(\x0b\x32 .rewardseal.v1.EpisodeDescriptor\"F\n\x15ScoreEpisodesResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.rewardseal.v1.EpisodeResult\"M\n\x15StreamEpisodesRequest\x12\x34\n\ndescriptor\x18\x01 \x01(\x0b\x32 .rewardseal.v1.EpisodeDescriptor\"F\n\x16StreamEpisodesResponse\x12,\n\x06result\x18\x01 \x01(\x0b\x32\x1c.rewardseal.v1.EpisodeResult\"F\n\x11GetReceiptRequest\x12\x14\n\nreceipt_id\x18\x01 \x01(\tH\x00\x12\x14\n\nepisode_id\x18\x02 \x01(\tH\x00\x42\x05\n\x03key\"E\n\x12GetReceiptResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.rewardseal.v1.SignedEnvelope\"d\n\x12GradeOpenAIRequest\x12\'\n\x06sample\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\x04item\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"U\n\x13GradeOpenAIResponse\x12\r\n\x05score\x18\x01 \x01(\x01\x12/\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1d.rewardseal.v1.SignedEnvelope2\xf6\x04\n\x13RewardWorkerService\x12\x45\n\x06Health\x12\x1c.rewardseal.v1.HealthRequest\x1a\x1d.rewardseal.v1.HealthResponse\x12W\n\x0c\x42\x65ginEpisode\x12\".rewardseal.v1.BeginEpisodeRequest\x1a#.rewardseal.v1.BeginEpisodeResponse\x12W\n\x0cScoreEpisode\x12\".rewardseal.v1.ScoreEpisodeRequest\x1a#.rewardseal.v1.ScoreEpisodeResponse\x12Z\n\rScoreEpisodes\x12#.rewardseal.v1.ScoreEpisodesRequest\x1a$.rewardseal.v1.ScoreEpisodesResponse\x12\x61\n\x0eStreamEpisodes\x12$.rewardseal.v1.StreamEpisodesRequest\x1a%.rewardseal.v1.StreamEpisodesResponse(\x01\x30\x01\x12Q\n\nGetReceipt\x12 .rewardseal.v1.GetReceiptRequest\x1a!.rewardseal.v1.GetReceiptResponse\x12T\n\x0bGradeOpenAI\x12!.rewardseal.v1.GradeOpenAIRequest\x1a\".rewardseal.v1.GradeOpenAIResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\"rewardseal/v1/worker_service.proto\x12\rrewardseal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19rewardseal/v1/enums.proto\x1a\x1brewardseal/v1/episode.proto\x1a\x1brewardseal/v1/receipt.proto\"\x0f\n\rHealthRequest\"\xb1\x02\n\x0eHealthResponse\x12\x15\n\rissuer_key_id\x18\x01 \x01(\t\x12\x19\n\x11issuer_public_key\x18\x02 \x01(\x0c\x12\x1e\n\x16reward_contract_digest\x18\x03 \x01(\t\x12\x13\n\x0boracle_tier\x18\x04 \x01(\r\x12\x34\n\x0eoracle_channel\x18\x05 \x01(\x0e\x32\x1c.rewardseal.v1.OracleChannel\x12:\n\x11\x63\x65rtificate_state\x18\x06 \x01(\x0e\x32\x1f.rewardseal.v1.CertificateState\x12\x16\n\x0e\x63\x65rtificate_id\x18\x07 \x01(\t\x12\x1d\n\x15highest_policy_update\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\"\xd1\x01\n\x13\x42\x65ginEpisodeRequest\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x1e\n\x16reward_contract_digest\x18\x02 \x01(\t\x12O\n\x0foracle_identity\x18\x03 \x03(\x0b\x32\x36.rewardseal.v1.BeginEpisodeRequest.OracleIdentityEntry\x1a\x35\n\x13OracleIdentityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"s\n\x14\x42\x65ginEpisodeResponse\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12,\n\x08\x62\x65gun_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x19\n\x11\x62\x61seline_recorded\x18\x03 \x01(\x08\"\x8f\x01\n\x0b\x42\x65ginResult\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x34\n\x05\x62\x65gun\x18\x02 \x01(\x0b\x32#.rewardseal.v1.BeginEpisodeResponseH\x00\x12,\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1b.rewardseal.v1.EpisodeErrorH\x00\x42\x08\n\x06result\"I\n\x14\x42\x65ginEpisodesRequest\x12\x31\n\x05items\x18\x01 \x03(\x0b\x32\".rewardseal.v1.BeginEpisodeRequest\"D\n\x15\x42\x65ginEpisodesResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.rewardseal.v1.BeginResult\"K\n\x13ScoreEpisodeRequest\x12\x34\n\ndescriptor\x18\x01 \x01(\x0b\x32 .rewardseal.v1.EpisodeDescriptor\"G\n\x14ScoreEpisodeResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.rewardseal.v1.SignedEnvelope\"\x8e\x01\n\rEpisodeResult\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x31\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1d.rewardseal.v1.SignedEnvelopeH\x00\x12,\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1b.rewardseal.v1.EpisodeErrorH\x00\x42\x08\n\x06result\"M\n\x14ScoreEpisodesRequest\x12\x35\n\x0b\x64\x65scriptors\x18\x01 \x03(\x0b\x32 .rewardseal.v1.EpisodeDescriptor\"F\n\x15ScoreEpisodesResponse\x12-\n\x07results\x18\x01 \x03(\x0b\x32\x1c.rewardseal.v1.EpisodeResult\"\x8f\x01\n\x15StreamEpisodesRequest\x12\x36\n\ndescriptor\x18\x01 \x01(\x0b\x32 .rewardseal.v1.EpisodeDescriptorH\x00\x12\x33\n\x05\x62\x65gin\x18\x02 \x01(\x0b\x32\".rewardseal.v1.BeginEpisodeRequestH\x00\x42\t\n\x07request\"\x7f\n\x16StreamEpisodesResponse\x12.\n\x06result\x18\x01 \x01(\x0b\x32\x1c.rewardseal.v1.EpisodeResultH\x00\x12+\n\x05\x62\x65gin\x18\x02 \x01(\x0b\x32\x1a.rewardseal.v1.BeginResultH\x00\x42\x08\n\x06\x61nswer\"F\n\x11GetReceiptRequest\x12\x14\n\nreceipt_id\x18\x01 \x01(\tH\x00\x12\x14\n\nepisode_id\x18\x02 \x01(\tH\x00\x42\x05\n\x03key\"E\n\x12GetReceiptResponse\x12/\n\x08\x65nvelope\x18\x01 \x01(\x0b\x32\x1d.rewardseal.v1.SignedEnvelope\"d\n\x12GradeOpenAIRequest\x12\'\n\x06sample\x18\x01 \x01(\x0b\x32\x17.google.protobuf.Struct\x12%\n\x04item\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\"U\n\x13GradeOpenAIResponse\x12\r\n\x05score\x18\x01 \x01(\x01\x12/\n\x08\x65nvelope\x18\x02 \x01(\x0b\x32\x1d.rewardseal.v1.SignedEnvelope2\xd2\x05\n\x13RewardWorkerService\x12\x45\n\x06Health\x12\x1c.rewardseal.v1.HealthRequest\x1a\x1d.rewardseal.v1.HealthResponse\x12W\n\x0c\x42\x65ginEpisode\x12\".rewardseal.v1.BeginEpisodeRequest\x1a#.rewardseal.v1.BeginEpisodeResponse\x12Z\n\rBeginEpisodes\x12#.rewardseal.v1.BeginEpisodesRequest\x1a$.rewardseal.v1.BeginEpisodesResponse\x12W\n\x0cScoreEpisode\x12\".rewardseal.v1.ScoreEpisodeRequest\x1a#.rewardseal.v1.ScoreEpisodeResponse\x12Z\n\rScoreEpisodes\x12#.rewardseal.v1.ScoreEpisodesRequest\x1a$.rewardseal.v1.ScoreEpisodesResponse\x12\x61\n\x0eStreamEpisodes\x12$.rewardseal.v1.StreamEpisodesRequest\x1a%.rewardseal.v1.StreamEpisodesResponse(\x01\x30\x01\x12Q\n\nGetReceipt\x12 .rewardseal.v1.GetReceiptRequest\x1a!.rewardseal.v1.GetReceiptResponse\x12T\n\x0bGradeOpenAI\x12!.rewardseal.v1.GradeOpenAIRequest\x1a\".rewardseal.v1.GradeOpenAIResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -48,28 +48,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_BEGINEPISODEREQUEST_ORACLEIDENTITYENTRY']._serialized_end=736
   _globals['_BEGINEPISODERESPONSE']._serialized_start=738
   _globals['_BEGINEPISODERESPONSE']._serialized_end=853
-  _globals['_SCOREEPISODEREQUEST']._serialized_start=855
-  _globals['_SCOREEPISODEREQUEST']._serialized_end=930
-  _globals['_SCOREEPISODERESPONSE']._serialized_start=932
-  _globals['_SCOREEPISODERESPONSE']._serialized_end=1003
-  _globals['_EPISODERESULT']._serialized_start=1006
-  _globals['_EPISODERESULT']._serialized_end=1148
-  _globals['_SCOREEPISODESREQUEST']._serialized_start=1150
-  _globals['_SCOREEPISODESREQUEST']._serialized_end=1227
-  _globals['_SCOREEPISODESRESPONSE']._serialized_start=1229
-  _globals['_SCOREEPISODESRESPONSE']._serialized_end=1299
-  _globals['_STREAMEPISODESREQUEST']._serialized_start=1301
-  _globals['_STREAMEPISODESREQUEST']._serialized_end=1378
-  _globals['_STREAMEPISODESRESPONSE']._serialized_start=1380
-  _globals['_STREAMEPISODESRESPONSE']._serialized_end=1450
-  _globals['_GETRECEIPTREQUEST']._serialized_start=1452
-  _globals['_GETRECEIPTREQUEST']._serialized_end=1522
-  _globals['_GETRECEIPTRESPONSE']._serialized_start=1524
-  _globals['_GETRECEIPTRESPONSE']._serialized_end=1593
-  _globals['_GRADEOPENAIREQUEST']._serialized_start=1595
-  _globals['_GRADEOPENAIREQUEST']._serialized_end=1695
-  _globals['_GRADEOPENAIRESPONSE']._serialized_start=1697
-  _globals['_GRADEOPENAIRESPONSE']._serialized_end=1782
-  _globals['_REWARDWORKERSERVICE']._serialized_start=1785
-  _globals['_REWARDWORKERSERVICE']._serialized_end=2415
+  _globals['_BEGINRESULT']._serialized_start=856
+  _globals['_BEGINRESULT']._serialized_end=999
+  _globals['_BEGINEPISODESREQUEST']._serialized_start=1001
+  _globals['_BEGINEPISODESREQUEST']._serialized_end=1074
+  _globals['_BEGINEPISODESRESPONSE']._serialized_start=1076
+  _globals['_BEGINEPISODESRESPONSE']._serialized_end=1144
+  _globals['_SCOREEPISODEREQUEST']._serialized_start=1146
+  _globals['_SCOREEPISODEREQUEST']._serialized_end=1221
+  _globals['_SCOREEPISODERESPONSE']._serialized_start=1223
+  _globals['_SCOREEPISODERESPONSE']._serialized_end=1294
+  _globals['_EPISODERESULT']._serialized_start=1297
+  _globals['_EPISODERESULT']._serialized_end=1439
+  _globals['_SCOREEPISODESREQUEST']._serialized_start=1441
+  _globals['_SCOREEPISODESREQUEST']._serialized_end=1518
+  _globals['_SCOREEPISODESRESPONSE']._serialized_start=1520
+  _globals['_SCOREEPISODESRESPONSE']._serialized_end=1590
+  _globals['_STREAMEPISODESREQUEST']._serialized_start=1593
+  _globals['_STREAMEPISODESREQUEST']._serialized_end=1736
+  _globals['_STREAMEPISODESRESPONSE']._serialized_start=1738
+  _globals['_STREAMEPISODESRESPONSE']._serialized_end=1865
+  _globals['_GETRECEIPTREQUEST']._serialized_start=1867
+  _globals['_GETRECEIPTREQUEST']._serialized_end=1937
+  _globals['_GETRECEIPTRESPONSE']._serialized_start=1939
+  _globals['_GETRECEIPTRESPONSE']._serialized_end=2008
+  _globals['_GRADEOPENAIREQUEST']._serialized_start=2010
+  _globals['_GRADEOPENAIREQUEST']._serialized_end=2110
+  _globals['_GRADEOPENAIRESPONSE']._serialized_start=2112
+  _globals['_GRADEOPENAIRESPONSE']._serialized_end=2197
+  _globals['_REWARDWORKERSERVICE']._serialized_start=2200
+  _globals['_REWARDWORKERSERVICE']._serialized_end=2922
 # @@protoc_insertion_point(module_scope)

@@ -158,6 +158,81 @@ class BeginEpisodeResponse(_message.Message):
 Global___BeginEpisodeResponse: _TypeAlias = BeginEpisodeResponse  # noqa: Y015
 
 @_typing.final
+class BeginResult(_message.Message):
+    """The answer for one begin of a batch or stream: the registration or an error."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EPISODE_ID_FIELD_NUMBER: _builtins.int
+    BEGUN_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    episode_id: _builtins.str
+    @_builtins.property
+    def begun(self) -> Global___BeginEpisodeResponse: ...
+    @_builtins.property
+    def error(self) -> _episode_pb2.EpisodeError: ...
+    def __init__(
+        self,
+        *,
+        episode_id: _builtins.str = ...,
+        begun: Global___BeginEpisodeResponse | None = ...,
+        error: _episode_pb2.EpisodeError | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["begun", b"begun", "error", b"error", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["begun", b"begun", "episode_id", b"episode_id", "error", b"error", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_result: _TypeAlias = _typing.Literal["begun", "error"]  # noqa: Y015
+    _WhichOneofArgType_result: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
+
+Global___BeginResult: _TypeAlias = BeginResult  # noqa: Y015
+
+@_typing.final
+class BeginEpisodesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ITEMS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def items(self) -> _containers.RepeatedCompositeFieldContainer[Global___BeginEpisodeRequest]:
+        """At most 1,024; an episode id given twice is refused for the repeat."""
+
+    def __init__(
+        self,
+        *,
+        items: _abc.Iterable[Global___BeginEpisodeRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["items", b"items"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BeginEpisodesRequest: _TypeAlias = BeginEpisodesRequest  # noqa: Y015
+
+@_typing.final
+class BeginEpisodesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RESULTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___BeginResult]:
+        """Same length and order as the request's items."""
+
+    def __init__(
+        self,
+        *,
+        results: _abc.Iterable[Global___BeginResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BeginEpisodesResponse: _TypeAlias = BeginEpisodesResponse  # noqa: Y015
+
+@_typing.final
 class ScoreEpisodeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -275,18 +350,28 @@ class StreamEpisodesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     DESCRIPTOR_FIELD_NUMBER: _builtins.int
+    BEGIN_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def descriptor(self) -> _episode_pb2.EpisodeDescriptor: ...
+    def descriptor(self) -> _episode_pb2.EpisodeDescriptor:
+        """An episode to score."""
+
+    @_builtins.property
+    def begin(self) -> Global___BeginEpisodeRequest:
+        """An episode to begin; applied before any later request of the stream is."""
+
     def __init__(
         self,
         *,
         descriptor: _episode_pb2.EpisodeDescriptor | None = ...,
+        begin: Global___BeginEpisodeRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["descriptor", b"descriptor"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "descriptor", b"descriptor", "request", b"request"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["descriptor", b"descriptor"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["begin", b"begin", "descriptor", b"descriptor", "request", b"request"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType_request: _TypeAlias = _typing.Literal["descriptor", "begin"]  # noqa: Y015
+    _WhichOneofArgType_request: _TypeAlias = _typing.Literal["request", b"request"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_request) -> _WhichOneofReturnType_request | None: ...
 
 Global___StreamEpisodesRequest: _TypeAlias = StreamEpisodesRequest  # noqa: Y015
 
@@ -295,18 +380,24 @@ class StreamEpisodesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULT_FIELD_NUMBER: _builtins.int
+    BEGIN_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def result(self) -> Global___EpisodeResult: ...
+    @_builtins.property
+    def begin(self) -> Global___BeginResult: ...
     def __init__(
         self,
         *,
         result: Global___EpisodeResult | None = ...,
+        begin: Global___BeginResult | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "begin", b"begin", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "begin", b"begin", "result", b"result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType_answer: _TypeAlias = _typing.Literal["result", "begin"]  # noqa: Y015
+    _WhichOneofArgType_answer: _TypeAlias = _typing.Literal["answer", b"answer"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_answer) -> _WhichOneofReturnType_answer | None: ...
 
 Global___StreamEpisodesResponse: _TypeAlias = StreamEpisodesResponse  # noqa: Y015
 

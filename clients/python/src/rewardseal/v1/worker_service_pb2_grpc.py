@@ -46,6 +46,11 @@ class RewardWorkerServiceStub:
                 request_serializer=rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodeRequest.SerializeToString,
                 response_deserializer=rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodeResponse.FromString,
                 _registered_method=True)
+        self.BeginEpisodes = channel.unary_unary(
+                '/rewardseal.v1.RewardWorkerService/BeginEpisodes',
+                request_serializer=rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodesRequest.SerializeToString,
+                response_deserializer=rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodesResponse.FromString,
+                _registered_method=True)
         self.ScoreEpisode = channel.unary_unary(
                 '/rewardseal.v1.RewardWorkerService/ScoreEpisode',
                 request_serializer=rewardseal_dot_v1_dot_worker__service__pb2.ScoreEpisodeRequest.SerializeToString,
@@ -92,6 +97,13 @@ class RewardWorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BeginEpisodes(self, request, context):
+        """Many begins in one call and one store transaction: one result each, in order (R-W-1).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ScoreEpisode(self, request, context):
         """Reads, judges, scores, signs and stores one episode.
         """
@@ -107,7 +119,8 @@ class RewardWorkerServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StreamEpisodes(self, request_iterator, context):
-        """For long-lived trainers that pipeline; one result per descriptor.
+        """For long-lived trainers that pipeline; one answer per request (a begin or a descriptor),
+        in request order.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -139,6 +152,11 @@ def add_RewardWorkerServiceServicer_to_server(servicer, server):
                     servicer.BeginEpisode,
                     request_deserializer=rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodeRequest.FromString,
                     response_serializer=rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodeResponse.SerializeToString,
+            ),
+            'BeginEpisodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.BeginEpisodes,
+                    request_deserializer=rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodesRequest.FromString,
+                    response_serializer=rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodesResponse.SerializeToString,
             ),
             'ScoreEpisode': grpc.unary_unary_rpc_method_handler(
                     servicer.ScoreEpisode,
@@ -222,6 +240,33 @@ class RewardWorkerService:
             '/rewardseal.v1.RewardWorkerService/BeginEpisode',
             rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodeRequest.SerializeToString,
             rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BeginEpisodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rewardseal.v1.RewardWorkerService/BeginEpisodes',
+            rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodesRequest.SerializeToString,
+            rewardseal_dot_v1_dot_worker__service__pb2.BeginEpisodesResponse.FromString,
             options,
             channel_credentials,
             insecure,

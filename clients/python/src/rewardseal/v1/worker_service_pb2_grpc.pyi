@@ -39,12 +39,16 @@ class RewardWorkerServiceStub:
     """Issuer key, contract, tier and certificate state. No token needed."""
     BeginEpisode: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.BeginEpisodeRequest, _worker_service_pb2.BeginEpisodeResponse]
     """Records the baseline read for an identity before the rollout (R-W-1)."""
+    BeginEpisodes: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.BeginEpisodesRequest, _worker_service_pb2.BeginEpisodesResponse]
+    """Many begins in one call and one store transaction: one result each, in order (R-W-1)."""
     ScoreEpisode: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.ScoreEpisodeRequest, _worker_service_pb2.ScoreEpisodeResponse]
     """Reads, judges, scores, signs and stores one episode."""
     ScoreEpisodes: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.ScoreEpisodesRequest, _worker_service_pb2.ScoreEpisodesResponse]
     """The fast path: many episodes in one call, one result each, in order."""
     StreamEpisodes: _grpc.StreamStreamMultiCallable[_worker_service_pb2.StreamEpisodesRequest, _worker_service_pb2.StreamEpisodesResponse]
-    """For long-lived trainers that pipeline; one result per descriptor."""
+    """For long-lived trainers that pipeline; one answer per request (a begin or a descriptor),
+    in request order.
+    """
     GetReceipt: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.GetReceiptRequest, _worker_service_pb2.GetReceiptResponse]
     """A stored receipt by receipt id or episode id."""
     GradeOpenAI: _grpc.UnaryUnaryMultiCallable[_worker_service_pb2.GradeOpenAIRequest, _worker_service_pb2.GradeOpenAIResponse]
@@ -61,12 +65,16 @@ class RewardWorkerServiceAsyncStub(RewardWorkerServiceStub):
     """Issuer key, contract, tier and certificate state. No token needed."""
     BeginEpisode: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.BeginEpisodeRequest, _worker_service_pb2.BeginEpisodeResponse]  # type: ignore[assignment]
     """Records the baseline read for an identity before the rollout (R-W-1)."""
+    BeginEpisodes: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.BeginEpisodesRequest, _worker_service_pb2.BeginEpisodesResponse]  # type: ignore[assignment]
+    """Many begins in one call and one store transaction: one result each, in order (R-W-1)."""
     ScoreEpisode: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.ScoreEpisodeRequest, _worker_service_pb2.ScoreEpisodeResponse]  # type: ignore[assignment]
     """Reads, judges, scores, signs and stores one episode."""
     ScoreEpisodes: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.ScoreEpisodesRequest, _worker_service_pb2.ScoreEpisodesResponse]  # type: ignore[assignment]
     """The fast path: many episodes in one call, one result each, in order."""
     StreamEpisodes: _aio.StreamStreamMultiCallable[_worker_service_pb2.StreamEpisodesRequest, _worker_service_pb2.StreamEpisodesResponse]  # type: ignore[assignment]
-    """For long-lived trainers that pipeline; one result per descriptor."""
+    """For long-lived trainers that pipeline; one answer per request (a begin or a descriptor),
+    in request order.
+    """
     GetReceipt: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.GetReceiptRequest, _worker_service_pb2.GetReceiptResponse]  # type: ignore[assignment]
     """A stored receipt by receipt id or episode id."""
     GradeOpenAI: _aio.UnaryUnaryMultiCallable[_worker_service_pb2.GradeOpenAIRequest, _worker_service_pb2.GradeOpenAIResponse]  # type: ignore[assignment]
@@ -94,6 +102,14 @@ class RewardWorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         """Records the baseline read for an identity before the rollout (R-W-1)."""
 
     @_abc_1.abstractmethod
+    def BeginEpisodes(
+        self,
+        request: _worker_service_pb2.BeginEpisodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_worker_service_pb2.BeginEpisodesResponse, _abc.Awaitable[_worker_service_pb2.BeginEpisodesResponse]]:
+        """Many begins in one call and one store transaction: one result each, in order (R-W-1)."""
+
+    @_abc_1.abstractmethod
     def ScoreEpisode(
         self,
         request: _worker_service_pb2.ScoreEpisodeRequest,
@@ -115,7 +131,9 @@ class RewardWorkerServiceServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_worker_service_pb2.StreamEpisodesRequest],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_worker_service_pb2.StreamEpisodesResponse], _abc.AsyncIterator[_worker_service_pb2.StreamEpisodesResponse]]:
-        """For long-lived trainers that pipeline; one result per descriptor."""
+        """For long-lived trainers that pipeline; one answer per request (a begin or a descriptor),
+        in request order.
+        """
 
     @_abc_1.abstractmethod
     def GetReceipt(
