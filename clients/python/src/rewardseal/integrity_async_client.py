@@ -207,7 +207,7 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         state: ipb.AuditState.ValueType = _ANY_STATE,
         page_size: int | None = None,
     ) -> AsyncIterator[ipb.Audit]:
-        """Every audit (of one run, in one state, when given), newest first."""
+        """Every audit (of one run, in one state, when given), in the order they were started."""
         return self._read(self._protocol.audits(run_id, state, page_size))
 
     async def list_audits(

@@ -221,7 +221,7 @@ class IntegrityClient(BlockingTransport[IntegrityProtocol]):
         state: ipb.AuditState.ValueType = _ANY_STATE,
         page_size: int | None = None,
     ) -> Iterator[ipb.Audit]:
-        """Every audit (of one run, in one state, when given), newest first."""
+        """Every audit (of one run, in one state, when given), in the order they were started."""
         return self._read(self._protocol.audits(run_id, state, page_size))
 
     def list_audits(

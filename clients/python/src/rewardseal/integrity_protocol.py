@@ -141,14 +141,14 @@ class IntegrityProtocol(CallRules):
         return self.listing("ListRewardSystems", request, lambda page: page.revisions, page_size)
 
     def retention_protocols(self, page_size: int | None) -> Listing[ipb.RetentionProtocolRevision]:
-        """Every retention protocol, built-ins first."""
+        """Every retention protocol (the built-ins and custom revisions)."""
         request = ipb.ListRetentionProtocolsRequest()
         return self.listing(
             "ListRetentionProtocols", request, lambda page: page.protocols, page_size
         )
 
     def integrity_profiles(self, page_size: int | None) -> Listing[ipb.IntegrityProfileRevision]:
-        """Every integrity profile, built-ins first."""
+        """Every integrity profile (the built-ins and custom revisions)."""
         request = ipb.ListIntegrityProfilesRequest()
         return self.listing("ListIntegrityProfiles", request, lambda page: page.profiles, page_size)
 
@@ -160,7 +160,7 @@ class IntegrityProtocol(CallRules):
     def audits(
         self, run_id: str, state: ipb.AuditState.ValueType, page_size: int | None
     ) -> Listing[ipb.Audit]:
-        """Every audit (of one run, in one state, when given), newest first."""
+        """Every audit (of one run, in one state, when given), in the order they were started."""
         request = ipb.ListAuditsRequest(run_id=run_id, state=state)
         return self.listing("ListAudits", request, lambda page: page.audits, page_size)
 

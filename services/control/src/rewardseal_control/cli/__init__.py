@@ -10,8 +10,13 @@ each flag else ``$REWARDSEAL_CONTROL_CLIENT_TLS_CA``, ``_CERT``, ``_KEY``, ``_SE
 With none of them the channel is plaintext. ``serve --tls-cert --tls-key [--tls-client-ca]``
 serves TLS (mutual TLS with a client CA).
 
+``integrity …`` administers reward integrity (docs/integrity.md): reward systems, protocols,
+profiles, bindings, signal shards, sentinel audits and their reviews.
+
 Exit status: 0 on success, 1 when the control plane refused the request (or could not be
-reached), 2 on a usage or local error (a missing or malformed file, no token, bad settings).
+reached; also a reward-system spec with blockers, a binding that cannot gate and an audit bundle
+that does not verify), 2 on a usage or local error (a missing or malformed file, no token, bad
+settings).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from rewardseal_control.cli.common import (
     Refused,
     UsageError,
 )
+from rewardseal_control.cli.integrity import run_integrity
 from rewardseal_control.cli.parser import build_parser
 from rewardseal_control.cli.serve import migrate, serve
 
@@ -63,6 +69,8 @@ def main(
             return asyncio.run(serve(args, out))
         if args.command == "migrate":
             return migrate(args, out)
+        if args.command == "integrity":
+            return run_integrity(args, out)
         return run_admin(args, out)
     except Refused as refused:
         print(f"{PROG}: refused: {refused.error.message} ({refused.error.reason})", file=err)

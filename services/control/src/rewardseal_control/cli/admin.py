@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from rewardseal.control_client import ControlClient
+from rewardseal.integrity_client import IntegrityClient
 from rewardseal.tls import ClientTls
 from rewardseal_control.cli.commands import ADMIN_COMMANDS
 from rewardseal_control.cli.common import CLIENT_TLS_ENV, PAGE_SIZE, TARGET_ENV, UsageError
@@ -20,6 +21,8 @@ from rewardseal_control.settings import (
     default_data_dir,
 )
 from rewardseal_server.service_settings import read_token_file
+
+_Client = TypeVar("_Client", ControlClient, IntegrityClient)
 
 
 def bearer_token(args: argparse.Namespace) -> str:
@@ -77,13 +80,23 @@ def target(args: argparse.Namespace) -> str:
     return str(args.target or os.environ.get(TARGET_ENV) or f"{DEFAULT_HOST}:{DEFAULT_PORT}")
 
 
-def run_admin(args: argparse.Namespace, out: TextIO) -> int:
-    """Run the admin command ``args`` names against the control plane; its exit status."""
-    handler = ADMIN_COMMANDS[(args.command, args.action)]
+def connect(args: argparse.Namespace, client: type[_Client]) -> _Client:
+    """A ``ControlClient`` or ``IntegrityClient`` to the control plane ``args`` name, with their
+    token, TLS and deadline.
+
+    Raises:
+        UsageError: no token; ValidationError: unreadable TLS files.
+    """
     token = bearer_token(args)
     tls = client_tls(args)
     # No retries: a person sees the refusal at once and decides.
-    with ControlClient(
+    return client(
         target(args), token=token, timeout=args.timeout, retries=0, page_size=PAGE_SIZE, tls=tls
-    ) as client:
+    )
+
+
+def run_admin(args: argparse.Namespace, out: TextIO) -> int:
+    """Run the admin command ``args`` names against the control plane; its exit status."""
+    handler = ADMIN_COMMANDS[(args.command, args.action)]
+    with connect(args, ControlClient) as client:
         return handler(client, args, out)

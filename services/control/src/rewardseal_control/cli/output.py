@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+_Message = TypeVar("_Message", bound=Message)
 
-def message_json(message: Message) -> dict[str, Any]:
-    """A message as JSON with its proto field names."""
-    return json_format.MessageToDict(message, preserving_proto_field_name=True)
+
+def message_json(message: Message, *, defaults: bool = False) -> dict[str, Any]:
+    """A message as JSON with its proto field names; ``defaults`` keeps fields that hold their
+    default (``false``, ``0``, ``""``), so a script can read every key without guessing."""
+    return json_format.MessageToDict(
+        message, preserving_proto_field_name=True, always_print_fields_with_no_presence=defaults
+    )
 
 
 def print_json(document: Any, out: TextIO) -> None:
@@ -46,3 +51,20 @@ def enum_short(enum: Any, value: int, prefix: str) -> str:
         return str(enum.Name(value)).removeprefix(prefix)
     except ValueError:
         return str(value)
+
+
+def print_listing(
+    key: str,
+    messages: Sequence[_Message],
+    headers: Sequence[str],
+    row: Callable[[_Message], Sequence[Any]],
+    *,
+    as_json: bool,
+    out: TextIO,
+) -> None:
+    """A listing: ``{key: [message, ...]}`` (every field, defaults too) for scripts, else one
+    table row per message."""
+    if as_json:
+        print_json({key: [message_json(m, defaults=True) for m in messages]}, out)
+    else:
+        print_table(headers, [row(m) for m in messages], out)

@@ -13,6 +13,7 @@ from rewardseal_control.cli.common import (
     SCOPES,
     TARGET_ENV,
 )
+from rewardseal_control.cli.integrity_parser import add_integrity_commands
 from rewardseal_control.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_PREFIX
 
 
@@ -123,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     revocations = _group(commands, "revocations", "the signed revocation list")
     revocations.add_parser("show", parents=[client], help="print the current list")
+
+    add_integrity_commands(commands, client)
     return parser
 
 
