@@ -3,8 +3,6 @@ scripts, exit statuses; and ``serve`` / ``migrate`` as real processes."""
 
 from __future__ import annotations
 
-import asyncio
-import io
 import json
 import os
 import signal
@@ -19,7 +17,6 @@ from google.protobuf import json_format
 from support.builders import ISSUED_AT_UPDATE, make_facts
 from support.control import (
     ADMIN,
-    ADMIN_TOKEN,
     CLIENT_TOKEN,
     TRAINER,
     ControlStack,
@@ -27,6 +24,7 @@ from support.control import (
     start_control,
     stop_control,
 )
+from support.control_cli import cli, table_rows
 
 from rewardseal.calibration import clopper_pearson_upper
 from rewardseal.contract import contract_digest
@@ -37,7 +35,6 @@ from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal_control.cli import main
 from rewardseal_control.settings import ADMIN_TOKEN_ENV, TOKEN_ENV
 from rewardseal_kit.mockmed import mockmed_contract
 
@@ -61,19 +58,6 @@ async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
     await stop_control(stack)
 
 
-async def cli(
-    stack: ControlStack, *argv: str, token: str | None = ADMIN_TOKEN
-) -> tuple[int, str, str]:
-    """Run ``rewardseal-control argv --target ... --token ...`` in a thread (the server runs on
-    this event loop); (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    arguments = [*argv, "--target", stack.target]
-    if token is not None:
-        arguments += ["--token", token]
-    code = await asyncio.to_thread(main, arguments, stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
-
-
 async def register_contract(stack: ControlStack) -> None:
     await stack.stub().RegisterContract(
         pb.RegisterContractRequest(contract=CONTRACT, reward_contract_digest=DIGEST),
@@ -91,10 +75,6 @@ def write_calibration(path: Path, **overrides: object) -> Path:
     document["epsilon"] = 0.000001  # readers recompute; the CLI never sends it
     path.write_text(json.dumps(document))
     return path
-
-
-def table_rows(text: str) -> list[list[str]]:
-    return [line.split() for line in text.strip().splitlines()]
 
 
 # --- contracts and keys ---
