@@ -10,6 +10,11 @@ Starts ``rewardseal-worker serve --seed-mockmed`` as its own process on a free l
 
 Every number is wall-clock on this machine, with client and server sharing its cores. Results
 go to bench/results/worker.json (medians and p99 in milliseconds, episodes per second).
+
+``--processes 1,2`` measures ``serve --processes N`` instead: for each N, on SQLite and on a
+throwaway PostgreSQL (tests/support/postgres.py), unary at concurrency 64 and the batched run,
+every caller on a connection of its own, plus the children's CPU per episode; results in
+bench/results/worker_processes.json.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from rewardseal_mockmed.seeding import add_background_rows, count_encounters
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "worker.json"
+PROCESSES_RESULTS = ROOT / "bench" / "results" / "worker_processes.json"
 WORKER = Path(sys.executable).parent / "rewardseal-worker"
 BATCH = 64
 BATCH_CLIENTS = 8
@@ -69,11 +75,15 @@ class Worker:
             self.process.kill()
 
 
-def start_worker(data_dir: Path, *, seed: bool) -> Worker:
-    """Start the worker process and wait for its ready file."""
+def start_worker(
+    data_dir: Path, *, seed: bool, processes: int = 1, db_url: str | None = None
+) -> Worker:
+    """Start the worker process (``processes`` > 1: a supervisor and its children) and wait for
+    its ready file."""
     ready = data_dir.parent / f"ready-{os.getpid()}-{time.monotonic_ns()}.json"
     args = [str(WORKER), "serve", "--data-dir", str(data_dir), "--port", "0"]
     args += ["--ready-file", str(ready)] + (["--seed-mockmed"] if seed else [])
+    args += ["--processes", str(processes)] + (["--db-url", db_url] if db_url else [])
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not ready.exists():
@@ -112,9 +122,13 @@ def summary(latencies: Sequence[float], episodes: int, seconds: float) -> dict[s
 class Load:
     """Drives one worker with raw stubs (the client's receipt verification is measured apart)."""
 
-    def __init__(self, worker: Worker, run: str) -> None:
+    def __init__(self, worker: Worker, run: str, *, connections: int = 1) -> None:
+        """``connections``: callers are spread over this many connections of their own (gRPC
+        otherwise shares one among a process's channels, and the kernel gives each connection
+        to one server process of ``serve --processes N``)."""
         self.worker = worker
         self.run = run
+        self.connections = connections
         self.digest = worker.info["contract_digest"]
         self.metadata = (("authorization", f"Bearer {worker.info['token']}"),)
         self.counter = 0
@@ -143,14 +157,22 @@ class Load:
             timeout=60,
         )
 
+    def channels(self) -> list[grpc.aio.Channel]:
+        """:attr:`connections` channels to the worker, each on its own connection."""
+        options = [("grpc.use_local_subchannel_pool", 1)] if self.connections > 1 else []
+        return [
+            grpc.aio.insecure_channel(self.worker.target, options=options)
+            for _ in range(self.connections)
+        ]
+
     async def unary(self, concurrency: int, per_task: int) -> dict[str, Any]:
-        channel = grpc.aio.insecure_channel(self.worker.target)
-        stub = pb_grpc.RewardWorkerServiceStub(channel)
+        channels = self.channels()
+        stubs = [pb_grpc.RewardWorkerServiceStub(c) for c in channels]
         score_latency: list[float] = []
         episode_latency: list[float] = []
         outcomes: dict[str, int] = {}
 
-        async def task() -> None:
+        async def task(stub: pb_grpc.RewardWorkerServiceStub) -> None:
             for _ in range(per_task):
                 (name,) = self.next_ids(1)
                 started = time.perf_counter()
@@ -170,9 +192,9 @@ class Load:
                 )
 
         started = time.perf_counter()
-        await asyncio.gather(*(task() for _ in range(concurrency)))
+        await asyncio.gather(*(task(stubs[i % len(stubs)]) for i in range(concurrency)))
         elapsed = time.perf_counter() - started
-        await channel.close()
+        await asyncio.gather(*(c.close() for c in channels))
         result = summary(episode_latency, concurrency * per_task, elapsed)
         result["score_p50_ms"] = round(statistics.median(score_latency) * 1000, 2)
         result["score_p99_ms"] = round(percentile(score_latency, 99) * 1000, 2)
@@ -181,13 +203,13 @@ class Load:
         return result
 
     async def batched(self, clients: int, batches: int) -> dict[str, Any]:
-        channel = grpc.aio.insecure_channel(self.worker.target)
-        stub = pb_grpc.RewardWorkerServiceStub(channel)
+        channels = self.channels()
+        stubs = [pb_grpc.RewardWorkerServiceStub(c) for c in channels]
         latencies: list[float] = []
         score_latencies: list[float] = []
         verified = 0
 
-        async def client() -> None:
+        async def client(stub: pb_grpc.RewardWorkerServiceStub) -> None:
             nonlocal verified
             for _ in range(batches):
                 names = self.next_ids(BATCH)
@@ -208,9 +230,9 @@ class Load:
                 verified += sum(1 for r in answer.results if r.HasField("envelope"))
 
         started = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(clients)))
+        await asyncio.gather(*(client(stubs[i % len(stubs)]) for i in range(clients)))
         elapsed = time.perf_counter() - started
-        await channel.close()
+        await asyncio.gather(*(c.close() for c in channels))
         result = summary(latencies, clients * batches * BATCH, elapsed)
         result["batch_score_p50_ms"] = round(statistics.median(score_latencies) * 1000, 2)
         result["receipts"] = verified
@@ -297,6 +319,86 @@ async def main(quick: bool) -> dict[str, Any]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+def server_cpu_seconds(worker: Worker) -> float:
+    """CPU seconds used so far by the worker's server processes (its children when it has
+    them), from /proc; 0.0 where there is no /proc."""
+    total = 0.0
+    for pid in worker.info.get("pids", [worker.process.pid]):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+async def processes_run(
+    template: Path, workdir: Path, processes: int, db_url: str | None, scale: float
+) -> dict[str, Any]:
+    """``serve --processes N`` over a copy of the seeded data dir: unary c64 and batched, each
+    caller group on its own connection, with the server CPU per episode."""
+    data_dir = workdir / f"processes-{processes}-{time.monotonic_ns()}"
+    shutil.copytree(template, data_dir)
+    worker = start_worker(data_dir, seed=False, processes=processes, db_url=db_url)
+    try:
+        load = Load(worker, f"p{processes}", connections=BATCH_CLIENTS)
+        await load.unary(8, 4)  # warm-up, not reported
+        result: dict[str, Any] = {}
+        for mode, run in (
+            ("unary_c64", lambda: load.unary(64, max(2, int(24 * scale)))),
+            ("batched", lambda: load.batched(BATCH_CLIENTS, max(1, int(8 * scale)))),
+        ):
+            before = server_cpu_seconds(worker)
+            measured = await run()
+            used = server_cpu_seconds(worker) - before
+            measured["server_cpu_ms_per_episode"] = round(used * 1000 / measured["episodes"], 3)
+            result[mode] = measured
+        return result
+    finally:
+        worker.stop()
+
+
+async def processes_bench(quick: bool, counts: Sequence[int]) -> dict[str, Any]:
+    """Each process count in ``counts`` on SQLite and on PostgreSQL."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from support.postgres import PostgresServer
+
+    scale = 0.25 if quick else 1.0
+    workdir = Path(tempfile.mkdtemp(prefix="rewardseal-bench-"))
+    postgres = PostgresServer()
+    postgres.start()
+    try:
+        template = workdir / "template"
+        start_worker(template, seed=True).stop()
+        results: dict[str, Any] = {
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+            "connections": BATCH_CLIENTS,
+        }
+        for store in ("sqlite", "postgresql"):
+            results[store] = {}
+            for count in counts:
+                url = None if store == "sqlite" else postgres.url(postgres.create_database())
+                results[store][f"processes_{count}"] = await processes_run(
+                    template, workdir, count, url, scale
+                )
+            first = results[store][f"processes_{counts[0]}"]
+            results[store]["scaling"] = {
+                mode: {
+                    f"processes_{count}": round(
+                        results[store][f"processes_{count}"][mode]["episodes_per_second"]
+                        / first[mode]["episodes_per_second"],
+                        3,
+                    )
+                    for count in counts
+                }
+                for mode in ("unary_c64", "batched")
+            }
+        return results
+    finally:
+        postgres.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 def run_bench(
     bench: Callable[[bool], Awaitable[dict[str, Any]]], description: str | None, default_out: Path
 ) -> None:
@@ -314,4 +416,13 @@ def run_bench(
 
 
 if __name__ == "__main__":
-    run_bench(main, __doc__, RESULTS)
+    # --processes picks the other bench; run_bench parses the rest (--quick, --out).
+    found = argparse.ArgumentParser(add_help=False)
+    found.add_argument("--processes", help="comma-separated process counts, e.g. 1,2")
+    option, rest = found.parse_known_args()
+    sys.argv[1:] = rest
+    if option.processes:
+        counts = [int(n) for n in option.processes.split(",")]
+        run_bench(lambda quick: processes_bench(quick, counts), __doc__, PROCESSES_RESULTS)
+    else:
+        run_bench(main, __doc__, RESULTS)

@@ -24,9 +24,8 @@ from typing import Any
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.mockmed_episodes import descriptor, write_triage
-from support.worker_process import clean_env, worker_process
+from support.worker_process import clean_env, health_answers, worker_process
 
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
@@ -81,18 +80,6 @@ def serving(command: Sequence[str], ready: Path, env: dict[str, str]) -> Iterato
                 process.wait()
 
 
-def grpc_health_answers(target: str) -> int:
-    """How many of :data:`CALLS` health checks, each on a fresh channel, say SERVING."""
-    answered = 0
-    for _ in range(CALLS):
-        with grpc.insecure_channel(target) as channel:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=10
-            )
-        answered += reply.status == health_pb2.HealthCheckResponse.SERVING
-    return answered
-
-
 def test_second_worker_on_a_bound_port_refuses_to_start(data_dir: Path, tmp_path: Path) -> None:
     with worker_process(data_dir, tmp_path / "first.json") as first:
         port = int(first.banner["port"])
@@ -101,7 +88,7 @@ def test_second_worker_on_a_bound_port_refuses_to_start(data_dir: Path, tmp_path
         code, lines = run_second(second, clean_env())
         assert_refused("rewardseal-worker", port, code, lines)
         # Every caller still reaches the first worker, and it still scores.
-        assert grpc_health_answers(first.target) == CALLS
+        assert health_answers(first.target, CALLS) == CALLS
         for index in range(CALLS):
             with grpc.insecure_channel(first.target) as channel:
                 reply = pb_grpc.RewardWorkerServiceStub(channel).Health(
@@ -125,7 +112,7 @@ def test_second_control_plane_on_a_bound_port_refuses_to_start(tmp_path: Path) -
         port = int(banner["port"])
         code, lines = run_second([*serve, "--port", str(port)], env)
         assert_refused("rewardseal-control", port, code, lines)
-        assert grpc_health_answers(banner["target"]) == CALLS
+        assert health_answers(banner["target"], CALLS) == CALLS
         where = ["--data-dir", str(data_dir)]
         for index in range(3):
             listed = subprocess.run(

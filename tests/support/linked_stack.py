@@ -64,10 +64,13 @@ async def start_linked_worker(
     *,
     db_url: str | None = None,
     env: Mapping[str, str] | None = None,
+    primary: bool = True,
     **flags: Any,
 ) -> RunningStack:
     """A seeded worker joined to control at ``target`` with the worker credential, pinning
-    ``pinned`` (a key, or a --trust-org-key value), polling certificates every 0.2 s."""
+    ``pinned`` (a key, or a --trust-org-key value), polling certificates every 0.2 s.
+    ``primary=False``: one of the other processes of ``serve --processes N`` (follows
+    certificates, neither registers nor forwards)."""
     value = pinned.public_key.hex() if isinstance(pinned, SigningKey) else pinned
     settings = worker_settings(
         data_dir=data_dir,
@@ -82,7 +85,7 @@ async def start_linked_worker(
         },
         **flags,
     )
-    app = await start_worker(settings)
+    app = await start_worker(settings, primary=primary)
     client = AsyncWorkerClient(
         f"127.0.0.1:{app.port}",
         token=settings.token,

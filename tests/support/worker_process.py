@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rewardseal.client import AsyncWorkerClient, WorkerClient
 from rewardseal.signing import TrustSet
@@ -95,6 +97,19 @@ class WorkerProcess:
             self.kill()
         finally:
             self._log.close()
+
+
+def health_answers(target: str, calls: int) -> int:
+    """How many of ``calls`` grpc.health.v1 checks, each on a fresh connection, say SERVING
+    (a fresh connection may land on another process sharing the port)."""
+    serving = 0
+    for _ in range(calls):
+        with grpc.insecure_channel(target) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=10
+            )
+        serving += reply.status == health_pb2.HealthCheckResponse.SERVING
+    return serving
 
 
 def spawn_worker(

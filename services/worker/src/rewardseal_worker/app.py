@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,8 @@ class WorkerApp:
             "trusted_organization_keys": [k.hex() for k in self.settings.trust_org_keys],
             "data_dir": str(self.settings.data_dir),
             "contract_dir": str(self.bundle.path),
+            "processes": 1,
+            "pids": [os.getpid()],
         }
 
     async def stop(self) -> None:
@@ -74,36 +77,57 @@ class WorkerApp:
         self.store.close()
 
 
-async def start_worker(
+def prepare_worker(
     settings: WorkerSettings, *, progress: Callable[[int, int], None] | None = None
+) -> tuple[SigningKey, SeedResult | None]:
+    """The work a start does once per host, before any server: the worker key (created 0600 on
+    first start) and, with ``seed_mockmed``, the MockMed seed (under the data dir's seed lock).
+
+    Raises:
+        ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed or rewardseal-kit is not
+            installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
+    """
+    key = SigningKey.load_or_create(settings.key_path)
+    if not settings.seed_mockmed:
+        return key, None
+    try:
+        from rewardseal_worker.seed import seed_mockmed
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith(("rewardseal_mockmed", "rewardseal_kit")):
+            raise
+        raise ValidationError(
+            "--seed-mockmed needs the rewardseal-mockmed and rewardseal-kit distributions "
+            "(pip install 'rewardseal-worker[mockmed]')"
+        ) from None
+    seeded = seed_mockmed(
+        settings.data_dir, key=key, trials=settings.calibration_trials, progress=progress
+    )
+    return key, seeded
+
+
+async def start_worker(
+    settings: WorkerSettings,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    shared_port: bool = False,
+    primary: bool = True,
 ) -> WorkerApp:
     """Build and start the worker described by ``settings``.
+
+    ``shared_port`` and ``primary`` are for the processes of ``serve --processes N``
+    (:mod:`rewardseal_worker.supervisor`): ``shared_port`` binds with SO_REUSEPORT, next to the
+    other processes of the same worker (the supervisor checked that no other program holds the
+    port); only the ``primary`` process registers with control and forwards the outbox.
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
         ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed or rewardseal-kit is not
             installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
     """
-    # Before seeding and calibrating (minutes): a taken port is refused at once.
-    check_port_free(settings.host, settings.port)
-    key = SigningKey.load_or_create(settings.key_path)
-    seeded = None
-    if settings.seed_mockmed:
-        try:
-            from rewardseal_worker.seed import seed_mockmed
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not exc.name.startswith(
-                ("rewardseal_mockmed", "rewardseal_kit")
-            ):
-                raise
-            raise ValidationError(
-                "--seed-mockmed needs the rewardseal-mockmed and rewardseal-kit distributions "
-                "(pip install 'rewardseal-worker[mockmed]')"
-            ) from None
-
-        seeded = seed_mockmed(
-            settings.data_dir, key=key, trials=settings.calibration_trials, progress=progress
-        )
+    if not shared_port:
+        # Before seeding and calibrating (minutes): a taken port is refused at once.
+        check_port_free(settings.host, settings.port)
+    key, seeded = prepare_worker(settings, progress=progress)
     # A self-signed certificate verifies against the worker's own key.
     bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
     store = WorkerStore(settings.db_url, outbox=settings.control_target is not None)
@@ -133,7 +157,7 @@ async def start_worker(
         # From here on the certificate is vouched for only by a fresh revocation list.
         scorer.revoked = control.revocation
         scorer.on_commit = control.notify
-        control.start()
+        control.start(primary=primary)
     try:
         running = await start_worker_server(
             scorer,
@@ -142,6 +166,7 @@ async def start_worker(
             port=settings.port,
             reflection=settings.reflection,
             tls=settings.tls,
+            shared_port=shared_port,
         )
     except BaseException:
         # The port is taken (or the start was cancelled): release what was opened for it.

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from rewardseal.accepting import CertificateInUse
 from rewardseal.errors import RewardSealError
@@ -14,7 +16,8 @@ from rewardseal_server.serving import TRANSPORT_TEXT, serve_until_signalled, wri
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.control_link import CertificateChange, certificate_name
-from rewardseal_worker.settings import resolve_settings
+from rewardseal_worker.settings import WorkerSettings, resolve_settings
+from rewardseal_worker.supervisor import ChildCommand, Supervisor, exit_with_supervisor
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rewardseal-worker", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve RewardWorkerService over gRPC")
+    _add_serve_options(serve)
+    return parser
+
+
+def _add_serve_options(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--seed-mockmed",
         action="store_true",
@@ -86,11 +94,71 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
     )
-    return parser
+    serve.add_argument(
+        "--processes",
+        type=int,
+        help="server processes sharing the port (SO_REUSEPORT, this mode only) and the store "
+        "(default 1; or REWARDSEAL_WORKER_PROCESSES)",
+    )
+    # Internal: set by the supervisor of --processes N on each of its children.
+    serve.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
+    serve.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
 
 
-def _banner_text(app: WorkerApp) -> str:
-    info = app.banner()
+_NOT_PASSED_TO_CHILDREN = frozenset(
+    {
+        "seed_mockmed",  # done once, by the supervisor
+        "calibration_trials",
+        "processes",
+        "port",  # the supervisor's (a free one for 0)
+        "ready_file",  # each child writes its own; the supervisor writes the one asked for
+        "supervised_by",
+        "process_index",
+    }
+)
+
+
+def _child_command(args: argparse.Namespace) -> ChildCommand:
+    """The argv of each child of ``serve --processes N``: this command's own options, passed
+    through unchanged, but for those only the supervisor acts on."""
+    serve = argparse.ArgumentParser(add_help=False)
+    _add_serve_options(serve)
+    passed: list[str] = []
+    for action in serve._actions:
+        if action.dest in _NOT_PASSED_TO_CHILDREN or not action.option_strings:
+            continue
+        value = getattr(args, action.dest, None)
+        flag = action.option_strings[0]
+        if action.nargs == 0:
+            passed += [flag] if value else []
+        elif isinstance(value, list):
+            for item in value:
+                passed += [flag, str(item)]
+        elif value is not None:
+            passed += [flag, str(value)]
+    supervisor = os.getpid()
+
+    def command(index: int, port: int, ready: Path) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "rewardseal_worker.cli",
+            "serve",
+            *passed,
+            "--port",
+            str(port),
+            "--ready-file",
+            str(ready),
+            "--supervised-by",
+            str(supervisor),
+            "--process-index",
+            str(index),
+        ]
+
+    return command
+
+
+def _banner_text(info: dict[str, Any]) -> str:
     lines = [
         f"rewardseal-worker serving on {info['host']}:{info['port']}",
         f"  transport        {TRANSPORT_TEXT[info['transport']]}",
@@ -100,16 +168,20 @@ def _banner_text(app: WorkerApp) -> str:
         f"  token            {info['token']}",
         f"  data dir         {info['data_dir']}",
     ]
+    if info["processes"] > 1:
+        pids = ", ".join(str(pid) for pid in info["pids"])
+        lines.append(f"  processes        {info['processes']} sharing the port (pids {pids})")
     return "\n".join(lines)
 
 
-def _announce_change(app: WorkerApp, ready_file: Path | None) -> CertificateChange:
+def _announce_change(app: WorkerApp, ready_file: Path | None, who: str = "") -> CertificateChange:
     """Print the new certificate (as the banner names it) and rewrite the ready file, so a
-    script reading either always sees the certificate the worker scores under."""
+    script reading either always sees the certificate the worker scores under. ``who``: the
+    process, when several serve (each follows control and says so)."""
 
     def announce(old: CertificateInUse, new: CertificateInUse, why: str) -> None:
         print(
-            f"  certificate      {certificate_name(old)} -> {certificate_name(new)}  ({why})",
+            f"  certificate      {certificate_name(old)} -> {certificate_name(new)}  ({why}){who}",
             flush=True,
         )
         if ready_file is not None:
@@ -137,9 +209,15 @@ async def _serve(args: argparse.Namespace) -> int:
         control_tls_cert=args.control_tls_cert,
         control_tls_key=args.control_tls_key,
         control_tls_server_name=args.control_tls_server_name,
+        # A child serves alone: the count is its supervisor's business.
+        processes=1 if args.supervised_by is not None else args.processes,
     )
+    if args.supervised_by is not None:
+        return await _serve_as_child(args, settings)
+    if settings.processes > 1:
+        return await _supervise(args, settings)
     app = await start_worker(settings, progress=text_progress(sys.stderr))
-    print(_banner_text(app), flush=True)
+    print(_banner_text(app.banner()), flush=True)
     if args.ready_file:
         write_ready_file(args.ready_file, app.banner())
     if app.control is not None:
@@ -148,10 +226,45 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _supervise(args: argparse.Namespace, settings: WorkerSettings) -> int:
+    """``--processes N`` above 1: see :mod:`rewardseal_worker.supervisor`."""
+
+    def announce(banner: dict[str, Any], change: str | None) -> None:
+        text = _banner_text(banner) if change is None else f"  process          {change}"
+        print(text, flush=True)
+
+    supervisor = Supervisor(
+        settings, _child_command(args), announce=announce, ready_file=args.ready_file
+    )
+    return await supervisor.run(progress=text_progress(sys.stderr))
+
+
+async def _serve_as_child(args: argparse.Namespace, settings: WorkerSettings) -> int:
+    """One of the N processes: serve on the shared port, say ready in the supervisor's file,
+    stop on SIGTERM or when the supervisor is gone."""
+    index = args.process_index
+    app = await start_worker(settings, shared_port=True, primary=index == 0)
+    if args.ready_file:
+        write_ready_file(args.ready_file, app.banner())
+    if app.control is not None:
+        app.control.on_certificate_change = _announce_change(
+            app, None, f"  [process {index}, pid {os.getpid()}]"
+        )
+    orphaned = asyncio.create_task(exit_with_supervisor(args.supervised_by))
+    try:
+        await serve_until_signalled(app.stop)
+    finally:
+        orphaned.cancel()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rewardseal-worker``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     args = build_parser().parse_args(argv)
+    who = "" if args.supervised_by is None else f"[process {args.process_index}] "
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(levelname)s {who}%(name)s %(message)s"
+    )
     try:
         return asyncio.run(_serve(args))
     except RewardSealError as exc:

@@ -169,13 +169,21 @@ class ControlLink:
 
     # --- Life cycle ---
 
-    def start(self) -> None:
-        """Start the background tasks; returns at once (control may well be down)."""
+    def start(self, *, primary: bool = True) -> None:
+        """Start the background tasks; returns at once (control may well be down).
+
+        Every process that scores follows certificates and revocations: each needs them in its
+        own memory to certify, and their one write (the revocation floor) only ever rises.
+        Registration and forwarding the shared outbox run in the ``primary`` process only
+        (``serve --processes N``: one of N), so control is not sent every receipt N times.
+        """
         self._loop = asyncio.get_running_loop()
-        self._spawn(self._register_until_done())
+        if primary:
+            self._spawn(self._register_until_done())
         self._spawn(self._follow_revocations())
         self._spawn(self._poll_certificates())
-        self._spawn(self._forward_forever())
+        if primary:
+            self._spawn(self._forward_forever())
 
     def notify(self) -> None:
         """Tell the forwarder that new receipts wait in the outbox (safe from any thread)."""

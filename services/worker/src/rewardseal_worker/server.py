@@ -28,9 +28,12 @@ async def start_worker_server(
     port: int = 0,
     reflection: bool = False,
     tls: ServerTls | None = None,
+    shared_port: bool = False,
 ) -> RunningServer:
     """Start serving ``scorer`` on ``host:port`` (0 picks a free port); over TLS, or mutual
-    TLS, when ``tls`` is given.
+    TLS, when ``tls`` is given; ``shared_port``: bind with SO_REUSEPORT beside the other
+    processes of ``serve --processes N`` (never otherwise, see
+    :func:`rewardseal_server.serving.start_grpc_server`).
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
@@ -49,4 +52,5 @@ async def start_worker_server(
         port=port,
         reflection=reflection,
         tls=tls,
+        reuse_port=shared_port,
     )

@@ -24,6 +24,8 @@ DEFAULT_MAX_POLICY_UPDATE_JUMP = 10_000
 
 Without a bound, one descriptor at 2^53-1 raises the ledger so far that every later episode is
 policy_update_regressed and the certificate reads EXPIRED: a one-call denial of service."""
+MAX_PROCESSES = 64
+"""The most server processes ``serve --processes`` starts (a typo must not fork thousands)."""
 DEFAULT_CERTIFICATE_POLL_SECONDS = 30.0
 """How often a worker joined to control re-reads control's certificates (revocations are pushed
 and act at once; a new certificate is picked up within this interval)."""
@@ -66,6 +68,9 @@ class WorkerSettings:
     certificate_poll_seconds: float = DEFAULT_CERTIFICATE_POLL_SECONDS
     tls: ServerTls | None = field(default=None, repr=False)
     """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
+    processes: int = 1
+    """Server processes sharing the port and the store (``--processes``, see
+    :mod:`rewardseal_worker.supervisor`); 1 serves from this process alone."""
 
     @property
     def key_path(self) -> Path:
@@ -107,17 +112,21 @@ def resolve_settings(
     control_tls_cert: Path | None = None,
     control_tls_key: Path | None = None,
     control_tls_server_name: str | None = None,
+    processes: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkerSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
 
     Raises:
-        ValidationError: a bad port or number, ``--control`` without its token or without a
+        ValidationError: a bad port or number (``processes`` outside 1..:data:`MAX_PROCESSES`),
+            ``--control`` without its token or without a
             pinned organization key, the control admin token in the environment, an unusable
             pinned key, or unusable TLS settings (a certificate without its key, an unreadable
             or non-PEM file).
     """
     env = os.environ if env is None else env
+    # First: a bad count is refused before the data dir or the token is made.
+    process_count = _process_count(processes, env)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     # Made here, 0700, before the token, the key or the database land in it.
     service_settings.make_private_dir(data)
@@ -169,7 +178,26 @@ def resolve_settings(
         tls=service_settings.resolve_server_tls(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
+        processes=process_count,
     )
+
+
+def _process_count(flag: int | None, env: Mapping[str, str]) -> int:
+    """``--processes``, else ``$REWARDSEAL_WORKER_PROCESSES``, else 1; within 1..MAX_PROCESSES."""
+    name = "--processes"
+    value: int | str | None = flag
+    if value is None:
+        name = f"{ENV_PREFIX}PROCESSES"
+        value = env.get(name) or None
+        if value is None:
+            return 1
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValidationError(f"{name} must be a whole number, got {str(value)[:20]!r}") from None
+    if not 1 <= count <= MAX_PROCESSES:
+        raise ValidationError(f"{name} must be from 1 to {MAX_PROCESSES}, got {count}")
+    return count
 
 
 def _control_tls(
