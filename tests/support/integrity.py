@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
-from unit.test_integrity_builders import agreeing_rows, output_digest, row, spec
+from unit.test_integrity_builders import agreeing_rows, output_digest, row, spec, system
 
 from rewardseal.integrity import SignalRow
 from rewardseal.v1 import integrity_pb2 as pb
@@ -29,6 +29,7 @@ __all__ = [
     "output_digest",
     "row",
     "spec",
+    "system",
 ]
 
 TERMINAL = {pb.AUDIT_STATE_DONE, pb.AUDIT_STATE_FAILED, pb.AUDIT_STATE_CANCELLED}
