@@ -156,16 +156,7 @@ class IntegrityRevisionStore:
         Raises:
             IntegritySpecInvalid: blockers, or ``name_reserved``; nothing is stored.
         """
-        protocol = parse_protocol(spec)
-        _refuse_reserved(protocol.name, protocol.revision_id, BUILTIN_PROTOCOLS)
-        return self._create(
-            "protocol",
-            protocol.revision_id,
-            protocol.to_json(),
-            name=protocol.name,
-            actor=actor,
-            at=at,
-        )
+        return self._create_named("protocol", parse_protocol(spec), BUILTIN_PROTOCOLS, actor, at)
 
     def create_profile(
         self, spec: object, actor: str, *, at: datetime | None = None
@@ -175,13 +166,22 @@ class IntegrityRevisionStore:
         Raises:
             IntegritySpecInvalid: blockers, or ``name_reserved``; nothing is stored.
         """
-        profile = parse_profile(spec)
-        _refuse_reserved(profile.name, profile.revision_id, BUILTIN_PROFILES)
+        return self._create_named("profile", parse_profile(spec), BUILTIN_PROFILES, actor, at)
+
+    def _create_named(
+        self,
+        kind: RevisionKind,
+        revision: RetentionProtocol | IntegrityProfile,
+        builtins: Mapping[str, RetentionProtocol | IntegrityProfile],
+        actor: str,
+        at: datetime | None,
+    ) -> tuple[StoredRevision, bool]:
+        _refuse_reserved(revision.name, revision.revision_id, builtins)
         return self._create(
-            "profile",
-            profile.revision_id,
-            profile.to_json(),
-            name=profile.name,
+            kind,
+            revision.revision_id,
+            revision.to_json(),
+            name=revision.name,
             actor=actor,
             at=at,
         )

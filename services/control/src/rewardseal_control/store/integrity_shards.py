@@ -12,6 +12,7 @@ returns what parses and :func:`~rewardseal.integrity.verify_shard` decides.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -109,6 +110,13 @@ class LoadedShard:
         )
 
 
+def _boundary_lock(run_id: str, boundary: int) -> int:
+    """The advisory-lock key of one boundary: appends and its seal take it, so on PostgreSQL no
+    append commits rows into a boundary a concurrent seal has just closed."""
+    digest = hashlib.sha256(f"{run_id}\0{boundary}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def check_run(run_id: str, boundary: int) -> None:
     """Refuse a run id that is not an R-MSG-10 id, or a negative boundary."""
     validate_id(run_id, "run_id")
@@ -167,6 +175,7 @@ class SignalShardStore:
         moment = inputs.moment(at)
 
         def work(conn: Connection) -> tuple[int, int]:
+            self._db.advisory_lock(conn, _boundary_lock(run_id, boundary))
             system = self._revisions.get_in(conn, "system", system_revision_id)
             protocol = self._revisions.get_in(conn, "protocol", protocol_revision_id)
             where = (_open.c.run_id == run_id, _open.c.boundary == boundary)
@@ -230,6 +239,7 @@ class SignalShardStore:
         moment = inputs.moment(at)
 
         def work(conn: Connection) -> tuple[StoredShard, bool]:
+            self._db.advisory_lock(conn, _boundary_lock(run_id, boundary))
             sealed = _sealed(conn, run_id, boundary)
             if sealed is not None:
                 _expect(expected_shard_id, sealed.shard_id)
