@@ -278,9 +278,10 @@ class ControlLink:
         )
         accepted = [self._accept_certificate(c) async for c in listed]
         self._control_certificates = [c for c in accepted if c is not None]
-        self.polls += 1
         await self._refresh_training_update()
         self.reevaluate("certificate poll")
+        # Counted once the choice is made: a reader waiting for a poll sees its outcome.
+        self.polls += 1
 
     async def _refresh_training_update(self) -> None:
         """Read where training is (the contract's highest scored update) off the event loop."""
