@@ -1,8 +1,22 @@
 """Group concurrent calls into batches that run in a worker thread (group commit).
 
 A durable commit costs an fsync; paying it once per batch instead of once per call is what
-lets unary callers share the throughput of the batched path. Calls queue while a batch runs,
+lets unary callers share the throughput of the batched path. Calls queue while batches run,
 and the queue becomes the next batch.
+
+The batcher adapts to load so that a lone call is never held behind a large batch, without
+cutting the work into many small batches (each pays a transaction and an fsync; on a machine
+whose cores are busy, that fixed cost is what throughput and latency are made of):
+
+* **Batches in flight.** A call that finds the batcher idle starts at once. Behind a small
+  batch (at most ``lone_batch`` calls: it ends soon) calls wait and go together as the next
+  batch. Beside a large batch, up to ``in_flight`` batches run at once: the durable commit of one
+  (an fsync, with the GIL released) overlaps the reads, judging and signing of the next.
+* **Batch sizes.** A batch takes every queued call up to ``max_batch``, except in the last free
+  slot, which is kept for lone calls: it starts a batch only when at most ``lone_batch`` calls
+  are queued. Large batches therefore never fill every slot, and a call that arrives while they
+  run starts at once beside them. A long queue is load, not a lone call: it waits for a large
+  slot and goes as one batch, so a burst (a trainer's rollout sent at once) stays one batch.
 """
 
 from __future__ import annotations
@@ -19,60 +33,92 @@ _log = logging.getLogger(__name__)
 Job = TypeVar("Job")
 Outcome = TypeVar("Outcome")
 
+DEFAULT_LONE_BATCH = 8
+"""The longest queue the last free slot takes (see the module docstring)."""
+
 
 class MicroBatcher(Generic[Job, Outcome]):
-    """Runs ``run_batch`` (blocking) over whatever calls are queued, at most ``slots`` at once."""
+    """Runs ``run_batch`` (blocking, in a worker thread) over whatever calls are queued.
+
+    At most ``in_flight`` batches run at once, more than one only beside a large batch (more
+    than ``lone_batch`` calls), and the last free slot only for lone calls (a queue of at most
+    ``lone_batch``). All state is touched on the event loop only.
+    """
 
     def __init__(
         self,
         run_batch: Callable[[Sequence[Job]], Sequence[Outcome | RewardSealError]],
         *,
         max_batch: int,
-        slots: asyncio.Semaphore,
         name: str,
+        in_flight: int = 1,
+        lone_batch: int = DEFAULT_LONE_BATCH,
     ) -> None:
+        if max_batch < 1 or in_flight < 1 or lone_batch < 1:
+            raise ValueError("max_batch, in_flight and lone_batch must be at least 1")
         self._run_batch = run_batch
         self._max_batch = max_batch
-        self._slots = slots
+        self._in_flight = in_flight
+        self._lone_batch = min(lone_batch, max_batch)
         self._name = name
         self._queue: list[tuple[Job, asyncio.Future[Outcome | RewardSealError]]] = []
-        self._draining = False
+        self._running = 0
+        self._large_running = 0
+        self._dispatch_scheduled = False
         # The event loop keeps only weak references to tasks: hold them until they finish.
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    @property
+    def running(self) -> int:
+        """How many batches are in flight now."""
+        return self._running
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return task
 
     async def submit(self, job: Job) -> Outcome:
         """Queue ``job``; return its outcome or raise its error."""
-        future: asyncio.Future[Outcome | RewardSealError] = (
-            asyncio.get_running_loop().create_future()
-        )
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Outcome | RewardSealError] = loop.create_future()
         self._queue.append((job, future))
-        if not self._draining:
-            self._draining = True
-            self._spawn(self._drain())
+        if not self._dispatch_scheduled:
+            # Dispatch on the next turn of the loop: calls that arrive in this one (a burst a
+            # client sent together) join the same batch.
+            self._dispatch_scheduled = True
+            loop.call_soon(self._dispatch)
         outcome = await future
         if isinstance(outcome, RewardSealError):
             raise outcome
         return outcome
 
-    async def _drain(self) -> None:
-        try:
-            while self._queue:
-                await self._slots.acquire()
-                # Take the batch only once a slot is free: calls that arrived while we waited
-                # join it, which is the whole point.
-                items = self._queue[: self._max_batch]
-                del self._queue[: self._max_batch]
-                task = self._spawn(self._run(items))
-                task.add_done_callback(lambda _: self._slots.release())
-                await asyncio.sleep(0)
-        finally:
-            self._draining = False
+    def batch_size(self) -> int:
+        """How many queued calls the next batch may take, given the batches in flight."""
+        free = self._in_flight - self._running
+        if free <= 0:
+            return 0
+        if self._running and not self._large_running:
+            return 0  # behind small batches only: they end soon, wait and go together
+        if free == 1 and self._in_flight > 1:
+            # The last slot: for lone calls only; a longer queue waits for a large slot.
+            return len(self._queue) if len(self._queue) <= self._lone_batch else 0
+        return self._max_batch
+
+    def _dispatch(self) -> None:
+        """Start batches from the queue while slots are free."""
+        self._dispatch_scheduled = False
+        # Calls whose caller went away (cancelled) are not worth a place in a batch.
+        self._queue = [(job, future) for job, future in self._queue if not future.done()]
+        while self._queue:
+            size = self.batch_size()
+            if size == 0:
+                return  # the next batch to finish dispatches again
+            items = self._queue[:size]
+            del self._queue[:size]
+            self._running += 1
+            self._large_running += len(items) > self._lone_batch
+            self._spawn(self._run(items))
 
     async def _run(
         self, items: list[tuple[Job, asyncio.Future[Outcome | RewardSealError]]]
@@ -89,6 +135,11 @@ class MicroBatcher(Generic[Job, Outcome]):
             error = Unavailable(f"the worker could not complete the {self._name} batch")
             error.__cause__ = exc
             outcomes = [error] * len(items)
+        finally:
+            self._running -= 1
+            self._large_running -= len(items) > self._lone_batch
+            # Calls that queued while this batch ran form the next one.
+            self._dispatch()
         for (_, future), outcome in zip(items, outcomes, strict=True):
             if not future.done():
                 future.set_result(outcome)

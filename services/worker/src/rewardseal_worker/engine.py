@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import secrets
-import uuid
+import os
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
@@ -69,6 +68,12 @@ _log = logging.getLogger(__name__)
 
 MAX_CREDIT_ROUNDS = 3
 """How often one batch re-judges a job whose records a concurrent commit credited first."""
+
+UNARY_IN_FLIGHT = 3
+"""Batches of unary calls (scores, begins) that may run at once; see MicroBatcher."""
+
+RANDOM_BYTES_PER_RECEIPT = 48
+"""Fresh random bytes one receipt takes: evidence salt, nonce, receipt id (16 each)."""
 
 Record = dict[str, Any]
 Clock = Callable[[], datetime]
@@ -159,11 +164,14 @@ class Scorer:
         # Few batches in flight on purpose: every batch pays a fixed cost (store round trips, one
         # durable commit), and calls that arrive while one runs form a larger next batch.
         self._slots = asyncio.Semaphore(max_concurrent_batches)
+        # Unary calls: one batch at a time under light load; beside a large batch up to
+        # UNARY_IN_FLIGHT, the last slot kept for lone calls, so a lone call never waits for a
+        # large batch to finish (see MicroBatcher).
         self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = MicroBatcher(
-            self.score_jobs_sync, max_batch=max_batch, slots=asyncio.Semaphore(1), name="scoring"
+            self.score_jobs_sync, max_batch=max_batch, in_flight=UNARY_IN_FLIGHT, name="scoring"
         )
         self._begins: MicroBatcher[BeginJob, BeginEpisodeResponse] = MicroBatcher(
-            self._begin_batch, max_batch=max_batch, slots=asyncio.Semaphore(1), name="begin"
+            self._begin_batch, max_batch=max_batch, in_flight=UNARY_IN_FLIGHT, name="begin"
         )
 
     # --- BeginEpisode (R-W-1, R-W-3; the batch itself is rewardseal_worker.begins) ---
@@ -281,9 +289,18 @@ class Scorer:
             self.bundle.contract_digest, {c.identity.key for c in checked}
         )
         reads = self.reader.read_many([c.identity for c in checked])
+        # One draw from the OS for the whole round: a system call per value (salt, nonce,
+        # receipt id) released and re-took the GIL three times per episode, which under load
+        # cost more than the values themselves.
+        random = os.urandom(RANDOM_BYTES_PER_RECEIPT * len(checked))
         prepared = [
-            self._judge_and_sign(c, credited.get(c.identity.key, set()), read)
-            for c, read in zip(checked, reads, strict=True)
+            self._judge_and_sign(
+                c,
+                credited.get(c.identity.key, set()),
+                read,
+                random[n * RANDOM_BYTES_PER_RECEIPT : (n + 1) * RANDOM_BYTES_PER_RECEIPT],
+            )
+            for n, (c, read) in enumerate(zip(checked, reads, strict=True))
         ]
         to_commit = [p for p in prepared if p.commit is not None]
         results = self.store.commit_receipts(
@@ -362,9 +379,16 @@ class Scorer:
         return checked
 
     def _judge_and_sign(
-        self, checked: _Checked, credited: Set[str], read: list[Record] | OracleUnavailable
+        self,
+        checked: _Checked,
+        credited: Set[str],
+        read: list[Record] | OracleUnavailable,
+        random: bytes,
     ) -> _Prepared:
-        """Judge the read of the system of record, build and sign the receipt (R-W-1, R-W-4)."""
+        """Judge the read of the system of record, build and sign the receipt (R-W-1, R-W-4).
+
+        ``random``: :data:`RANDOM_BYTES_PER_RECEIPT` fresh bytes from the OS (salt, nonce and
+        receipt id, 16 bytes each)."""
         descriptor = checked.job.descriptor
         current: list[Record] | None = None
         oracle_error: str | None = None
@@ -389,7 +413,7 @@ class Scorer:
         )
         # The salt keeps the evidence digest from being guessed from low-entropy contents
         # (record ids, counts): the trainer gets the digest, never the document.
-        evidence = canonical_json({"salt": secrets.token_hex(16), **decision.evidence()})
+        evidence = canonical_json({"salt": random[:16].hex(), **decision.evidence()})
         in_use = self.in_use  # read once: the certificate and digest of one moment
         certificate = in_use.certificate
         revocation = (
@@ -397,7 +421,7 @@ class Scorer:
         )
         issued = issue_receipt(
             EpisodeFacts(
-                receipt_id=new_receipt_id(),
+                receipt_id=new_receipt_id(random[32:48]),
                 episode_id=descriptor.episode_id,
                 policy_checkpoint_id=descriptor.policy_checkpoint_id,
                 policy_update=descriptor.policy_update,
@@ -405,7 +429,7 @@ class Scorer:
                 uncertainty=decision.uncertainty,
                 tier=self.bundle.tier,
                 evidence_digest=digest_bytes(evidence),
-                nonce=secrets.token_hex(16),
+                nonce=random[16:32].hex(),
                 issued_at=self.clock(),
             ),
             contract=self.bundle.contract,
@@ -556,9 +580,10 @@ class Scorer:
         )
 
 
-def new_receipt_id() -> str:
-    """A fresh receipt id that satisfies R-MSG-10."""
-    return f"rcpt.{uuid.uuid4().hex}"
+def new_receipt_id(random: bytes | None = None) -> str:
+    """A fresh receipt id that satisfies R-MSG-10: ``rcpt.`` and 16 random bytes in hex
+    (``random``, when the caller drew them already, else fresh ones)."""
+    return f"rcpt.{(os.urandom(16) if random is None else random[:16]).hex()}"
 
 
 def _duplicate(episode_id: str, receipt_id: str) -> DuplicateEpisode:

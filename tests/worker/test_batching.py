@@ -1,0 +1,205 @@
+"""The adaptive micro-batcher: batch sizes and batches in flight follow the load, and a lone call
+is never held behind a large batch (issue 12). Behaviour only: batches are held open with events,
+never timed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Sequence
+
+import pytest
+
+from rewardseal.errors import InvalidEpisode, RewardSealError, Unavailable
+from rewardseal_worker.batching import MicroBatcher
+
+WAIT = 30.0
+"""A bound on waits that should end at once (a hang fails the test instead of blocking it)."""
+
+
+class Recorder:
+    """A ``run_batch`` that records its batches and holds batches larger than ``hold_above``
+    open until :meth:`release`."""
+
+    def __init__(self, *, hold_above: int | None = None) -> None:
+        self.sizes: list[int] = []
+        self.hold_above = hold_above
+        self.gate = threading.Event()
+        self.held = threading.Semaphore(0)
+        self._lock = threading.Lock()
+
+    def __call__(self, jobs: Sequence[int]) -> list[int | RewardSealError]:
+        with self._lock:
+            self.sizes.append(len(jobs))
+        if self.hold_above is not None and len(jobs) > self.hold_above:
+            self.held.release()
+            if not self.gate.wait(WAIT):
+                raise RuntimeError("never released")
+        return [InvalidEpisode(f"odd {job}") if job % 2 else job * 10 for job in jobs]
+
+    async def wait_held(self, count: int) -> None:
+        for _ in range(count):
+            acquired = await asyncio.to_thread(self.held.acquire, True, WAIT)
+            assert acquired, "the batch never started"
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+async def submit_all(
+    batcher: MicroBatcher[int, int], jobs: Sequence[int]
+) -> list[asyncio.Task[int]]:
+    tasks = [asyncio.create_task(batcher.submit(job)) for job in jobs]
+    await asyncio.sleep(0)  # the calls are queued; the batcher dispatches on its next turn
+    return tasks
+
+
+async def test_lone_call_runs_beside_a_held_full_batch() -> None:
+    run = Recorder(hold_above=4)
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=16, in_flight=2, lone_batch=4, name="t"
+    )
+    big = await submit_all(batcher, [2 * i for i in range(16)])
+    await run.wait_held(1)
+    assert run.sizes == [16]
+    # The full batch is still running: the lone call does not wait for it.
+    assert await asyncio.wait_for(batcher.submit(100), WAIT) == 1000
+    assert not any(task.done() for task in big)
+    assert run.sizes == [16, 1]
+    run.release()
+    assert await asyncio.gather(*big) == [20 * i for i in range(16)]
+
+
+async def test_large_batches_never_take_the_last_slot() -> None:
+    run = Recorder(hold_above=4)
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=16, in_flight=3, lone_batch=4, name="t"
+    )
+    big = await submit_all(batcher, [2 * i for i in range(32)])
+    await run.wait_held(2)
+    assert run.sizes == [16, 16]
+    assert batcher.running == 2
+    # Both large batches are held: a lone call still starts at once, in the last slot.
+    assert await asyncio.wait_for(batcher.submit(100), WAIT) == 1000
+    assert run.sizes == [16, 16, 1]
+    run.release()
+    assert await asyncio.wait_for(asyncio.gather(*big), WAIT) == [20 * i for i in range(32)]
+    assert batcher.running == 0
+
+
+async def test_a_long_queue_waits_for_a_large_slot_and_goes_as_one_batch() -> None:
+    run = Recorder(hold_above=4)
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=16, in_flight=2, lone_batch=4, name="t"
+    )
+    big = await submit_all(batcher, [2 * i for i in range(16)])
+    await run.wait_held(1)
+    # Ten calls are load, not a lone call: the last slot stays free and they queue.
+    burst = await submit_all(batcher, [2 * i for i in range(16, 26)])
+    await asyncio.sleep(0)
+    assert run.sizes == [16]
+    assert batcher.running == 1
+    run.release()
+    assert await asyncio.wait_for(asyncio.gather(*big, *burst), WAIT) == [20 * i for i in range(26)]
+    assert run.sizes == [16, 10]
+
+
+async def test_calls_behind_a_small_batch_wait_and_go_together() -> None:
+    """A small batch ends soon: calls behind it form one batch instead of one each."""
+    run = Recorder(hold_above=0)
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=64, in_flight=3, lone_batch=4, name="t"
+    )
+    first = await submit_all(batcher, [0])
+    await run.wait_held(1)
+    later = [await submit_all(batcher, [2 * i]) for i in range(1, 4)]
+    await asyncio.sleep(0)
+    assert run.sizes == [1]
+    run.hold_above = None
+    run.release()
+    assert await asyncio.wait_for(asyncio.gather(*first, *(t for [t] in later)), WAIT) == [
+        20 * i for i in range(4)
+    ]
+    assert run.sizes == [1, 3]
+
+
+async def test_calls_queued_while_slots_are_busy_form_the_next_batch() -> None:
+    run = Recorder(hold_above=0)
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, in_flight=1, name="t")
+    first = await submit_all(batcher, [0])
+    await run.wait_held(1)
+    later = await submit_all(batcher, [2 * i for i in range(1, 11)])
+    assert run.sizes == [1]  # one slot, busy: the ten calls wait
+    run.hold_above = None
+    run.release()
+    assert await asyncio.gather(*first, *later) == [20 * i for i in range(11)]
+    assert run.sizes == [1, 10]
+
+
+async def test_one_call_under_light_load_runs_alone_at_once() -> None:
+    run = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, in_flight=3, name="t")
+    for job in (2, 4, 6):
+        assert await batcher.submit(job) == job * 10
+    assert run.sizes == [1, 1, 1]
+
+
+async def test_a_burst_sent_together_is_one_batch() -> None:
+    run = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, in_flight=3, name="t")
+    tasks = await submit_all(batcher, [2 * i for i in range(20)])
+    assert await asyncio.gather(*tasks) == [20 * i for i in range(20)]
+    assert run.sizes == [20]
+
+
+async def test_each_call_gets_its_own_error() -> None:
+    run = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, name="t")
+    tasks = await submit_all(batcher, [1, 2, 3])
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert isinstance(results[0], InvalidEpisode)
+    assert "odd 1" in str(results[0])
+    assert results[1] == 20
+    assert isinstance(results[2], InvalidEpisode)
+    assert "odd 3" in str(results[2])
+
+
+async def test_a_failed_batch_fails_its_calls_only_and_the_batcher_goes_on() -> None:
+    calls = 0
+
+    def flaky(jobs: Sequence[int]) -> list[int | RewardSealError]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise OSError("disk gone")
+        return list(jobs)
+
+    batcher: MicroBatcher[int, int] = MicroBatcher(flaky, max_batch=64, in_flight=2, name="t")
+    tasks = await submit_all(batcher, [1, 2, 3])
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, Unavailable) for r in results)
+    assert await batcher.submit(7) == 7
+    assert batcher.running == 0
+
+
+async def test_cancelled_calls_are_not_run() -> None:
+    run = Recorder(hold_above=0)
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, in_flight=1, name="t")
+    first = await submit_all(batcher, [0])
+    await run.wait_held(1)
+    gone = await submit_all(batcher, [2, 4])
+    kept = await submit_all(batcher, [6])
+    for task in gone:
+        task.cancel()
+    await asyncio.sleep(0)
+    run.hold_above = None
+    run.release()
+    assert await asyncio.gather(*first, *kept) == [0, 60]
+    assert run.sizes == [1, 1]
+
+
+def test_sizes_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        MicroBatcher(Recorder(), max_batch=0, name="t")
+    with pytest.raises(ValueError, match="at least 1"):
+        MicroBatcher(Recorder(), max_batch=8, in_flight=0, name="t")
