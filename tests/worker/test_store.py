@@ -513,10 +513,10 @@ def test_batch_reads_and_commit_use_a_constant_number_of_statements(store: Worke
     large = run(1000, 64)
     assert small == large
     reads, writes, begins = large
-    assert reads == 4  # lookup: receipts, registrations, ledger; credited_for: one query
-    # Ledger lock, existing receipts, taken credits, receipts, credits, close registrations
-    # (and the ledger raise, when the batch raises it).
-    assert writes == 6
+    assert reads == 2  # lookup: one query (receipts, registrations, ledger); credited_for: one
+    # Ledger lock, existing receipts and taken credits (one query), receipts, credits, close
+    # registrations (and the ledger raise, when the batch raises it).
+    assert writes == 5
     assert begins == 3  # existing receipts, registrations (locked), insert
 
 
@@ -1100,7 +1100,7 @@ def test_outbox_adds_one_statement_to_a_commit(open_store: Callable[..., WorkerS
                 [item(f"ep-{size}-{n}", credited=(f"enc-{size}-{n}",)) for n in range(size)]
             )
         counts.append(len(writes))
-    assert counts == [7, 7]  # test_batch_reads_and_commit_...: 6, and the outbox insert
+    assert counts == [6, 6]  # test_batch_reads_and_commit_...: 5, and the outbox insert
     assert outbox_size(store) == 1 + 2 + 64
 
 

@@ -6,7 +6,9 @@ PostgreSQL (``postgresql+psycopg://...``). Every write is one transaction and is
 method returns.
 
 The store is set-based: a scoring batch costs a constant number of statements, whatever its
-size (lists of ids are bound as ``IN`` parameters, in chunks of :data:`IN_CHUNK`). The batch
+size. Its hot path (the reads before judging and the receipt commit) is prebuilt driver SQL
+where a list of ids is one parameter (:mod:`.hot_sql`); elsewhere lists are bound as ``IN``
+parameters, in chunks of :data:`IN_CHUNK`. The batch
 methods are :meth:`WorkerStore.lookup` and :meth:`WorkerStore.credited_for` (the reads before
 judging), :meth:`WorkerStore.commit_receipts` and :meth:`WorkerStore.begin_episodes`; receipts
 are also read one at a time, by id or episode.
@@ -23,7 +25,7 @@ Concurrency model, which holds across threads, processes and replicas sharing on
   episodes, ledger, credited records) is read after that lock is held, so those reads are
   authoritative against every other writer of that contract. ``begin_episodes`` locks the open
   registrations it reads (``FOR UPDATE``).
-* Both: rows are inserted with ``INSERT ... ON CONFLICT DO NOTHING RETURNING`` and the number
+* Both: rows are inserted with ``INSERT ... ON CONFLICT DO NOTHING`` and the number
   of rows inserted is checked against what was decided. A shortfall means a concurrent writer
   the locks do not cover won a row (the same episode id committed under another contract, or an
   open registration inserted between our read and our insert): the whole transaction is rolled
@@ -31,7 +33,8 @@ Concurrency model, which holds across threads, processes and replicas sharing on
   Deadlocks and serialization failures (SQLSTATE 40P01 / 40001) are retried the same way.
 
 The store is made of parts, one module each, behind this facade: :mod:`.schema` (tables and
-statements), :mod:`.episodes` (open registrations), :mod:`.receipts` (batch reads, the commit,
+statements), :mod:`.hot_sql` (the hot path's driver SQL), :mod:`.evidence_codec` (how evidence
+is stored), :mod:`.episodes` (open registrations), :mod:`.receipts` (batch reads, the commit,
 credits, the ledger), :mod:`.outbox` (receipts to forward to control, R-C-5) and :mod:`.state`
 (named values that only rise). Callers import from here.
 

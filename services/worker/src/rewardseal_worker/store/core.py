@@ -1,4 +1,4 @@
-"""What the parts of the worker store share: the engine, the outbox switch, the insert statements.
+"""What the parts of the worker store share: the engine, the outbox switch, the statements.
 
 :class:`~rewardseal_worker.store.WorkerStore` is made of parts (episodes, receipts, outbox,
 worker state), one module each; every part is a :class:`StorePart`, so all of them run on the
@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from sqlalchemy.engine import Row
 
 from rewardseal_server.sqlstore import StoreEngine
+from rewardseal_worker.store.hot_sql import HotSql
 from rewardseal_worker.store.schema import Inserts
 
 STORE_NAME = "worker store"
@@ -34,6 +35,7 @@ class StorePart:
         self._db = db
         self._outbox = outbox
         self._inserts = Inserts.for_engine(db)
+        self._hot = HotSql(db.backend)
 
 
 def as_dict(rows: Iterable[Row[str, str]]) -> dict[str, str]:

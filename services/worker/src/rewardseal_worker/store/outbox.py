@@ -13,10 +13,9 @@ turned on later; it then forwards receipts committed from then on.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy.engine import Connection
 
@@ -38,22 +37,6 @@ class OutboxItem:
     """The serialized ``SignedEnvelope`` of the receipt (what control records)."""
     attempts: int
     """How many forwarding attempts failed so far."""
-
-
-def outbox_rows(receipt_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The outbox rows of receipts being inserted: due at once, in batch order."""
-    return [
-        {
-            "receipt_id": row["receipt_id"],
-            "envelope": row["envelope"],
-            "created_at": row["created_at"],
-            "batch_index": index,
-            "attempts": 0,
-            "next_attempt_at": row["created_at"],
-            "last_error": None,
-        }
-        for index, row in enumerate(receipt_rows)
-    ]
 
 
 class OutboxStore(StorePart):

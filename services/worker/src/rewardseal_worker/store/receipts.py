@@ -24,11 +24,11 @@ from typing import Any
 from sqlalchemy.engine import Connection, Row
 
 from rewardseal.errors import RewardSealError
-from rewardseal_server.sqlstore import IN_CHUNK, LostRace, chunks
-from rewardseal_worker.store import schema
-from rewardseal_worker.store.core import StorePart, as_dict
-from rewardseal_worker.store.episodes import OpenEpisode, open_episode_of
-from rewardseal_worker.store.outbox import outbox_rows
+from rewardseal_server.sqlstore import LostRace
+from rewardseal_worker.identity import Identity
+from rewardseal_worker.store import evidence_codec, schema
+from rewardseal_worker.store.core import StorePart
+from rewardseal_worker.store.episodes import OpenEpisode
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def stored_receipt(row: Row[*tuple[Any, ...]] | None) -> StoredReceipt | None:
         episode_id=row.episode_id,
         contract_digest=row.contract_digest,
         envelope=bytes(row.envelope),
-        evidence=bytes(row.evidence),
+        evidence=evidence_codec.unpack(bytes(row.evidence)),
     )
 
 
@@ -120,37 +120,26 @@ class ReceiptStore(StorePart):
     def lookup(self, contract_digest: str, episode_ids: Sequence[str]) -> BatchLookup:
         """Everything scoring needs to know about a batch before judging, in one read.
 
-        Three queries (more only past :data:`IN_CHUNK` ids) on one connection: the episodes'
+        ONE statement (:mod:`.hot_sql`), so one snapshot on both backends: the episodes'
         open registrations on ``contract_digest``, their existing receipts, and the contract's
-        highest committed policy update. On SQLite they share one read transaction (one
-        snapshot). On PostgreSQL (READ COMMITTED, where each statement takes its own snapshot
-        even inside a transaction) they run in autocommit, registrations first: a commit that
-        lands between the two reads can then only make an episode look registered *and*
-        receipted (reported as a duplicate), never neither. Advisory: :meth:`commit_receipts`
-        checks again under its lock.
+        highest committed policy update. Advisory: :meth:`commit_receipts` checks again under
+        its lock.
         """
         wanted = list(dict.fromkeys(episode_ids))
-
-        def work(conn: Connection) -> BatchLookup:
-            found: dict[str, str] = {}
-            registered: dict[str, OpenEpisode] = {}
-            for chunk in chunks(wanted):
-                rows = conn.execute(
-                    schema.OPEN_EPISODES, {"contract_digest": contract_digest, "episode_ids": chunk}
-                )
-                registered.update((row.episode_id, open_episode_of(row)) for row in rows)
-            for chunk in chunks(wanted):
-                found.update(
-                    as_dict(conn.execute(schema.RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
-                )
-            highest = conn.execute(schema.HIGHEST, {"contract_digest": contract_digest}).scalar()
-            return BatchLookup(
-                receipts=MappingProxyType(found),
-                open=MappingProxyType(registered),
-                highest=None if highest is None else int(highest),
+        found, rows, highest = self._db.read(
+            lambda conn: self._hot.lookup(conn, contract_digest, wanted)
+        )
+        registered = {
+            episode_id: OpenEpisode(
+                identity=Identity(identity), baseline=baseline, begun_at=begun_at
             )
-
-        return self._db.read(work, snapshot=True)
+            for episode_id, (identity, baseline, begun_at) in rows.items()
+        }
+        return BatchLookup(
+            receipts=MappingProxyType(found),
+            open=MappingProxyType(registered),
+            highest=highest,
+        )
 
     def credited_for(
         self, contract_digest: str, identity_keys: Collection[str]
@@ -158,36 +147,24 @@ class ReceiptStore(StorePart):
         """For each identity key, the ids of the records already credited for the contract.
 
         Records credited by receipts committed without an identity key count for every
-        identity (they cannot be attributed to one), in one query (more only
-        past :data:`IN_CHUNK` keys). Keys with no credited record map to an empty set.
+        identity (they cannot be attributed to one). One statement, however many keys. Keys
+        with no credited record map to an empty set.
         """
         keys = sorted(set(identity_keys))
         if not keys:
             return {}
-
-        def work(conn: Connection) -> dict[str, set[str]]:
-            credited: dict[str, set[str]] = {k: set() for k in keys}
-            anonymous: set[str] = set()
-            for number, chunk in enumerate(chunks(keys)):
-                statement = (
-                    schema.CREDITED_BY_KEYS_AND_ANONYMOUS
-                    if number == 0
-                    else schema.CREDITED_BY_KEYS
-                )
-                rows = conn.execute(
-                    statement, {"contract_digest": contract_digest, "identity_keys": chunk}
-                )
-                for identity_key, record_id in rows:
-                    if identity_key is None:
-                        anonymous.add(record_id)
-                    else:
-                        credited[identity_key].add(record_id)
-            if anonymous:
-                for records in credited.values():
-                    records |= anonymous
-            return credited
-
-        return self._db.read(work, snapshot=len(keys) > IN_CHUNK)
+        rows = self._db.read(lambda conn: self._hot.credited(conn, contract_digest, keys))
+        credited: dict[str, set[str]] = {k: set() for k in keys}
+        anonymous: set[str] = set()
+        for identity_key, record_id in rows:
+            if identity_key is None:
+                anonymous.add(record_id)
+            else:
+                credited[identity_key].add(record_id)
+        if anonymous:
+            for records in credited.values():
+                records |= anonymous
+        return credited
 
     def receipt_by_episode(self, episode_id: str) -> StoredReceipt | None:
         """The receipt of an episode, or None."""
@@ -236,10 +213,11 @@ class ReceiptStore(StorePart):
            registration closed and the ledger raised to ``max(highest, policy_update)``; with
            the outbox on, an outbox row is inserted for it (due at once).
 
-        Nothing is stored for an item in cases 1-3. Set-based: after the contracts' ledger rows
-        are locked, one query each reads the batch's existing receipts and credited records,
-        the items are decided here, and the rows are written with one statement per table.
-        Durable before return.
+        Nothing is stored for an item in cases 1-3. Set-based (:mod:`.hot_sql`): after the
+        contracts' ledger rows are locked, ONE query reads the batch's existing receipts and
+        credited records, the items are decided here, and the rows are written with one
+        statement per table. Evidence is stored packed (:mod:`.evidence_codec`). Durable before
+        return.
 
         Raises:
             RewardSealError: a receipt id is already used by another episode (nothing of the
@@ -253,21 +231,11 @@ class ReceiptStore(StorePart):
         record_ids = sorted({r for entry in batch for r in entry.credited_record_ids})
 
         def work(conn: Connection) -> list[CommitResult]:
-            highest = self._lock_ledgers(conn, contracts)
+            highest = self._hot.lock_ledgers(conn, contracts)
             before = dict(highest)
             # Where each contract's ledger stood when this transaction began (see 2b).
             base = dict(before)
-            existing: dict[str, str] = {}
-            for chunk in chunks(episode_ids):
-                existing.update(
-                    as_dict(conn.execute(schema.RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
-                )
-            taken: set[tuple[str, str]] = set()
-            for chunk in chunks(record_ids):
-                rows = conn.execute(
-                    schema.TAKEN_RECORDS, {"contracts": contracts, "record_ids": chunk}
-                )
-                taken.update((contract, record_id) for contract, record_id in rows)
+            existing, taken = self._hot.existing_and_taken(conn, episode_ids, contracts, record_ids)
             now = datetime.now(UTC)
             results: list[CommitResult] = []
             receipt_rows: list[dict[str, Any]] = []
@@ -309,7 +277,7 @@ class ReceiptStore(StorePart):
                         "contract_digest": contract,
                         "policy_update": entry.policy_update,
                         "envelope": entry.envelope,
-                        "evidence": entry.evidence,
+                        "evidence": evidence_codec.pack(entry.evidence),
                         "created_at": now,
                     }
                 )
@@ -325,62 +293,29 @@ class ReceiptStore(StorePart):
                 results.append(CommitResult(entry.receipt_id))
             if receipt_rows:
                 self._write_receipts(conn, receipt_rows)
-                if self._outbox:
-                    conn.execute(schema.INSERT_OUTBOX, outbox_rows(receipt_rows))
-            if credit_rows:
-                inserted = conn.execute(self._inserts.credits, credit_rows).all()
-                if len(inserted) != len(credit_rows):
-                    # Read free under the contracts' locks: a conflict is a bug. Fail the whole
-                    # batch rather than credit a record twice.
-                    raise RewardSealError("worker store error (a record was credited twice)")
-            closed = [row["episode_id"] for row in receipt_rows]
-            for chunk in chunks(closed):
-                conn.execute(schema.CLOSE_OPEN_EPISODES, {"episode_ids": chunk})
-            raised = [
-                {"b_contract": contract, "b_highest": value}
-                for contract, value in highest.items()
-                if value != before[contract]
-            ]
-            if raised:
-                conn.execute(schema.RAISE_LEDGER, raised)
+            if credit_rows and self._hot.insert_credits(conn, credit_rows) != len(credit_rows):
+                # Read free under the contracts' locks: a conflict is a bug. Fail the whole
+                # batch rather than credit a record twice.
+                raise RewardSealError("worker store error (a record was credited twice)")
+            self._hot.close_and_raise(
+                conn,
+                [row["episode_id"] for row in receipt_rows],
+                {c: v for c, v in highest.items() if v is not None and v != before[c]},
+            )
             return results
 
         return self._db.write(work)
 
-    def _lock_ledgers(self, conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
-        """Lock (creating if missing) the ledger rows of ``contracts`` (sorted); their values."""
-        rows = self._read_ledgers(conn, contracts)
-        missing = [contract for contract in contracts if contract not in rows]
-        if missing:
-            conn.execute(
-                self._inserts.ledgers,
-                [{"contract_digest": contract, "highest_update": None} for contract in missing],
-            )
-            rows = self._read_ledgers(conn, contracts)
-        return {contract: rows[contract] for contract in contracts}
-
-    @staticmethod
-    def _read_ledgers(conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
-        values: dict[str, int | None] = {}
-        for chunk in chunks(contracts):
-            for contract, value in conn.execute(schema.LOCK_LEDGERS, {"contracts": chunk}):
-                values[contract] = None if value is None else int(value)
-        return values
-
     def _write_receipts(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
-        """Insert the decided receipts; all of them, or roll the transaction back."""
-        inserted = set(conn.execute(self._inserts.receipts, rows).scalars())
-        if len(inserted) == len(rows):
+        """Insert the decided receipts (and their outbox rows); all of them, or roll the
+        transaction back."""
+        if self._hot.insert_receipts(conn, rows, outbox=self._outbox) == len(rows):
             return
-        # Not inserted: the receipt id is taken (by another episode), or the episode got its
-        # receipt from a concurrent commit under another contract (whose lock we do not hold).
-        skipped = [row for row in rows if row["episode_id"] not in inserted]
-        owners: dict[str, str] = {}
-        for chunk in chunks([row["receipt_id"] for row in skipped]):
-            owners.update(
-                as_dict(conn.execute(schema.EPISODES_OF_RECEIPT_IDS, {"receipt_ids": chunk}))
-            )
-        for row in skipped:
+        # Some were not inserted: a receipt id is taken (by another episode), or an episode got
+        # its receipt from a concurrent commit under another contract (whose lock we do not
+        # hold). Our own rows map to their episodes; any other owner is the first case.
+        owners = self._hot.owners(conn, [row["receipt_id"] for row in rows])
+        for row in rows:
             owner = owners.get(row["receipt_id"])
             if owner is not None and owner != row["episode_id"]:
                 raise RewardSealError(

@@ -7,7 +7,8 @@ update committed per contract), ``outbox`` (receipts waiting for control) and ``
 
 Statements are built here once and shared by the parts of
 :class:`~rewardseal_worker.store.WorkerStore`; the backend-specific ``INSERT ... ON CONFLICT DO
-NOTHING`` statements are built per store by :class:`Inserts`.
+NOTHING`` statements are built per store by :class:`Inserts`. The scoring hot path (the reads
+before judging and the receipt commit) runs driver SQL instead: :mod:`.hot_sql`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
-    insert,
     or_,
     select,
     update,
@@ -138,10 +138,6 @@ RECEIPT_IDS_OF_EPISODES = select(receipts.c.episode_id, receipts.c.receipt_id).w
     receipts.c.episode_id.in_(bindparam("episode_ids", expanding=True))
 )
 
-EPISODES_OF_RECEIPT_IDS = select(receipts.c.receipt_id, receipts.c.episode_id).where(
-    receipts.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
-)
-
 OPEN_EPISODES = select(
     open_episodes.c.episode_id,
     open_episodes.c.identity_key,
@@ -182,45 +178,6 @@ CLOSE_OPEN_EPISODES = delete(open_episodes).where(
 HIGHEST = select(policy_ledger.c.highest_update).where(
     policy_ledger.c.contract_digest == bindparam("contract_digest")
 )
-
-# FOR UPDATE is applied after ORDER BY in PostgreSQL: the rows are locked in sorted order.
-LOCK_LEDGERS = (
-    select(policy_ledger.c.contract_digest, policy_ledger.c.highest_update)
-    .where(policy_ledger.c.contract_digest.in_(bindparam("contracts", expanding=True)))
-    .order_by(policy_ledger.c.contract_digest)
-    .with_for_update()
-)
-
-RAISE_LEDGER = (
-    update(policy_ledger)
-    .where(policy_ledger.c.contract_digest == bindparam("b_contract"))
-    .values(highest_update=bindparam("b_highest"))
-)
-
-CREDITED_BY_KEYS_AND_ANONYMOUS = select(
-    credited_records.c.identity_key, credited_records.c.record_id
-).where(
-    credited_records.c.contract_digest == bindparam("contract_digest"),
-    or_(
-        credited_records.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
-        credited_records.c.identity_key.is_(None),
-    ),
-)
-
-CREDITED_BY_KEYS = select(credited_records.c.identity_key, credited_records.c.record_id).where(
-    credited_records.c.contract_digest == bindparam("contract_digest"),
-    credited_records.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
-)
-
-# Credited (contract, record) pairs among a batch's records (contract x record product, filtered
-# in Python: a batch almost always has one contract).
-TAKEN_RECORDS = select(credited_records.c.contract_digest, credited_records.c.record_id).where(
-    credited_records.c.contract_digest.in_(bindparam("contracts", expanding=True)),
-    credited_records.c.record_id.in_(bindparam("record_ids", expanding=True)),
-)
-
-
-INSERT_OUTBOX = insert(outbox)
 
 OUTBOX_DUE = (
     select(outbox.c.receipt_id, outbox.c.envelope, outbox.c.attempts)
@@ -264,20 +221,14 @@ class Inserts:
     exactly what a concurrent writer won.
     """
 
-    receipts: Insert
-    credits: Insert
     open_episodes: Insert
-    ledgers: Insert
     state: Insert
 
     @classmethod
     def for_engine(cls, db: StoreEngine) -> Inserts:
         """Build the statements once for ``db``'s backend."""
         return cls(
-            receipts=db.insert_ignore(receipts).returning(receipts.c.episode_id),
-            credits=db.insert_ignore(credited_records).returning(credited_records.c.record_id),
             open_episodes=db.insert_ignore(open_episodes).returning(open_episodes.c.episode_id),
-            ledgers=db.insert_ignore(policy_ledger),
             state=db.insert_ignore(worker_state),
         )
 

@@ -1,0 +1,367 @@
+"""The scoring hot path's statements, prebuilt as driver SQL and run on the raw DBAPI connection.
+
+The reads before judging and the receipt commit run for every scoring batch. Through SQLAlchemy
+Core each statement paid for an execution context, parameter processing and, for every list
+bound into ``IN``, rendering the statement again for that list's length. Here each statement is
+fixed text per backend, prepared once by the driver (sqlite3's statement cache; psycopg's
+automatic server-side prepare), and a list is ONE parameter whatever its length: a JSON array
+read with ``json_each`` on SQLite, an array compared with ``= ANY`` on PostgreSQL. No chunking.
+
+The transaction rules stay those of :class:`~rewardseal_server.sqlstore.StoreEngine`: the
+statements run on the connection of an ``engine.begin()`` / ``connect()`` block (so SQLite's
+``BEGIN IMMEDIATE``, the write gate, the commit and the re-runs after a lost race or a
+PostgreSQL deadlock are unchanged), and a driver error is raised as SQLAlchemy's wrapper of it
+(so :func:`~rewardseal_server.sqlstore.translated` maps it, parameters hidden, as before).
+
+Values are stored exactly as SQLAlchemy stored them (the begin path and the other reads still
+use it): SQLite timestamps as naive-UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` text, JSON as text;
+PostgreSQL ``timestamptz`` and ``json``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import Connection
+
+from rewardseal_server.sqlstore import Backend, as_utc
+
+SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+"""How SQLAlchemy's ``DateTime`` stores a timestamp in SQLite (naive UTC)."""
+
+Registration = tuple[dict[str, str], list[dict[str, Any]] | None, datetime]
+"""An open registration as read: identity, baseline (None: no baseline), begun_at (aware)."""
+
+# Kinds of rows of the one-statement reads (first column).
+_OPEN, _RECEIPT, _HIGHEST, _TAKEN = 0, 1, 2, 3
+
+
+class HotSql:
+    """The hot path's statements for one backend, and the code that runs them.
+
+    Every method takes the :class:`~sqlalchemy.engine.Connection` of a transaction the caller
+    opened with :class:`~rewardseal_server.sqlstore.StoreEngine` and runs on its driver
+    connection.
+    """
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        sqlite = backend == "sqlite"
+        self._sqlite = sqlite
+
+        # Placeholders: SQLite numbered (?1, reused), PostgreSQL named (%(name)s).
+        def param(name: str, number: int) -> str:
+            return f"?{number}" if sqlite else f"%({name})s"
+
+        def listed(name: str, number: int) -> str:
+            if sqlite:
+                return f"IN (SELECT value FROM json_each(?{number}))"
+            return f"= ANY(%({name})s::text[])"
+
+        self._lookup = (
+            f"SELECT {_OPEN}, episode_id, identity_key, identity, baseline, begun_at "
+            f"FROM open_episodes WHERE contract_digest = {param('contract', 1)} "
+            f"AND episode_id {listed('ids', 2)} "
+            f"UNION ALL SELECT {_RECEIPT}, episode_id, receipt_id, NULL, NULL, NULL "
+            f"FROM receipts WHERE episode_id {listed('ids', 2)} "
+            f"UNION ALL SELECT {_HIGHEST}, NULL, "
+            + ("highest_update" if sqlite else "highest_update::text")
+            + ", NULL, NULL, NULL "
+            f"FROM policy_ledger WHERE contract_digest = {param('contract', 1)}"
+        )
+        # Two index searches, not one OR: SQLite would scan every credit of the contract.
+        self._credited = (
+            "SELECT identity_key, record_id FROM credited_records "
+            f"WHERE contract_digest = {param('contract', 1)} AND identity_key {listed('keys', 2)} "
+            "UNION ALL SELECT identity_key, record_id FROM credited_records "
+            f"WHERE contract_digest = {param('contract', 1)} AND identity_key IS NULL"
+        )
+        # FOR UPDATE after ORDER BY: PostgreSQL locks the ledger rows in sorted order.
+        self._lock_ledgers = (
+            "SELECT contract_digest, highest_update FROM policy_ledger "
+            f"WHERE contract_digest {listed('contracts', 1)}"
+            + ("" if sqlite else " ORDER BY contract_digest FOR UPDATE")
+        )
+        self._insert_ledger = (
+            "INSERT INTO policy_ledger (contract_digest, highest_update) "
+            f"VALUES ({param('contract', 1)}, NULL) ON CONFLICT DO NOTHING"
+        )
+        self._existing_and_taken = (
+            f"SELECT {_RECEIPT}, episode_id, receipt_id FROM receipts "
+            f"WHERE episode_id {listed('ids', 1)} "
+            f"UNION ALL SELECT {_TAKEN}, contract_digest, record_id FROM credited_records "
+            f"WHERE contract_digest {listed('contracts', 2)} AND record_id {listed('records', 3)}"
+        )
+        self._insert_receipt = (
+            "INSERT INTO receipts (receipt_id, episode_id, contract_digest, policy_update, "
+            "envelope, evidence, created_at) VALUES ("
+            + ", ".join(
+                param(name, n)
+                for n, name in enumerate(
+                    (
+                        "receipt_id",
+                        "episode_id",
+                        "contract_digest",
+                        "policy_update",
+                        "envelope",
+                        "evidence",
+                        "created_at",
+                    ),
+                    start=1,
+                )
+            )
+            + ") ON CONFLICT DO NOTHING"
+        )
+        self._insert_outbox = (
+            "INSERT INTO outbox (receipt_id, envelope, created_at, batch_index, attempts, "
+            "next_attempt_at, last_error) VALUES ("
+            f"{param('receipt_id', 1)}, {param('envelope', 2)}, {param('created_at', 3)}, "
+            f"{param('batch_index', 4)}, 0, {param('created_at', 3)}, NULL)"
+        )
+        self._insert_credit = (
+            "INSERT INTO credited_records (contract_digest, record_id, receipt_id, identity_key) "
+            f"VALUES ({param('contract_digest', 1)}, {param('record_id', 2)}, "
+            f"{param('receipt_id', 3)}, {param('identity_key', 4)}) ON CONFLICT DO NOTHING"
+        )
+        self._close_open = f"DELETE FROM open_episodes WHERE episode_id {listed('ids', 1)}"
+        self._raise_ledger = (
+            f"UPDATE policy_ledger SET highest_update = {param('highest', 1)} "
+            f"WHERE contract_digest = {param('contract', 2)}"
+        )
+        self._owners = (
+            f"SELECT receipt_id, episode_id FROM receipts WHERE receipt_id {listed('ids', 1)}"
+        )
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _list(self, values: Collection[str]) -> Any:
+        """A list bound as one parameter: JSON text for ``json_each``, else a Python list."""
+        return json.dumps(list(values)) if self._sqlite else list(values)
+
+    def _bind(self, named: Mapping[str, Any], order: Sequence[str]) -> Any:
+        """Parameters for a statement: positional for SQLite (``?1`` is ``order[0]``)."""
+        return tuple(named[name] for name in order) if self._sqlite else dict(named)
+
+    def _time(self, value: datetime) -> Any:
+        return as_utc(value).strftime(SQLITE_TIME_FORMAT) if self._sqlite else as_utc(value)
+
+    @contextmanager
+    def _cursor(self, conn: Connection) -> Iterator[Any]:
+        """A driver cursor of ``conn``; driver errors leave as SQLAlchemy's wrappers of them."""
+        raw = conn.connection.driver_connection
+        dbapi_error: type[Exception] = conn.dialect.loaded_dbapi.Error
+        cursor = raw.cursor()  # type: ignore[union-attr]
+        try:
+            yield cursor
+        except dbapi_error as exc:
+            disconnected = conn.dialect.is_disconnect(exc, raw, cursor)  # type: ignore[arg-type]
+            if disconnected:
+                conn.invalidate(exc)
+            raise sa_exc.DBAPIError.instance(
+                None,
+                None,
+                exc,
+                dbapi_error,
+                hide_parameters=True,
+                connection_invalidated=disconnected,
+                dialect=conn.dialect,
+            ) from exc
+        finally:
+            with suppress(dbapi_error):  # closing a cursor of a dead connection
+                cursor.close()
+
+    @staticmethod
+    def _execute(conn: Connection, cursor: Any, statement: str, params: Any) -> None:
+        # Listeners of the engine's before_cursor_execute (statement logging, tests counting
+        # statements) see these statements as they see SQLAlchemy's own.
+        for listener in conn.dispatch.before_cursor_execute:
+            listener(conn, cursor, statement, params, None, False)
+        cursor.execute(statement, params)
+
+    @staticmethod
+    def _execute_many(conn: Connection, cursor: Any, statement: str, params: Any) -> None:
+        for listener in conn.dispatch.before_cursor_execute:
+            listener(conn, cursor, statement, params, None, True)
+        cursor.executemany(statement, params)
+
+    # ------------------------------------------------------------------ reads before judging
+
+    def lookup(
+        self, conn: Connection, contract_digest: str, episode_ids: Sequence[str]
+    ) -> tuple[dict[str, str], dict[str, Registration], int | None]:
+        """In ONE statement (one snapshot): the episodes' receipts (episode id -> receipt id,
+        any contract), their open registrations on ``contract_digest``, and the contract's
+        highest committed policy update."""
+        found: dict[str, str] = {}
+        registered: dict[str, Registration] = {}
+        highest: int | None = None
+        params = self._bind(
+            {"contract": contract_digest, "ids": self._list(episode_ids)}, ("contract", "ids")
+        )
+        with self._cursor(conn) as cursor:
+            self._execute(conn, cursor, self._lookup, params)
+            rows = cursor.fetchall()
+        for kind, episode_id, key, identity, baseline, begun_at in rows:
+            if kind == _OPEN:
+                registered[episode_id] = self._registration(identity, baseline, begun_at)
+            elif kind == _RECEIPT:
+                found[episode_id] = key
+            elif key is not None:
+                highest = int(key)
+        return found, registered, highest
+
+    def _registration(self, identity: Any, baseline: Any, begun_at: Any) -> Registration:
+        if self._sqlite:  # JSON as text, timestamps as naive-UTC text (see the module docstring)
+            identity = json.loads(identity)
+            baseline = None if baseline is None else json.loads(baseline)
+            begun_at = datetime.fromisoformat(begun_at)
+        return identity, None if baseline is None else list(baseline), as_utc(begun_at)
+
+    def credited(
+        self, conn: Connection, contract_digest: str, identity_keys: Collection[str]
+    ) -> list[tuple[str | None, str]]:
+        """(identity key, record id) of every record credited for the contract to one of
+        ``identity_keys`` or to no identity (key None)."""
+        params = self._bind(
+            {"contract": contract_digest, "keys": self._list(identity_keys)}, ("contract", "keys")
+        )
+        with self._cursor(conn) as cursor:
+            self._execute(conn, cursor, self._credited, params)
+            return [(key, record) for key, record in cursor.fetchall()]
+
+    # ------------------------------------------------------------------ the commit
+
+    def lock_ledgers(self, conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
+        """Lock (PostgreSQL: ``FOR UPDATE``, sorted; creating missing rows) the ledger rows of
+        ``contracts``; their highest committed updates."""
+        params = self._bind({"contracts": self._list(contracts)}, ("contracts",))
+        with self._cursor(conn) as cursor:
+            self._execute(conn, cursor, self._lock_ledgers, params)
+            values = {c: None if v is None else int(v) for c, v in cursor.fetchall()}
+            missing = [c for c in contracts if c not in values]
+            if missing:
+                self._execute_many(
+                    conn,
+                    cursor,
+                    self._insert_ledger,
+                    [self._bind({"contract": c}, ("contract",)) for c in missing],
+                )
+                self._execute(conn, cursor, self._lock_ledgers, params)
+                values = {c: None if v is None else int(v) for c, v in cursor.fetchall()}
+        return {contract: values[contract] for contract in contracts}
+
+    def existing_and_taken(
+        self,
+        conn: Connection,
+        episode_ids: Sequence[str],
+        contracts: Sequence[str],
+        record_ids: Sequence[str],
+    ) -> tuple[dict[str, str], set[tuple[str, str]]]:
+        """In one statement: the episodes' receipts (episode id -> receipt id) and the
+        (contract, record) pairs among ``contracts`` x ``record_ids`` already credited."""
+        params = self._bind(
+            {
+                "ids": self._list(episode_ids),
+                "contracts": self._list(contracts),
+                "records": self._list(record_ids),
+            },
+            ("ids", "contracts", "records"),
+        )
+        existing: dict[str, str] = {}
+        taken: set[tuple[str, str]] = set()
+        with self._cursor(conn) as cursor:
+            self._execute(conn, cursor, self._existing_and_taken, params)
+            for kind, first, second in cursor.fetchall():
+                if kind == _RECEIPT:
+                    existing[first] = second
+                else:
+                    taken.add((first, second))
+        return existing, taken
+
+    def insert_receipts(
+        self, conn: Connection, rows: Sequence[Mapping[str, Any]], *, outbox: bool
+    ) -> int:
+        """Insert receipt rows (``ON CONFLICT DO NOTHING``) and, with ``outbox``, their outbox
+        rows (due at once, in batch order); how many receipts were inserted."""
+        order = (
+            "receipt_id",
+            "episode_id",
+            "contract_digest",
+            "policy_update",
+            "envelope",
+            "evidence",
+            "created_at",
+        )
+        bound = [
+            self._bind({**row, "created_at": self._time(row["created_at"])}, order) for row in rows
+        ]
+        with self._cursor(conn) as cursor:
+            self._execute_many(conn, cursor, self._insert_receipt, bound)
+            inserted = int(cursor.rowcount)
+            if outbox and inserted == len(rows):
+                self._execute_many(
+                    conn,
+                    cursor,
+                    self._insert_outbox,
+                    [
+                        self._bind(
+                            {
+                                "receipt_id": row["receipt_id"],
+                                "envelope": row["envelope"],
+                                "created_at": self._time(row["created_at"]),
+                                "batch_index": index,
+                            },
+                            ("receipt_id", "envelope", "created_at", "batch_index"),
+                        )
+                        for index, row in enumerate(rows)
+                    ],
+                )
+        return inserted
+
+    def insert_credits(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Insert credit rows (``ON CONFLICT DO NOTHING``); how many were inserted."""
+        order = ("contract_digest", "record_id", "receipt_id", "identity_key")
+        with self._cursor(conn) as cursor:
+            self._execute_many(
+                conn, cursor, self._insert_credit, [self._bind(row, order) for row in rows]
+            )
+            return int(cursor.rowcount)
+
+    def close_and_raise(
+        self, conn: Connection, episode_ids: Sequence[str], raised: Mapping[str, int]
+    ) -> None:
+        """Delete the episodes' open registrations; set the ledgers of ``raised`` (contract ->
+        new highest update)."""
+        with self._cursor(conn) as cursor:
+            if episode_ids:
+                self._execute(
+                    conn,
+                    cursor,
+                    self._close_open,
+                    self._bind({"ids": self._list(episode_ids)}, ("ids",)),
+                )
+            if raised:
+                self._execute_many(
+                    conn,
+                    cursor,
+                    self._raise_ledger,
+                    [
+                        self._bind(
+                            {"highest": value, "contract": contract}, ("highest", "contract")
+                        )
+                        for contract, value in raised.items()
+                    ],
+                )
+
+    def owners(self, conn: Connection, receipt_ids: Sequence[str]) -> dict[str, str]:
+        """receipt id -> episode id, for those of ``receipt_ids`` that are stored."""
+        with self._cursor(conn) as cursor:
+            self._execute(
+                conn, cursor, self._owners, self._bind({"ids": self._list(receipt_ids)}, ("ids",))
+            )
+            return {receipt_id: episode_id for receipt_id, episode_id in cursor.fetchall()}
