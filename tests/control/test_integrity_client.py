@@ -30,7 +30,8 @@ from rewardseal.integrity_client import (
     RewardSystemQuery,
     SampleQuery,
 )
-from rewardseal.integrity_protocol import IntegrityProtocol, spec_struct, struct_document
+from rewardseal.integrity_messages import spec_struct, struct_document
+from rewardseal.integrity_protocol import IntegrityProtocol
 from rewardseal.tls import ClientTls
 from rewardseal.v1 import integrity_pb2 as ipb
 

@@ -23,8 +23,8 @@ from support.control import (
 from support.integrity import create_system, spec
 
 from rewardseal.integrity import BUILTIN_PROFILES, BUILTIN_PROTOCOLS
+from rewardseal.integrity_messages import spec_struct, struct_document
 from rewardseal.v1 import integrity_pb2 as pb
-from rewardseal_control.integrity_convert import document, struct
 
 OTHER_SENTINEL = {"kind": "external", "fingerprints": {"implementation": "judge-llm-v2"}}
 
@@ -52,15 +52,15 @@ async def test_identical_specs_are_one_revision_and_listed_with_filters(
 ) -> None:
     stub = control.integrity_stub()
     validated = await stub.ValidateRewardSystem(
-        pb.ValidateRewardSystemRequest(spec=struct(spec())), metadata=TRAINER
+        pb.ValidateRewardSystemRequest(spec=spec_struct(spec())), metadata=TRAINER
     )
     assert list(validated.blockers) == []
     assert validated.primary_sentinel_independent
     first = await stub.CreateRewardSystem(
-        pb.CreateRewardSystemRequest(spec=struct(spec())), metadata=ADMIN
+        pb.CreateRewardSystemRequest(spec=spec_struct(spec())), metadata=ADMIN
     )
     again = await stub.CreateRewardSystem(
-        pb.CreateRewardSystemRequest(spec=struct(spec())), metadata=ADMIN
+        pb.CreateRewardSystemRequest(spec=spec_struct(spec())), metadata=ADMIN
     )
     assert first.created
     assert not again.created
@@ -68,7 +68,7 @@ async def test_identical_specs_are_one_revision_and_listed_with_filters(
     other = await create_system(control, spec(sentinel=OTHER_SENTINEL))
     assert other != first.revision.revision_id
     got = await stub.GetRewardSystem(pb.GetRewardSystemRequest(revision_id=other), metadata=TRAINER)
-    assert document(got.revision.content)["auditors"][0]["fingerprints"] == {
+    assert struct_document(got.revision.content)["auditors"][0]["fingerprints"] == {
         "implementation": "judge-llm-v2"
     }
     # Filters on what a revision names; pages carry on where the last stopped.
@@ -158,12 +158,12 @@ async def test_a_bad_spec_is_refused_with_its_blocker_and_nothing_is_stored(
     control: ControlStack, doc: dict[str, Any], blocker: str
 ) -> None:
     validated = await control.integrity_stub().ValidateRewardSystem(
-        pb.ValidateRewardSystemRequest(spec=struct(doc)), metadata=TRAINER
+        pb.ValidateRewardSystemRequest(spec=spec_struct(doc)), metadata=TRAINER
     )
     assert blocker in validated.blockers
     assert validated.revision_id == ""
     code, reason, metadata, message = await wire_error(
-        control, "CreateRewardSystem", pb.CreateRewardSystemRequest(spec=struct(doc))
+        control, "CreateRewardSystem", pb.CreateRewardSystemRequest(spec=spec_struct(doc))
     )
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "integrity_spec_invalid")
     assert blocker in metadata["blockers"].split(",")
@@ -206,7 +206,7 @@ async def test_revisions_are_the_admins_to_create(control: ControlStack) -> None
         code, reason, _, _ = await wire_error(
             control,
             "CreateRewardSystem",
-            pb.CreateRewardSystemRequest(spec=struct(spec())),
+            pb.CreateRewardSystemRequest(spec=spec_struct(spec())),
             metadata=metadata,
         )
         assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "permission_denied")
@@ -251,10 +251,10 @@ async def test_custom_protocols_and_profiles_are_immutable_revisions(
     stub = control.integrity_stub()
     protocol = {"name": "tiny_64", "core_size": 48, "diagnostic_size": 16}
     made = await stub.CreateRetentionProtocol(
-        pb.CreateRetentionProtocolRequest(spec=struct(protocol)), metadata=ADMIN
+        pb.CreateRetentionProtocolRequest(spec=spec_struct(protocol)), metadata=ADMIN
     )
     again = await stub.CreateRetentionProtocol(
-        pb.CreateRetentionProtocolRequest(spec=struct(protocol)), metadata=ADMIN
+        pb.CreateRetentionProtocolRequest(spec=spec_struct(protocol)), metadata=ADMIN
     )
     assert made.created
     assert not again.created
@@ -263,38 +263,38 @@ async def test_custom_protocols_and_profiles_are_immutable_revisions(
     assert made.protocol.revision_id == again.protocol.revision_id
     profile = {"name": "tight", "thresholds": {"pass_agreement": {"min": 0.99}}}
     created = await stub.CreateIntegrityProfile(
-        pb.CreateIntegrityProfileRequest(spec=struct(profile)), metadata=ADMIN
+        pb.CreateIntegrityProfileRequest(spec=spec_struct(profile)), metadata=ADMIN
     )
     assert [(t.metric, t.min) for t in created.profile.thresholds] == [("pass_agreement", 0.99)]
     refusals = [
         (
             "CreateRetentionProtocol",
             pb.CreateRetentionProtocolRequest(
-                spec=struct({"name": "balanced_256", "core_size": 10})
+                spec=spec_struct({"name": "balanced_256", "core_size": 10})
             ),
             "name_reserved",
         ),
         (
             "CreateRetentionProtocol",
-            pb.CreateRetentionProtocolRequest(spec=struct({"name": "neg", "core_size": -1})),
+            pb.CreateRetentionProtocolRequest(spec=spec_struct({"name": "neg", "core_size": -1})),
             "invalid_value:core_size",
         ),
         (
             "CreateIntegrityProfile",
-            pb.CreateIntegrityProfileRequest(spec=struct({"name": "strict_integrity"})),
+            pb.CreateIntegrityProfileRequest(spec=spec_struct({"name": "strict_integrity"})),
             "name_reserved",
         ),
         (
             "CreateIntegrityProfile",
             pb.CreateIntegrityProfileRequest(
-                spec=struct({"name": "bad", "thresholds": {"nope": {"min": 1}}})
+                spec=spec_struct({"name": "bad", "thresholds": {"nope": {"min": 1}}})
             ),
             "unknown_metric:thresholds.nope",
         ),
         (
             "CreateIntegrityProfile",
             pb.CreateIntegrityProfileRequest(
-                spec=struct({"name": "nan", "thresholds": {"coverage": {"min": math.nan}}})
+                spec=spec_struct({"name": "nan", "thresholds": {"coverage": {"min": math.nan}}})
             ),
             "not_finite:$.thresholds.coverage.min",
         ),

@@ -15,8 +15,9 @@ from sqlalchemy import text
 from unit.test_integrity_builders import agreeing_rows, output_digest, row, spec, system
 
 from rewardseal.integrity import SignalRow
+from rewardseal.integrity_messages import spec_struct
 from rewardseal.v1 import integrity_pb2 as pb
-from rewardseal_control.integrity_convert import signal_row_message, struct
+from rewardseal_control.integrity_convert import signal_row_message
 from rewardseal_control.store import ControlStore
 from support.control import ADMIN, TRAINER, ControlStack
 
@@ -38,7 +39,7 @@ TERMINAL = {pb.AUDIT_STATE_DONE, pb.AUDIT_STATE_FAILED, pb.AUDIT_STATE_CANCELLED
 async def create_system(stack: ControlStack, doc: dict[str, Any] | None = None) -> str:
     """Create the reward system ``doc`` (default: core's test spec); its revision id."""
     answer = await stack.integrity_stub().CreateRewardSystem(
-        pb.CreateRewardSystemRequest(spec=struct(doc or spec())), metadata=ADMIN
+        pb.CreateRewardSystemRequest(spec=spec_struct(doc or spec())), metadata=ADMIN
     )
     return answer.revision.revision_id
 

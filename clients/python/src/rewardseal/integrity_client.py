@@ -21,12 +21,8 @@ from typing import Any
 
 from rewardseal.control_transport import BlockingTransport
 from rewardseal.integrity_async_client import AsyncIntegrityClient
-from rewardseal.integrity_protocol import (
-    IntegrityProtocol,
-    RewardSystemQuery,
-    SampleQuery,
-    spec_struct,
-)
+from rewardseal.integrity_messages import spec_struct
+from rewardseal.integrity_protocol import IntegrityProtocol, RewardSystemQuery, SampleQuery
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.integrity_pb2_grpc import RewardIntegrityServiceStub
 

@@ -7,15 +7,11 @@ and paging rules are the control plane's own (docs/spec.md §12, R-I-1..9).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Final
-
-from google.protobuf import json_format
-from google.protobuf.struct_pb2 import Struct
+from typing import Final
 
 from rewardseal.control_protocol import CallRules, Listing
-from rewardseal.errors import ValidationError
 from rewardseal.v1 import integrity_pb2 as ipb
 
 __all__ = [
@@ -23,8 +19,6 @@ __all__ = [
     "IntegrityProtocol",
     "RewardSystemQuery",
     "SampleQuery",
-    "spec_struct",
-    "struct_document",
 ]
 
 TERMINAL_AUDIT_STATES: Final = frozenset(
@@ -35,26 +29,6 @@ TERMINAL_AUDIT_STATES: Final = frozenset(
     }
 )
 """States an audit never leaves: ``WatchAudit`` ends at one."""
-
-
-def spec_struct(spec: Mapping[str, Any]) -> Struct:
-    """A JSON spec document (a reward system, protocol or profile) as the ``Struct`` the RPCs
-    take. Numbers travel as doubles, as in any JSON reader; the control plane validates.
-
-    Raises:
-        ValidationError: ``spec`` holds something JSON cannot (a set, bytes, a non-string key).
-    """
-    struct = Struct()
-    try:
-        struct.update(spec)
-    except (TypeError, ValueError, AttributeError) as exc:
-        raise ValidationError(f"the spec is not a JSON object: {exc}") from None
-    return struct
-
-
-def struct_document(struct: Struct) -> dict[str, Any]:
-    """A ``Struct`` (a revision's stored content) back as a plain JSON object."""
-    return json_format.MessageToDict(struct)
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,16 @@
 """Between the integrity protos (``rewardseal.v1.integrity_pb2``) and core's integrity types.
 
-Spec documents travel as ``google.protobuf.Struct``, whose numbers are all doubles: a whole
-number comes back as an ``int`` (within 2**53, where a double is exact) so that ``"seed": 42``
-is an integer again and digests as the JSON the operator wrote; NaN and infinities are kept, for
-core to refuse with a ``not_finite`` blocker. Enum values map to core's lowercase words by their
+Spec documents travel as ``google.protobuf.Struct`` by :mod:`rewardseal.integrity_messages`
+(the clients' rule too). Enum values map to core's lowercase words by their
 suffix (``SIGNAL_OUTCOME_ACCEPTED`` is ``accepted``); an UNSPECIFIED value where one is required
 is refused.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Final
-
-from google.protobuf import struct_pb2
+from typing import Any
 
 from rewardseal.errors import ValidationError
 from rewardseal.integrity import (
@@ -28,6 +23,7 @@ from rewardseal.integrity import (
 from rewardseal.integrity.audits import AuditReport
 from rewardseal.integrity.profiles import METRIC_NAMES, IntegrityProfile
 from rewardseal.integrity.retention import RetainedRow
+from rewardseal.integrity_messages import spec_struct
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.store.inputs import timestamp
 from rewardseal_control.store.integrity_audits import StoredAudit
@@ -36,7 +32,6 @@ from rewardseal_control.store.integrity_shards import StoredShard
 
 __all__ = [
     "audit_message",
-    "document",
     "entry_message",
     "enum_value",
     "enum_word",
@@ -47,41 +42,8 @@ __all__ = [
     "shard_message",
     "signal_row",
     "signal_row_message",
-    "struct",
     "system_message",
 ]
-
-_EXACT_INTEGER: Final = 2**53
-
-
-def _value(value: struct_pb2.Value) -> Any:
-    kind = value.WhichOneof("kind")
-    if kind == "struct_value":
-        return document(value.struct_value)
-    if kind == "list_value":
-        return [_value(item) for item in value.list_value.values]
-    if kind == "number_value":
-        number = value.number_value
-        if math.isfinite(number) and number.is_integer() and abs(number) < _EXACT_INTEGER:
-            return int(number)
-        return number
-    if kind == "string_value":
-        return value.string_value
-    if kind == "bool_value":
-        return value.bool_value
-    return None
-
-
-def document(message: struct_pb2.Struct) -> dict[str, Any]:
-    """A Struct as a plain JSON document (whole numbers as ints)."""
-    return {key: _value(item) for key, item in message.fields.items()}
-
-
-def struct(doc: Mapping[str, Any]) -> struct_pb2.Struct:
-    """A plain JSON document as a Struct."""
-    message = struct_pb2.Struct()
-    message.update(dict(doc))
-    return message
 
 
 def enum_word(enum: Any, value: int, prefix: str) -> str | None:
@@ -204,7 +166,7 @@ def system_message(stored: StoredRevision, reasons: Sequence[str]) -> pb.RewardS
     """The message of a stored reward-system revision (``reasons``: R-I-2 correlation)."""
     return pb.RewardSystemRevision(
         revision_id=stored.revision_id,
-        content=struct(stored.content),
+        content=spec_struct(stored.content),
         created_at=timestamp(stored.created_at),
         primary_sentinel_independent=not reasons,
         correlation_reasons=list(reasons),
@@ -221,7 +183,7 @@ def protocol_message(stored: StoredRevision) -> pb.RetentionProtocolRevision:
         seed=protocol.seed,
         diagnostic_size=protocol.diagnostic_size,
         threshold_band=protocol.threshold_band,
-        content=struct(stored.content),
+        content=spec_struct(stored.content),
         created_at=timestamp(stored.created_at),
     )
     if protocol.core_size is not None:
@@ -251,7 +213,7 @@ def profile_message(stored: StoredRevision, *, default_name: str) -> pb.Integrit
         report_only=profile.report_only,
         warn_on_interval=profile.warn_on_interval,
         thresholds=_thresholds(profile),
-        content=struct(stored.content),
+        content=spec_struct(stored.content),
         created_at=timestamp(stored.created_at),
         is_default=stored.builtin and profile.name == default_name,
     )
@@ -270,7 +232,7 @@ def shard_message(shard: StoredShard) -> pb.SignalShard:
         core_rows=shard.core_rows,
         diagnostic_rows=shard.diagnostic_rows,
         sealed_at=timestamp(shard.sealed_at),
-        manifest=struct(shard.manifest),
+        manifest=spec_struct(shard.manifest),
     )
 
 

@@ -32,13 +32,13 @@ from rewardseal.integrity import (
     validate_reward_system,
 )
 from rewardseal.integrity.bootstrap import RESAMPLES
+from rewardseal.integrity_messages import struct_document
 from rewardseal.rpc_status import abort, maps_errors
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal.v1 import integrity_pb2_grpc as pb_grpc
 from rewardseal_control.integrity_convert import (
     audit_message,
-    document,
     entry_message,
     enum_word,
     profile_message,
@@ -169,7 +169,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def ValidateRewardSystem(  # noqa: N802
         self, request: pb.ValidateRewardSystemRequest, context: Context
     ) -> pb.ValidateRewardSystemResponse:
-        spec = document(request.spec)
+        spec = struct_document(request.spec)
         blockers = validate_reward_system(spec)
         if blockers:
             return pb.ValidateRewardSystemResponse(blockers=blockers)
@@ -187,7 +187,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     ) -> pb.CreateRewardSystemResponse:
         stored, created = await self._run(
             self.store.integrity_revisions.create_system,
-            document(request.spec),
+            struct_document(request.spec),
             self._actor(context),
             at=self.clock(),
         )
@@ -259,7 +259,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     ) -> pb.CreateRetentionProtocolResponse:
         stored, created = await self._run(
             self.store.integrity_revisions.create_protocol,
-            document(request.spec),
+            struct_document(request.spec),
             self._actor(context),
             at=self.clock(),
         )
@@ -297,7 +297,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     ) -> pb.CreateIntegrityProfileResponse:
         stored, created = await self._run(
             self.store.integrity_revisions.create_profile,
-            document(request.spec),
+            struct_document(request.spec),
             self._actor(context),
             at=self.clock(),
         )

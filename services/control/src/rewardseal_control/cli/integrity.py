@@ -20,7 +20,7 @@ from rewardseal import strict_json
 from rewardseal.errors import BindingRefused, IntegritySpecInvalid
 from rewardseal.integrity import correlation_reasons, parse_reward_system, validate_reward_system
 from rewardseal.integrity_client import IntegrityClient, RewardSystemQuery
-from rewardseal.integrity_protocol import struct_document
+from rewardseal.integrity_messages import struct_document
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_control.cli.admin import connect
 from rewardseal_control.cli.common import TARGET_ENV, Refused, UsageError, remote
