@@ -15,8 +15,8 @@ from support.integrity import agreeing_rows, capture, create_system
 from support.integrity import system as core_system
 
 from rewardseal.integrity import BUILTIN_PROTOCOLS, retain, seal_shard
+from rewardseal.integrity_messages import signal_row_message
 from rewardseal.v1 import integrity_pb2 as pb
-from rewardseal_control.integrity_convert import signal_row_message
 
 RUN = "run-0001"
 

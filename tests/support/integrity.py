@@ -2,7 +2,7 @@
 captured and sealed, an audit followed to its end, and a stored row edited behind the triggers.
 
 The specs and rows are core's test builders (``tests/unit/test_integrity_builders.py``), turned
-into messages with the control plane's own converters.
+into messages by the wire rules of :mod:`rewardseal.integrity_messages`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from sqlalchemy import text
 from unit.test_integrity_builders import agreeing_rows, output_digest, row, spec, system
 
 from rewardseal.integrity import SignalRow
-from rewardseal.integrity_messages import spec_struct
+from rewardseal.integrity_messages import signal_row_message, spec_struct
 from rewardseal.v1 import integrity_pb2 as pb
-from rewardseal_control.integrity_convert import signal_row_message
 from rewardseal_control.store import ControlStore
 from support.control import ADMIN, TRAINER, ControlStack
 

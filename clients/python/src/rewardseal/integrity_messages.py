@@ -1,10 +1,14 @@
-"""Between the integrity messages (``rewardseal.v1.integrity_pb2``) and plain JSON documents: the
-one rule for spec documents on the wire, shared by the clients, the control plane and its CLI.
+"""Between the integrity messages (``rewardseal.v1.integrity_pb2``) and core's integrity types:
+the wire rules the trainer side, the clients, the control plane and its CLI share.
 
 Spec documents travel as ``google.protobuf.Struct``, whose numbers are all doubles: a whole
 number comes back as an ``int`` (within 2**53, where a double is exact) so that ``"seed": 42``
 is an integer again and digests as the JSON the operator wrote; NaN and infinities are kept, for
-core to refuse with a ``not_finite`` blocker (docs/spec.md §12, R-I-1).
+core to refuse with a ``not_finite`` blocker (docs/spec.md §12, R-I-1). Enum values map to
+core's lowercase words by their suffix (``SIGNAL_OUTCOME_ACCEPTED`` is ``accepted``); an
+UNSPECIFIED value where one is required is refused. A :class:`~rewardseal.integrity.SignalRow`
+goes out with :func:`signal_row_message` (the trainer appending rows) and comes back with
+:func:`signal_row` (the control plane reading them, anyone reading an audit's samples).
 """
 
 from __future__ import annotations
@@ -16,8 +20,17 @@ from typing import Any, Final
 from google.protobuf import struct_pb2
 
 from rewardseal.errors import ValidationError
+from rewardseal.integrity import AuditorObservation, SentinelObservation, SignalRow
+from rewardseal.v1 import integrity_pb2 as pb
 
-__all__ = ["spec_struct", "struct_document"]
+__all__ = [
+    "enum_value",
+    "enum_word",
+    "signal_row",
+    "signal_row_message",
+    "spec_struct",
+    "struct_document",
+]
 
 _EXACT_INTEGER: Final = 2**53
 
@@ -59,3 +72,119 @@ def struct_document(struct: struct_pb2.Struct) -> dict[str, Any]:
     """A ``Struct`` (a spec on the wire, a revision's stored content) back as a plain JSON
     object: whole numbers as ints, NaN and infinities kept."""
     return {key: _value(item) for key, item in struct.fields.items()}
+
+
+def enum_word(enum: Any, value: int, prefix: str) -> str | None:
+    """The lowercase word of an enum value (``None`` for UNSPECIFIED or an unknown number)."""
+    try:
+        name = str(enum.Name(value))
+    except ValueError:
+        return None
+    word = name.removeprefix(prefix).lower()
+    return None if word == "unspecified" else word
+
+
+def enum_value(enum: Any, word: str | None, prefix: str) -> int:
+    """The enum number of a lowercase word (0, UNSPECIFIED, for None)."""
+    return 0 if word is None else int(enum.Value(prefix + word.upper()))
+
+
+def _required(enum: Any, value: int, prefix: str, where: str) -> str:
+    word = enum_word(enum, value, prefix)
+    if word is None:
+        raise ValidationError(f"{where} is required (not UNSPECIFIED)")
+    return word
+
+
+def _opt(message: Any, name: str) -> Any:
+    return getattr(message, name) if message.HasField(name) else None
+
+
+def signal_row(message: pb.SignalRow, where: str = "row") -> SignalRow:
+    """A core SignalRow from its message (core validates every field).
+
+    Raises:
+        ValidationError: a field is missing, out of range or not finite (``where`` names the
+            row).
+    """
+    try:
+        sentinel = None
+        if message.HasField("sentinel"):
+            observed = message.sentinel
+            sentinel = SentinelObservation(
+                outcome=_required(  # type: ignore[arg-type]
+                    pb.SignalOutcome, observed.outcome, "SIGNAL_OUTCOME_", "sentinel.outcome"
+                ),
+                reward=_opt(observed, "reward"),
+                receipt_id=_opt(observed, "receipt_id"),
+                receipt_digest=_opt(observed, "receipt_digest"),
+                error=_opt(observed, "error"),
+            )
+        auditors = tuple(
+            AuditorObservation(
+                auditor=item.auditor,
+                outcome=_required(  # type: ignore[arg-type]
+                    pb.SignalOutcome, item.outcome, "SIGNAL_OUTCOME_", "auditors[].outcome"
+                ),
+                reward=_opt(item, "reward"),
+                receipt_digest=_opt(item, "receipt_digest"),
+            )
+            for item in message.auditors
+        )
+        return SignalRow(
+            record_id=message.record_id,
+            candidate=message.candidate,
+            episode_id=message.episode_id,
+            output_digest=message.output_digest,
+            optimizer_raw=_opt(message, "optimizer_raw"),
+            optimizer_mapped=_opt(message, "optimizer_mapped"),
+            group_id=message.group_id,
+            selection=_required(  # type: ignore[arg-type]
+                pb.SignalSelection, message.selection, "SIGNAL_SELECTION_", "selection"
+            ),
+            checkpoint=message.checkpoint,
+            policy_update=message.policy_update,
+            runtime_identity=message.runtime_identity,
+            sentinel=sentinel,
+            auditors=auditors,
+            components=dict(message.components),
+            subgroups=dict(message.subgroups),
+        )
+    except ValidationError as exc:
+        raise ValidationError(f"{where}: {exc.message}") from None
+
+
+def signal_row_message(row: SignalRow) -> pb.SignalRow:
+    """The message of a core SignalRow."""
+    message = pb.SignalRow(
+        record_id=row.record_id,
+        candidate=row.candidate,
+        episode_id=row.episode_id,
+        output_digest=row.output_digest,
+        group_id=row.group_id,
+        selection=enum_value(pb.SignalSelection, row.selection, "SIGNAL_SELECTION_"),  # type: ignore[arg-type]
+        checkpoint=row.checkpoint,
+        policy_update=row.policy_update,
+        runtime_identity=row.runtime_identity,
+        components=dict(row.components),
+        subgroups=dict(row.subgroups),
+    )
+    for name in ("optimizer_raw", "optimizer_mapped"):
+        if getattr(row, name) is not None:
+            setattr(message, name, getattr(row, name))
+    if row.sentinel is not None:
+        sentinel = message.sentinel
+        sentinel.outcome = enum_value(pb.SignalOutcome, row.sentinel.outcome, "SIGNAL_OUTCOME_")  # type: ignore[assignment]
+        for name in ("reward", "receipt_id", "receipt_digest", "error"):
+            if getattr(row.sentinel, name) is not None:
+                setattr(sentinel, name, getattr(row.sentinel, name))
+    for observed in row.auditors:
+        item = message.auditors.add(
+            auditor=observed.auditor,
+            outcome=enum_value(pb.SignalOutcome, observed.outcome, "SIGNAL_OUTCOME_"),
+        )
+        if observed.reward is not None:
+            item.reward = observed.reward
+        if observed.receipt_digest is not None:
+            item.receipt_digest = observed.receipt_digest
+    return message

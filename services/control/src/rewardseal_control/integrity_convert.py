@@ -1,29 +1,22 @@
 """Between the integrity protos (``rewardseal.v1.integrity_pb2``) and core's integrity types.
 
-Spec documents travel as ``google.protobuf.Struct`` by :mod:`rewardseal.integrity_messages`
-(the clients' rule too). Enum values map to core's lowercase words by their
-suffix (``SIGNAL_OUTCOME_ACCEPTED`` is ``accepted``); an UNSPECIFIED value where one is required
-is refused.
+The wire rules both sides share (spec documents as ``Struct``, enum values as core's words,
+signal rows) are :mod:`rewardseal.integrity_messages`; these are the control plane's answers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
-from rewardseal.errors import ValidationError
 from rewardseal.integrity import (
     AuditBundle,
-    AuditorObservation,
     DecisionEntry,
-    SentinelObservation,
-    SignalRow,
 )
 from rewardseal.integrity.audits import AuditReport
 from rewardseal.integrity.profiles import METRIC_NAMES, IntegrityProfile
 from rewardseal.integrity.retention import RetainedRow
-from rewardseal.integrity_messages import spec_struct
+from rewardseal.integrity_messages import enum_value, signal_row_message, spec_struct
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.store.inputs import timestamp
 from rewardseal_control.store.integrity_audits import StoredAudit
@@ -33,133 +26,13 @@ from rewardseal_control.store.integrity_shards import StoredShard
 __all__ = [
     "audit_message",
     "entry_message",
-    "enum_value",
-    "enum_word",
     "metric_results",
     "protocol_message",
     "profile_message",
     "sample_message",
     "shard_message",
-    "signal_row",
-    "signal_row_message",
     "system_message",
 ]
-
-
-def enum_word(enum: Any, value: int, prefix: str) -> str | None:
-    """The lowercase word of an enum value (``None`` for UNSPECIFIED or an unknown number)."""
-    try:
-        name = str(enum.Name(value))
-    except ValueError:
-        return None
-    word = name.removeprefix(prefix).lower()
-    return None if word == "unspecified" else word
-
-
-def enum_value(enum: Any, word: str | None, prefix: str) -> int:
-    """The enum number of a lowercase word (0, UNSPECIFIED, for None)."""
-    return 0 if word is None else int(enum.Value(prefix + word.upper()))
-
-
-def _required(enum: Any, value: int, prefix: str, where: str) -> str:
-    word = enum_word(enum, value, prefix)
-    if word is None:
-        raise ValidationError(f"{where} is required (not UNSPECIFIED)")
-    return word
-
-
-def _opt(message: Any, name: str) -> Any:
-    return getattr(message, name) if message.HasField(name) else None
-
-
-def signal_row(message: pb.SignalRow, where: str = "row") -> SignalRow:
-    """A core SignalRow from its message (core validates every field).
-
-    Raises:
-        ValidationError: a field is missing, out of range or not finite (``where`` names the
-            row).
-    """
-    try:
-        sentinel = None
-        if message.HasField("sentinel"):
-            observed = message.sentinel
-            sentinel = SentinelObservation(
-                outcome=_required(  # type: ignore[arg-type]
-                    pb.SignalOutcome, observed.outcome, "SIGNAL_OUTCOME_", "sentinel.outcome"
-                ),
-                reward=_opt(observed, "reward"),
-                receipt_id=_opt(observed, "receipt_id"),
-                receipt_digest=_opt(observed, "receipt_digest"),
-                error=_opt(observed, "error"),
-            )
-        auditors = tuple(
-            AuditorObservation(
-                auditor=item.auditor,
-                outcome=_required(  # type: ignore[arg-type]
-                    pb.SignalOutcome, item.outcome, "SIGNAL_OUTCOME_", "auditors[].outcome"
-                ),
-                reward=_opt(item, "reward"),
-                receipt_digest=_opt(item, "receipt_digest"),
-            )
-            for item in message.auditors
-        )
-        return SignalRow(
-            record_id=message.record_id,
-            candidate=message.candidate,
-            episode_id=message.episode_id,
-            output_digest=message.output_digest,
-            optimizer_raw=_opt(message, "optimizer_raw"),
-            optimizer_mapped=_opt(message, "optimizer_mapped"),
-            group_id=message.group_id,
-            selection=_required(  # type: ignore[arg-type]
-                pb.SignalSelection, message.selection, "SIGNAL_SELECTION_", "selection"
-            ),
-            checkpoint=message.checkpoint,
-            policy_update=message.policy_update,
-            runtime_identity=message.runtime_identity,
-            sentinel=sentinel,
-            auditors=auditors,
-            components=dict(message.components),
-            subgroups=dict(message.subgroups),
-        )
-    except ValidationError as exc:
-        raise ValidationError(f"{where}: {exc.message}") from None
-
-
-def signal_row_message(row: SignalRow) -> pb.SignalRow:
-    """The message of a core SignalRow."""
-    message = pb.SignalRow(
-        record_id=row.record_id,
-        candidate=row.candidate,
-        episode_id=row.episode_id,
-        output_digest=row.output_digest,
-        group_id=row.group_id,
-        selection=enum_value(pb.SignalSelection, row.selection, "SIGNAL_SELECTION_"),  # type: ignore[arg-type]
-        checkpoint=row.checkpoint,
-        policy_update=row.policy_update,
-        runtime_identity=row.runtime_identity,
-        components=dict(row.components),
-        subgroups=dict(row.subgroups),
-    )
-    for name in ("optimizer_raw", "optimizer_mapped"):
-        if getattr(row, name) is not None:
-            setattr(message, name, getattr(row, name))
-    if row.sentinel is not None:
-        sentinel = message.sentinel
-        sentinel.outcome = enum_value(pb.SignalOutcome, row.sentinel.outcome, "SIGNAL_OUTCOME_")  # type: ignore[assignment]
-        for name in ("reward", "receipt_id", "receipt_digest", "error"):
-            if getattr(row.sentinel, name) is not None:
-                setattr(sentinel, name, getattr(row.sentinel, name))
-    for observed in row.auditors:
-        item = message.auditors.add(
-            auditor=observed.auditor,
-            outcome=enum_value(pb.SignalOutcome, observed.outcome, "SIGNAL_OUTCOME_"),
-        )
-        if observed.reward is not None:
-            item.reward = observed.reward
-        if observed.receipt_digest is not None:
-            item.receipt_digest = observed.receipt_digest
-    return message
 
 
 def system_message(stored: StoredRevision, reasons: Sequence[str]) -> pb.RewardSystemRevision:

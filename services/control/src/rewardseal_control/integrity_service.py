@@ -32,7 +32,7 @@ from rewardseal.integrity import (
     validate_reward_system,
 )
 from rewardseal.integrity.bootstrap import RESAMPLES
-from rewardseal.integrity_messages import struct_document
+from rewardseal.integrity_messages import enum_word, signal_row, struct_document
 from rewardseal.rpc_status import abort, maps_errors
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import integrity_pb2 as pb
@@ -40,11 +40,9 @@ from rewardseal.v1 import integrity_pb2_grpc as pb_grpc
 from rewardseal_control.integrity_convert import (
     audit_message,
     entry_message,
-    enum_word,
     profile_message,
     protocol_message,
     shard_message,
-    signal_row,
     system_message,
 )
 from rewardseal_control.integrity_runner import AuditFunction, AuditRunner, verified_report
