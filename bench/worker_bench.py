@@ -295,11 +295,14 @@ async def main(quick: bool) -> dict[str, Any]:
         try:
             load = Load(worker, "main")
             await load.unary(8, 8)  # warm-up, not reported
-            results["batched"] = await load.batched(BATCH_CLIENTS, max(1, int(8 * scale)))
-            results["unary"] = {
-                f"c{c}": await load.unary(c, max(2, int(n * scale)))
-                for c, n in ((1, 300), (8, 150), (64, 24))
-            }
+            results["batched"] = await with_server_cpu(
+                worker, lambda: load.batched(BATCH_CLIENTS, max(1, int(8 * scale)))
+            )
+            results["unary"] = {}
+            for c, n in ((1, 300), (8, 150), (64, 24)):
+                results["unary"][f"c{c}"] = await with_server_cpu(
+                    worker, lambda c=c, n=n: load.unary(c, max(2, int(n * scale)))
+                )
         finally:
             worker.stop()
         results["disk"] = receipt_bytes(main_dir)
@@ -332,6 +335,17 @@ def server_cpu_seconds(worker: Worker) -> float:
     return total
 
 
+async def with_server_cpu(
+    worker: Worker, run: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    """``run()``'s result with ``server_cpu_ms_per_episode``: the worker's CPU while it ran."""
+    before = server_cpu_seconds(worker)
+    measured = await run()
+    used = server_cpu_seconds(worker) - before
+    measured["server_cpu_ms_per_episode"] = round(used * 1000 / measured["episodes"], 3)
+    return measured
+
+
 async def processes_run(
     template: Path, workdir: Path, processes: int, db_url: str | None, scale: float
 ) -> dict[str, Any]:
@@ -348,11 +362,7 @@ async def processes_run(
             ("unary_c64", lambda: load.unary(64, max(2, int(24 * scale)))),
             ("batched", lambda: load.batched(BATCH_CLIENTS, max(1, int(8 * scale)))),
         ):
-            before = server_cpu_seconds(worker)
-            measured = await run()
-            used = server_cpu_seconds(worker) - before
-            measured["server_cpu_ms_per_episode"] = round(used * 1000 / measured["episodes"], 3)
-            result[mode] = measured
+            result[mode] = await with_server_cpu(worker, run)
         return result
     finally:
         worker.stop()
