@@ -42,6 +42,10 @@ update or contract (``ReceiptMismatch``) stops the run rather than being paid or
 :meth:`CertifiedRewardFunction.metadata_columns` gives the last batch's per-sample columns
 (R-T-3); they are also pushed to TRL's completions table through ``log_extra``.
 
+The integrity gate, ``IntegrityGate`` (a ``transformers.TrainerCallback`` that audits the run at
+its boundaries and pauses it on a failing audit), is :mod:`rewardseal.trainers.trl_gate`'s, built
+on first access of this module's attribute.
+
 This module imports neither ``trl`` nor ``torch``.
 """
 
@@ -85,6 +89,7 @@ from rewardseal.validation import validate_id
 __all__ = [
     "AsyncCertifiedRewardFunction",
     "CertifiedRewardFunction",
+    "IntegrityGate",  # noqa: F822 - a lazy module attribute (transformers on first access)
     "PAID_SHARE_METRIC",
     "UNSCORED_SHARE_METRIC",
 ]
@@ -495,3 +500,12 @@ class AsyncCertifiedRewardFunction:
                 continue
             rules._record(batch, chunk, answers)
         return rules._finish(batch, kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    """``IntegrityGate`` (:mod:`rewardseal.trainers.trl_gate`), built on first access."""
+    if name == "IntegrityGate":
+        from rewardseal.trainers.trl_gate import integrity_gate_class
+
+        return integrity_gate_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
