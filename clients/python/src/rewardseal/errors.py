@@ -235,3 +235,11 @@ class BindingRefused(RewardSealError):
 
     code = grpc.StatusCode.FAILED_PRECONDITION
     reason = "binding_refused"
+
+
+class IntegrityBufferFull(RewardSealError):
+    """The trainer's on-disk signal buffer reached its row or byte limit while control was away
+    (R-I-3); metadata ``rows``, ``bytes`` and ``refused_rows``. Nothing buffered is dropped."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    reason = "integrity_buffer_full"

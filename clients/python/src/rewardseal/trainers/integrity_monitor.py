@@ -1,0 +1,327 @@
+"""The framework-agnostic integrity gate (docs/spec.md §12, R-I-8, R-I-9).
+
+:class:`IntegrityMonitor` is what a trainer hook (TRL's ``IntegrityGate`` callback, verl's
+reward-loop hook) calls:
+
+* :meth:`IntegrityMonitor.start` before the first step: a run with a binding (system, protocol,
+  profile revisions) has it resolved by control and refused with its blockers
+  (:class:`~rewardseal.errors.BindingRefused`) unless it may gate; a run without one is logged
+  **unmonitored**, once, loudly. A resumed run is held to the decision in force on its last
+  audit (a pause stays a pause until a reviewer's ``continue``).
+* :meth:`IntegrityMonitor.at_boundary` at each boundary: seals the captured shard, starts the
+  audit, waits for it (bounded), and answers a :class:`GateOutcome`: ``continue``, ``pause``
+  (with the audit id, the reasons and the review command), ``stop``, ``fork`` (with the
+  checkpoint to resume from), or ``deferred`` when control is away (the seal waits on disk and
+  is audited at a later boundary).
+
+The monitor only reads decisions; it never reviews one and never touches the reward (R-I-5).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from rewardseal.errors import BindingRefused, RewardSealError, ValidationError
+from rewardseal.integrity_client import IntegrityClient
+from rewardseal.trainers.integrity_capture import IntegrityCapture
+from rewardseal.v1 import integrity_pb2 as ipb
+
+__all__ = [
+    "DEFAULT_AUDIT_TIMEOUT_S",
+    "UNMONITORED_MESSAGE",
+    "GateAction",
+    "GateOutcome",
+    "IntegrityBinding",
+    "IntegrityMonitor",
+    "review_command",
+]
+
+DEFAULT_AUDIT_TIMEOUT_S: Final = 300.0
+"""How long a boundary waits for its audit before it answers ``deferred``."""
+UNMONITORED_MESSAGE: Final = (
+    "REWARD INTEGRITY: this run is UNMONITORED: no binding (reward-system, protocol, profile "
+    "revisions) was given, so no sentinel audits the reward it optimizes (docs/integrity.md)"
+)
+
+GateAction = Literal["continue", "pause", "stop", "fork", "deferred"]
+
+_LOG = logging.getLogger(__name__)
+_ACTIONS: Final[dict[int, GateAction]] = {
+    ipb.RunAction.RUN_ACTION_CONTINUE: "continue",
+    ipb.RunAction.RUN_ACTION_PAUSE: "pause",
+    ipb.RunAction.RUN_ACTION_STOP: "stop",
+    ipb.RunAction.RUN_ACTION_FORK: "fork",
+}
+_OUTCOMES: Final[dict[int, str]] = {
+    ipb.DecisionOutcome.DECISION_OUTCOME_PASS: "pass",
+    ipb.DecisionOutcome.DECISION_OUTCOME_WARN: "warn",
+    ipb.DecisionOutcome.DECISION_OUTCOME_FAIL: "fail",
+    ipb.DecisionOutcome.DECISION_OUTCOME_INCOMPLETE_EVIDENCE: "incomplete_evidence",
+}
+
+
+def review_command(audit_id: str) -> str:
+    """The command a reviewer runs to let a paused run go on (or stop or fork it)."""
+    return (
+        f"rewardseal-control integrity audit review {audit_id} "
+        "--action continue|stop|fork --reason '...' [--checkpoint <checkpoint>]"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class IntegrityBinding:
+    """The three revisions a monitored run names together (R-I-9); names of built-in protocols
+    and profiles (``balanced_256``, ``human_aligned_integrity``) are accepted."""
+
+    system_revision_id: str
+    protocol_revision_id: str
+    profile_revision_id: str
+
+    def __post_init__(self) -> None:
+        for name in ("system_revision_id", "protocol_revision_id", "profile_revision_id"):
+            if not getattr(self, name):
+                raise BindingRefused(
+                    f"a binding names all three revisions; {name} is missing",
+                    metadata={"blockers": name.replace("_revision_id", "_missing")},
+                )
+
+
+@dataclass(frozen=True, slots=True)
+class GateOutcome:
+    """What the run does at a boundary.
+
+    ``audit_id``, ``outcome`` (pass/warn/fail/incomplete_evidence) and ``reasons`` come from the
+    audit; ``checkpoint`` is the reviewer's checkpoint for ``fork``; ``review_command`` is set on
+    ``pause``; ``message`` is one line for the log.
+    """
+
+    action: GateAction
+    boundary: int | None
+    message: str
+    audit_id: str | None = None
+    outcome: str | None = None
+    reasons: tuple[str, ...] = ()
+    checkpoint: str | None = None
+    review_command: str | None = None
+
+    @property
+    def proceeds(self) -> bool:
+        """True when training goes on (continue, or deferred while control is away)."""
+        return self.action in ("continue", "deferred")
+
+
+class IntegrityMonitor:
+    """The gate of one run (see the module docstring).
+
+    ``binding`` None makes the run unmonitored (``capture`` must then be None too).
+    ``audit_timeout_s`` bounds the wait for one audit (default :data:`DEFAULT_AUDIT_TIMEOUT_S`).
+    """
+
+    def __init__(
+        self,
+        control: IntegrityClient | None,
+        binding: IntegrityBinding | None,
+        *,
+        capture: IntegrityCapture | None = None,
+        audit_timeout_s: float = DEFAULT_AUDIT_TIMEOUT_S,
+        logger: logging.Logger | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if binding is not None and (control is None or capture is None):
+            raise ValidationError("a monitored run needs the control client and a capture")
+        if binding is None and capture is not None:
+            raise ValidationError("a capture without a binding would be audited by nothing")
+        if (
+            capture is not None
+            and binding is not None
+            and (
+                capture.system_revision_id != binding.system_revision_id
+                or capture.protocol_revision_id != binding.protocol_revision_id
+            )
+        ):
+            raise ValidationError("the capture and the binding name different revisions")
+        if audit_timeout_s <= 0:
+            raise ValidationError("audit_timeout_s must be positive")
+        self.control = control
+        self.binding = binding
+        self.capture = capture
+        self.audit_timeout_s = audit_timeout_s
+        self._log = logger or _LOG
+        self._clock = clock
+        self._started = False
+        self._unaudited: list[int] = []
+        self.audits: dict[int, str] = {}
+        """Boundary -> the audit started for it."""
+
+    @property
+    def monitored(self) -> bool:
+        """True when the run has a binding."""
+        return self.binding is not None
+
+    def start(self) -> GateOutcome:
+        """Check the binding before the first step (once; later calls answer the same).
+
+        Raises:
+            BindingRefused: the binding cannot gate (metadata ``blockers``).
+            RewardSealError: control could not be asked (a monitored run does not start
+                without its binding checked).
+        """
+        if self.binding is None or self.control is None or self.capture is None:
+            if not self._started:
+                self._log.warning(UNMONITORED_MESSAGE)
+            self._started = True
+            return GateOutcome("continue", None, "unmonitored")
+        binding = self.binding
+        if not self._started:
+            resolved = self.control.resolve_binding(
+                binding.system_revision_id,
+                binding.protocol_revision_id,
+                binding.profile_revision_id,
+            )
+            if not resolved.gating_eligible:
+                blockers = ",".join(resolved.blockers)
+                raise BindingRefused(
+                    f"the binding cannot gate this run: {blockers or 'not gating-eligible'}",
+                    metadata={"blockers": blockers},
+                )
+            self._started = True
+        latest = self._latest_audit()
+        if latest is None:
+            return GateOutcome("continue", None, "monitored; no audit yet")
+        return self._outcome(latest)
+
+    def _latest_audit(self) -> ipb.Audit | None:
+        assert self.control is not None
+        assert self.capture is not None
+        audits = [
+            audit
+            for audit in self.control.list_audits(run_id=self.capture.run_id)
+            if audit.state == ipb.AuditState.AUDIT_STATE_DONE
+        ]
+        return audits[-1] if audits else None
+
+    def at_boundary(self, boundary: int) -> GateOutcome:
+        """Seal ``boundary``, audit it (and any earlier boundary whose seal waited), and answer
+        what the run does. The worst outcome among the boundaries audited now wins; the
+        boundary's own audit otherwise.
+
+        Raises:
+            RewardSealError: delivery is stuck on a refusal resending cannot fix (a wrong token,
+                an unknown revision).
+        """
+        if self.binding is None or self.capture is None or self.control is None:
+            return GateOutcome("continue", boundary, "unmonitored")
+        capture = self.capture
+        capture.seal(boundary)
+        capture.raise_if_stuck()
+        if boundary not in self._unaudited:
+            self._unaudited.append(boundary)
+        outcomes: list[GateOutcome] = []
+        deferred: list[int] = []
+        for pending in list(self._unaudited):
+            shard_id = capture.shard_ids.get(pending)
+            if shard_id is None:
+                if pending in capture.pending_seals():
+                    deferred.append(pending)
+                else:  # sealed with no row: nothing to audit
+                    self._unaudited.remove(pending)
+                continue
+            got = self._audit(pending, shard_id)
+            if got is None:
+                deferred.append(pending)
+                continue
+            self._unaudited.remove(pending)
+            outcomes.append(got)
+        for got in outcomes:
+            if not got.proceeds:
+                return got
+        if deferred:
+            message = (
+                f"reward integrity deferred: boundaries {deferred} wait for control "
+                f"({capture.buffer.rows} rows buffered at {capture.buffer.path})"
+            )
+            self._log.warning(message)
+            return GateOutcome("deferred", boundary, message)
+        if outcomes:
+            return outcomes[-1]
+        return GateOutcome("continue", boundary, f"boundary {boundary} captured no row")
+
+    def _audit(self, boundary: int, shard_id: str) -> GateOutcome | None:
+        """The audit of one sealed shard, started once; None when it could not finish in time."""
+        assert self.control is not None
+        assert self.binding is not None
+        try:
+            audit_id = self.audits.get(boundary)
+            if audit_id is None:
+                started = self.control.start_audit(shard_id, self.binding.profile_revision_id)
+                audit_id = self.audits[boundary] = started.audit_id
+            audit = self.control.wait_for_audit(audit_id, deadline=self.audit_timeout_s)
+        except RewardSealError as exc:
+            self._log.warning("reward integrity: audit of boundary %d: %s", boundary, exc)
+            return None
+        if audit.state == ipb.AuditState.AUDIT_STATE_DONE:
+            return self._outcome(audit)
+        if audit.state in (ipb.AuditState.AUDIT_STATE_FAILED, ipb.AuditState.AUDIT_STATE_CANCELLED):
+            # No decision (R-I-7: execution errors decide nothing): the run pauses for a person.
+            state = ipb.AuditState.Name(audit.state).removeprefix("AUDIT_STATE_").lower()
+            return GateOutcome(
+                "pause",
+                boundary,
+                f"reward integrity: audit {audit.audit_id} of boundary {boundary} {state} "
+                f"without a decision; retry it or review it: {review_command(audit.audit_id)}",
+                audit_id=audit.audit_id,
+                reasons=(f"audit_{state}",),
+                review_command=review_command(audit.audit_id),
+            )
+        return None
+
+    def outcome_of(self, audit_id: str) -> GateOutcome:
+        """The gate outcome of the decision in force on ``audit_id`` (its history's last entry):
+        a reviewed ``continue`` after a pause answers ``continue``."""
+        assert self.control is not None
+        return self._outcome(self.control.get_audit(audit_id))
+
+    def _outcome(self, audit: ipb.Audit) -> GateOutcome:
+        assert self.control is not None
+        history = self.control.decision_history(audit.audit_id)
+        entry = history[-1] if history else audit.decision
+        action = _ACTIONS.get(entry.action, "pause")
+        outcome = _OUTCOMES.get(entry.outcome)
+        reasons = tuple(entry.reasons)
+        where = f"audit {audit.audit_id} of boundary {audit.boundary}"
+        if action == "pause":
+            command = review_command(audit.audit_id)
+            message = (
+                f"REWARD INTEGRITY PAUSE: {where} decided {outcome}: {', '.join(reasons)}. "
+                f"The run is paused; to resume, a reviewer runs: {command}"
+            )
+            self._log.error(message)
+            return GateOutcome(
+                "pause",
+                audit.boundary,
+                message,
+                audit_id=audit.audit_id,
+                outcome=outcome,
+                reasons=reasons,
+                review_command=command,
+            )
+        if action == "fork":
+            message = f"reward integrity: {where}: fork from checkpoint {entry.checkpoint}"
+        elif action == "stop":
+            message = f"reward integrity: {where}: stop ({entry.review_reason})"
+        else:
+            message = f"reward integrity: {where} decided {outcome}: continue"
+        self._log.info(message)
+        return GateOutcome(
+            action,
+            audit.boundary,
+            message,
+            audit_id=audit.audit_id,
+            outcome=outcome,
+            reasons=reasons,
+            checkpoint=entry.checkpoint or None,
+        )
