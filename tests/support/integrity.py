@@ -1,7 +1,7 @@
 """Reward integrity on a real control plane: specs and rows as the wire carries them, a boundary
 captured and sealed, an audit followed to its end, and a stored row edited behind the triggers.
 
-The specs and rows are core's test builders (``tests/unit/test_integrity_builders.py``), turned
+The specs and rows are the shared builders (``tests/support/integrity_builders.py``), turned
 into messages by the wire rules of :mod:`rewardseal.integrity_messages`.
 """
 
@@ -12,13 +12,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
-from unit.test_integrity_builders import agreeing_rows, output_digest, row, spec, system
 
 from rewardseal.integrity import SignalRow
 from rewardseal.integrity_messages import signal_row_message, spec_struct
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.store import ControlStore
 from support.control import ADMIN, TRAINER, ControlStack
+from support.integrity_builders import agreeing_rows, output_digest, row, spec, system
 
 __all__ = [
     "agreeing_rows",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_integrity_builders import CONTRACT_A, CONTRACT_B, WORKER_1, WORKER_2, spec
+from support.integrity_builders import CONTRACT_A, CONTRACT_B, WORKER_1, WORKER_2, spec
 
 from rewardseal.errors import BindingRefused
 from rewardseal.integrity import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from test_integrity_builders import agreeing_rows, audit
+from support.integrity_builders import agreeing_rows, audit
 
 from rewardseal.digest import canonical_json, digest_bytes
 from rewardseal.errors import SignatureError, ValidationError

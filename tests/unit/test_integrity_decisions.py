@@ -6,7 +6,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from test_integrity_builders import agreeing_rows, audit, row, sealed, system
+from support.integrity_builders import agreeing_rows, audit, row, sealed, system
 
 from rewardseal.errors import DecisionSuperseded, ReviewRefused, ValidationError
 from rewardseal.integrity import (

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 
 import pytest
-from test_integrity_builders import CONTRACT_B, output_digest, row
+from support.integrity_builders import CONTRACT_B, row, varied_rows
 
 from rewardseal.errors import ValidationError
 from rewardseal.integrity import AuditorObservation, SignalRow
@@ -52,23 +52,7 @@ def test_what_json_cannot_hold_is_refused(bad: dict[str, object]) -> None:
         spec_struct(bad)
 
 
-@pytest.mark.parametrize(
-    "built",
-    [
-        row(
-            7,
-            optimizer=0.75,
-            sentinel="accepted",
-            sentinel_reward=0.5,
-            components={"format": 1.0, "content": 0.0},
-            subgroups={"language": "de"},
-            auditors=[AuditorObservation(CONTRACT_B, "refused", 0.25, output_digest("x"))],
-        ),
-        row(8, optimizer=0.0, sentinel="error"),
-        row(9, optimizer=0.1, sentinel=None),
-    ],
-    ids=["full", "sentinel-error", "no-sentinel"],
-)
+@pytest.mark.parametrize("built", varied_rows(), ids=["full", "sentinel-error", "no-sentinel"])
 def test_a_signal_row_reads_back_from_its_message(built: SignalRow) -> None:
     back = signal_row(signal_row_message(built))
     assert back == built

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_integrity_builders import agreeing_rows, row, system
+from support.integrity_builders import agreeing_rows, row, system
 
 from rewardseal.integrity import (
     BUILTIN_PROFILES,

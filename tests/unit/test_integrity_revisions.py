@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_integrity_builders import CONTRACT_B, WORKER_2, spec
+from support.integrity_builders import CONTRACT_B, WORKER_2, spec
 
 from rewardseal.digest import digest_json, is_digest
 from rewardseal.errors import IntegritySpecInvalid

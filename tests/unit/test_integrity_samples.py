@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_integrity_builders import row, system
+from support.integrity_builders import row, system
 
 from rewardseal.integrity import compute_metrics
 from rewardseal.integrity.metrics import sample_outcome

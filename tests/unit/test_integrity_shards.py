@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_integrity_builders import agreeing_rows, row, sealed, system
+from support.integrity_builders import agreeing_rows, row, sealed, system
 
 from rewardseal.errors import ShardCorrupt, ValidationError
 from rewardseal.integrity import (

@@ -1,7 +1,6 @@
-"""Builders the integrity tests share (reward systems, rows, sealed shards), and the round trips
-that keep them honest: every built value reads back from its own ``to_json``.
-
-The other ``test_integrity_*`` modules import these (pytest puts this directory on sys.path).
+"""Builders the integrity tests share, core's and the control plane's: reward-system specs, signal
+rows, sealed shards and audited boundaries (``tests/unit/test_integrity_round_trips.py`` keeps
+them honest: every built value reads back from its own ``to_json``).
 """
 
 from __future__ import annotations
@@ -120,6 +119,25 @@ def row(
     )
 
 
+def varied_rows() -> list[SignalRow]:
+    """One row of each shape: every optional field set (a diagnostic auditor, reward components,
+    subgroups, a sentinel reward off the verdict's), a sentinel error, and no sentinel at all."""
+    auditor = AuditorObservation(CONTRACT_B, "refused", 0.25, output_digest("x"))
+    return [
+        row(
+            7,
+            optimizer=0.75,
+            sentinel="accepted",
+            sentinel_reward=0.5,
+            components={"format": 1.0, "content": 0.0},
+            subgroups={"language": "de"},
+            auditors=[auditor],
+        ),
+        row(8, optimizer=0.0, sentinel="error"),
+        row(9, optimizer=0.1, sentinel=None),
+    ]
+
+
 def agreeing_rows(records: int, *, boundary: int = 10, inverted: bool = False) -> list[SignalRow]:
     """Half accepted, half refused by the optimizer; the sentinel agrees (or says the opposite)."""
     rows = []
@@ -170,36 +188,3 @@ def audit(
         resamples=resamples,
         **kwargs,
     )
-
-
-# ---------------------------------------------------------------------------------------------
-# Round trips: every type reads back from its own to_json, equal.
-
-
-def test_rows_and_observations_round_trip() -> None:
-    auditor = AuditorObservation(CONTRACT_B, "refused", 0.25, output_digest("x"))
-    built = row(
-        7,
-        optimizer=0.75,
-        sentinel="accepted",
-        sentinel_reward=0.5,
-        components={"format": 1.0, "content": 0.0},
-        subgroups={"language": "de"},
-        auditors=[auditor],
-    )
-    assert SignalRow.from_json(built.to_json()) == built
-    assert SignalRow.from_json(built.to_json()).digest == built.digest
-    errored = row(8, optimizer=0.1, sentinel="error")
-    assert SignalRow.from_json(errored.to_json()) == errored
-    missing = row(9, optimizer=0.1, sentinel=None)
-    assert SignalRow.from_json(missing.to_json()) == missing
-
-
-def test_systems_manifests_and_reports_round_trip() -> None:
-    reward_system = system()
-    assert RewardSystem.from_json(reward_system.to_json()) == reward_system
-    retention, manifest = sealed(agreeing_rows(30), reward_system)
-    assert ShardManifest.from_json(manifest.to_json()) == manifest
-    assert [RetainedRow.from_json(r.to_json()) for r in retention.rows] == list(retention.rows)
-    report = audit(agreeing_rows(30), reward_system=reward_system)
-    assert AuditReport.from_json(report.to_json()) == report
