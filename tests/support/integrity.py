@@ -7,17 +7,17 @@ into messages by the wire rules of :mod:`rewardseal.integrity_messages`.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import text
 
 from rewardseal.integrity import SignalRow
+from rewardseal.integrity_client import AsyncIntegrityClient
 from rewardseal.integrity_messages import signal_row_message, spec_struct
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.store import ControlStore
-from support.control import ADMIN, TRAINER, ControlStack
+from support.control import ADMIN, CLIENT_TOKEN, TRAINER, ControlStack
 from support.integrity_builders import agreeing_rows, output_digest, row, spec, system
 
 __all__ = [
@@ -31,8 +31,6 @@ __all__ = [
     "spec",
     "system",
 ]
-
-TERMINAL = {pb.AUDIT_STATE_DONE, pb.AUDIT_STATE_FAILED, pb.AUDIT_STATE_CANCELLED}
 
 
 async def create_system(stack: ControlStack, doc: dict[str, Any] | None = None) -> str:
@@ -73,7 +71,7 @@ async def capture(
 async def audit_to_end(
     stack: ControlStack, shard_id: str, profile: str = "human_aligned_integrity"
 ) -> pb.Audit:
-    """Start an audit of ``shard_id`` and poll it until it is done, failed or cancelled."""
+    """Start an audit of ``shard_id`` and follow it until it is done, failed or cancelled."""
     stub = stack.integrity_stub()
     started = await stub.StartAudit(
         pb.StartAuditRequest(shard_id=shard_id, profile_revision_id=profile), metadata=TRAINER
@@ -82,14 +80,10 @@ async def audit_to_end(
 
 
 async def wait_for_audit(stack: ControlStack, audit_id: str) -> pb.Audit:
-    """Poll ``audit_id`` until it reaches a terminal state."""
-    stub = stack.integrity_stub()
-    async with asyncio.timeout(60):
-        while True:
-            got = await stub.GetAudit(pb.GetAuditRequest(audit_id=audit_id), metadata=TRAINER)
-            if got.audit.state in TERMINAL:
-                return got.audit
-            await asyncio.sleep(0.05)
+    """Follow ``audit_id`` as a trainer does (the client's ``wait_for_audit`` on WatchAudit)
+    until it is done, failed or cancelled; within a minute."""
+    async with AsyncIntegrityClient(stack.target, token=CLIENT_TOKEN, timeout=20) as client:
+        return await client.wait_for_audit(audit_id, deadline=60)
 
 
 def edit_stored(store: ControlStore, table: str, statement: str, **params: Any) -> int:
