@@ -99,9 +99,11 @@ async def start_control(
     reflection: bool = False,
     key: SigningKey | None = None,
     audit: AuditFunction | None = None,
+    port: int = 0,
 ) -> ControlStack:
     """A control plane over ``url`` with a fresh organization key (or ``key``) and a hand-moved
-    clock; its audits use :data:`TEST_RESAMPLES` (``audit`` may wrap core's audit function)."""
+    clock; its audits use :data:`TEST_RESAMPLES` (``audit`` may wrap core's audit function).
+    ``port`` 0 takes a free one; a given port restarts control where a client still points."""
     store = ControlStore(url)
     key = key or SigningKey.generate()
     clock = Clock()
@@ -119,7 +121,7 @@ async def start_control(
         admin_token=ADMIN_TOKEN,
         token=CLIENT_TOKEN,
         worker_token=WORKER_TOKEN,
-        port=0,
+        port=port,
         reflection=reflection,
     )
     return ControlStack(

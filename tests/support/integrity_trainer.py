@@ -1,0 +1,128 @@
+"""The trainer side of reward integrity on real parts: a control plane over a SQLite file that can
+be stopped and restarted on the same port and data, a reward-system revision created by the
+admin, a capture over a buffer directory, and a sentinel's receipts for SoR episodes.
+
+The servers serve on the test's event loop and the capture's clients block, so every capture
+call runs in a thread (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rewardseal.client import WorkerClient
+from rewardseal.integrity import RewardMapping
+from rewardseal.integrity_client import IntegrityClient
+from rewardseal.trainers.integrity_buffer import SignalBuffer
+from rewardseal.trainers.integrity_capture import CapturedSample, IntegrityCapture
+from rewardseal.trainers.integrity_monitor import IntegrityBinding
+from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_server.sqlstore import sqlite_url
+from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_control, stop_control
+from support.integrity_specs import spec
+
+PROTOCOL = "exhaustive"
+PROFILE = "human_aligned_integrity"
+RUNTIME = "python3.11 test-trainer"
+MAPPING = RewardMapping.from_json(spec()["mapping"])
+
+
+async def control_on_file(path: Path) -> ControlStack:
+    """A control plane over the SQLite file ``path`` on a free port."""
+    return await start_control(sqlite_url(path))
+
+
+async def restart_control(stopped: ControlStack, path: Path) -> ControlStack:
+    """Start control again on the same file, key and port a stopped stack had."""
+    return await start_control(
+        sqlite_url(path), key=stopped.key, register_key=False, port=stopped.running.port
+    )
+
+
+async def stop(stack: ControlStack) -> None:
+    await stop_control(stack)
+
+
+def trainer_client(stack: ControlStack, *, timeout: float = 5.0) -> IntegrityClient:
+    """The trainer's blocking integrity client (a short deadline: outages show fast)."""
+    return IntegrityClient(stack.target, token=CLIENT_TOKEN, timeout=timeout, retries=0)
+
+
+def admin_client(stack: ControlStack) -> IntegrityClient:
+    return IntegrityClient(stack.target, token=ADMIN_TOKEN, timeout=20.0)
+
+
+async def create_binding(stack: ControlStack, **spec_options: Any) -> IntegrityBinding:
+    """Create the reward system ``spec(**spec_options)`` as the admin; the run's binding."""
+
+    def create() -> str:
+        with admin_client(stack) as admin:
+            return admin.create_reward_system(spec(**spec_options)).revision.revision_id
+
+    system_id = await asyncio.to_thread(create)
+    return IntegrityBinding(system_id, PROTOCOL, PROFILE)
+
+
+def make_capture(
+    control: IntegrityClient,
+    binding: IntegrityBinding,
+    buffer_dir: Path,
+    *,
+    run_id: str = "run-capture-0001",
+    sentinel: WorkerClient | None = None,
+    sentinel_digest: str | None = None,
+    max_rows: int = 100_000,
+    retry_after_s: float = 0.0,
+) -> IntegrityCapture:
+    """A capture for ``binding`` buffering under ``buffer_dir``."""
+    return IntegrityCapture(
+        control,
+        run_id=run_id,
+        system_revision_id=binding.system_revision_id,
+        protocol_revision_id=binding.protocol_revision_id,
+        mapping=MAPPING,
+        buffer=SignalBuffer(buffer_dir, max_rows=max_rows),
+        runtime_identity=RUNTIME,
+        checkpoint="ckpt-0",
+        sentinel=sentinel,
+        sentinel_contract_digest=sentinel_digest,
+        retry_after_s=retry_after_s,
+    )
+
+
+def samples(
+    records: Sequence[int],
+    *,
+    raw: Sequence[float | None],
+    prefix: str = "ep",
+    patients: bool = False,
+) -> list[CapturedSample]:
+    """One sample per record; ``patients`` gives each the oracle identity of its own patient
+    (what a sentinel SoR episode is opened and scored with)."""
+    return [
+        CapturedSample(
+            record_id=f"rec-{record}",
+            candidate=0,
+            episode_id=f"{prefix}-{record}",
+            output_text=f"completion for record {record}",
+            optimizer_raw=value,
+            group_id=f"group-{record}",
+            identity={IDENTITY_KEY: patient_for(prefix, record)} if patients else None,
+        )
+        for record, value in zip(records, raw, strict=True)
+    ]
+
+
+async def deliver_when_back(capture: IntegrityCapture, *, within: float = 30.0) -> None:
+    """Deliver what waits on disk as later training steps would: again and again until control
+    (just restarted; the channel may still be backing off its reconnect) takes all of it."""
+    async with asyncio.timeout(within):
+        while not await asyncio.to_thread(capture.deliver, force=True):
+            await asyncio.sleep(0.2)
+
+
+def patient_for(prefix: str, record: int) -> str:
+    return f"patient-{prefix}-{record}"
