@@ -120,8 +120,10 @@ async def deliver_when_back(capture: IntegrityCapture, *, within: float = 30.0) 
     """Deliver what waits on disk as later training steps would: again and again until control
     (just restarted; the channel may still be backing off its reconnect) takes all of it."""
     async with asyncio.timeout(within):
-        while not await asyncio.to_thread(capture.deliver, force=True):
-            await asyncio.sleep(0.2)
+        delivered = False
+        while not delivered:
+            delivered = await asyncio.to_thread(capture.deliver, force=True)
+            await asyncio.sleep(0 if delivered else 0.2)
 
 
 def patient_for(prefix: str, record: int) -> str:
