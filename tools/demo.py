@@ -202,6 +202,10 @@ def _stream(client: WorkerClient, digest: str, episodes: Sequence[Episode], tier
     for result in client.stream([_descriptor(digest, e) for e in episodes]):
         if isinstance(result, RewardSealError):
             raise result
+        if not isinstance(result, VerifiedReceipt):
+            # The demo streams descriptors only (train() begins each episode by a unary call), so a
+            # registration here means the stream answered something it was not sent.
+            raise RuntimeError(f"the stream answered a begin the demo did not send: {result}")
         got[result.receipt.episode_id] = result
     missing = sorted(set(by_id) - set(got))
     if missing:
