@@ -14,10 +14,11 @@ twice. ``WatchRevocations`` is a stream the caller reopens with the version it h
 
 Request building, the retry rule, the paging rule and answer checking live once in
 :mod:`rewardseal.control_protocol`, and the call, listing and stream loops once in
-:mod:`rewardseal.control_transport`, so the two transports cannot drift apart (as
-:mod:`rewardseal.client` shares its ``_Protocol``). The control plane keeps no audit-log RPC,
-so there is no listing for it here. ``RewardIntegrityService`` has its own clients on the same
-parts: :mod:`rewardseal.integrity_client`.
+:mod:`rewardseal.control_transport`, so the two transports cannot drift apart (as the worker's
+clients in :mod:`rewardseal.client` share :class:`rewardseal.worker_protocol.WorkerProtocol`).
+The control plane keeps no audit-log RPC, so there is no listing for it here.
+``RewardIntegrityService`` has its own clients on the same parts:
+:mod:`rewardseal.integrity_client`.
 """
 
 from __future__ import annotations
