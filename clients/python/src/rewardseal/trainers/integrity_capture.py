@@ -50,8 +50,8 @@ from rewardseal.integrity import RewardMapping, SentinelObservation, SignalRow
 from rewardseal.integrity.mapping import map_reward
 from rewardseal.integrity.signals import Selection
 from rewardseal.integrity_client import IntegrityClient
+from rewardseal.integrity_messages import signal_row_message
 from rewardseal.trainers.integrity_buffer import BufferedEntry, SignalBuffer
-from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
 from rewardseal.worker_protocol import VerifiedReceipt
 
@@ -62,7 +62,6 @@ __all__ = [
     "IntegrityCapture",
     "output_digest",
     "sentinel_observation",
-    "signal_row_message",
 ]
 
 DEFAULT_MAX_BLOCK_S: Final = 2.0
@@ -106,45 +105,6 @@ def sentinel_observation(got: VerifiedReceipt) -> SentinelObservation:
 
 def _sentinel_error(error: RewardSealError) -> SentinelObservation:
     return SentinelObservation("error", error=f"{error.reason}: {error.message}"[:500])
-
-
-def signal_row_message(row: SignalRow) -> ipb.SignalRow:
-    """The wire message of a core :class:`~rewardseal.integrity.SignalRow`."""
-    message = ipb.SignalRow(
-        record_id=row.record_id,
-        candidate=row.candidate,
-        episode_id=row.episode_id,
-        output_digest=row.output_digest,
-        group_id=row.group_id,
-        selection=ipb.SignalSelection.Value(f"SIGNAL_SELECTION_{row.selection.upper()}"),
-        checkpoint=row.checkpoint,
-        policy_update=row.policy_update,
-        runtime_identity=row.runtime_identity,
-        components=dict(row.components),
-        subgroups=dict(row.subgroups),
-    )
-    if row.optimizer_raw is not None:
-        message.optimizer_raw = row.optimizer_raw
-    if row.optimizer_mapped is not None:
-        message.optimizer_mapped = row.optimizer_mapped
-    if row.sentinel is not None:
-        observed = row.sentinel
-        message.sentinel.outcome = ipb.SignalOutcome.Value(
-            f"SIGNAL_OUTCOME_{observed.outcome.upper()}"
-        )
-        for name in ("reward", "receipt_id", "receipt_digest", "error"):
-            if getattr(observed, name) is not None:
-                setattr(message.sentinel, name, getattr(observed, name))
-    for auditor in row.auditors:
-        item = message.auditors.add(
-            auditor=auditor.auditor,
-            outcome=ipb.SignalOutcome.Value(f"SIGNAL_OUTCOME_{auditor.outcome.upper()}"),
-        )
-        if auditor.reward is not None:
-            item.reward = auditor.reward
-        if auditor.receipt_digest is not None:
-            item.receipt_digest = auditor.receipt_digest
-    return message
 
 
 @dataclass(frozen=True, slots=True)
