@@ -86,7 +86,7 @@ def make_capture(
         mapping=MAPPING,
         buffer=SignalBuffer(buffer_dir, max_rows=max_rows),
         runtime_identity=RUNTIME,
-        checkpoint="ckpt-0",
+        checkpoint="policy_checkpoint_0000",
         sentinel=sentinel,
         sentinel_contract_digest=sentinel_digest,
         retry_after_s=retry_after_s,

@@ -53,6 +53,7 @@ from rewardseal.integrity_client import IntegrityClient
 from rewardseal.integrity_messages import signal_row_message
 from rewardseal.trainers.integrity_buffer import BufferedEntry, SignalBuffer
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
+from rewardseal.validation import validate_id
 from rewardseal.worker_protocol import VerifiedReceipt
 
 __all__ = [
@@ -164,9 +165,10 @@ class IntegrityCapture:
             raise ValidationError(
                 "max_block_s must be positive, retry_after_s >= 0 and boundary_every >= 1"
             )
-        for name, value in (("run_id", run_id), ("checkpoint", checkpoint)):
-            if not value:
-                raise ValidationError(f"{name} must not be empty")
+        if not run_id:
+            raise ValidationError("run_id must not be empty")
+        # The sentinel's descriptor carries it: the worker's id rule, checked before any call.
+        validate_id(checkpoint, "checkpoint")
         self.control = control
         self.run_id = run_id
         self.system_revision_id = system_revision_id
@@ -188,6 +190,8 @@ class IntegrityCapture:
         self._sealed = {e.boundary for e in buffer.entries() if e.kind == "seal"}
         self.late_rows = 0
         """Rows not captured because their boundary was sealed already."""
+        self.last_rows: list[SignalRow] = []
+        """The rows of the last captured batch (for logs and tests; control has the record)."""
         self.shard_ids: dict[int, str] = {}
         """Sealed boundaries control acknowledged: boundary -> shard id."""
         self.last_error: RewardSealError | None = None
@@ -199,9 +203,7 @@ class IntegrityCapture:
 
     def set_checkpoint(self, checkpoint: str) -> None:
         """Name the policy checkpoint the next rows come from."""
-        if not checkpoint:
-            raise ValidationError("checkpoint must not be empty")
-        self.checkpoint = checkpoint
+        self.checkpoint = validate_id(checkpoint, "checkpoint")
 
     # --- the sentinel (R-I-3, R-I-5) ---
 
@@ -324,6 +326,7 @@ class IntegrityCapture:
                 )
                 for sample, observation in zip(samples, observed, strict=True)
             ]
+            self.last_rows = rows
             if rows:
                 self.buffer.add(self._entry("rows", policy_update, tuple(rows)))
                 self._deliver()

@@ -42,6 +42,14 @@ update or contract (``ReceiptMismatch``) stops the run rather than being paid or
 :meth:`CertifiedRewardFunction.metadata_columns` gives the last batch's per-sample columns
 (R-T-3); they are also pushed to TRL's completions table through ``log_extra``.
 
+Reward integrity (docs/integrity.md, R-I-3, R-I-5): with ``capture=`` (an
+:class:`~rewardseal.trainers.integrity_capture.IntegrityCapture`, off by default) the function
+opens each episode on the sentinel worker before the actor acts (without an actor, the rollout
+calls :meth:`~rewardseal.trainers.integrity_capture.IntegrityCapture.begin_sentinel` itself) and
+hands every scored sample to the capture once the rewards are computed. The rewards, metadata
+columns and logged metrics are computed before the capture and never read it; only a full
+signal buffer (:class:`~rewardseal.errors.IntegrityBufferFull`) is raised from it.
+
 The integrity gate, ``IntegrityGate`` (a ``transformers.TrainerCallback`` that audits the run at
 its boundaries and pauses it on a failing audit), is :mod:`rewardseal.trainers.trl_gate`'s, built
 on first access of this module's attribute.
@@ -81,6 +89,8 @@ from rewardseal.trainers.groups import (
     sample_results,
     stop_on_setup_errors,
 )
+from rewardseal.trainers.integrity_capture import IntegrityCapture
+from rewardseal.trainers.integrity_feed import record_id_for, scored_samples
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
@@ -202,6 +212,8 @@ class CertifiedRewardFunction:
         policy_update: int | None = None,
         max_batch: int = DEFAULT_MAX_BATCH,
         name: str = "certified_reward",
+        capture: IntegrityCapture | None = None,
+        record_column: str = "record_id",
     ) -> None:
         if num_generations < 1:
             raise ValidationError(f"num_generations must be at least 1, got {num_generations}")
@@ -221,6 +233,8 @@ class CertifiedRewardFunction:
         self.signal_column = signal_column
         self.policy_update = policy_update
         self.max_batch = max_batch
+        self.capture = capture
+        self.record_column = record_column
         # TRL names a reward function by its __name__ in its metrics and completions table.
         self.__name__ = name
         self._last: dict[str, list[Any]] = {}
@@ -360,6 +374,37 @@ class CertifiedRewardFunction:
                 opened.append(index)
         return opened
 
+    def _capture_begin(self, batch: _Batch) -> None:
+        """Open the batch's episodes on the sentinel (blocking; before the actor acts)."""
+        if self.capture is not None:
+            self.capture.begin_sentinel(
+                zip(batch.episode_ids, batch.identities, strict=True),
+                policy_update=batch.policy_update,
+            )
+
+    def _capture_rows(self, batch: _Batch, kwargs: Mapping[str, Any]) -> None:
+        """Hand the scored batch to the capture (blocking; after the rewards are computed)."""
+        capture = self.capture
+        if capture is None or not capture.captures(batch.policy_update):
+            return
+        count = len(batch.episode_ids)
+        explicit = column(kwargs, self.record_column, count) or [None] * count
+        results = sample_results(batch.episode_ids, batch.answers)
+        step = batch.policy_update
+        samples = scored_samples(
+            episode_ids=batch.episode_ids,
+            texts=batch.texts,
+            scalars=[result.scalar for result in results],
+            record_ids=[
+                record_id_for(explicit[i], batch.row_identities[i], batch.episode_ids[i])
+                for i in range(count)
+            ],
+            group_ids=[f"{step}:{i // self.num_generations}" for i in range(count)],
+            identities=batch.identities,
+            signals=batch.signals,
+        )
+        capture.record(samples, policy_update=step)
+
     @staticmethod
     def _record_outage(batch: _Batch, chunk: Sequence[int], error: RewardSealError) -> None:
         # A whole call refused for anything but an outage (wrong token, wrong contract) is a
@@ -399,6 +444,7 @@ class CertifiedRewardFunction:
         """Score one TRL batch; one reward (or None for an all-unscored group) per completion."""
         batch = self._plan(prompts, completions, kwargs)
         if self.actor is not None:
+            self._capture_begin(batch)
             pending = batch.pending()
             try:
                 begun = self.client.begin_many(self._begin(batch, i) for i in pending)
@@ -413,7 +459,9 @@ class CertifiedRewardFunction:
                 self._record_outage(batch, chunk, exc)
                 continue
             self._record(batch, chunk, answers)
-        return self._finish(batch, kwargs)
+        rewards = self._finish(batch, kwargs)
+        self._capture_rows(batch, kwargs)
+        return rewards
 
     def as_async(
         self,
@@ -474,6 +522,7 @@ class AsyncCertifiedRewardFunction:
 
     async def _begin_and_act(self, batch: _Batch) -> None:
         rules = self.rules
+        await asyncio.to_thread(rules._capture_begin, batch)
         pending = batch.pending()
         begun: list[BeginOrError]
         try:
@@ -499,7 +548,10 @@ class AsyncCertifiedRewardFunction:
                 rules._record_outage(batch, chunk, exc)
                 continue
             rules._record(batch, chunk, answers)
-        return rules._finish(batch, kwargs)
+        rewards = rules._finish(batch, kwargs)
+        # The capture's clients block: off the event loop TRL scores on.
+        await asyncio.to_thread(rules._capture_rows, batch, kwargs)
+        return rewards
 
 
 def __getattr__(name: str) -> Any:
