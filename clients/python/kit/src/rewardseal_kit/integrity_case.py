@@ -43,7 +43,6 @@ from rewardseal.integrity import (
     RewardMapping,
     RewardSource,
     RewardSystem,
-    SentinelObservation,
     ShardManifest,
     SignalRow,
     audit_boundary,
@@ -52,7 +51,7 @@ from rewardseal.integrity import (
     retain,
     seal_shard,
 )
-from rewardseal.v1.enums_pb2 import RewardOutcome
+from rewardseal.trainers.integrity_capture import sentinel_observation
 from rewardseal_kit.extradup import FAMILIES, mockmed_write_spec, scripted_completion
 from rewardseal_kit.mockmed import IDENTITY_KEY, THRESHOLD, mockmed_contract
 from rewardseal_kit.proof.conditions import MockMedUI, play
@@ -71,7 +70,6 @@ __all__ = [
     "play_case",
     "reward_source",
     "screen_source",
-    "sentinel_observation",
     "signal_rows",
 ]
 
@@ -91,7 +89,6 @@ CASE_MAPPING: Final = RewardMapping.from_json(
     }
 )
 """Every reward of the case pays in [0, 1]; accepted at the MockMed contract's threshold."""
-_VERIFIED: Final = RewardOutcome.REWARD_OUTCOME_VERIFIED
 
 
 @dataclass(frozen=True)
@@ -217,28 +214,6 @@ def case_system(
             "auditors": [{"role": "primary_sentinel", **sentinel.to_json()}],
             "mapping": mapping.to_json(),
         }
-    )
-
-
-def sentinel_observation(got: VerifiedReceipt) -> SentinelObservation:
-    """A worker's verified receipt as a sentinel's verdict: accepted when VERIFIED and paid,
-    refused when scored otherwise, an error when it left the episode unscored."""
-    receipt = got.receipt
-    # The digest of the exact signed bytes: what anyone holding the envelope can check.
-    signed = digest_bytes(got.envelope.payload)
-    if got.scalar is None:
-        return SentinelObservation(
-            "error",
-            receipt_id=receipt.receipt_id,
-            receipt_digest=signed,
-            error=f"unscored: {RewardOutcome.Name(receipt.reward_outcome)}",
-        )
-    accepted = receipt.reward_outcome == _VERIFIED and got.scalar > 0
-    return SentinelObservation(
-        "accepted" if accepted else "refused",
-        reward=got.scalar,
-        receipt_id=receipt.receipt_id,
-        receipt_digest=signed,
     )
 
 
