@@ -97,7 +97,7 @@ def samples(
     records: Sequence[int],
     *,
     raw: Sequence[float | None],
-    prefix: str = "ep",
+    prefix: str = "episode",
     patients: bool = False,
 ) -> list[CapturedSample]:
     """One sample per record; ``patients`` gives each the oracle identity of its own patient
