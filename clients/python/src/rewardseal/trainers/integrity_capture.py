@@ -29,7 +29,6 @@ captured (counted in :attr:`IntegrityCapture.late_rows` and logged).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -38,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from rewardseal.client import ReceiptOrError, WorkerClient, make_begin, make_descriptor
+from rewardseal.digest import digest_bytes
 from rewardseal.errors import (
     NotFound,
     PermissionDenied,
@@ -79,7 +79,7 @@ _PERMANENT = (Unauthenticated, PermissionDenied, NotFound, ValidationError)
 
 def output_digest(text: str) -> str:
     """``sha256:<hex>`` of the exact completion text (UTF-8): what a row keeps of the output."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return digest_bytes(text.encode("utf-8"))
 
 
 def sentinel_observation(got: VerifiedReceipt) -> SentinelObservation:
@@ -87,7 +87,7 @@ def sentinel_observation(got: VerifiedReceipt) -> SentinelObservation:
     refused when scored otherwise, an error when it left the episode unscored."""
     receipt = got.receipt
     # The digest of the exact signed bytes: what anyone holding the envelope can check.
-    signed = "sha256:" + hashlib.sha256(got.envelope.payload).hexdigest()
+    signed = digest_bytes(got.envelope.payload)
     if got.scalar is None:
         return SentinelObservation(
             "error",
