@@ -53,11 +53,16 @@ demo: setup
 
 ## The proof report: every ExtraDup family and an oracle outage, scored by a tier-0 screen reward
 ## and the certified tier-2 worker side by side (MockMed + worker started and stopped for it).
-## Writes .run/proof/proof.{json,md,png} (git-ignored); exit 1 if a check fails. docs/proof.md.
+## Then the integrity proof: a policy drifting toward the banner lie, audited per boundary by the
+## control plane (control, MockMed and three workers started and stopped for it).
+## Writes .run/proof/{proof,integrity}.{json,md,png} (git-ignored); exit 1 if a check fails.
+## docs/proof.md.
 .PHONY: proof
 proof: setup
 	$(VENV)/bin/rewardseal-kit proof --trials 3 --json .run/proof/proof.json \
 		--markdown .run/proof/proof.md --png .run/proof/proof.png
+	$(VENV)/bin/rewardseal-kit proof --integrity --json .run/proof/integrity.json \
+		--markdown .run/proof/integrity.md --png .run/proof/integrity.png
 
 ## The local stack for interactive use: control, the seeded worker and MockMed as background
 ## processes on free loopback ports (pid files, logs, data and stack.json in .run/). `up` prints

@@ -122,14 +122,19 @@ def play_case(
     *,
     records: int = CASE_RECORDS,
     policy_update: int = 0,
+    families: Sequence[str] | None = None,
 ) -> list[CaseEpisode]:
     """Play ``records`` episodes, the families in turn, each scored by the screen and every worker.
+
+    ``families``: the family of each episode instead (one per record: a policy's mix at one
+    boundary); None plays every family in turn.
 
     Each worker begins the episode before the policy acts (its baseline read), then scores it
     after; the screen reward reads the screen the episode ended on.
 
     Raises:
-        ValidationError: no workers, two with one name, or fewer than one record.
+        ValidationError: no workers, two with one name, fewer than one record, or
+            ``families`` not one known family per record.
         RewardSealError: a worker or MockMed refused or failed (nothing is retried here).
     """
     names = [worker.name for worker in workers]
@@ -137,10 +142,14 @@ def play_case(
         raise ValidationError(f"the case needs workers with distinct names other than {SCREEN_T0}")
     if records < 1:
         raise ValidationError("the case needs at least one record")
+    if families is not None and (
+        len(families) != records or any(f not in FAMILIES for f in families)
+    ):
+        raise ValidationError(f"the case needs one known family per record ({records})")
     run = secrets.token_hex(4)
     episodes: list[CaseEpisode] = []
     for index in range(records):
-        family = FAMILIES[index % len(FAMILIES)]
+        family = FAMILIES[index % len(FAMILIES)] if families is None else families[index]
         patient = f"patient-integrity-{run}-{index:04d}"
         episode_id = f"integrity-{run}-{index:04d}-{family.replace('_', '-')}"
         identity = {IDENTITY_KEY: patient}

@@ -3,6 +3,11 @@
     rewardseal-kit proof --json out.json --markdown out.md [--png out.png] [--trials 3]
                      [--run-dir DIR] [--worker-target HOST:PORT --worker-public-key HEX
                       --contract-digest sha256:... --mockmed-url URL]
+    rewardseal-kit proof --integrity --json out.json --markdown out.md [--png out.png]
+                     [--records 104] [--run-dir DIR]
+
+``--integrity`` runs the integrity proof instead (:mod:`rewardseal_kit.proof.integrity_command`):
+always on services it starts itself (control, MockMed, three workers).
 
 By default MockMed and the seeded rest worker are started as child processes in a temporary
 directory (``--run-dir`` keeps them in DIR instead) and stopped on exit, also on errors and
@@ -22,14 +27,15 @@ import os
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 if TYPE_CHECKING:
     from rewardseal_kit.proof.report import Row
+    from rewardseal_kit.proof.rewards import TrialResult
     from rewardseal_kit.proof.run import Services
 
 __all__ = [
@@ -37,10 +43,17 @@ __all__ = [
     "EXIT_NOT_RUN",
     "EXIT_OK",
     "HELP",
+    "Stopped",
     "add_arguments",
+    "guarded",
+    "on_sigterm",
     "run",
+    "run_directory",
+    "verdict",
     "write_reports",
 ]
+
+_T = TypeVar("_T")
 
 EXIT_OK: Final = 0
 EXIT_CHECK_FAILED: Final = 1
@@ -60,6 +73,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--markdown", type=Path, required=True, help="write the Markdown here")
     parser.add_argument("--png", type=Path, help="write the grouped-bar chart here (matplotlib)")
     parser.add_argument("--trials", type=int, default=3, help="trials per condition (min 3)")
+    parser.add_argument(
+        "--integrity",
+        action="store_true",
+        help="the integrity proof: a drifting policy audited per boundary by control",
+    )
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=None,
+        help="--integrity: records per boundary (default 104, above the evidence rule's 100)",
+    )
     parser.add_argument(
         "--run-dir", type=Path, help="start the services in this new directory and keep it"
     )
@@ -101,17 +125,22 @@ def _services(args: argparse.Namespace) -> Iterator[Services]:
 
     if args.worker_target:
         yield _given_services(args)
-    elif args.run_dir is not None:
-        run_dir = args.run_dir.expanduser().resolve()
-        run_dir.mkdir(parents=True, mode=0o700)
-        with local_services(run_dir) as services:
-            yield services
     else:
-        with (
-            tempfile.TemporaryDirectory(prefix="rewardseal-proof-") as tmp,
-            local_services(Path(tmp)) as services,
-        ):
+        with run_directory(args.run_dir) as run_dir, local_services(run_dir) as services:
             yield services
+
+
+@contextmanager
+def run_directory(run_dir: Path | None) -> Iterator[Path]:
+    """Where started services keep their files: ``run_dir`` (created new, 0700, and kept), or
+    a temporary directory removed on exit."""
+    if run_dir is not None:
+        run_dir = run_dir.expanduser().resolve()
+        run_dir.mkdir(parents=True, mode=0o700)
+        yield run_dir
+    else:
+        with tempfile.TemporaryDirectory(prefix="rewardseal-proof-") as tmp:
+            yield Path(tmp)
 
 
 def write_reports(
@@ -135,7 +164,8 @@ def write_reports(
         write_png(rows, png_path)
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM handler: raise :class:`Stopped` so every ``with`` block unwinds."""
     raise Stopped
 
 
@@ -143,34 +173,32 @@ def run(args: argparse.Namespace) -> int:
     """Run the proof as ``args`` say, write the reports; the exit status."""
     import time
 
-    import grpc
-    import httpx
-
     from rewardseal.errors import RewardSealError
     from rewardseal_kit.proof.report import check_report, render_markdown, report_json, summarize
     from rewardseal_kit.proof.run import MIN_TRIALS, run_trials
 
+    if args.integrity:
+        from rewardseal_kit.proof.integrity_command import run_integrity
+
+        return run_integrity(args)
+    if args.records is not None:
+        print("proof: --records only goes with --integrity", file=sys.stderr)
+        return EXIT_NOT_RUN
     if args.trials < MIN_TRIALS:
         print(f"proof: --trials must be at least {MIN_TRIALS}", file=sys.stderr)
         return EXIT_NOT_RUN
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     started = time.monotonic()
-    try:
+
+    def trials() -> tuple[Services, float, list[TrialResult]]:
         with _services(args) as services:
             ready = time.monotonic()
-            results = run_trials(services, args.trials)
-        finished = time.monotonic()
-    except RewardSealError as exc:
-        print(f"proof: {exc.message}", file=sys.stderr)
-        return EXIT_NOT_RUN
-    except (grpc.RpcError, httpx.HTTPError, OSError) as exc:
-        print(f"proof failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_NOT_RUN
-    except (KeyboardInterrupt, Stopped):
-        print("proof interrupted; every process it started was stopped", file=sys.stderr)
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+            return services, ready, run_trials(services, args.trials)
+
+    done, status = guarded(trials)
+    if done is None:
+        return status
+    services, ready, results = done
+    finished = time.monotonic()
     rows = summarize(results)
     problems = check_report(rows, results)
     meta = {
@@ -193,8 +221,41 @@ def run(args: argparse.Namespace) -> int:
     except RewardSealError as exc:
         print(f"proof: {exc.message}", file=sys.stderr)
         return EXIT_NOT_RUN
+    return verdict(problems, f"{len(results)} trial results; reports in {args.json}")
+
+
+def guarded(work: Callable[[], _T]) -> tuple[_T | None, int]:
+    """Run ``work`` (start services, play, stop them) so that SIGTERM unwinds it.
+
+    Returns its value and :data:`EXIT_OK`, or None and the exit status once the reason it could
+    not run is printed: :data:`EXIT_NOT_RUN` for a refusal or a failed service or call, 130 for
+    an interruption (every process it started is stopped by then).
+    """
+    import grpc
+    import httpx
+
+    from rewardseal.errors import RewardSealError
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        return work(), EXIT_OK
+    except RewardSealError as exc:
+        print(f"proof: {exc.message}", file=sys.stderr)
+        return None, EXIT_NOT_RUN
+    except (grpc.RpcError, httpx.HTTPError, OSError) as exc:
+        print(f"proof failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None, EXIT_NOT_RUN
+    except (KeyboardInterrupt, Stopped):
+        print("proof interrupted; every process it started was stopped", file=sys.stderr)
+        return None, 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def verdict(problems: Sequence[str], where: str) -> int:
+    """Print every failed check and the verdict line; the exit status."""
     for problem in problems:
         print(f"FAIL {problem}", file=sys.stderr)
-    verdict = "PASS" if not problems else f"FAIL ({len(problems)} checks)"
-    print(f"proof: {verdict}; {len(results)} trial results; reports in {args.json}")
+    said = "PASS" if not problems else f"FAIL ({len(problems)} checks)"
+    print(f"proof: {said}; {where}")
     return EXIT_OK if not problems else EXIT_CHECK_FAILED

@@ -1,25 +1,27 @@
 """The proof's chart: paid share per condition for the two rewards (grouped bars, PNG).
 
-matplotlib is imported here only, lazily, with the Agg backend: it is the ``proof`` extra of the
-rewardseal distribution, and nothing else in the package needs it.
+matplotlib is imported here only (:func:`load_pyplot`, also used by :mod:`.integrity_plot`),
+lazily, with the Agg backend: it is the ``proof`` extra of the rewardseal distribution, and
+nothing else in the package needs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from rewardseal.errors import ValidationError
 from rewardseal_kit.proof.report import Row
 from rewardseal_kit.proof.rewards import REWARDS
 
-__all__ = ["write_png"]
+__all__ = ["load_pyplot", "write_png"]
 
 _COLORS = {"screen_t0": "#d95f02", "certified_t2": "#1b9e77"}
 
 
-def write_png(rows: Sequence[Row], path: Path) -> None:
-    """Draw paid share per condition, one bar per reward, to ``path`` (PNG).
+def load_pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files only, no display).
 
     Raises:
         ValidationError: matplotlib is not installed (``pip install 'rewardseal-kit[proof]'``).
@@ -33,6 +35,16 @@ def write_png(rows: Sequence[Row], path: Path) -> None:
         raise ValidationError(
             "--png needs matplotlib: pip install 'rewardseal-kit[proof]'"
         ) from exc
+    return pyplot
+
+
+def write_png(rows: Sequence[Row], path: Path) -> None:
+    """Draw paid share per condition, one bar per reward, to ``path`` (PNG).
+
+    Raises:
+        ValidationError: matplotlib is not installed (``pip install 'rewardseal-kit[proof]'``).
+    """
+    pyplot = load_pyplot()
     conditions = list(dict.fromkeys(row.condition for row in rows))
     share = {(row.condition, row.reward): row.paid_share for row in rows}
     width = 0.38
