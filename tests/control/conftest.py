@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+from support.control import ControlStack, start_control, stop_control
 
 from rewardseal_control.store import ControlStore
 
@@ -17,3 +18,15 @@ def store(store_url: str) -> Iterator[ControlStore]:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture
+async def control(store_url: str) -> AsyncIterator[ControlStack]:
+    """A control plane on a real server (its organization key registered), on each backend.
+
+    A test module that needs another one (an audit function, a clock) defines its own."""
+    stack = await start_control(store_url)
+    try:
+        yield stack
+    finally:
+        await stop_control(stack)

@@ -66,14 +66,6 @@ EPSILON_0_OF_300 = clopper_pearson_upper(0, 300, 0.05)
 
 
 @pytest.fixture
-async def control(store_url: str) -> AsyncIterator[ControlStack]:
-    """A control plane with its organization key registered, on each backend."""
-    stack = await start_control(store_url)
-    yield stack
-    await stop_control(stack)
-
-
-@pytest.fixture
 async def unkeyed(store_url: str) -> AsyncIterator[ControlStack]:
     """A control plane whose organization key is NOT in its issuer key registry."""
     stack = await start_control(store_url, register_key=False)

@@ -4,11 +4,8 @@ a boundary, audit it off the RPC path, read the decision, samples, metrics and b
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import grpc
-import pytest
-from support.control import ADMIN, TRAINER, ControlStack, start_control, stop_control, wire_error
+from support.control import ADMIN, TRAINER, ControlStack, wire_error
 from support.integrity import (
     agreeing_rows,
     audit_to_end,
@@ -22,15 +19,6 @@ from rewardseal.signing import TrustSet
 from rewardseal.v1 import integrity_pb2 as pb
 
 HUMAN = BUILTIN_PROFILES["human_aligned_integrity"]
-
-
-@pytest.fixture
-async def control(store_url: str) -> AsyncIterator[ControlStack]:
-    stack = await start_control(store_url)
-    try:
-        yield stack
-    finally:
-        await stop_control(stack)
 
 
 async def _audit(control: ControlStack, records: int, *, inverted: bool = False) -> pb.Audit:

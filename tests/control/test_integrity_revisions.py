@@ -5,7 +5,6 @@ R-I-7, R-I-9), with every refusal's code and reason, and nothing stored on a ref
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -16,8 +15,6 @@ from support.control import (
     TRAINER,
     WORKER,
     ControlStack,
-    start_control,
-    stop_control,
     wire_error,
 )
 from support.integrity import create_system, spec
@@ -27,15 +24,6 @@ from rewardseal.integrity_messages import spec_struct, struct_document
 from rewardseal.v1 import integrity_pb2 as pb
 
 OTHER_SENTINEL = {"kind": "external", "fingerprints": {"implementation": "judge-llm-v2"}}
-
-
-@pytest.fixture
-async def control(store_url: str) -> AsyncIterator[ControlStack]:
-    stack = await start_control(store_url)
-    try:
-        yield stack
-    finally:
-        await stop_control(stack)
 
 
 def _revision_rows(control: ControlStack, kind: str) -> int:

@@ -5,12 +5,11 @@ its code and reason, and nothing stored on a refusal."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 
 import grpc
 import pytest
 from sqlalchemy import text
-from support.control import TRAINER, WORKER, ControlStack, start_control, stop_control, wire_error
+from support.control import TRAINER, WORKER, ControlStack, wire_error
 from support.integrity import agreeing_rows, capture, create_system
 from support.integrity import system as core_system
 
@@ -19,15 +18,6 @@ from rewardseal.integrity_messages import signal_row_message
 from rewardseal.v1 import integrity_pb2 as pb
 
 RUN = "run-0001"
-
-
-@pytest.fixture
-async def control(store_url: str) -> AsyncIterator[ControlStack]:
-    stack = await start_control(store_url)
-    try:
-        yield stack
-    finally:
-        await stop_control(stack)
 
 
 def _count(control: ControlStack, table: str) -> int:

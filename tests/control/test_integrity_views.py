@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -17,15 +16,6 @@ from rewardseal.integrity import AuditReport, audit_boundary
 from rewardseal.v1 import integrity_pb2 as pb
 
 RUN = "run-0001"
-
-
-@pytest.fixture
-async def control(store_url: str) -> AsyncIterator[ControlStack]:
-    stack = await start_control(store_url)
-    try:
-        yield stack
-    finally:
-        await stop_control(stack)
 
 
 async def _pair(control: ControlStack) -> tuple[pb.Audit, pb.Audit]:
