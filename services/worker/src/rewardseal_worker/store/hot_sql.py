@@ -37,6 +37,17 @@ SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 Registration = tuple[dict[str, str], list[dict[str, Any]] | None, datetime]
 """An open registration as read: identity, baseline (None: no baseline), begun_at (aware)."""
 
+_RECEIPT_COLUMNS = (
+    "receipt_id",
+    "episode_id",
+    "contract_digest",
+    "policy_update",
+    "envelope",
+    "evidence",
+    "created_at",
+)
+"""The columns of a receipt row, in the order its insert binds them."""
+
 # Kinds of rows of the one-statement reads (first column).
 _OPEN, _RECEIPT, _HIGHEST, _TAKEN = 0, 1, 2, 3
 
@@ -98,23 +109,8 @@ class HotSql:
             f"WHERE contract_digest {listed('contracts', 2)} AND record_id {listed('records', 3)}"
         )
         self._insert_receipt = (
-            "INSERT INTO receipts (receipt_id, episode_id, contract_digest, policy_update, "
-            "envelope, evidence, created_at) VALUES ("
-            + ", ".join(
-                param(name, n)
-                for n, name in enumerate(
-                    (
-                        "receipt_id",
-                        "episode_id",
-                        "contract_digest",
-                        "policy_update",
-                        "envelope",
-                        "evidence",
-                        "created_at",
-                    ),
-                    start=1,
-                )
-            )
+            f"INSERT INTO receipts ({', '.join(_RECEIPT_COLUMNS)}) VALUES ("
+            + ", ".join(param(name, n) for n, name in enumerate(_RECEIPT_COLUMNS, start=1))
             + ") ON CONFLICT DO NOTHING"
         )
         self._insert_outbox = (
@@ -288,17 +284,9 @@ class HotSql:
     ) -> int:
         """Insert receipt rows (``ON CONFLICT DO NOTHING``) and, with ``outbox``, their outbox
         rows (due at once, in batch order); how many receipts were inserted."""
-        order = (
-            "receipt_id",
-            "episode_id",
-            "contract_digest",
-            "policy_update",
-            "envelope",
-            "evidence",
-            "created_at",
-        )
         bound = [
-            self._bind({**row, "created_at": self._time(row["created_at"])}, order) for row in rows
+            self._bind({**row, "created_at": self._time(row["created_at"])}, _RECEIPT_COLUMNS)
+            for row in rows
         ]
         with self._cursor(conn) as cursor:
             self._execute_many(conn, cursor, self._insert_receipt, bound)
