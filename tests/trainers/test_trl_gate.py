@@ -11,47 +11,61 @@ real control plane is tests/integrations/test_trl_integrity_gate.py.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from types import SimpleNamespace
 
 import pytest
 
-from rewardseal.errors import BindingRefused, RewardSealError, ValidationError
+from rewardseal.errors import BindingRefused, IntegrityHalted, RewardSealError, ValidationError
 from rewardseal.trainers import trl_gate
-from rewardseal.trainers.trl_gate import UNMONITORED_MESSAGE, GateCore, IntegrityHalted
+from rewardseal.trainers.integrity_monitor import (
+    UNMONITORED_MESSAGE,
+    GateAction,
+    GateOutcome,
+    IntegrityMonitor,
+)
+from rewardseal.trainers.trl_gate import GateCore
 
 
-@dataclass(frozen=True)
-class Outcome:
-    action: str
-    message: str = ""
+class ScriptedMonitor(IntegrityMonitor):
+    """A monitor answering each boundary from a script, recording what the gate asked."""
 
+    def __init__(
+        self,
+        script: dict[int, GateAction] | None = None,
+        *,
+        in_force: GateAction = "continue",
+        refuse_binding: bool = False,
+    ) -> None:
+        super().__init__(None, None)
+        self.script = script or {}
+        self.in_force = in_force
+        self.refuse_binding = refuse_binding
+        self.asked: list[int] = []
+        self.starts = 0
 
-@dataclass
-class ScriptedMonitor:
-    """Answers each boundary from a script; records what the gate asked."""
+    @property
+    def monitored(self) -> bool:
+        return True
 
-    script: dict[int, str] = field(default_factory=dict)
-    in_force: dict[int, str] = field(default_factory=dict)
-    refuse_binding: bool = False
-    asked: list[int] = field(default_factory=list)
-    binding_checks: int = 0
-
-    def check_binding(self) -> None:
-        self.binding_checks += 1
+    def start(self) -> GateOutcome:
+        self.starts += 1
         if self.refuse_binding:
-            raise BindingRefused(
-                "binding cannot gate", metadata={"blockers": "profile_report_only"}
-            )
+            raise BindingRefused("cannot gate", metadata={"blockers": "profile_report_only"})
+        return self._answer(self.in_force, None)
 
-    def at_boundary(self, step: int) -> Outcome:
-        self.asked.append(step)
-        action = self.script.get(step, "continue")
-        return Outcome(action, f"audit audit-{step} decided {action}; review it")
+    def at_boundary(self, boundary: int) -> GateOutcome:
+        self.asked.append(boundary)
+        return self._answer(self.script.get(boundary, "continue"), boundary)
 
-    def decision_in_force(self, step: int) -> Outcome | None:
-        action = self.in_force.get(step)
-        return None if action is None else Outcome(action, f"audit audit-{step}: {action}")
+    @staticmethod
+    def _answer(action: GateAction, boundary: int | None) -> GateOutcome:
+        return GateOutcome(
+            action,
+            boundary,
+            f"audit audit-{boundary} decided {action}",
+            audit_id=f"audit-{boundary}",
+            checkpoint="checkpoint-2" if action == "fork" else None,
+        )
 
 
 def control() -> SimpleNamespace:
@@ -62,7 +76,8 @@ ARGS = SimpleNamespace(output_dir="/runs/grpo")
 
 
 def run(gate: GateCore, steps: int, start: int = 0) -> tuple[int, SimpleNamespace]:
-    """Drive the gate as Trainer does; the last step run and the control."""
+    """Drive the gate as Trainer does (``start``: a resumed checkpoint's global step); the
+    last global step run and the control."""
     flow = control()
     state = SimpleNamespace(global_step=start)
     gate.on_train_begin(ARGS, state, flow)
@@ -76,62 +91,68 @@ def run(gate: GateCore, steps: int, start: int = 0) -> tuple[int, SimpleNamespac
     return state.global_step, flow
 
 
-def test_boundaries_are_exactly_the_configured_steps() -> None:
+def test_a_boundary_is_audited_at_the_end_of_the_step_that_scored_it() -> None:
+    # Boundary u: rows scored at global_step u, i.e. inside step u + 1.
     monitor = ScriptedMonitor()
     step, flow = run(GateCore(monitor, boundaries=[3, 7]), 10)
-    assert (step, monitor.asked, monitor.binding_checks) == (10, [3, 7], 1)
+    assert (step, monitor.asked, monitor.starts) == (10, [3, 7], 1)
     assert not flow.should_save
     assert not flow.should_training_stop
 
     monitor = ScriptedMonitor()
     gate = GateCore(monitor, every=4)
     run(gate, 10)
-    assert monitor.asked == [4, 8]
-    assert set(gate.outcomes) == {4, 8}
+    assert monitor.asked == [0, 4, 8]
+    assert set(gate.outcomes) == {0, 4, 8}
     assert gate.halted is None
 
 
-def test_a_pause_saves_a_checkpoint_and_stops_with_one_message(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    monitor = ScriptedMonitor(script={6: "pause"})
-    gate = GateCore(monitor, every=3)
-    with caplog.at_level(logging.WARNING, logger=trl_gate.__name__):
-        step, flow = run(gate, 12)
+def test_a_deferred_boundary_trains_on() -> None:
+    monitor = ScriptedMonitor({2: "deferred"})
+    step, flow = run(GateCore(monitor, every=2), 6)
     assert step == 6
-    assert monitor.asked == [3, 6]
+    assert not flow.should_training_stop
+    assert monitor.asked == [0, 2, 4]
+
+
+def test_a_pause_saves_a_checkpoint_and_stops(caplog: pytest.LogCaptureFixture) -> None:
+    monitor = ScriptedMonitor({6: "pause"})
+    gate = GateCore(monitor, every=3)
+    with caplog.at_level(logging.INFO, logger=trl_gate.__name__):
+        step, flow = run(gate, 12)
+    assert step == 7  # boundary 6 is scored inside step 7
+    assert monitor.asked == [0, 3, 6]
     assert flow.should_save
     assert flow.should_training_stop
-    assert gate.halted is not None
+    assert gate.halted == gate.outcomes[6]
     assert gate.halted.action == "pause"
-    assert gate.checkpoint == "/runs/grpo/checkpoint-6"
-    messages = [record.getMessage() for record in caplog.records]
-    assert len(messages) == 1
-    assert "paused at step 6" in messages[0]
-    assert "/runs/grpo/checkpoint-6" in messages[0]
-    assert "audit audit-6 decided pause; review it" in messages[0]
+    assert gate.checkpoint == "/runs/grpo/checkpoint-7"
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert "paused after step 7 (audit audit-6)" in message
+    assert "resume_from_checkpoint='/runs/grpo/checkpoint-7'" in message
 
 
 @pytest.mark.parametrize("action", ["stop", "fork"])
-def test_stop_and_fork_stop_without_a_save(action: str, caplog: pytest.LogCaptureFixture) -> None:
-    monitor = ScriptedMonitor(script={2: action})
+def test_stop_and_fork_stop_without_a_save(
+    action: GateAction, caplog: pytest.LogCaptureFixture
+) -> None:
+    monitor = ScriptedMonitor({2: action})
     gate = GateCore(monitor, boundaries=[2, 4])
-    with caplog.at_level(logging.ERROR, logger=trl_gate.__name__):
-        step, flow = run(gate, 5)
-    assert step == 2
+    with caplog.at_level(logging.INFO, logger=trl_gate.__name__):
+        step, flow = run(gate, 6)
+    assert step == 3
     assert flow.should_training_stop
     assert not flow.should_save
     assert gate.checkpoint is None
-    assert gate.halted == Outcome(action, gate.halted.message)
-    assert [
-        f"stopped at step 2: audit audit-2 decided {action}" in r.getMessage()
-        for r in caplog.records
-    ] == [True]
+    assert gate.halted is not None
+    assert gate.halted.action == action
+    (message,) = [record.getMessage() for record in caplog.records]
+    assert f"stopped after step 3: audit audit-2 decided {action}" in message
 
 
 def test_an_unmonitored_run_says_so_once_and_trains(caplog: pytest.LogCaptureFixture) -> None:
-    gate = GateCore(None, every=1)
-    with caplog.at_level(logging.WARNING, logger=trl_gate.__name__):
+    gate = GateCore(None)
+    with caplog.at_level(logging.WARNING):
         step, flow = run(gate, 3)
         run(gate, 3)  # a second train() on the same gate: still once
     assert step == 3
@@ -139,6 +160,7 @@ def test_an_unmonitored_run_says_so_once_and_trains(caplog: pytest.LogCaptureFix
     assert gate.outcomes == {}
     assert [record.getMessage() for record in caplog.records] == [UNMONITORED_MESSAGE]
     assert caplog.records[0].levelno == logging.WARNING
+    assert not gate.monitor.monitored
 
 
 def test_a_binding_that_cannot_gate_is_refused_before_the_first_step() -> None:
@@ -151,38 +173,36 @@ def test_a_binding_that_cannot_gate_is_refused_before_the_first_step() -> None:
 
 
 def test_a_resumed_run_goes_on_only_after_a_reviewed_continue() -> None:
-    # Paused at 4, reviewed continue: the resumed run trains on and audits the next boundary.
-    monitor = ScriptedMonitor(in_force={4: "continue"})
-    step, flow = run(GateCore(monitor, every=4), 9, start=4)
-    assert step == 9
+    # Paused after step 5 (boundary 4), reviewed continue: the resumed run trains on.
+    monitor = ScriptedMonitor(in_force="continue")
+    step, flow = run(GateCore(monitor, every=4), 10, start=5)
+    assert step == 10
     assert monitor.asked == [8]
     assert not flow.should_training_stop
 
-    # Not reviewed yet (still a pause), stopped, or forked elsewhere: refused, no step runs.
+    # Not reviewed yet (still a pause), stopped, or forked: refused before any step.
     for action in ("pause", "stop", "fork"):
-        monitor = ScriptedMonitor(in_force={4: action})
+        monitor = ScriptedMonitor(in_force=action)
         gate = GateCore(monitor, every=4)
-        with pytest.raises(
-            IntegrityHalted, match=f"cannot resume at step 4: audit audit-4: {action}"
-        ):
-            run(gate, 9, start=4)
+        with pytest.raises(IntegrityHalted, match="may not train at step 5") as caught:
+            run(gate, 10, start=5)
+        assert caught.value.metadata == {"action": action, "audit_id": "audit-None"}
+        assert caught.value.reason == "integrity_halted"
         assert monitor.asked == []
         assert gate.halted is not None
-
-    # A resume between boundaries, or at one never audited, asks nothing.
-    monitor = ScriptedMonitor()
-    assert run(GateCore(monitor, every=4), 5, start=2)[0] == 5
 
 
 def test_the_boundaries_are_checked() -> None:
     monitor = ScriptedMonitor()
-    for kwargs in ({}, {"boundaries": [1], "every": 1}, {"boundaries": []}):
-        with pytest.raises(ValidationError, match="boundaries"):
-            GateCore(monitor, **kwargs)
-    for bad in ({"every": 0}, {"every": True}, {"boundaries": [0]}, {"boundaries": [2.0]}):
-        with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError, match="not both"):
+        GateCore(monitor, boundaries=[1], every=1)
+    with pytest.raises(ValidationError, match="at least one"):
+        GateCore(monitor, boundaries=[])
+    for bad in ({"every": 0}, {"every": True}, {"boundaries": [-1]}, {"boundaries": [2.0]}):
+        with pytest.raises(ValidationError, match=">="):
             GateCore(monitor, **bad)  # type: ignore[arg-type]
-    assert not GateCore(monitor, every=5).is_boundary(0)
+    gate = GateCore(monitor, every=5)
+    assert [u for u in range(-1, 11) if gate.is_boundary(u)] == [0, 5, 10]
 
 
 def test_the_module_imports_without_transformers() -> None:

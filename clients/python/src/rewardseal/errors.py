@@ -243,3 +243,12 @@ class IntegrityBufferFull(RewardSealError):
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
     reason = "integrity_buffer_full"
+
+
+class IntegrityHalted(RewardSealError):
+    """A run may not (re)start: the decision in force on its last audit is a pause nobody has
+    reviewed yet, a stop, or a fork from another checkpoint (R-I-8); metadata ``action``,
+    ``audit_id``."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "integrity_halted"

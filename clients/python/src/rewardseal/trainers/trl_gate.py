@@ -1,30 +1,38 @@
 """The integrity gate inside a TRL run: a ``TrainerCallback`` on an integrity monitor (R-I-8/9).
 
-Usage::
+Usage (docs/integrity.md, *In a training run*)::
 
-    monitor = IntegrityMonitor(...)             # rewardseal.trainers.integrity_monitor
-    gate = IntegrityGate(monitor, boundaries=[100, 400])   # or every=100
-    trainer = GRPOTrainer(..., callbacks=[gate])
+    capture = IntegrityCapture(control, run_id=..., boundary_every=100, ...)
+    monitor = IntegrityMonitor(control, binding, capture=capture)
+    reward = CertifiedRewardFunction(worker, ..., capture=capture)
+    gate = IntegrityGate(monitor)                  # the capture's boundaries; or boundaries=[...]
+    trainer = GRPOTrainer(..., reward_funcs=[reward], callbacks=[gate])
     trainer.train()
-    if gate.halted is not None:                 # paused, stopped or forked at a boundary
+    if gate.halted is not None:                    # paused, stopped or forked at a boundary
         print(gate.halted.message)
+
+A boundary is a policy update ``u`` (R-I-3, :mod:`rewardseal.trainers.integrity_capture`): the
+rows TRL scored with ``trainer_state.global_step == u``, the outputs of the policy after ``u``
+updates. TRL scores them inside the next optimizer step, so the gate audits boundary ``u`` in
+``on_step_end`` of that step (``state.global_step == u + 1``), once its rows are all captured.
 
 What it does, with transformers 5's callback order (``Trainer._run_epoch``: ``on_step_end``,
 then ``_maybe_log_save_evaluate`` saves when ``control.should_save``, then the loop breaks on
 ``control.should_training_stop``; ``Trainer.train`` loads a resumed checkpoint's state before
 ``on_train_begin``):
 
-* ``on_train_begin``: without a monitor the run is *unmonitored*, logged once at WARNING, and
-  training goes on (R-I-9: never labelled monitored). With one, the binding is checked before
-  the first step (a binding that cannot gate raises ``BindingRefused`` there, before any
-  step); a run resumed from a checkpoint at a boundary asks the monitor for the decision in
-  force there: a reviewed ``continue`` goes on, anything else raises :class:`IntegrityHalted`
-  (the run may not resume past an unreviewed pause, a stop, or a fork elsewhere).
-* ``on_step_end`` at each configured boundary asks the monitor for the boundary's outcome. On
-  ``pause`` (an audit decided ``fail`` or ``incomplete_evidence``) it sets
+* ``on_train_begin``: :meth:`IntegrityMonitor.start`: a run without a binding is logged
+  *unmonitored*, once, loudly, and trains on; a binding that cannot gate raises
+  ``BindingRefused`` before the first step; a run whose last audit's decision in force is not
+  ``continue`` (an unreviewed pause, a stop, a fork) raises :class:`~rewardseal.errors.
+  IntegrityHalted` before the first step, so a resumed run goes on only after a reviewed
+  ``continue``.
+* ``on_step_end`` after a boundary's step: :meth:`IntegrityMonitor.at_boundary` (seal, audit,
+  decision). ``continue`` and ``deferred`` (control away) train on. ``pause`` sets
   ``control.should_save`` and ``control.should_training_stop``: the trainer writes
-  ``checkpoint-<step>`` and stops; ``stop`` and ``fork`` stop without a save. ``on_save`` then
-  logs one message naming the audit id, the reasons, the checkpoint and the review command.
+  ``checkpoint-<step>`` and stops, and ``on_save`` logs where the checkpoint is and how to
+  resume; ``stop`` and ``fork`` stop without a save (a fork names the checkpoint to resume
+  from, under a new run id: the fork's boundaries are new evidence).
 
 All the logic is :class:`GateCore` (no transformers import); :func:`integrity_gate_class`
 builds ``IntegrityGate = GateCore + transformers.TrainerCallback`` on first use, so this module
@@ -36,160 +44,145 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from rewardseal.errors import RewardSealError, ValidationError
+from rewardseal.errors import IntegrityHalted, RewardSealError, ValidationError
+from rewardseal.trainers.integrity_monitor import GateOutcome, IntegrityMonitor
 
 __all__ = [
+    "CHECKPOINT_PREFIX",
     "CLASS_NAME",
-    "UNMONITORED_MESSAGE",
-    "BoundaryMonitor",
-    "BoundaryOutcome",
     "GateCore",
-    "IntegrityHalted",
     "integrity_gate_class",
 ]
 
 logger = logging.getLogger(__name__)
 
 CLASS_NAME: Final = "IntegrityGate"
-UNMONITORED_MESSAGE: Final = (
-    "rewardseal integrity: UNMONITORED RUN: no integrity binding, so no sentinel audits this "
-    "reward and nothing will pause the run (docs/integrity.md, R-I-9)"
-)
-"""Logged once, at WARNING, when a gate has no monitor."""
 CHECKPOINT_PREFIX: Final = "checkpoint"
-"""transformers' ``PREFIX_CHECKPOINT_DIR``: a save at step N writes ``checkpoint-N``."""
+"""transformers' ``PREFIX_CHECKPOINT_DIR``: a save at global step N writes ``checkpoint-N``."""
 
 
-class BoundaryOutcome(Protocol):
-    """What the monitor answers for a boundary (``IntegrityMonitor``'s ``GateOutcome``)."""
-
-    @property
-    def action(self) -> str:
-        """``continue``, ``pause``, ``stop`` or ``fork``."""
-
-    @property
-    def message(self) -> str:
-        """One line for people: audit id, decision, reasons, review command or checkpoint."""
-
-
-class BoundaryMonitor(Protocol):
-    """The monitor the gate drives (``rewardseal.trainers.integrity_monitor``)."""
-
-    def check_binding(self) -> Any:
-        """Refuse (raise) a binding that cannot gate, before the first step (R-I-9)."""
-
-    def at_boundary(self, step: int) -> BoundaryOutcome:
-        """Seal the boundary's shard, audit it, and answer the decision's action (R-I-8)."""
-
-    def decision_in_force(self, step: int) -> BoundaryOutcome | None:
-        """The action in force at an audited boundary (after reviews), None if none audited."""
-
-
-class IntegrityHalted(RewardSealError):
-    """A resumed run may not go past a boundary whose decision is not a reviewed ``continue``."""
-
-    reason = "integrity_halted"
-
-
-def _boundaries(boundaries: Iterable[int] | None, every: int | None) -> tuple[frozenset[int], int]:
-    if (boundaries is None) == (every is None):
-        raise ValidationError("give the gate boundaries=[steps] or every=N, exactly one")
-    if every is not None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise ValidationError(f"every must be a positive number of steps, got {every!r}")
-        return frozenset(), every
-    steps = list(boundaries or ())
-    if not steps:
-        raise ValidationError("boundaries must name at least one step")
-    for step in steps:
-        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise ValidationError(f"a boundary is a positive step number, got {step!r}")
-    return frozenset(steps), 0
+def _checked_step(value: Any, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValidationError(f"{what} must be an integer >= {minimum}, got {value!r}")
+    return value
 
 
 class GateCore:
     """The gate's logic over transformers-shaped ``args``/``state``/``control`` objects.
 
     Args:
-        monitor: the run's integrity monitor, or None for an unmonitored run (logged loudly).
-        boundaries: the global steps at which to audit, or
-        every: audit every N steps (exactly one of the two).
+        monitor: the run's :class:`IntegrityMonitor`; None is an unmonitored run (logged).
+        boundaries: the policy updates to audit, or
+        every: audit every N policy updates (0, N, 2N, ...); neither: the capture's
+            ``boundary_every`` (every 1 for an unmonitored run, where nothing is audited).
+
+    Raises:
+        ValidationError: both ``boundaries`` and ``every``, an empty or negative boundary, or a
+            boundary the monitor's capture does not capture (not a multiple of its
+            ``boundary_every``: it would be sealed empty and never audited).
     """
 
     def __init__(
         self,
-        monitor: BoundaryMonitor | None,
+        monitor: IntegrityMonitor | None,
         *,
         boundaries: Iterable[int] | None = None,
         every: int | None = None,
     ) -> None:
-        self.monitor = monitor
-        self.boundaries, self.every = _boundaries(boundaries, every)
-        self.outcomes: dict[int, BoundaryOutcome] = {}
-        """Every boundary's outcome this run, by step."""
-        self.halted: BoundaryOutcome | None = None
-        """The outcome that stopped the run (pause, stop or fork), None while it runs on."""
+        self.monitor = monitor if monitor is not None else IntegrityMonitor(None, None)
+        capture = self.monitor.capture
+        captured_every = 1 if capture is None else capture.boundary_every
+        if boundaries is not None and every is not None:
+            raise ValidationError("give the gate boundaries=[...] or every=N, not both")
+        self.every = 0
+        self.boundaries: frozenset[int] = frozenset()
+        if boundaries is not None:
+            steps = [_checked_step(step, "a boundary", 0) for step in boundaries]
+            if not steps:
+                raise ValidationError("boundaries must name at least one policy update")
+            self.boundaries = frozenset(steps)
+        else:
+            self.every = _checked_step(captured_every if every is None else every, "every", 1)
+        wanted = sorted(self.boundaries) if boundaries is not None else [self.every]
+        uncaptured = [step for step in wanted if step % captured_every]
+        if uncaptured:
+            raise ValidationError(
+                f"boundaries {uncaptured} are not captured: the capture keeps every "
+                f"{captured_every}th policy update (boundary_every)"
+            )
+        self.outcomes: dict[int, GateOutcome] = {}
+        """Each audited boundary's outcome this run, by boundary (policy update)."""
+        self.halted: GateOutcome | None = None
+        """The outcome that stopped the run (pause, stop or fork); None while it runs on."""
         self.checkpoint: str | None = None
-        """The checkpoint saved at a pause (``<output_dir>/checkpoint-<step>``)."""
-        self._warned_unmonitored = False
+        """The checkpoint a pause saved (``<output_dir>/checkpoint-<global step>``)."""
 
-    def is_boundary(self, step: int) -> bool:
-        """Whether the gate audits after global step ``step``."""
-        if step < 1:
+    def is_boundary(self, policy_update: int) -> bool:
+        """Whether the gate audits the rows scored at ``policy_update``."""
+        if policy_update < 0:
             return False
-        return step % self.every == 0 if self.every else step in self.boundaries
+        if self.every:
+            return policy_update % self.every == 0
+        return policy_update in self.boundaries
 
-    # -- the three events the gate acts on (transformers' TrainerCallback signatures) ---------
+    # -- the events the gate acts on (transformers' TrainerCallback signatures) ---------------
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        """Label an unmonitored run; check the binding; refuse to resume past a halt."""
-        if self.monitor is None:
-            if not self._warned_unmonitored:
-                self._warned_unmonitored = True
-                logger.warning(UNMONITORED_MESSAGE)
-            return control
-        self.monitor.check_binding()
-        step = int(state.global_step)
-        if step and self.is_boundary(step):
-            outcome = self.monitor.decision_in_force(step)
-            if outcome is not None and outcome.action != "continue":
-                self.halted = outcome
-                raise IntegrityHalted(
-                    f"rewardseal integrity: cannot resume at step {step}: {outcome.message}",
-                    metadata={"step": str(step), "action": outcome.action},
-                )
+        """Check the binding (or log the run unmonitored); refuse to go past a halt.
+
+        Raises:
+            BindingRefused: the binding cannot gate this run.
+            IntegrityHalted: the decision in force on the run's last audit is not continue.
+        """
+        self.halted = self.checkpoint = None  # a resumed train() starts afresh
+        outcome = self.monitor.start()
+        if not outcome.proceeds:
+            self.halted = outcome
+            raise IntegrityHalted(
+                f"reward integrity: the run may not train at step {int(state.global_step)}: "
+                f"{outcome.message}",
+                metadata={"action": outcome.action, "audit_id": outcome.audit_id or ""},
+            )
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        """At a boundary: audit; a pause saves a checkpoint and stops, stop/fork just stop."""
-        step = int(state.global_step)
-        if self.monitor is None or not self.is_boundary(step):
+        """After a boundary's step: audit it; a pause saves a checkpoint and stops training."""
+        boundary = int(state.global_step) - 1
+        if not self.monitor.monitored or not self.is_boundary(boundary):
             return control
-        outcome = self.monitor.at_boundary(step)
-        self.outcomes[step] = outcome
-        if outcome.action == "continue":
+        outcome = self.monitor.at_boundary(boundary)
+        self.outcomes[boundary] = outcome
+        if outcome.proceeds:
             return control
         self.halted = outcome
         control.should_training_stop = True
         if outcome.action == "pause":
             control.should_save = True
-            self.checkpoint = os.path.join(str(args.output_dir), f"{CHECKPOINT_PREFIX}-{step}")
+            self.checkpoint = os.path.join(
+                str(args.output_dir), f"{CHECKPOINT_PREFIX}-{int(state.global_step)}"
+            )
         else:
             logger.error(
-                "rewardseal integrity: training stopped at step %d: %s", step, outcome.message
+                "reward integrity: training stopped after step %d: %s",
+                int(state.global_step),
+                outcome.message,
             )
         return control
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        """After the pause's checkpoint is written: the one message a person acts on."""
-        if self.halted is not None and self.halted.action == "pause" and self.checkpoint:
+        """After the pause's checkpoint is written: where it is and how the run resumes."""
+        halted = self.halted
+        if halted is not None and halted.action == "pause" and self.checkpoint:
             logger.error(
-                "rewardseal integrity: training paused at step %d, checkpoint %s: %s",
+                "reward integrity: training paused after step %d (audit %s); checkpoint saved "
+                "to %s; once the audit is reviewed `continue`, resume with "
+                "trainer.train(resume_from_checkpoint=%r)",
                 int(state.global_step),
+                halted.audit_id,
                 self.checkpoint,
-                self.halted.message,
+                self.checkpoint,
             )
         return control
 
