@@ -11,16 +11,22 @@ real control plane is tests/integrations/test_trl_integrity_gate.py.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from rewardseal.errors import BindingRefused, IntegrityHalted, RewardSealError, ValidationError
+from rewardseal.integrity import RewardMapping
+from rewardseal.integrity_client import IntegrityClient
 from rewardseal.trainers import trl_gate
+from rewardseal.trainers.integrity_buffer import SignalBuffer
+from rewardseal.trainers.integrity_capture import IntegrityCapture
 from rewardseal.trainers.integrity_monitor import (
     UNMONITORED_MESSAGE,
     GateAction,
     GateOutcome,
+    IntegrityBinding,
     IntegrityMonitor,
 )
 from rewardseal.trainers.trl_gate import GateCore
@@ -220,3 +226,32 @@ def test_the_module_imports_without_transformers() -> None:
         assert issubclass(trl_gate.integrity_gate_class(), GateCore)
     with pytest.raises(AttributeError):
         trl_gate.NotAGate  # noqa: B018
+
+
+def test_the_boundaries_follow_the_capture(tmp_path: Path) -> None:
+    # Nothing is called at construction: the client points nowhere.
+    control = IntegrityClient("127.0.0.1:1", token="t")
+    capture = IntegrityCapture(
+        control,
+        run_id="run-1",
+        system_revision_id="sha256:" + "1" * 64,
+        protocol_revision_id="balanced_256",
+        mapping=RewardMapping.from_json({"normalization": {"min": 0, "max": 1}, "threshold": 0.5}),
+        buffer=SignalBuffer(tmp_path / "buffer"),
+        runtime_identity="test",
+        checkpoint="policy.checkpoint.0001",
+        boundary_every=50,
+    )
+    binding = IntegrityBinding(capture.system_revision_id, "balanced_256", "strict_integrity")
+    monitor = IntegrityMonitor(control, binding, capture=capture)
+    try:
+        assert GateCore(monitor).every == 50  # the capture's boundaries by default
+        assert GateCore(monitor, boundaries=[100, 400]).boundaries == {100, 400}
+        assert GateCore(monitor, every=100).every == 100
+        # A boundary the capture keeps no row for would be sealed empty and never audited.
+        with pytest.raises(ValidationError, match=r"boundaries \[120\] are not captured"):
+            GateCore(monitor, boundaries=[100, 120])
+        with pytest.raises(ValidationError, match=r"boundaries \[75\] are not captured"):
+            GateCore(monitor, every=75)
+    finally:
+        control.close()
