@@ -11,7 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_control, stop_control
-from support.integrity_specs import CONTRACT_A, capture, spec
+from support.integrity_builders import CONTRACT_A
+from support.integrity_specs import capture, spec
 
 from rewardseal.errors import (
     DecisionSuperseded,
