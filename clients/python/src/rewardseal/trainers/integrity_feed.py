@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rewardseal.errors import ValidationError
-from rewardseal.trainers.integrity_capture import CapturedSample
+from rewardseal.trainers.integrity_capture import CapturedSample, IntegrityCapture
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 
-__all__ = ["record_id_for", "scored_samples"]
+__all__ = ["capture_batch", "record_id_for", "scored_samples"]
 
 
 def record_id_for(explicit: Any, identity: Mapping[str, str] | None, episode_id: str) -> str:
@@ -65,3 +65,42 @@ def scored_samples(
             )
         )
     return samples
+
+
+def capture_batch(
+    capture: IntegrityCapture | None,
+    *,
+    policy_update: int,
+    episode_ids: Sequence[str],
+    texts: Sequence[str] | None,
+    scalars: Sequence[float | None],
+    record_ids: Sequence[str],
+    identities: Sequence[Mapping[str, str] | None],
+    group_ids: Sequence[str],
+    signals: Sequence[RuntimeSignal.ValueType | None],
+) -> None:
+    """Hand a scored batch to ``capture`` (nothing when None or not a captured boundary).
+
+    ``identities`` are what each episode was opened with (the sentinel scores with them);
+    ``record_ids`` come from :func:`record_id_for`.
+
+    Called after the rewards are computed; it returns nothing a trainer could read (R-I-5).
+
+    Raises:
+        ValidationError: ``texts`` is None while a capture wants the rows.
+        IntegrityBufferFull: from the capture.
+    """
+    if capture is None or not capture.captures(policy_update):
+        return
+    if texts is None:
+        raise ValidationError("integrity capture needs each sample's response text")
+    samples = scored_samples(
+        episode_ids=episode_ids,
+        texts=texts,
+        scalars=scalars,
+        record_ids=record_ids,
+        group_ids=group_ids,
+        identities=identities,
+        signals=signals,
+    )
+    capture.record(samples, policy_update=policy_update)

@@ -90,7 +90,7 @@ from rewardseal.trainers.groups import (
     stop_on_setup_errors,
 )
 from rewardseal.trainers.integrity_capture import IntegrityCapture
-from rewardseal.trainers.integrity_feed import record_id_for, scored_samples
+from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
@@ -384,26 +384,25 @@ class CertifiedRewardFunction:
 
     def _capture_rows(self, batch: _Batch, kwargs: Mapping[str, Any]) -> None:
         """Hand the scored batch to the capture (blocking; after the rewards are computed)."""
-        capture = self.capture
-        if capture is None or not capture.captures(batch.policy_update):
+        if self.capture is None:
             return
         count = len(batch.episode_ids)
-        explicit = column(kwargs, self.record_column, count) or [None] * count
-        results = sample_results(batch.episode_ids, batch.answers)
         step = batch.policy_update
-        samples = scored_samples(
+        explicit = column(kwargs, self.record_column, count) or [None] * count
+        capture_batch(
+            self.capture,
+            policy_update=step,
             episode_ids=batch.episode_ids,
             texts=batch.texts,
-            scalars=[result.scalar for result in results],
+            scalars=[result.scalar for result in sample_results(batch.episode_ids, batch.answers)],
             record_ids=[
                 record_id_for(explicit[i], batch.row_identities[i], batch.episode_ids[i])
                 for i in range(count)
             ],
-            group_ids=[f"{step}:{i // self.num_generations}" for i in range(count)],
             identities=batch.identities,
+            group_ids=[f"{step}:{i // self.num_generations}" for i in range(count)],
             signals=batch.signals,
         )
-        capture.record(samples, policy_update=step)
 
     @staticmethod
     def _record_outage(batch: _Batch, chunk: Sequence[int], error: RewardSealError) -> None:

@@ -40,6 +40,14 @@ With an estimator that does not subtract a per-group baseline (GAE with a critic
 REINFORCE++'s batch baseline) that constant is NOT neutral: use this manager with a
 group-relative estimator.
 
+Reward integrity (docs/integrity.md, R-I-3, R-I-5), off by default: set
+``manager.capture`` to an :class:`~rewardseal.trainers.integrity_capture.IntegrityCapture` in
+the process that scores (it holds open channels, so it is not shipped with the manager) and every
+scored batch is handed to it after the rewards are computed; :meth:`CertifiedRewardManager.
+__call__` decodes each sample's valid response tokens with the tokenizer for the output digest
+(:meth:`~CertifiedRewardManager.score_batch` takes ``texts``). The rollout that opens the
+episodes opens them on the sentinel too (``capture.begin_sentinel``) before it acts.
+
 The module imports without verl and torch: verl is imported by :func:`register_with_verl` and
 torch by :meth:`CertifiedRewardManager.__call__` only. :func:`batch_rewards` is the pure part
 (no I/O, no torch) and :func:`score_samples` the network part, both usable on their own.
@@ -75,6 +83,8 @@ from rewardseal.trainers.groups import (
     sample_results,
     stop_on_setup_errors,
 )
+from rewardseal.trainers.integrity_capture import IntegrityCapture
+from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 
@@ -444,16 +454,32 @@ def batch_rewards(
     return BatchRewards(rows=list(rows), rewards=rewards, extra_info=extra_info)
 
 
+def _response_lengths(data: Any) -> Any:
+    """Each sample's count of valid response tokens (a tensor)."""
+    if "response_mask" in data.batch.keys():  # noqa: SIM118 (a TensorDict, not a dict)
+        return data.batch["response_mask"].sum(dim=-1)
+    prompt_len = data.batch["prompts"].shape[-1]
+    return data.batch["attention_mask"][:, prompt_len:].sum(dim=-1)
+
+
+def _response_texts(data: Any, tokenizer: Any) -> list[str]:
+    """Each sample's valid response tokens, decoded (what the capture digests)."""
+    if tokenizer is None:
+        raise ValidationError("integrity capture needs the tokenizer to read each response")
+    responses = data.batch["responses"]
+    lengths = _response_lengths(data)
+    return [
+        str(tokenizer.decode(responses[row, : int(lengths[row])], skip_special_tokens=True))
+        for row in range(responses.shape[0])
+    ]
+
+
 def _last_token_rewards(data: Any, rewards: Sequence[float]) -> Any:
     """Zeros like ``responses`` with each reward at its sample's last valid response token."""
     import torch
 
     responses = data.batch["responses"]
-    if "response_mask" in data.batch.keys():  # noqa: SIM118 (a TensorDict, not a dict)
-        lengths = data.batch["response_mask"].sum(dim=-1)
-    else:
-        prompt_len = data.batch["prompts"].shape[-1]
-        lengths = data.batch["attention_mask"][:, prompt_len:].sum(dim=-1)
+    lengths = _response_lengths(data)
     reward_tensor = torch.zeros_like(responses, dtype=torch.float32)
     positions = torch.clamp(lengths.long() - 1, min=0)
     rows = torch.arange(reward_tensor.shape[0], device=reward_tensor.device)
@@ -486,6 +512,8 @@ class CertifiedRewardManager:
         self.reward_fn_key = reward_fn_key
         self.settings = ManagerSettings.from_reward_kwargs(reward_kwargs)
         self._client: WorkerClient | None = None
+        self.capture: IntegrityCapture | None = None
+        """Reward integrity capture (None: off; see the module docstring)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -516,13 +544,18 @@ class CertifiedRewardManager:
         return policy_update_from(meta_info, self.settings)
 
     def score_batch(
-        self, extra_infos: Sequence[Any], uids: Sequence[Any], meta_info: Mapping[str, Any]
+        self,
+        extra_infos: Sequence[Any],
+        uids: Sequence[Any],
+        meta_info: Mapping[str, Any],
+        *,
+        texts: Sequence[str] | None = None,
     ) -> BatchRewards:
-        """Score a batch given as verl's columns; no torch needed (see :meth:`__call__`)."""
+        """Score a batch given as verl's columns; no torch needed (see :meth:`__call__`).
+        ``texts`` (each sample's response) is read only by a capture."""
         samples = samples_from_batch(extra_infos, uids)
-        rows = score_samples(
-            self.client, samples, self.settings, policy_update=self.policy_update(meta_info)
-        )
+        step = self.policy_update(meta_info)
+        rows = score_samples(self.client, samples, self.settings, policy_update=step)
         result = batch_rewards(
             rows,
             [sample.group for sample in samples],
@@ -536,6 +569,20 @@ class CertifiedRewardManager:
                 reward,
                 f" ({row.error_reason})" if row.error is not None else "",
             )
+        capture_batch(
+            self.capture,
+            policy_update=step,
+            episode_ids=[sample.episode_id for sample in samples],
+            texts=texts,
+            scalars=[row.scalar for row in rows],
+            record_ids=[
+                record_id_for(info.get("record_id"), sample.oracle_identity, sample.episode_id)
+                for info, sample in zip(extra_infos, samples, strict=True)
+            ],
+            identities=[sample.oracle_identity for sample in samples],
+            group_ids=[str(sample.group) for sample in samples],
+            signals=[sample.runtime_signal for sample in samples],
+        )
         return result
 
     def __call__(self, data: Any, return_dict: bool = False) -> Any:
@@ -557,7 +604,10 @@ class CertifiedRewardManager:
                 raise ValidationError(
                     f"the batch has no {name!r} column: the manager needs one per sample"
                 )
-        result = self.score_batch(list(columns["extra_info"]), list(columns["uid"]), data.meta_info)
+        texts = None if self.capture is None else _response_texts(data, self.tokenizer)
+        result = self.score_batch(
+            list(columns["extra_info"]), list(columns["uid"]), data.meta_info, texts=texts
+        )
         if len(result.rewards) != count:
             raise ValidationError(f"{len(result.rewards)} rewards for {count} samples")
         reward_tensor = _last_token_rewards(data, result.rewards)

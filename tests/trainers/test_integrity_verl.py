@@ -1,0 +1,83 @@
+"""Capture from the verl batch reward manager (R-I-3, R-I-5), off by default, on a real worker and
+a real control plane, without verl or torch (``score_batch`` with the responses' texts): the
+same played batch pays the same with and without capture, and the rows carry the optimizer's
+own numbers (None for the unscored sample, never its group fill)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.control import ControlStack
+from support.integrity_trainer import control_on_file, create_binding, make_capture, stop
+from support.integrity_trainer import trainer_client as control_client
+from support.verl_episodes import manager_kwargs, play_batch, start_default_scoring_stack
+from support.worker_stack import RunningStack, stop_stack
+
+from rewardseal.errors import ValidationError
+from rewardseal.trainers.integrity_capture import output_digest
+from rewardseal.trainers.verl import CertifiedRewardManager
+
+
+@pytest.fixture
+async def stack(data_dir: Path) -> AsyncIterator[RunningStack]:
+    running = await start_default_scoring_stack(data_dir)
+    yield running
+    await stop_stack(running)
+
+
+@pytest.fixture
+async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
+    running = await control_on_file(tmp_path / "control.sqlite")
+    yield running
+    await stop(running)
+
+
+def _plain(extra_info: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {name: values for name, values in extra_info.items() if name != "reward_episode_id"}
+
+
+async def test_the_verl_manager_feeds_a_capture_without_changing_a_reward(
+    stack: RunningStack, control: ControlStack, tmp_path: Path
+) -> None:
+    binding = await create_binding(control)
+    manager = CertifiedRewardManager(None, 0, None, **manager_kwargs(stack))
+    assert manager.capture is None  # off by default
+    texts = [f"response {index}" for index in range(4)]
+    try:
+        played = await play_batch(stack, "plain")
+        plain = await asyncio.to_thread(
+            manager.score_batch, played.extra_infos, played.uids, {"global_steps": 6}
+        )
+        with control_client(control) as client:
+            manager.capture = make_capture(client, binding, tmp_path / "buffer")
+            captured_batch = await play_batch(stack, "capt")
+            with pytest.raises(ValidationError, match="response text"):
+                await asyncio.to_thread(
+                    manager.score_batch,
+                    captured_batch.extra_infos,
+                    captured_batch.uids,
+                    {"global_steps": 6},
+                )
+            again = await play_batch(stack, "again")
+            captured = await asyncio.to_thread(
+                lambda: manager.score_batch(
+                    again.extra_infos, again.uids, {"global_steps": 6}, texts=texts
+                )
+            )
+            rows = manager.capture.last_rows
+            shard_id = await asyncio.to_thread(manager.capture.seal, 6)
+    finally:
+        manager.close()
+    assert plain.rewards == captured.rewards == played.expected
+    assert _plain(plain.extra_info) == _plain(captured.extra_info)
+    assert [row.optimizer_raw for row in rows] == [1.0, None, 1.0, -1.0]
+    # -1.0 lies outside the mapping's [0, 1]: a row without a mapped value, not an exception.
+    assert [row.optimizer_mapped for row in rows] == [1.0, None, 1.0, None]
+    assert [row.group_id for row in rows] == again.uids
+    assert [row.output_digest for row in rows] == [output_digest(text) for text in texts]
+    assert all(row.policy_update == 6 and row.sentinel is None for row in rows)
+    assert shard_id is not None
