@@ -50,6 +50,7 @@ test: setup lint proto-check
 demo: setup
 	$(PY) -m rewardseal_kit.demo
 	$(PY) tools/demo.py
+	$(PY) -m rewardseal_kit.integrity_demo
 
 ## The proof report: every ExtraDup family and an oracle outage, scored by a tier-0 screen reward
 ## and the certified tier-2 worker side by side (MockMed + worker started and stopped for it).

@@ -1,9 +1,11 @@
-"""``make demo`` itself: the core table, then the full local stack and the scripted trainer.
+"""``make demo`` itself: the core table, the full local stack and the scripted trainer, then an
+integrity audit that pauses a run and a reviewed continue.
 
 Runs ``make demo`` as a person would after cloning and asserts its table: every ExtraDup family
 and seeded episode has a row, the control family is VERIFIED +1.0 certified SYNTHETIC, no hacking
 family is paid, the tier-0 lie is VERIFIED but not certified, control's receipt summary counts
-the tier-2 receipts, the exit status is 0, and no process the demo started is left running.
+the tier-2 receipts, the audit's decisions are an automatic fail/pause then a reviewed continue,
+the exit status is 0, and no process the demo started is left running.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rewardseal_kit.extradup import FAMILIES, HACKING_FAMILIES
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE_LINE = re.compile(r"^(control|worker|mockmed|tier0)\s+pid (\d+)\s+([\d.]+):(\d+)$")
+DECISION_LINE = re.compile(r"^(\d+)\s+(automatic|reviewed)\s+(\w+)\s+(\w+)\s+(.*)$", re.MULTILINE)
 
 pytestmark = [
     pytest.mark.slow,
@@ -95,6 +98,15 @@ def test_make_demo_runs_the_stack_and_refuses_every_hack() -> None:
     assert f"total {tier2}: VERIFIED 2," in done.stdout, output
     assert "certified share 100.0%" in done.stdout
     assert "OK: the control paid" in done.stdout
+
+    # The integrity step: an audit paused the run, a reviewer let it continue.
+    decisions = DECISION_LINE.findall(done.stdout)
+    assert [d[1:4] for d in decisions] == [
+        ("automatic", "fail", "pause"),
+        ("reviewed", "fail", "continue"),
+    ], output
+    assert "optimizer_only_rate_above_maximum" in decisions[0][4]
+    assert "OK: the audit paused the run; the reviewed continue lets it resume" in done.stdout
 
     services = [SERVICE_LINE.match(line) for line in done.stdout.splitlines()]
     started = [m for m in services if m is not None]

@@ -136,8 +136,13 @@ def _worker(name: str, banner: Mapping[str, Any]) -> tuple[CaseWorker, RewardSou
 
 
 @contextmanager
-def local_integrity_services(run_dir: Path) -> Iterator[IntegrityServices]:
+def local_integrity_services(
+    run_dir: Path, *, sql_only: bool = False
+) -> Iterator[IntegrityServices]:
     """Control, MockMed and the three workers as child processes, all stopped on exit.
+
+    ``sql_only``: control, MockMed and the ``sql`` worker only (the screen reward audited by
+    it needs nothing more; ``make demo`` starts just these).
 
     Raises:
         Unavailable: a service did not start (the message ends with its log).
@@ -193,45 +198,47 @@ def local_integrity_services(run_dir: Path) -> Iterator[IntegrityServices]:
                 START_SECONDS,
             )
             mockmed_url = f"http://{HOST}:{mockmed['port']}"
-            # Another operator's worker: its own data directory, key and certificate.
-            rest = local.start(
-                REST,
-                serve_command(
-                    "rewardseal-worker",
-                    local.ready_file(REST),
-                    "--seed-mockmed",
-                    "--data-dir",
-                    str(rest_data),
-                    "--contract",
-                    str(rest_data / REST_CONTRACT),
-                ),
-                {
-                    "REWARDSEAL_WORKER_TOKEN": secrets.token_urlsafe(32),
-                    "MOCKMED_API_URL": mockmed_url,
-                    "MOCKMED_API_TOKEN": mockmed_token,
-                },
-                START_SECONDS,
-            )
-            # Same data directory as the sql worker (bundle, recipe, database, key), its own
-            # receipt store: a second worker on the same recipe.
-            replica = local.start(
-                SQL_REPLICA,
-                serve_command(
-                    "rewardseal-worker",
-                    local.ready_file(SQL_REPLICA),
-                    "--data-dir",
-                    str(sql_data),
-                    "--contract",
-                    str(sql_data / SQL_CONTRACT),
-                    "--db-url",
-                    sqlite_url(run_dir / "replica-receipts.sqlite"),
-                ),
-                {"REWARDSEAL_WORKER_TOKEN": secrets.token_urlsafe(32)},
-                START_SECONDS,
-            )
+            banners = {SQL: sql}
+            if not sql_only:
+                # Another operator's worker: its own data directory, key and certificate.
+                banners[REST] = local.start(
+                    REST,
+                    serve_command(
+                        "rewardseal-worker",
+                        local.ready_file(REST),
+                        "--seed-mockmed",
+                        "--data-dir",
+                        str(rest_data),
+                        "--contract",
+                        str(rest_data / REST_CONTRACT),
+                    ),
+                    {
+                        "REWARDSEAL_WORKER_TOKEN": secrets.token_urlsafe(32),
+                        "MOCKMED_API_URL": mockmed_url,
+                        "MOCKMED_API_TOKEN": mockmed_token,
+                    },
+                    START_SECONDS,
+                )
+                # Same data directory as the sql worker (bundle, recipe, database, key), its own
+                # receipt store: a second worker on the same recipe.
+                banners[SQL_REPLICA] = local.start(
+                    SQL_REPLICA,
+                    serve_command(
+                        "rewardseal-worker",
+                        local.ready_file(SQL_REPLICA),
+                        "--data-dir",
+                        str(sql_data),
+                        "--contract",
+                        str(sql_data / SQL_CONTRACT),
+                        "--db-url",
+                        sqlite_url(run_dir / "replica-receipts.sqlite"),
+                    ),
+                    {"REWARDSEAL_WORKER_TOKEN": secrets.token_urlsafe(32)},
+                    START_SECONDS,
+                )
             sources: dict[str, RewardSource] = {SCREEN_T0: screen_source()}
             by_name: dict[str, CaseWorker] = {}
-            for name, banner in ((SQL, sql), (REST, rest), (SQL_REPLICA, replica)):
+            for name, banner in banners.items():
                 worker, sources[name] = _worker(name, banner)
                 workers.append(worker)
                 by_name[name] = worker
@@ -254,15 +261,16 @@ def play_boundaries(
     services: IntegrityServices,
     drift: Sequence[float] = DRIFT,
     records: int = CASE_RECORDS,
+    scorers: Sequence[str] = (SQL, REST),
 ) -> list[list[CaseEpisode]]:
-    """Every boundary's episodes, scored by the screen reward and the sql and rest workers."""
+    """Every boundary's episodes, scored by the screen reward and the ``scorers`` workers."""
     ui = MockMedUI(services.mockmed_url, services.mockmed_token)
-    scorers = [services.workers[SQL], services.workers[REST]]
+    workers = [services.workers[name] for name in scorers]
     try:
         return [
             play_case(
                 ui,
-                scorers,
+                workers,
                 records=records,
                 policy_update=boundary,
                 families=boundary_families(share, records),
