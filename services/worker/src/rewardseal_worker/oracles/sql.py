@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
 import re
 import sqlite3
 import time
@@ -28,8 +29,8 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
-from sqlalchemy.pool import NullPool
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, SQLAlchemyError
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, QueuePool
 
 from rewardseal.errors import ValidationError
 from rewardseal.judging import RECORD_ID_FIELD
@@ -147,13 +148,56 @@ def _engine_from_env(name: str, environ: Mapping[str, str], timeout: float) -> t
     )
 
 
+_FILE_IDENTITY = "rewardseal_file_identity"
+"""Connection-record key: the SoR file's (st_dev, st_ino) taken just before it was opened."""
+SQLITE_POOL_SIZE = 4
+"""SQLite connections kept open between reads (more are opened, and closed, under load)."""
+SQLITE_POOL_OVERFLOW = 16
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """The file behind ``path`` as (device, inode); None where there is none."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
 def _sqlite_engine(path: Path, timeout: float) -> Engine:
-    # "timeout" is SQLite's busy timeout: how long to wait on a writer's lock. No pool: a pooled
-    # connection keeps reading a file that was moved or replaced, and an oracle must read the
-    # store as it is now (opening a SQLite file costs tens of microseconds).
-    return sa.create_engine(
-        sqlite_readonly_url(path), connect_args={"timeout": timeout}, poolclass=NullPool
+    """A read-only engine on ``path`` whose pooled connections never outlive the file.
+
+    An oracle must read the store as it is now: a pooled connection keeps reading a file that was
+    moved or replaced. So the file's (device, inode) is taken just before each connection opens
+    it (taken before, a swap in between can only make the stamp stale, never the handle), and a
+    checkout whose stamp differs from the path's file now discards the connection; the pool then
+    opens the file anew (or fails as "could not be opened" when it is gone). Every read is its own
+    transaction, so a kept connection sees every commit. "timeout" is SQLite's busy timeout: how
+    long to wait on a writer's lock (the read deadline is enforced apart, see ``_execute``).
+    """
+    engine = sa.create_engine(
+        sqlite_readonly_url(path),
+        connect_args={"timeout": timeout},
+        poolclass=QueuePool,
+        pool_size=SQLITE_POOL_SIZE,
+        max_overflow=SQLITE_POOL_OVERFLOW,
+        pool_timeout=timeout,
     )
+    resolved = path.resolve()
+
+    @sa.event.listens_for(engine, "do_connect")
+    def stamp(dialect: Any, record: ConnectionPoolEntry, cargs: Any, cparams: Any) -> None:
+        record.info[_FILE_IDENTITY] = _file_identity(resolved)
+
+    @sa.event.listens_for(engine, "checkout")
+    def still_the_file(
+        dbapi_connection: Any, record: ConnectionPoolEntry, proxy: PoolProxiedConnection
+    ) -> None:
+        stamped = record.info.get(_FILE_IDENTITY)
+        if stamped is None or _file_identity(resolved) != stamped:
+            raise DisconnectionError("the system of record file was replaced")
+
+    return engine
 
 
 def _to_json_scalar(value: Any) -> Any:
