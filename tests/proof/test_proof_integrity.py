@@ -27,7 +27,13 @@ import pytest
 
 from rewardseal.errors import ValidationError
 from rewardseal_kit.extradup import CONTROL
-from rewardseal_kit.proof.integrity_report import ASYMMETRIC, CORRELATED, check_integrity
+from rewardseal_kit.proof.integrity_plot import write_integrity_png
+from rewardseal_kit.proof.integrity_report import (
+    ASYMMETRIC,
+    CORRELATED,
+    check_integrity,
+    render_integrity_markdown,
+)
 from rewardseal_kit.proof.integrity_run import (
     DRIFT,
     DRIFT_FAMILY,
@@ -212,3 +218,19 @@ def test_boundary_families_spread_the_drift() -> None:
     for share, records in ((-0.1, 10), (1.5, 10), (0.5, 0)):
         with pytest.raises(ValidationError, match="share in"):
             boundary_families(share, records)
+
+
+def test_unscored_rows_are_reported_apart_never_as_refusals(
+    proof: dict[str, Any], tmp_path: Path
+) -> None:
+    cases = _cases(proof["doc"])
+    b = cases["b"]
+    # 10 of boundary 0's rows left without a sentinel verdict (an outage, say).
+    outage = replace(b.boundaries[0], sentinel_unscored=10, sentinel_accepted=94)
+    cases["b"] = replace(b, boundaries=[outage, *b.boundaries[1:]])
+    markdown = render_integrity_markdown(cases, DRIFT, [], {"records_per_boundary": 104})
+    # Acceptance over the 94 scored rows (100%), the 10 unscored counted apart.
+    assert "| 0 | 0% | 104 | 100% | 100% | 0/10 | 0% | pass | continue | - |" in markdown
+    png = tmp_path / "unscored.png"
+    write_integrity_png(cases, DRIFT, png)
+    assert png.read_bytes().startswith(PNG_MAGIC)

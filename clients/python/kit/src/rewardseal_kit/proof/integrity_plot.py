@@ -2,7 +2,8 @@
 
 One panel per case. Each boundary has two stacked bars (optimizer, sentinel): the share of rows
 that side accepted, solid, then the share it left unscored, hatched grey on top (an unscored row
-is never drawn as a refusal). Above each boundary: the decision (PASS / FAIL) and its action; a
+is never drawn as a refusal); the label above is the acceptance among scored rows, as in the
+Markdown, and the unscored count. Above each boundary: the decision (PASS / FAIL) and its action; a
 run that paused gets a red line after that boundary and its later boundaries are shaded "not
 trained". A binding refused as a gate is a panel that says so, with its blockers.
 """
@@ -41,8 +42,15 @@ def _bars(axes: Any, boundaries: Sequence[BoundaryAudit]) -> None:
             hatch="///",
             label="unscored (no verdict)",
         )
-        for x, value in zip(xs, accepted, strict=True):
-            axes.text(x, value + 0.02, f"{value:.0%}", ha="center", fontsize=8)
+        tops = [a + u for a, u in zip(accepted, unscored, strict=True)]
+        for x, b, top in zip(xs, boundaries, tops, strict=True):
+            # The label is the acceptance among scored rows (as the Markdown); unscored apart.
+            count = getattr(b, f"{side}_unscored")
+            scored = b.rows - count
+            label = "-" if scored == 0 else f"{getattr(b, f'{side}_accepted') / scored:.0%}"
+            if count:
+                label += f"\n+{count}\nunscored"
+            axes.text(x, top + 0.02, label, ha="center", va="bottom", fontsize=7)
 
 
 def _only(boundary: BoundaryAudit) -> str:
@@ -57,7 +65,9 @@ def _case_panel(axes: Any, case: CaseRun, drift: Sequence[float]) -> None:
         loc="left",
     )
     axes.set_xlim(-0.6, len(drift) - 0.4)
-    axes.set_ylim(0, 1.45)
+    axes.set_ylim(0, 1.6)  # room above the bars for the labels and the decision
+    axes.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
+    axes.set_yticklabels(["0%", "25%", "50%", "75%", "100%"])
     axes.set_xticks(range(len(drift)))
     axes.set_xticklabels(
         [f"boundary {i}\n{share:.0%} banner lies" for i, share in enumerate(drift)]
@@ -82,7 +92,7 @@ def _case_panel(axes: Any, case: CaseRun, drift: Sequence[float]) -> None:
     for b in case.boundaries:
         axes.text(
             b.boundary,
-            1.2,
+            1.36,
             f"{b.outcome.upper()}: {b.action}\n{_only(b)}",
             ha="center",
             fontsize=9,
@@ -92,7 +102,7 @@ def _case_panel(axes: Any, case: CaseRun, drift: Sequence[float]) -> None:
     if case.paused_at is not None:
         edge = case.paused_at + 0.5
         axes.axvline(edge, color=_DECISION_COLORS["fail"], linewidth=2)
-        axes.text(edge + 0.03, 1.38, "run paused", color=_DECISION_COLORS["fail"], fontsize=9)
+        axes.text(edge + 0.03, 1.53, "run paused", color=_DECISION_COLORS["fail"], fontsize=9)
         if case.not_trained:
             axes.axvspan(edge, len(drift) - 0.4, color="#eeeeee", zorder=0)
             middle = (edge + len(drift) - 0.4) / 2
