@@ -24,10 +24,10 @@ from support.integrity_trainer import (
     trainer_client,
 )
 
-from rewardseal.errors import IntegrityBufferFull
+from rewardseal.errors import IntegrityBufferFull, ValidationError
 from rewardseal.integrity import SignalRow
 from rewardseal.trainers.integrity_buffer import BUFFER_FILE, BufferedEntry, SignalBuffer
-from rewardseal.trainers.integrity_capture import output_digest
+from rewardseal.trainers.integrity_capture import IntegrityCapture, output_digest
 
 RUN = "run-capture-0001"
 
@@ -181,3 +181,37 @@ def test_a_buffer_entry_round_trips_and_limits_are_checked(tmp_path: Path) -> No
         buffer.add(BufferedEntry("seal", RUN, 2, "sys", PROTOCOL))
     buffer.drop_delivered(1)
     assert SignalBuffer(tmp_path / "b").entries() == []
+
+
+async def test_a_batch_that_reached_control_before_a_crash_is_not_appended_twice(
+    control: ControlStack, tmp_path: Path
+) -> None:
+    binding = await create_binding(control)
+    with trainer_client(control) as client:
+        # The trainer wrote the batch to disk, control took it, the process died before it
+        # could drop the line: the restarted capture finds it on disk and sends it again.
+        first = make_capture(client, binding, tmp_path / "buffer")
+        rows = tuple(
+            await asyncio.to_thread(first.record, samples(range(3), raw=[1.0] * 3), policy_update=0)
+        )
+        assert len(first.buffer) == 0
+        SignalBuffer(tmp_path / "buffer").add(
+            BufferedEntry("rows", RUN, 0, *_revisions(first), rows)
+        )
+        restarted = make_capture(client, binding, tmp_path / "buffer")
+        assert await asyncio.to_thread(restarted.deliver, force=True)
+        await asyncio.to_thread(restarted.seal, 0)
+        shards = await asyncio.to_thread(client.list_signal_shards, RUN)
+        assert [s.captured for s in shards] == [3]
+        # A clash on a first send is a real one (two captures on one boundary): kept and raised.
+        other = make_capture(client, binding, tmp_path / "other")
+        await asyncio.to_thread(other.record, samples([7], raw=[1.0]), policy_update=1)
+        await asyncio.to_thread(other.record, samples([7], raw=[0.0]), policy_update=1)
+        assert other.buffer.rows == 1
+        assert other.last_error is not None
+        with pytest.raises(ValidationError, match="appended already"):
+            other.raise_if_stuck()
+
+
+def _revisions(capture: IntegrityCapture) -> tuple[str, str]:
+    return (capture.system_revision_id, capture.protocol_revision_id)

@@ -185,6 +185,10 @@ class IntegrityCapture:
         self._clock = clock
         self._lock = threading.Lock()
         self._not_before = 0.0
+        # Whether the oldest entry may have reached control already: it was sent and the answer
+        # was lost, or it was read back from disk after a restart. AppendSignalRows is not
+        # idempotent, so such an entry refused as "appended already" was in fact delivered.
+        self._head_uncertain = len(buffer) > 0
         self._begun: dict[str, SentinelObservation | None] = {}
         # Seals still on disk from an earlier process over the same buffer count as sealed.
         self._sealed = {e.boundary for e in buffer.entries() if e.kind == "seal"}
@@ -381,8 +385,10 @@ class IntegrityCapture:
                     break
                 self._send(entry)
                 delivered += 1
+                self._head_uncertain = False
         except RewardSealError as exc:
             self.last_error = exc
+            self._head_uncertain = not isinstance(exc, _PERMANENT)
             self._not_before = self._clock() + self.retry_after_s
         finally:
             self.buffer.drop_delivered(delivered)
@@ -393,13 +399,19 @@ class IntegrityCapture:
 
     def _send(self, entry: BufferedEntry) -> None:
         if entry.kind == "rows":
-            self.control.append_signal_rows(
-                entry.run_id,
-                entry.boundary,
-                [signal_row_message(row) for row in entry.rows],
-                system_revision_id=entry.system_revision_id,
-                protocol_revision_id=entry.protocol_revision_id,
-            )
+            try:
+                self.control.append_signal_rows(
+                    entry.run_id,
+                    entry.boundary,
+                    [signal_row_message(row) for row in entry.rows],
+                    system_revision_id=entry.system_revision_id,
+                    protocol_revision_id=entry.protocol_revision_id,
+                )
+            except ValidationError as exc:
+                # One append is one transaction: a clash on a resend means all of it landed.
+                if not (self._head_uncertain and "appended already" in exc.message):
+                    raise
+                _LOG.info("reward integrity: a resent batch had reached control already")
             return
         try:
             sealed = self.control.seal_signal_shard(entry.run_id, entry.boundary)
