@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from support.mockmed_episodes import CHECKPOINT
 from support.mockmed_service import RunningMockMed, running_mockmed
-from support.tiny_models import char_tokenizer
+from support.tiny_models import char_tokenizer, tiny_llama
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
@@ -51,27 +51,6 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
 def tiny_tokenizer() -> Any:
     """The character-level tokenizer, left-padded as TRL generates."""
     return char_tokenizer(padding_side="left")
-
-
-def tiny_model(tokenizer: Any) -> Any:
-    """A randomly initialised two-layer Llama, hidden size 32 (seeded, CPU, float32)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    return LlamaForCausalLM(config)
 
 
 @dataclass
@@ -128,7 +107,7 @@ async def test_grpo_trainer_is_paid_verified_receipts(
     from trl import GRPOConfig, GRPOTrainer
 
     tokenizer = tiny_tokenizer()
-    model = tiny_model(tokenizer)
+    model = tiny_llama(tokenizer)
     rows = [f"patient-grpo-{index:04d}" for index in range(4)]
     dataset = Dataset.from_list(
         [

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import pytest
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_control, stop_control
 from support.mockmed_service import RunningMockMed, running_mockmed
-from support.tiny_models import char_tokenizer
+from support.tiny_models import char_tokenizer, tiny_llama
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
@@ -213,27 +213,6 @@ def world(servers: Servers, tmp_path: Path) -> Iterator[World]:
         run(stop_stack(sql))
 
 
-def tiny_model(tokenizer: Any) -> Any:
-    """A randomly initialised two-layer Llama, hidden size 32 (seeded, CPU, float32)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    return LlamaForCausalLM(config)
-
-
 def grpo_trainer(
     reward: Any, gate: Any, *, run_id: str, prompts: int, max_steps: int, output: Path
 ) -> Any:
@@ -270,7 +249,7 @@ def grpo_trainer(
         disable_tqdm=True,
     )
     return GRPOTrainer(
-        model=tiny_model(tokenizer),
+        model=tiny_llama(tokenizer),
         reward_funcs=[reward],
         args=args,
         train_dataset=dataset,

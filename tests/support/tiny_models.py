@@ -29,3 +29,24 @@ def char_tokenizer(*, padding_side: str = "right") -> Any:
         eos_token="<eos>",
         padding_side=padding_side,
     )
+
+
+def tiny_llama(tokenizer: Any) -> Any:
+    """A randomly initialised two-layer Llama, hidden size 32 (seeded, CPU, float32)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    return LlamaForCausalLM(config)

@@ -43,11 +43,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
 from typing import Any, Final
 
-from rewardseal.errors import IntegrityHalted, RewardSealError, ValidationError
-from rewardseal.trainers.integrity_monitor import GateOutcome, IntegrityMonitor
+from rewardseal.errors import RewardSealError
+from rewardseal.trainers.integrity_gate import BoundaryGate
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -63,69 +62,13 @@ CHECKPOINT_PREFIX: Final = "checkpoint"
 """transformers' ``PREFIX_CHECKPOINT_DIR``: a save at global step N writes ``checkpoint-N``."""
 
 
-def _checked_step(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValidationError(f"{what} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-class GateCore:
-    """The gate's logic over transformers-shaped ``args``/``state``/``control`` objects.
-
-    Args:
-        monitor: the run's :class:`IntegrityMonitor`; None is an unmonitored run (logged).
-        boundaries: the policy updates to audit, or
-        every: audit every N policy updates (0, N, 2N, ...); neither: the capture's
-            ``boundary_every`` (every 1 for an unmonitored run, where nothing is audited).
-
-    Raises:
-        ValidationError: both ``boundaries`` and ``every``, an empty or negative boundary, or a
-            boundary the monitor's capture does not capture (not a multiple of its
-            ``boundary_every``: it would be sealed empty and never audited).
+class GateCore(BoundaryGate):
+    """The gate's logic over transformers-shaped ``args``/``state``/``control`` objects; the
+    boundaries and the monitor are :class:`~rewardseal.trainers.integrity_gate.BoundaryGate`'s.
     """
 
-    def __init__(
-        self,
-        monitor: IntegrityMonitor | None,
-        *,
-        boundaries: Iterable[int] | None = None,
-        every: int | None = None,
-    ) -> None:
-        self.monitor = monitor if monitor is not None else IntegrityMonitor(None, None)
-        capture = self.monitor.capture
-        captured_every = 1 if capture is None else capture.boundary_every
-        if boundaries is not None and every is not None:
-            raise ValidationError("give the gate boundaries=[...] or every=N, not both")
-        self.every = 0
-        self.boundaries: frozenset[int] = frozenset()
-        if boundaries is not None:
-            steps = [_checked_step(step, "a boundary", 0) for step in boundaries]
-            if not steps:
-                raise ValidationError("boundaries must name at least one policy update")
-            self.boundaries = frozenset(steps)
-        else:
-            self.every = _checked_step(captured_every if every is None else every, "every", 1)
-        wanted = sorted(self.boundaries) if boundaries is not None else [self.every]
-        uncaptured = [step for step in wanted if step % captured_every]
-        if uncaptured:
-            raise ValidationError(
-                f"boundaries {uncaptured} are not captured: the capture keeps every "
-                f"{captured_every}th policy update (boundary_every)"
-            )
-        self.outcomes: dict[int, GateOutcome] = {}
-        """Each audited boundary's outcome this run, by boundary (policy update)."""
-        self.halted: GateOutcome | None = None
-        """The outcome that stopped the run (pause, stop or fork); None while it runs on."""
-        self.checkpoint: str | None = None
-        """The checkpoint a pause saved (``<output_dir>/checkpoint-<global step>``)."""
-
-    def is_boundary(self, policy_update: int) -> bool:
-        """Whether the gate audits the rows scored at ``policy_update``."""
-        if policy_update < 0:
-            return False
-        if self.every:
-            return policy_update % self.every == 0
-        return policy_update in self.boundaries
+    checkpoint: str | None = None
+    """The checkpoint a pause saved (``<output_dir>/checkpoint-<global step>``)."""
 
     # -- the events the gate acts on (transformers' TrainerCallback signatures) ---------------
 
@@ -136,27 +79,15 @@ class GateCore:
             BindingRefused: the binding cannot gate this run.
             IntegrityHalted: the decision in force on the run's last audit is not continue.
         """
-        self.halted = self.checkpoint = None  # a resumed train() starts afresh
-        outcome = self.monitor.start()
-        if not outcome.proceeds:
-            self.halted = outcome
-            raise IntegrityHalted(
-                f"reward integrity: the run may not train at step {int(state.global_step)}: "
-                f"{outcome.message}",
-                metadata={"action": outcome.action, "audit_id": outcome.audit_id or ""},
-            )
+        self.checkpoint = None  # a resumed train() starts afresh
+        self.begin(int(state.global_step))
         return control
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         """After a boundary's step: audit it; a pause saves a checkpoint and stops training."""
-        boundary = int(state.global_step) - 1
-        if not self.monitor.monitored or not self.is_boundary(boundary):
+        outcome = self.audit(int(state.global_step) - 1)
+        if outcome is None or outcome.proceeds:
             return control
-        outcome = self.monitor.at_boundary(boundary)
-        self.outcomes[boundary] = outcome
-        if outcome.proceeds:
-            return control
-        self.halted = outcome
         control.should_training_stop = True
         if outcome.action == "pause":
             control.should_save = True

@@ -46,7 +46,11 @@ the process that scores (it holds open channels, so it is not shipped with the m
 scored batch is handed to it after the rewards are computed; :meth:`CertifiedRewardManager.
 __call__` decodes each sample's valid response tokens with the tokenizer for the output digest
 (:meth:`~CertifiedRewardManager.score_batch` takes ``texts``). The rollout that opens the
-episodes opens them on the sentinel too (``capture.begin_sentinel``) before it acts.
+episodes opens them on the sentinel too (``capture.begin_sentinel``) before it acts. With
+``manager.gate`` (a :class:`~rewardseal.trainers.integrity_gate.StepGate` over the capture's
+monitor) each batch is followed by the gate: the binding is checked on the first batch, a
+boundary is audited once its batch is captured, and a pause, stop or fork raises
+``IntegrityHalted`` before the rewards reach the trainer.
 
 The module imports without verl and torch: verl is imported by :func:`register_with_verl` and
 torch by :meth:`CertifiedRewardManager.__call__` only. :func:`batch_rewards` is the pure part
@@ -85,6 +89,7 @@ from rewardseal.trainers.groups import (
 )
 from rewardseal.trainers.integrity_capture import IntegrityCapture
 from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
+from rewardseal.trainers.integrity_gate import StepGate
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 
@@ -514,6 +519,9 @@ class CertifiedRewardManager:
         self._client: WorkerClient | None = None
         self.capture: IntegrityCapture | None = None
         """Reward integrity capture (None: off; see the module docstring)."""
+        self.gate: StepGate | None = None
+        """Reward integrity gate over the capture's monitor (None: off): audits a boundary once
+        its batch is captured and raises ``IntegrityHalted`` on a pause, stop or fork."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -583,6 +591,8 @@ class CertifiedRewardManager:
             group_ids=[str(sample.group) for sample in samples],
             signals=[sample.runtime_signal for sample in samples],
         )
+        if self.gate is not None:
+            self.gate.after_batch(step)
         return result
 
     def __call__(self, data: Any, return_dict: bool = False) -> Any:
