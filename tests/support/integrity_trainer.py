@@ -9,9 +9,11 @@ call runs in a thread (``asyncio.to_thread``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from rewardseal.client import WorkerClient
 from rewardseal.integrity import RewardMapping
@@ -33,6 +35,14 @@ MAPPING = RewardMapping.from_json(spec()["mapping"])
 async def control_on_file(path: Path) -> ControlStack:
     """A control plane over the SQLite file ``path`` on a free port."""
     return await start_control(sqlite_url(path))
+
+
+@pytest.fixture
+async def integrity_control(tmp_path: Path) -> AsyncIterator[ControlStack]:
+    """A control plane over ``tmp_path / "control.sqlite"`` for one test, stopped after it."""
+    stack = await control_on_file(tmp_path / "control.sqlite")
+    yield stack
+    await stop_control(stack)
 
 
 async def restart_control(stopped: ControlStack, path: Path) -> ControlStack:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -32,18 +31,11 @@ from rewardseal.trainers.integrity_capture import IntegrityCapture, output_diges
 RUN = "run-capture-0001"
 
 
-@pytest.fixture
-async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
-    stack = await control_on_file(tmp_path / "control.sqlite")
-    yield stack
-    await stop(stack)
-
-
 async def test_rows_are_delivered_per_batch_and_sealed_per_boundary(
-    control: ControlStack, tmp_path: Path
+    integrity_control: ControlStack, tmp_path: Path
 ) -> None:
-    binding = await create_binding(control)
-    with trainer_client(control) as client:
+    binding = await create_binding(integrity_control)
+    with trainer_client(integrity_control) as client:
         capture = make_capture(client, binding, tmp_path / "buffer")
         batch = samples(range(6), raw=[1.0, 0.0, 0.25, None, 1.0, 0.5])
         rows = await asyncio.to_thread(capture.record, batch, policy_update=4)
@@ -64,10 +56,10 @@ async def test_rows_are_delivered_per_batch_and_sealed_per_boundary(
 
 
 async def test_steps_between_boundaries_and_late_rows_are_not_captured(
-    control: ControlStack, tmp_path: Path
+    integrity_control: ControlStack, tmp_path: Path
 ) -> None:
-    binding = await create_binding(control)
-    with trainer_client(control) as client:
+    binding = await create_binding(integrity_control)
+    with trainer_client(integrity_control) as client:
         capture = make_capture(client, binding, tmp_path / "buffer")
         capture.boundary_every = 5
         assert not capture.captures(3)
@@ -184,10 +176,10 @@ def test_a_buffer_entry_round_trips_and_limits_are_checked(tmp_path: Path) -> No
 
 
 async def test_a_batch_that_reached_control_before_a_crash_is_not_appended_twice(
-    control: ControlStack, tmp_path: Path
+    integrity_control: ControlStack, tmp_path: Path
 ) -> None:
-    binding = await create_binding(control)
-    with trainer_client(control) as client:
+    binding = await create_binding(integrity_control)
+    with trainer_client(integrity_control) as client:
         # The trainer wrote the batch to disk, control took it, the process died before it
         # could drop the line: the restarted capture finds it on disk and sends it again.
         first = make_capture(client, binding, tmp_path / "buffer")

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import control_on_file, create_binding, make_capture, stop
+from support.integrity_trainer import create_binding, make_capture
 from support.integrity_trainer import trainer_client as control_client
 from support.mockmed_episodes import CHECKPOINT
 from support.mockmed_service import RunningMockMed, running_mockmed
@@ -69,13 +69,6 @@ async def sentinel(
     yield running
     if not getattr(running, "stopped", False):  # a test may have stopped it already
         await stop_stack(running)
-
-
-@pytest.fixture
-async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
-    stack = await control_on_file(tmp_path / "control.sqlite")
-    yield stack
-    await stop(stack)
 
 
 def _worker(stack: RunningStack) -> WorkerClient:
@@ -133,11 +126,15 @@ async def test_capture_never_changes_what_the_trainer_sees_and_keeps_the_sentine
     optimizer: RunningStack,
     mockmed: RunningMockMed,
     sentinel: RunningStack,
-    control: ControlStack,
+    integrity_control: ControlStack,
     tmp_path: Path,
 ) -> None:
-    binding = await create_binding(control)
-    with _worker(optimizer) as client, _worker(sentinel) as guard, control_client(control) as cc:
+    binding = await create_binding(integrity_control)
+    with (
+        _worker(optimizer) as client,
+        _worker(sentinel) as guard,
+        control_client(integrity_control) as cc,
+    ):
         plain = await _score(
             _function(optimizer, client, mockmed, None), "row", ("patient-a1", "patient-b1")
         )
@@ -182,11 +179,15 @@ async def test_a_sentinel_outage_marks_rows_sentinel_errors_and_pays_the_same(
     optimizer: RunningStack,
     mockmed: RunningMockMed,
     sentinel: RunningStack,
-    control: ControlStack,
+    integrity_control: ControlStack,
     tmp_path: Path,
 ) -> None:
-    binding = await create_binding(control)
-    with _worker(optimizer) as client, _worker(sentinel) as guard, control_client(control) as cc:
+    binding = await create_binding(integrity_control)
+    with (
+        _worker(optimizer) as client,
+        _worker(sentinel) as guard,
+        control_client(integrity_control) as cc,
+    ):
         capture = make_capture(
             cc, binding, tmp_path / "buffer", sentinel=guard, sentinel_digest=sentinel.digest
         )

@@ -42,13 +42,6 @@ RECORDS = 100  # the evidence rule's minimum for a full decision (R-I-7)
 
 
 @pytest.fixture
-async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
-    stack = await control_on_file(tmp_path / "control.sqlite")
-    yield stack
-    await stop(stack)
-
-
-@pytest.fixture
 async def sentinel(data_dir: Path) -> AsyncIterator[RunningStack]:
     running = await start_stack(data_dir)
     yield running
@@ -70,10 +63,10 @@ def test_a_run_without_a_binding_is_logged_unmonitored_once(
 
 
 async def test_a_binding_that_cannot_gate_is_refused_with_its_blockers(
-    control: ControlStack, tmp_path: Path
+    integrity_control: ControlStack, tmp_path: Path
 ) -> None:
-    correlated = await create_binding(control, correlated=True)
-    with trainer_client(control) as client:
+    correlated = await create_binding(integrity_control, correlated=True)
+    with trainer_client(integrity_control) as client:
         capture = make_capture(client, correlated, tmp_path / "buffer")
         monitor = IntegrityMonitor(client, correlated, capture=capture)
         with pytest.raises(BindingRefused, match="primary_sentinel_correlated") as caught:
@@ -91,13 +84,13 @@ async def test_a_binding_that_cannot_gate_is_refused_with_its_blockers(
 
 
 async def test_a_failing_audit_pauses_and_a_reviewed_continue_resumes(
-    control: ControlStack, sentinel: RunningStack, tmp_path: Path
+    integrity_control: ControlStack, sentinel: RunningStack, tmp_path: Path
 ) -> None:
-    binding = await create_binding(control)
+    binding = await create_binding(integrity_control)
     assert binding.profile_revision_id == PROFILE
     records = range(RECORDS)
     with (
-        trainer_client(control) as client,
+        trainer_client(integrity_control) as client,
         WorkerClient(sentinel.target, token=sentinel.token, trust=sentinel.trust) as guard,
     ):
         capture = make_capture(
@@ -130,7 +123,7 @@ async def test_a_failing_audit_pauses_and_a_reviewed_continue_resumes(
         # The run is resumed before anyone reviewed: still paused.
         resumed = IntegrityMonitor(client, binding, capture=capture)
         assert (await asyncio.to_thread(resumed.start)).action == "pause"
-        with admin_client(control) as admin:
+        with admin_client(integrity_control) as admin:
             await asyncio.to_thread(
                 lambda: admin.review_decision(
                     paused.audit_id or "",

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import control_on_file, create_binding, make_capture, stop
+from support.integrity_trainer import create_binding, make_capture
 from support.integrity_trainer import trainer_client as control_client
 from support.verl_episodes import manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
@@ -29,21 +29,14 @@ async def stack(data_dir: Path) -> AsyncIterator[RunningStack]:
     await stop_stack(running)
 
 
-@pytest.fixture
-async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
-    running = await control_on_file(tmp_path / "control.sqlite")
-    yield running
-    await stop(running)
-
-
 def _plain(extra_info: dict[str, list[Any]]) -> dict[str, list[Any]]:
     return {name: values for name, values in extra_info.items() if name != "reward_episode_id"}
 
 
 async def test_the_verl_manager_feeds_a_capture_without_changing_a_reward(
-    stack: RunningStack, control: ControlStack, tmp_path: Path
+    stack: RunningStack, integrity_control: ControlStack, tmp_path: Path
 ) -> None:
-    binding = await create_binding(control)
+    binding = await create_binding(integrity_control)
     manager = CertifiedRewardManager(None, 0, None, **manager_kwargs(stack))
     assert manager.capture is None  # off by default
     texts = [f"response {index}" for index in range(4)]
@@ -52,7 +45,7 @@ async def test_the_verl_manager_feeds_a_capture_without_changing_a_reward(
         plain = await asyncio.to_thread(
             manager.score_batch, played.extra_infos, played.uids, {"global_steps": 6}
         )
-        with control_client(control) as client:
+        with control_client(integrity_control) as client:
             manager.capture = make_capture(client, binding, tmp_path / "buffer")
             captured_batch = await play_batch(stack, "capt")
             with pytest.raises(ValidationError, match="response text"):
