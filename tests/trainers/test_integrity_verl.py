@@ -1,7 +1,8 @@
-"""Capture from the verl batch reward manager (R-I-3, R-I-5), off by default, on a real worker and
-a real control plane, without verl or torch (``score_batch`` with the responses' texts): the
-same played batch pays the same with and without capture, and the rows carry the optimizer's
-own numbers (None for the unscored sample, never its group fill)."""
+"""Capture from the verl batch reward manager and the reward-loop scorer (R-I-3, R-I-5), off by
+default, on a real worker and a real control plane, without verl or torch (``score_batch`` and
+``score_one`` with the responses' texts): the same played batch pays the same with and without
+capture, and the rows carry the optimizer's own numbers (None for the unscored sample, never
+its group fill)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from support.worker_stack import RunningStack, stop_stack
 from rewardseal.errors import ValidationError
 from rewardseal.trainers.integrity_capture import output_digest
 from rewardseal.trainers.verl import CertifiedRewardManager
+from rewardseal.trainers.verl_loop import LoopScorer, settings_from_config
 
 
 @pytest.fixture
@@ -74,3 +76,38 @@ async def test_the_verl_manager_feeds_a_capture_without_changing_a_reward(
     assert [row.output_digest for row in rows] == [output_digest(text) for text in texts]
     assert all(row.policy_update == 6 and row.sentinel is None for row in rows)
     assert shard_id is not None
+
+
+async def test_the_reward_loop_scorer_feeds_a_capture_one_sample_at_a_time(
+    stack: RunningStack, integrity_control: ControlStack, tmp_path: Path
+) -> None:
+    binding = await create_binding(integrity_control)
+    scorer = LoopScorer()
+    scorer._init_scorer(settings_from_config(None, manager_kwargs(stack)))
+    assert scorer.capture is None  # off by default
+    step = {"global_steps": 2}
+    try:
+        played = await play_batch(stack, "loop-plain")
+        plain = [
+            await scorer.score_one(info, uid, step)
+            for info, uid in zip(played.extra_infos, played.uids, strict=True)
+        ]
+        with control_client(integrity_control) as client:
+            scorer.capture = make_capture(client, binding, tmp_path / "buffer")
+            again = await play_batch(stack, "loop-capt")
+            captured = []
+            for index, (info, uid) in enumerate(zip(again.extra_infos, again.uids, strict=True)):
+                captured.append(await scorer.score_one(info, uid, step, text=f"response {index}"))
+                assert [row.episode_id for row in scorer.capture.last_rows] == [info["episode_id"]]
+            shard_id = await asyncio.to_thread(scorer.capture.seal, 2)
+            shard = await asyncio.to_thread(client.verify_signal_shard, shard_id or "")
+    finally:
+        await scorer.aclose()
+    assert [a["reward_score"] for a in plain] == [a["reward_score"] for a in captured]
+    assert [_loop_columns(a) for a in plain] == [_loop_columns(a) for a in captured]
+    assert shard.captured == 4
+
+
+def _loop_columns(answer: dict[str, Any]) -> dict[str, Any]:
+    skip = {"reward_episode_id", "reward_receipt_id"}
+    return {k: v for k, v in answer["reward_extra_info"].items() if k not in skip}

@@ -66,6 +66,8 @@ from rewardseal.trainers.groups import (
     is_transient,
     metadata_columns,
 )
+from rewardseal.trainers.integrity_capture import IntegrityCapture
+from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
 from rewardseal.trainers.verl import (
     DEFAULT_NAME,
     ManagerSettings,
@@ -179,6 +181,9 @@ class LoopScorer:
         self.settings = settings
         self._client: AsyncWorkerClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
+        self.capture: IntegrityCapture | None = None
+        """Reward integrity capture, off by default: set it in the process that scores (it
+        holds open channels); each scored sample is handed to it after its score is made."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -208,7 +213,12 @@ class LoopScorer:
             await client.close()
 
     async def score_one(
-        self, extra_info: Any, uid: Any, meta_info: Mapping[str, Any]
+        self,
+        extra_info: Any,
+        uid: Any,
+        meta_info: Mapping[str, Any],
+        *,
+        text: str | None = None,
     ) -> dict[str, Any]:
         """``run_single``'s answer for one sample given as verl's columns (no torch needed).
 
@@ -221,17 +231,33 @@ class LoopScorer:
             CertificationRefused: ``require_certified`` and the scored receipt is not certified.
             ReceiptMismatch: the receipt answers another request than this sample's (R-T-5).
             RewardSealError: a setup error (bad token, no permission, wrong contract).
+
+        ``text`` (the sample's response) is read only by a capture (R-I-3, R-I-5).
         """
         (sample,) = samples_from_batch([extra_info], [uid])
-        descriptor = descriptor_for(
-            sample, self.settings, policy_update_from(meta_info, self.settings)
-        )
+        step = policy_update_from(meta_info, self.settings)
+        descriptor = descriptor_for(sample, self.settings, step)
         row = await self._score(sample, descriptor)
         require = self.settings.require_certified
         enforce_certified([row], require_certified=require)
         columns = metadata_columns([row], require_certified=require)
         extra: dict[str, Any] = {name: values[0] for name, values in columns.items()}
         extra["reward_receipt_id"] = "" if row.receipt is None else row.receipt.receipt.receipt_id
+        if self.capture is not None:
+            record = extra_info.get("record_id")
+            # The capture's clients block: off the reward loop's event loop.
+            await asyncio.to_thread(
+                capture_batch,
+                self.capture,
+                policy_update=step,
+                episode_ids=[sample.episode_id],
+                texts=None if text is None else [text],
+                scalars=[row.scalar],
+                record_ids=[record_id_for(record, sample.oracle_identity, sample.episode_id)],
+                identities=[sample.oracle_identity],
+                group_ids=[str(sample.group)],
+                signals=[sample.runtime_signal],
+            )
         return {"reward_score": row.scalar, "reward_extra_info": extra}
 
     async def _score(self, sample: Sample, descriptor: EpisodeDescriptor) -> SampleResult:
@@ -300,7 +326,14 @@ def reward_loop_manager_class() -> type[Any]:
             if "extra_info" not in columns:
                 raise ValidationError("the sample has no 'extra_info' (episode_id, R-T-4)")
             uid = columns["uid"][0] if "uid" in columns else None
-            return await self.score_one(columns["extra_info"][0], uid, data.meta_info or {})
+            text = None
+            if self.capture is not None:
+                responses = data.batch["responses"][0]
+                valid = int(data.batch["attention_mask"][0, -responses.shape[-1] :].sum())
+                text = self.tokenizer.decode(responses[:valid], skip_special_tokens=True)
+            return await self.score_one(
+                columns["extra_info"][0], uid, data.meta_info or {}, text=text
+            )
 
         @classmethod
         def assemble_rm_scores(cls, data: Any, scores: list[float | None]) -> Any:
