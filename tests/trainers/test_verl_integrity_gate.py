@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import control_on_file, create_binding, make_capture, stop
+from support.integrity_trainer import create_binding, make_capture
 from support.integrity_trainer import trainer_client as control_client
 from support.verl_episodes import manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
@@ -41,20 +41,13 @@ async def stack(data_dir: Path) -> AsyncIterator[RunningStack]:
     await stop_stack(running)
 
 
-@pytest.fixture
-async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
-    running = await control_on_file(tmp_path / "control.sqlite")
-    yield running
-    await stop(running)
-
-
 async def test_a_paused_boundary_stops_the_verl_run_with_the_audit_named(
-    stack: RunningStack, control: ControlStack, tmp_path: Path
+    stack: RunningStack, integrity_control: ControlStack, tmp_path: Path
 ) -> None:
-    binding = await create_binding(control)
+    binding = await create_binding(integrity_control)
     manager = CertifiedRewardManager(None, 0, None, **manager_kwargs(stack))
     try:
-        with control_client(control, timeout=20.0) as client:
+        with control_client(integrity_control, timeout=20.0) as client:
             capture = make_capture(client, binding, tmp_path / "buffer")
             capture.boundary_every = 2
             monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
@@ -91,14 +84,14 @@ async def test_a_paused_boundary_stops_the_verl_run_with_the_audit_named(
 
 
 async def test_the_binding_is_checked_on_the_first_batch(
-    stack: RunningStack, control: ControlStack, tmp_path: Path
+    stack: RunningStack, integrity_control: ControlStack, tmp_path: Path
 ) -> None:
-    made = await create_binding(control)
+    made = await create_binding(integrity_control)
     # The exploratory profile only reports: it cannot gate (R-I-9).
     binding = IntegrityBinding(made.system_revision_id, made.protocol_revision_id, "exploratory")
     manager = CertifiedRewardManager(None, 0, None, **manager_kwargs(stack))
     try:
-        with control_client(control, timeout=20.0) as client:
+        with control_client(integrity_control, timeout=20.0) as client:
             capture = make_capture(client, binding, tmp_path / "buffer")
             manager.capture = capture
             manager.gate = StepGate(IntegrityMonitor(client, binding, capture=capture))
