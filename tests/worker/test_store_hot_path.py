@@ -76,6 +76,21 @@ def to_commit(n: int, *, evidence: bytes = EVIDENCE, credited: tuple[str, ...] =
     )
 
 
+def anonymous_credit() -> ReceiptToCommit:
+    """A receipt committed without an identity key, crediting ``enc-anon`` (counts for every
+    identity)."""
+    return ReceiptToCommit(
+        receipt_id="rcpt-anon",
+        episode_id="ep-anon",
+        contract_digest=CONTRACT,
+        policy_update=5000,
+        identity_key=None,
+        envelope=b"e",
+        evidence=b"{}",
+        credited_record_ids=("enc-anon",),
+    )
+
+
 def core_read(store: WorkerStore, statement: Any, **params: Any) -> list[Any]:
     """Rows of a SQLAlchemy Core statement on the store's engine (the reference reader)."""
     engine = (
@@ -225,22 +240,72 @@ def test_codec_dictionary_is_frozen() -> None:
 def test_credited_for_many_keys_and_anonymous_credits(store: WorkerStore) -> None:
     keys = [key(n) for n in range(1200)]  # beyond one IN chunk of the Core statements
     items = [to_commit(n, credited=(f"enc-{n}",)) for n in range(0, 1200, 3)]
-    anonymous = ReceiptToCommit(
-        receipt_id="rcpt-anon",
-        episode_id="ep-anon",
-        contract_digest=CONTRACT,
-        policy_update=5000,
-        identity_key=None,
-        envelope=b"e",
-        evidence=b"{}",
-        credited_record_ids=("enc-anon",),
-    )
+    anonymous = anonymous_credit()
     assert all(r.stored for r in store.commit_receipts([*items, anonymous]))
     credited = store.credited_for(CONTRACT, keys)
     assert set(credited) == set(keys)
     for n, identity_key in enumerate(keys):
         expected = {"enc-anon"} | ({f"enc-{n}"} if n % 3 == 0 else set())
         assert credited[identity_key] == expected
+
+
+def test_lookup_reads_the_registrations_credits_in_its_snapshot(store: WorkerStore) -> None:
+    """The lookup's credited records are what ``credited_for`` gives for the open
+    registrations' identities: their own credits on the contract plus anonymous ones; credits
+    of other identities and other contracts are not theirs."""
+    for n in (0, 1, 2):
+        begin_episode(
+            store,
+            contract_digest=CONTRACT,
+            episode_id=f"ep-next-{n}",
+            identity={"patient_id": f"P-{n}"},
+            baseline=[],
+            begun_at=T0,
+            ttl_seconds=600,
+        )
+    anonymous = anonymous_credit()
+    elsewhere = ReceiptToCommit(
+        receipt_id="rcpt-else",
+        episode_id="ep-else",
+        contract_digest="sha256:" + "d" * 64,
+        policy_update=1,
+        identity_key=key(1),
+        envelope=b"e",
+        evidence=b"{}",
+        credited_record_ids=("enc-else",),
+    )
+    committed = store.commit_receipts(
+        [
+            to_commit(0, credited=("enc-0a", "enc-0b")),
+            to_commit(9, credited=("enc-9",)),  # an identity with no registration here
+            anonymous,
+            elsewhere,
+        ]
+    )
+    assert all(r.stored for r in committed)
+    found = store.lookup(CONTRACT, ["ep-next-0", "ep-next-1", "ep-next-2", "ep-missing"])
+    keys = [key(0), key(1), key(2)]
+    assert dict(found.credited) == {
+        key(0): {"enc-0a", "enc-0b", "enc-anon"},
+        key(1): {"enc-anon"},
+        key(2): {"enc-anon"},
+    }
+    assert dict(found.credited) == store.credited_for(CONTRACT, keys)
+    assert dict(store.lookup(CONTRACT, ["ep-missing"]).credited) == {}
+
+
+def test_lookup_credits_search_the_identity_index(tmp_path: Path) -> None:
+    """The lookup's credited part is index searches too, never a walk over every credit."""
+    url = f"sqlite:///{tmp_path / 'worker.db'}"
+    WorkerStore(url).close()
+    statement = HotSql("sqlite")._lookup
+    with sqlite3.connect(tmp_path / "worker.db") as conn:
+        plan = conn.execute(
+            f"EXPLAIN QUERY PLAN {statement}", (CONTRACT, json.dumps(["ep-1"]))
+        ).fetchall()
+    searches = [detail for *_, detail in plan if "credited_records" in detail]
+    assert len(searches) == 2
+    assert all("contract_digest=? AND identity_key=?" in detail for detail in searches)
 
 
 def test_credited_read_searches_the_identity_index(tmp_path: Path) -> None:

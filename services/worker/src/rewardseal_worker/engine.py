@@ -62,7 +62,7 @@ from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
 from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP
-from rewardseal_worker.store import ReceiptToCommit, WorkerStore
+from rewardseal_worker.store import BatchLookup, ReceiptToCommit, WorkerStore
 
 _log = logging.getLogger(__name__)
 
@@ -284,10 +284,13 @@ class Scorer:
         committed_ids: dict[int, str],
     ) -> list[int]:
         """Check, read, judge, sign and commit ``indexes``; return those to run again."""
-        checked = self._check_batch(jobs, indexes, outcomes)
-        credited = self.store.credited_for(
-            self.bundle.contract_digest, {c.identity.key for c in checked}
-        )
+        checked, known = self._check_batch(jobs, indexes, outcomes)
+        # The lookup read the registrations' credited records in its snapshot; an identity
+        # given by the descriptor alone (no registration) needs a read of its own.
+        credited: dict[str, Set[str]] = dict(known.credited)
+        unread = {c.identity.key for c in checked} - credited.keys()
+        if unread:
+            credited.update(self.store.credited_for(self.bundle.contract_digest, unread))
         reads = self.reader.read_many([c.identity for c in checked])
         # One draw from the OS for the whole round: a system call per value (salt, nonce,
         # receipt id) released and re-took the GIL three times per episode, which under load
@@ -333,8 +336,9 @@ class Scorer:
         jobs: Sequence[ScoreJob],
         indexes: Sequence[int],
         outcomes: list[ScoreOutcome | None],
-    ) -> list[_Checked]:
-        """Every check that needs only the descriptor and the store; failures go to outcomes."""
+    ) -> tuple[list[_Checked], BatchLookup]:
+        """Every check that needs only the descriptor and the store; failures go to outcomes.
+        Also the store's lookup the checks were made against."""
         valid: list[int] = []
         for index in indexes:
             try:
@@ -376,7 +380,7 @@ class Scorer:
                     baseline=registration.baseline if registration is not None else None,
                 )
             )
-        return checked
+        return checked, known
 
     def _judge_and_sign(
         self,

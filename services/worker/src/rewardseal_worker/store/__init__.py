@@ -9,9 +9,10 @@ The store is set-based: a scoring batch costs a constant number of statements, w
 size. Its hot path (the reads before judging and the receipt commit) is prebuilt driver SQL
 where a list of ids is one parameter (:mod:`.hot_sql`); elsewhere lists are bound as ``IN``
 parameters, in chunks of :data:`IN_CHUNK`. The batch
-methods are :meth:`WorkerStore.lookup` and :meth:`WorkerStore.credited_for` (the reads before
-judging), :meth:`WorkerStore.commit_receipts` and :meth:`WorkerStore.begin_episodes`; receipts
-are also read one at a time, by id or episode.
+methods are :meth:`WorkerStore.lookup` (the read before judging: one statement, the
+registrations' credited records included; :meth:`WorkerStore.credited_for` for identities
+without a registration), :meth:`WorkerStore.commit_receipts` and
+:meth:`WorkerStore.begin_episodes`; receipts are also read one at a time, by id or episode.
 
 Concurrency model, which holds across threads, processes and replicas sharing one PostgreSQL:
 

@@ -49,7 +49,7 @@ _RECEIPT_COLUMNS = (
 """The columns of a receipt row, in the order its insert binds them."""
 
 # Kinds of rows of the one-statement reads (first column).
-_OPEN, _RECEIPT, _HIGHEST, _TAKEN = 0, 1, 2, 3
+_OPEN, _RECEIPT, _HIGHEST, _TAKEN, _CREDITED = 0, 1, 2, 3, 4
 
 
 class HotSql:
@@ -83,7 +83,19 @@ class HotSql:
             f"UNION ALL SELECT {_HIGHEST}, NULL, "
             + ("highest_update" if sqlite else "highest_update::text")
             + ", NULL, NULL, NULL "
-            f"FROM policy_ledger WHERE contract_digest = {param('contract', 1)}"
+            f"FROM policy_ledger WHERE contract_digest = {param('contract', 1)} "
+            # The records credited for the contract to the open registrations' identities (two
+            # index searches, as in _credited) and to no identity, in the same snapshot: the
+            # judge's credited set costs no second transaction (advisory, as before: the commit
+            # checks every credit again under its lock, and a record taken in between sends
+            # the episode round again, R-W-3).
+            f"UNION ALL SELECT {_CREDITED}, identity_key, record_id, NULL, NULL, NULL "
+            f"FROM credited_records WHERE contract_digest = {param('contract', 1)} "
+            "AND identity_key IN (SELECT identity_key FROM open_episodes "
+            f"WHERE contract_digest = {param('contract', 1)} AND episode_id {listed('ids', 2)}) "
+            f"UNION ALL SELECT {_CREDITED}, NULL, record_id, NULL, NULL, NULL "
+            f"FROM credited_records WHERE contract_digest = {param('contract', 1)} "
+            "AND identity_key IS NULL"
         )
         # Two index searches, not one OR: SQLite would scan every credit of the contract.
         self._credited = (
@@ -189,13 +201,16 @@ class HotSql:
 
     def lookup(
         self, conn: Connection, contract_digest: str, episode_ids: Sequence[str]
-    ) -> tuple[dict[str, str], dict[str, Registration], int | None]:
+    ) -> tuple[dict[str, str], dict[str, Registration], int | None, list[tuple[str | None, str]]]:
         """In ONE statement (one snapshot): the episodes' receipts (episode id -> receipt id,
-        any contract), their open registrations on ``contract_digest``, and the contract's
-        highest committed policy update."""
+        any contract), their open registrations on ``contract_digest``, the contract's
+        highest committed policy update, and (identity key, record id) of every record
+        credited for the contract to a registration's identity or to no identity (key None),
+        as :meth:`credited` gives them for those keys."""
         found: dict[str, str] = {}
         registered: dict[str, Registration] = {}
         highest: int | None = None
+        credited: list[tuple[str | None, str]] = []
         params = self._bind(
             {"contract": contract_digest, "ids": self._list(episode_ids)}, ("contract", "ids")
         )
@@ -207,9 +222,11 @@ class HotSql:
                 registered[episode_id] = self._registration(identity, baseline, begun_at)
             elif kind == _RECEIPT:
                 found[episode_id] = key
+            elif kind == _CREDITED:
+                credited.append((episode_id, key))
             elif key is not None:
                 highest = int(key)
-        return found, registered, highest
+        return found, registered, highest, credited
 
     def _registration(self, identity: Any, baseline: Any, begun_at: Any) -> Registration:
         if self._sqlite:  # JSON as text, timestamps as naive-UTC text (see the module docstring)

@@ -1,11 +1,13 @@
 """Receipts, credits and the policy ledger (R-W-3, R-W-7, R-W-8): reads before judging, the
 commit after it, and receipts by id or episode.
 
-:meth:`ReceiptStore.lookup` and :meth:`ReceiptStore.credited_for` are the reads a scoring batch
-makes before judging; :meth:`ReceiptStore.commit_receipts` stores the signed receipts of a batch
-in one transaction: exactly one receipt per episode, one credit per record and contract, a
-ledger that never goes back (and, with ``max_jump``, never jumps too far forward), the episodes'
-open registrations closed and, with the outbox on, one outbox row per receipt stored.
+:meth:`ReceiptStore.lookup` is the read a scoring batch makes before judging (one statement,
+the credited records of its registrations' identities included; :meth:`ReceiptStore.credited_for`
+reads them for identities without a registration); :meth:`ReceiptStore.commit_receipts` stores
+the signed receipts of a batch in one transaction: exactly one receipt per episode, one credit
+per record and contract, a ledger that never goes back (and, with ``max_jump``, never jumps too
+far forward), the episodes' open registrations closed and, with the outbox on, one outbox row per
+receipt stored.
 
 Concurrency: on PostgreSQL a commit first locks the ledger rows of its contracts in sorted order
 (creating missing rows), so everything it checks for a contract is read under that lock; an
@@ -99,6 +101,9 @@ class BatchLookup:
     """episode_id -> registration, for the episodes open on the looked-up contract."""
     highest: int | None
     """The contract's highest committed policy update, or None if none was (R-W-7)."""
+    credited: Mapping[str, frozenset[str]]
+    """identity key -> the ids of the records already credited for the contract, for the
+    identities of :attr:`open` (what :meth:`ReceiptStore.credited_for` gives for those keys)."""
 
 
 def stored_receipt(row: Row[*tuple[Any, ...]] | None) -> StoredReceipt | None:
@@ -114,6 +119,24 @@ def stored_receipt(row: Row[*tuple[Any, ...]] | None) -> StoredReceipt | None:
     )
 
 
+def group_credits(
+    keys: Collection[str], rows: Sequence[tuple[str | None, str]]
+) -> dict[str, set[str]]:
+    """(identity key, record id) rows as key -> record ids, for every key of ``keys``; a record
+    credited without an identity key (None) counts for every key (it cannot be attributed)."""
+    credited: dict[str, set[str]] = {k: set() for k in keys}
+    anonymous: set[str] = set()
+    for identity_key, record_id in rows:
+        if identity_key is None:
+            anonymous.add(record_id)
+        elif identity_key in credited:
+            credited[identity_key].add(record_id)
+    if anonymous:
+        for records in credited.values():
+            records |= anonymous
+    return credited
+
+
 class ReceiptStore(StorePart):
     """The receipt, credit and ledger part of :class:`~rewardseal_worker.store.WorkerStore`."""
 
@@ -121,12 +144,12 @@ class ReceiptStore(StorePart):
         """Everything scoring needs to know about a batch before judging, in one read.
 
         ONE statement (:mod:`.hot_sql`), so one snapshot on both backends: the episodes'
-        open registrations on ``contract_digest``, their existing receipts, and the contract's
-        highest committed policy update. Advisory: :meth:`commit_receipts` checks again under
-        its lock.
+        open registrations on ``contract_digest``, their existing receipts, the contract's
+        highest committed policy update and the records credited to the registrations'
+        identities. Advisory: :meth:`commit_receipts` checks again under its lock.
         """
         wanted = list(dict.fromkeys(episode_ids))
-        found, rows, highest = self._db.read(
+        found, rows, highest, credits = self._db.read(
             lambda conn: self._hot.lookup(conn, contract_digest, wanted)
         )
         registered = {
@@ -135,10 +158,13 @@ class ReceiptStore(StorePart):
             )
             for episode_id, (identity, baseline, begun_at) in rows.items()
         }
+        keys = {episode.identity.key for episode in registered.values()}
+        credited = group_credits(keys, credits)
         return BatchLookup(
             receipts=MappingProxyType(found),
             open=MappingProxyType(registered),
             highest=highest,
+            credited=MappingProxyType({k: frozenset(v) for k, v in credited.items()}),
         )
 
     def credited_for(
@@ -154,17 +180,7 @@ class ReceiptStore(StorePart):
         if not keys:
             return {}
         rows = self._db.read(lambda conn: self._hot.credited(conn, contract_digest, keys))
-        credited: dict[str, set[str]] = {k: set() for k in keys}
-        anonymous: set[str] = set()
-        for identity_key, record_id in rows:
-            if identity_key is None:
-                anonymous.add(record_id)
-            else:
-                credited[identity_key].add(record_id)
-        if anonymous:
-            for records in credited.values():
-                records |= anonymous
-        return credited
+        return group_credits(keys, rows)
 
     def receipt_by_episode(self, episode_id: str) -> StoredReceipt | None:
         """The receipt of an episode, or None."""
