@@ -495,10 +495,11 @@ def test_fast_canonical_json_equals_rfc8785(value):
     "value",
     [
         {"\U0001f600": 1, "\uffff": 2, "a": 3},  # astral key: UTF-16 order differs from code points
+        {"a\U0001f600z": 1, "a\uffff": 2, "a\xe9": 3},  # astral code point inside a non-ASCII key
         {"x": 1.5, "y": [0.1, 1e21]},  # floats take the RFC 8785 path
         {"big": 2**60},  # outside the JSON-safe integers
     ],
-    ids=["astral-keys", "floats", "big-int"],
+    ids=["astral-keys", "astral-inside-key", "floats", "big-int"],
 )
 def test_values_outside_the_fast_path_still_canonical(value):
     try:

@@ -50,7 +50,8 @@ def _plain(value: Any) -> bool:
             return False
         if isinstance(item, dict):
             for key in item:
-                if not isinstance(key, str) or (key and max(map(ord, key)) > MAX_BMP):
+                # isascii and max run in C; max(key) is the key's highest code point.
+                if not isinstance(key, str) or (not key.isascii() and ord(max(key)) > MAX_BMP):
                     return False
             stack.extend(item.values())
         elif isinstance(item, list):
