@@ -90,6 +90,7 @@ from rewardseal.trainers.groups import (
 from rewardseal.trainers.integrity_capture import IntegrityCapture
 from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
 from rewardseal.trainers.integrity_gate import StepGate
+from rewardseal.trainers.verl_tensors import last_token_rewards, response_texts
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 
@@ -459,41 +460,6 @@ def batch_rewards(
     return BatchRewards(rows=list(rows), rewards=rewards, extra_info=extra_info)
 
 
-def _response_lengths(data: Any) -> Any:
-    """Each sample's count of valid response tokens (a tensor)."""
-    if "response_mask" in data.batch.keys():  # noqa: SIM118 (a TensorDict, not a dict)
-        return data.batch["response_mask"].sum(dim=-1)
-    prompt_len = data.batch["prompts"].shape[-1]
-    return data.batch["attention_mask"][:, prompt_len:].sum(dim=-1)
-
-
-def _response_texts(data: Any, tokenizer: Any) -> list[str]:
-    """Each sample's valid response tokens, decoded (what the capture digests)."""
-    if tokenizer is None:
-        raise ValidationError("integrity capture needs the tokenizer to read each response")
-    responses = data.batch["responses"]
-    lengths = _response_lengths(data)
-    return [
-        str(tokenizer.decode(responses[row, : int(lengths[row])], skip_special_tokens=True))
-        for row in range(responses.shape[0])
-    ]
-
-
-def _last_token_rewards(data: Any, rewards: Sequence[float]) -> Any:
-    """Zeros like ``responses`` with each reward at its sample's last valid response token."""
-    import torch
-
-    responses = data.batch["responses"]
-    lengths = _response_lengths(data)
-    reward_tensor = torch.zeros_like(responses, dtype=torch.float32)
-    positions = torch.clamp(lengths.long() - 1, min=0)
-    rows = torch.arange(reward_tensor.shape[0], device=reward_tensor.device)
-    reward_tensor[rows, positions] = torch.tensor(
-        list(rewards), dtype=torch.float32, device=reward_tensor.device
-    )
-    return reward_tensor
-
-
 class CertifiedRewardManager:
     """A verl batch reward manager paying verified, certified rewards from a rewardseal worker.
 
@@ -614,13 +580,13 @@ class CertifiedRewardManager:
                 raise ValidationError(
                     f"the batch has no {name!r} column: the manager needs one per sample"
                 )
-        texts = None if self.capture is None else _response_texts(data, self.tokenizer)
+        texts = None if self.capture is None else response_texts(data, self.tokenizer)
         result = self.score_batch(
             list(columns["extra_info"]), list(columns["uid"]), data.meta_info, texts=texts
         )
         if len(result.rewards) != count:
             raise ValidationError(f"{len(result.rewards)} rewards for {count} samples")
-        reward_tensor = _last_token_rewards(data, result.rewards)
+        reward_tensor = last_token_rewards(data, result.rewards)
         if return_dict:
             return {"reward_tensor": reward_tensor, "reward_extra_info": result.extra_info}
         return reward_tensor

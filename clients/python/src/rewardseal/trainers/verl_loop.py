@@ -79,6 +79,8 @@ from rewardseal.trainers.verl import (
     policy_update_from,
     samples_from_batch,
 )
+from rewardseal.trainers.verl_loop_gate import installed_loop_gate
+from rewardseal.trainers.verl_tensors import response_texts
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 
 __all__ = [
@@ -326,22 +328,21 @@ def reward_loop_manager_class() -> type[Any]:
             if "extra_info" not in columns:
                 raise ValidationError("the sample has no 'extra_info' (episode_id, R-T-4)")
             uid = columns["uid"][0] if "uid" in columns else None
-            text = None
-            if self.capture is not None:
-                responses = data.batch["responses"][0]
-                valid = int(data.batch["attention_mask"][0, -responses.shape[-1] :].sum())
-                text = self.tokenizer.decode(responses[:valid], skip_special_tokens=True)
+            text = None if self.capture is None else response_texts(data, self.tokenizer)[0]
             return await self.score_one(
                 columns["extra_info"][0], uid, data.meta_info or {}, text=text
             )
 
         @classmethod
         def assemble_rm_scores(cls, data: Any, scores: list[float | None]) -> Any:
-            """R-T-1: fill each None/NaN from its uid group, then verl's last-token placement.
+            """R-T-1: fill each None/NaN from its uid group, then verl's last-token placement;
+            then the integrity gate installed in this process, if any
+            (:func:`rewardseal.trainers.verl_loop_gate.install_loop_gate`).
 
             Raises:
                 ValidationError: the batch has no ``uid`` column, the scores are misaligned,
                     or an episode id repeats (R-T-4).
+                IntegrityHalted: the installed gate's audit paused, stopped or forked the run.
             """
             columns = data.non_tensor_batch
             if "uid" not in columns:
@@ -349,7 +350,12 @@ def reward_loop_manager_class() -> type[Any]:
             if "extra_info" in columns:
                 check_episode_ids(list(columns["extra_info"]))
             filled = fill_loop_scores(list(scores), list(columns["uid"]))
-            return super().assemble_rm_scores(data, filled)
+            rm_scores = super().assemble_rm_scores(data, filled)
+            gate = installed_loop_gate()
+            if gate is not None:
+                # The driver: the whole batch and each sample's own score (R-I-3, R-I-8).
+                gate.after_assembly(data, scores)
+            return rm_scores
 
     CertifiedRewardLoopManager.__module__ = __name__
     CertifiedRewardLoopManager.__qualname__ = CLASS_NAME
