@@ -8,7 +8,9 @@ wraps with ``ray.remote``) builds the manager with verl's own ``load_reward_mana
 ``compute_score_batch`` (one ``run_single`` per sample, ``asyncio.gather``); the driver half is
 verl's own ``RewardLoopManager.compute_rm_score`` (pad, chunk over workers, ``ray.get``,
 ``assemble_rm_scores``, extra-info columns) run with in-process worker handles instead of Ray
-actors. Runs in .venv-integrations (``make test-integrations``); skipped without verl.
+actors. With a ``LoopGate`` installed on the driver, a paused boundary stops
+``compute_rm_score`` with ``IntegrityHalted`` naming the audit. Runs in .venv-integrations
+(``make test-integrations``); skipped without verl.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.control import ControlStack
+from support.integrity_trainer import create_binding, make_capture, trainer_client
 from support.tiny_models import char_tokenizer
 from support.verl_episodes import (
     Played,
@@ -33,8 +37,11 @@ from support.verl_episodes import (
 from support.worker_stack import RunningStack, stop_stack
 
 from rewardseal.client import AsyncWorkerClient
-from rewardseal.errors import CertificationRefused, ValidationError
+from rewardseal.errors import CertificationRefused, IntegrityHalted, ValidationError
 from rewardseal.trainers.groups import METADATA_COLUMNS
+from rewardseal.trainers.integrity_capture import output_digest
+from rewardseal.trainers.integrity_gate import StepGate
+from rewardseal.trainers.integrity_monitor import IntegrityMonitor
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
 from rewardseal.trainers.verl_loop import (
     DEFAULT_NAME,
@@ -42,11 +49,13 @@ from rewardseal.trainers.verl_loop import (
     register_with_verl_reward_loop,
     reward_loop_manager_class,
 )
+from rewardseal.trainers.verl_loop_gate import LoopGate, install_loop_gate
 
 verl = pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
+from support.integrity_trainer import integrity_control  # noqa: E402
 from support.verl_batches import RESPONSE_LENGTHS, verl_batch  # noqa: E402
 from verl.experimental.reward_loop import reward_loop as verl_reward_loop  # noqa: E402
 from verl.experimental.reward_loop.reward_loop import (  # noqa: E402
@@ -55,7 +64,10 @@ from verl.experimental.reward_loop.reward_loop import (  # noqa: E402
 )
 from verl.trainer.ppo.reward import resolve_reward_manager_cls  # noqa: E402
 
+__all__ = ["integrity_control"]
+
 LOOP_COLUMNS = set(METADATA_COLUMNS) | set(LOOP_EXTRA_COLUMNS)
+RESPONSE = "abcdef"
 
 
 @pytest.fixture(scope="module")
@@ -195,13 +207,11 @@ class InProcessWorker:
         return asyncio.run_coroutine_threadsafe(self.worker.compute_score_batch(chunk), self._loop)
 
 
-async def test_compute_rm_score_pads_chunks_and_assembles(
-    stack: RunningStack, base_config: DictConfig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # 4 samples over 3 workers: verl pads with copies of the first rows, scored concurrently.
-    config = loop_config(base_config, manager_kwargs(stack), num_workers=3)
+def in_process_manager(
+    config: DictConfig, workers: list[RewardLoopWorker], monkeypatch: pytest.MonkeyPatch
+) -> RewardLoopManager:
+    """verl's driver-side ``RewardLoopManager`` over ``workers`` run on this event loop."""
     loop = asyncio.get_running_loop()
-    workers = [RewardLoopWorker(config) for _ in range(3)]
     manager = RewardLoopManager.__new__(RewardLoopManager)
     manager.config = config
     manager.reward_model_manager = None
@@ -210,6 +220,16 @@ async def test_compute_rm_score_pads_chunks_and_assembles(
     monkeypatch.setattr(
         verl_reward_loop.ray, "get", lambda futures: [future.result() for future in futures]
     )
+    return manager
+
+
+async def test_compute_rm_score_pads_chunks_and_assembles(
+    stack: RunningStack, base_config: DictConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 4 samples over 3 workers: verl pads with copies of the first rows, scored concurrently.
+    config = loop_config(base_config, manager_kwargs(stack), num_workers=3)
+    workers = [RewardLoopWorker(config) for _ in range(3)]
+    manager = in_process_manager(config, workers, monkeypatch)
     cls = manager.reward_manager_cls
     calls: list[str] = []
     run_single = cls.run_single
@@ -310,3 +330,52 @@ def test_assembly_refuses_an_episode_id_repeated_across_samples() -> None:
     batch = verl_batch(rows, global_steps=1).repeat(repeat_times=2, interleave=True)
     with pytest.raises(ValidationError, match="R-T-4"):
         reward_loop_manager_class().assemble_rm_scores(batch, [1.0, 1.0, 0.0, 0.0])
+
+
+async def test_a_paused_boundary_stops_compute_rm_score_with_the_audit_named(
+    stack: RunningStack,
+    base_config: DictConfig,
+    integrity_control: ControlStack,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The workers score one sample at a time with no capture of their own; the driver's
+    # assemble_rm_scores hands the whole batch to ONE capture and the gate (R-I-3, R-I-8).
+    # Four records and no sentinel: incomplete_evidence, which pauses like a failure.
+    config = loop_config(base_config, manager_kwargs(stack), num_workers=3)
+    workers = [RewardLoopWorker(config) for _ in range(3)]
+    manager = in_process_manager(config, workers, monkeypatch)
+    tokenizer = char_tokenizer()
+    binding = await create_binding(integrity_control)
+    played = await play_batch(stack, "gate")
+    batch = verl_batch(played, global_steps=2)
+    letters = tokenizer.convert_tokens_to_ids(list(RESPONSE))
+    batch.batch["responses"][:, :] = torch.tensor(letters[: batch.batch["responses"].shape[1]])
+    try:
+        with trainer_client(integrity_control, timeout=20.0) as client:
+            capture = make_capture(client, binding, tmp_path / "buffer")
+            monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
+            gate = LoopGate(capture, StepGate(monitor), tokenizer=tokenizer)
+            install_loop_gate(gate)
+            with pytest.raises(IntegrityHalted) as caught:
+                await asyncio.to_thread(manager.compute_rm_score, batch)
+            audits = await asyncio.to_thread(client.list_audits, run_id=capture.run_id)
+    finally:
+        install_loop_gate(None)
+        for worker in workers:
+            await close_worker(worker)
+    assert all(worker.reward_manager.capture is None for worker in workers)
+    # verl's two padding copies are cut before assembly: four rows, each worker's own score.
+    rows = capture.last_rows
+    assert [row.episode_id for row in rows] == [info["episode_id"] for info in played.extra_infos]
+    assert [row.optimizer_raw for row in rows] == [1.0, None, 1.0, -1.0]
+    assert [row.output_digest for row in rows] == [
+        output_digest(RESPONSE[:length]) for length in RESPONSE_LENGTHS
+    ]
+    halted = gate.gate.halted
+    assert halted is not None
+    assert (halted.action, halted.outcome, halted.boundary) == ("pause", "incomplete_evidence", 2)
+    assert [audit.audit_id for audit in audits] == [halted.audit_id]
+    assert caught.value.metadata == {"action": "pause", "audit_id": halted.audit_id}
+    assert halted.audit_id is not None
+    assert halted.audit_id in str(caught.value)
