@@ -7,7 +7,6 @@ its group fill)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +14,13 @@ import pytest
 from support.control import ControlStack
 from support.integrity_trainer import create_binding, make_capture
 from support.integrity_trainer import trainer_client as control_client
-from support.verl_episodes import manager_kwargs, play_batch, start_default_scoring_stack
-from support.worker_stack import RunningStack, stop_stack
+from support.verl_episodes import manager_kwargs, play_batch
+from support.worker_stack import RunningStack
 
 from rewardseal.errors import ValidationError
 from rewardseal.trainers.integrity_capture import output_digest
 from rewardseal.trainers.verl import CertifiedRewardManager
 from rewardseal.trainers.verl_loop import LoopScorer, settings_from_config
-
-
-@pytest.fixture
-async def stack(data_dir: Path) -> AsyncIterator[RunningStack]:
-    running = await start_default_scoring_stack(data_dir)
-    yield running
-    await stop_stack(running)
 
 
 def _plain(extra_info: dict[str, list[Any]]) -> dict[str, list[Any]]:

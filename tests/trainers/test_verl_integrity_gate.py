@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from support.control import ControlStack
 from support.integrity_trainer import create_binding, make_capture
 from support.integrity_trainer import trainer_client as control_client
-from support.verl_episodes import manager_kwargs, play_batch, start_default_scoring_stack
-from support.worker_stack import RunningStack, stop_stack
+from support.verl_episodes import manager_kwargs, play_batch
+from support.worker_stack import RunningStack
 
 from rewardseal.errors import BindingRefused, IntegrityHalted
 from rewardseal.trainers.integrity_gate import StepGate
@@ -32,13 +31,6 @@ from rewardseal.trainers.integrity_monitor import (
 from rewardseal.trainers.verl import CertifiedRewardManager
 
 TEXTS = [f"response {index}" for index in range(4)]
-
-
-@pytest.fixture
-async def stack(data_dir: Path) -> AsyncIterator[RunningStack]:
-    running = await start_default_scoring_stack(data_dir)
-    yield running
-    await stop_stack(running)
 
 
 async def test_a_paused_boundary_stops_the_verl_run_with_the_audit_named(

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib.util
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,9 +24,8 @@ from support.verl_episodes import (
     free_port,
     manager_kwargs,
     play_batch,
-    start_default_scoring_stack,
 )
-from support.worker_stack import RunningStack, stop_stack
+from support.worker_stack import RunningStack
 
 from rewardseal.errors import CertificationRefused, RewardSealError, ValidationError
 from rewardseal.trainers.verl import (
@@ -39,14 +36,6 @@ from rewardseal.trainers.verl import (
 )
 from rewardseal_kit import mockmed
 from rewardseal_mockmed.seeding import write_encounter
-
-
-@pytest.fixture
-async def stack(data_dir: Path) -> AsyncIterator[RunningStack]:
-    """A worker over the default-scoring MockMed bundle."""
-    running = await start_default_scoring_stack(data_dir)
-    yield running
-    await stop_stack(running)
 
 
 async def score_in_thread(
