@@ -25,7 +25,12 @@ from typing import Any
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import create_binding, make_capture, trainer_client
+from support.integrity_trainer import (
+    check_paused,
+    create_binding,
+    make_capture,
+    trainer_client,
+)
 from support.tiny_models import char_tokenizer
 from support.verl_episodes import (
     Played,
@@ -372,10 +377,4 @@ async def test_a_paused_boundary_stops_compute_rm_score_with_the_audit_named(
     assert [row.output_digest for row in rows] == [
         output_digest(RESPONSE[:length]) for length in RESPONSE_LENGTHS
     ]
-    halted = gate.gate.halted
-    assert halted is not None
-    assert (halted.action, halted.outcome, halted.boundary) == ("pause", "incomplete_evidence", 2)
-    assert [audit.audit_id for audit in audits] == [halted.audit_id]
-    assert caught.value.metadata == {"action": "pause", "audit_id": halted.audit_id}
-    assert halted.audit_id is not None
-    assert halted.audit_id in str(caught.value)
+    check_paused(gate.gate, caught, audits, boundary=2)

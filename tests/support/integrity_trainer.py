@@ -16,10 +16,12 @@ from typing import Any
 import pytest
 
 from rewardseal.client import WorkerClient
+from rewardseal.errors import IntegrityHalted
 from rewardseal.integrity import RewardMapping
 from rewardseal.integrity_client import IntegrityClient
 from rewardseal.trainers.integrity_buffer import SignalBuffer
 from rewardseal.trainers.integrity_capture import CapturedSample, IntegrityCapture
+from rewardseal.trainers.integrity_gate import BoundaryGate
 from rewardseal.trainers.integrity_monitor import IntegrityBinding
 from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_server.sqlstore import sqlite_url
@@ -138,3 +140,25 @@ async def deliver_when_back(capture: IntegrityCapture, *, within: float = 30.0) 
 
 def patient_for(prefix: str, record: int) -> str:
     return f"patient-{prefix}-{record}"
+
+
+def check_paused(
+    gate: BoundaryGate,
+    caught: pytest.ExceptionInfo[IntegrityHalted],
+    audits: Sequence[Any],
+    *,
+    boundary: int,
+) -> None:
+    """``gate`` halted at ``boundary`` on the one audit listed: a pause for incomplete evidence,
+    and the exception names the audit, the action and the review command."""
+    halted = gate.halted
+    assert halted is not None
+    outcome = (halted.action, halted.outcome, halted.boundary)
+    assert outcome == ("pause", "incomplete_evidence", boundary)
+    assert [audit.audit_id for audit in audits] == [halted.audit_id]
+    assert caught.value.reason == "integrity_halted"
+    assert caught.value.metadata == {"action": "pause", "audit_id": halted.audit_id}
+    assert halted.audit_id is not None
+    assert halted.audit_id in str(caught.value)
+    assert halted.review_command is not None
+    assert halted.review_command in str(caught.value)

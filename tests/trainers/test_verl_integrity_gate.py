@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import create_binding, make_capture
+from support.integrity_trainer import check_paused, create_binding, make_capture
 from support.integrity_trainer import trainer_client as control_client
 from support.verl_episodes import manager_kwargs, play_batch
 from support.worker_stack import RunningStack
@@ -64,15 +64,8 @@ async def test_a_paused_boundary_stops_the_verl_run_with_the_audit_named(
             audits = await asyncio.to_thread(client.list_audits, run_id=capture.run_id)
     finally:
         manager.close()
-    halted = manager.gate.halted
-    assert halted is not None
-    assert (halted.action, halted.outcome, halted.boundary) == ("pause", "incomplete_evidence", 6)
-    assert [audit.audit_id for audit in audits] == [halted.audit_id]
-    assert caught.value.reason == "integrity_halted"
-    assert caught.value.metadata == {"action": "pause", "audit_id": halted.audit_id}
+    check_paused(manager.gate, caught, audits, boundary=6)
     assert "past policy update 6" in str(caught.value)
-    assert halted.review_command is not None
-    assert halted.review_command in str(caught.value)
 
 
 async def test_the_binding_is_checked_on_the_first_batch(

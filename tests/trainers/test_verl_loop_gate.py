@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import create_binding, make_capture
+from support.integrity_trainer import check_paused, create_binding, make_capture
 from support.integrity_trainer import trainer_client as control_client
 from support.verl_episodes import Played, manager_kwargs, play_batch
 from support.worker_stack import RunningStack
@@ -49,9 +49,16 @@ async def score_per_sample(stack: RunningStack, played: Played, step: int) -> li
     return [answer["reward_score"] for answer in answers]
 
 
-def gated(client: IntegrityClient, capture: IntegrityCapture, binding: Any) -> LoopGate:
+def gated(
+    client: IntegrityClient,
+    capture: IntegrityCapture,
+    binding: Any,
+    *,
+    policy_update: int | None = None,
+) -> LoopGate:
+    """The driver's gate over ``capture``, audits answered within a minute."""
     monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
-    return LoopGate(capture, StepGate(monitor))
+    return LoopGate(capture, StepGate(monitor), policy_update=policy_update)
 
 
 async def test_the_driver_captures_the_whole_batch_once_and_a_paused_boundary_halts(
@@ -91,13 +98,7 @@ async def test_the_driver_captures_the_whole_batch_once_and_a_paused_boundary_ha
     assert [row.group_id for row in rows] == even.uids
     assert {row.policy_update for row in rows} == {6}
     assert 6 in capture.shard_ids
-    halted = gate.gate.halted
-    assert halted is not None
-    assert (halted.action, halted.outcome, halted.boundary) == ("pause", "incomplete_evidence", 6)
-    assert [audit.audit_id for audit in audits] == [halted.audit_id]
-    assert caught.value.metadata == {"action": "pause", "audit_id": halted.audit_id}
-    assert halted.audit_id is not None
-    assert halted.audit_id in str(caught.value)
+    check_paused(gate.gate, caught, audits, boundary=6)
 
 
 async def test_the_configured_policy_update_stands_in_for_global_steps(
@@ -108,8 +109,7 @@ async def test_the_configured_policy_update_stands_in_for_global_steps(
     with control_client(integrity_control, timeout=20.0) as client:
         capture = make_capture(client, binding, tmp_path / "buffer")
         capture.boundary_every = 2
-        monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
-        gate = LoopGate(capture, StepGate(monitor), policy_update=3)
+        gate = gated(client, capture, binding, policy_update=3)
         played = await play_batch(stack, "loopconf")
         scores = await score_per_sample(stack, played, 3)
         await asyncio.to_thread(
