@@ -301,8 +301,10 @@ class HotSql:
     ) -> int:
         """Insert receipt rows (``ON CONFLICT DO NOTHING``) and, with ``outbox``, their outbox
         rows (due at once, in batch order); how many receipts were inserted."""
+        # A batch's rows share one commit time: format each distinct time once.
+        times = {t: self._time(t) for t in {row["created_at"] for row in rows}}
         bound = [
-            self._bind({**row, "created_at": self._time(row["created_at"])}, _RECEIPT_COLUMNS)
+            self._bind({**row, "created_at": times[row["created_at"]]}, _RECEIPT_COLUMNS)
             for row in rows
         ]
         with self._cursor(conn) as cursor:
@@ -318,7 +320,7 @@ class HotSql:
                             {
                                 "receipt_id": row["receipt_id"],
                                 "envelope": row["envelope"],
-                                "created_at": self._time(row["created_at"]),
+                                "created_at": times[row["created_at"]],
                                 "batch_index": index,
                             },
                             ("receipt_id", "envelope", "created_at", "batch_index"),
