@@ -27,12 +27,23 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.control import ControlStack
+from support.integrity_trainer import (
+    check_paused,
+    create_binding,
+    make_capture,
+    trainer_client,
+)
 from support.tiny_models import SPECIAL, char_tokenizer
 from support.verl_episodes import Played, manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.errors import RewardSealError, ValidationError
+from rewardseal.errors import IntegrityHalted, RewardSealError, ValidationError
+from rewardseal.trainers.integrity_capture import output_digest
+from rewardseal.trainers.integrity_gate import StepGate
+from rewardseal.trainers.integrity_monitor import IntegrityMonitor
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
+from rewardseal.trainers.verl_loop_gate import LoopGate, install_loop_gate
 from rewardseal.trainers.verl_streaming import (
     MANAGER_FQN,
     WORKER_CLASS_NAME,
@@ -54,6 +65,7 @@ import numpy as np  # noqa: E402
 import ray  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
+from support.integrity_trainer import integrity_control  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker  # noqa: E402
 from verl.experimental.reward_loop.reward_loop import RewardLoopWorker  # noqa: E402
@@ -63,6 +75,8 @@ from verl.trainer.ppo.reward import extract_reward  # noqa: E402
 from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 from verl.utils.import_utils import load_class_from_fqn  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+
+__all__ = ["integrity_control"]
 
 EOS = SPECIAL.index("<eos>")
 CHAT_TEMPLATE = "".join(
@@ -322,15 +336,7 @@ async def test_manager_fills_unscored_samples_from_their_uid_group(
     )
     reward_worker = RewardLoopWorker(config)
     handles = [InProcessRewardWorker(reward_worker)]
-    played = await play_batch(stack, tag)
-    unscored = await play_unscored_group(stack, tag)
-    both = Played(
-        extra_infos=played.extra_infos + unscored.extra_infos,
-        uids=played.uids + unscored.uids,
-        expected=played.expected + unscored.expected,
-        unscored=played.unscored + unscored.unscored,
-        group_unscored=played.group_unscored + unscored.group_unscored,
-    )
+    both = await both_groups(stack, tag)
     batch, gen_batch = trainer_batches(both)
     uids = list(gen_batch.non_tensor_batch["uid"])
     manager_cls = load_class_from_fqn(MANAGER_FQN, "AgentLoopManager")
@@ -360,6 +366,57 @@ async def test_manager_fills_unscored_samples_from_their_uid_group(
     # Group a (1.0 and the filled 1.0) and the all-unscored group c teach nothing.
     assert outcome[0] == outcome[1] == outcome[4] == outcome[5] == 0.0
     assert outcome[2] > 0 > outcome[3]
+
+
+async def both_groups(stack: RunningStack, tag: str) -> Played:
+    """Groups [V, R | V, W | R, R]: one unscored sample with a scored mate, one unscored group."""
+    played = await play_batch(stack, tag)
+    unscored = await play_unscored_group(stack, tag)
+    return Played(
+        extra_infos=played.extra_infos + unscored.extra_infos,
+        uids=played.uids + unscored.uids,
+        expected=played.expected + unscored.expected,
+        unscored=played.unscored + unscored.unscored,
+        group_unscored=played.group_unscored + unscored.group_unscored,
+    )
+
+
+async def test_a_paused_boundary_stops_the_streamed_batch_with_the_audit_named(
+    stack: RunningStack, base_config: DictConfig, integrity_control: ControlStack, tmp_path: Path
+) -> None:
+    # The driver's generate_sequences hands the whole training batch to ONE capture (the
+    # workers' own scores: NaN is unscored, never the fill) and the gate (R-I-3, R-I-8).
+    # Six records and no sentinel: incomplete_evidence, which pauses like a failure.
+    config = streaming_config(base_config, manager_kwargs(stack, policy_update=POLICY_UPDATE), 2)
+    reward_worker = RewardLoopWorker(config)
+    manager_cls = load_class_from_fqn(MANAGER_FQN, "AgentLoopManager")
+    handles = [InProcessRewardWorker(reward_worker)]
+    manager = build_manager(manager_cls, agent_loop_worker_class(), config, handles)
+    both = await both_groups(stack, "sgate")
+    _, gen_batch = trainer_batches(both)
+    tokenizer = char_tokenizer()
+    binding = await create_binding(integrity_control)
+    try:
+        with trainer_client(integrity_control, timeout=20.0) as client:
+            capture = make_capture(client, binding, tmp_path / "buffer")
+            monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
+            gate = LoopGate(capture, StepGate(monitor), tokenizer=tokenizer)
+            install_loop_gate(gate)
+            with pytest.raises(IntegrityHalted) as caught:
+                await manager.generate_sequences(gen_batch)
+            audits = await asyncio.to_thread(client.list_audits, run_id=capture.run_id)
+    finally:
+        install_loop_gate(None)
+        await reward_worker.reward_manager.aclose()
+    rows = capture.last_rows
+    assert [row.episode_id for row in rows] == [info["episode_id"] for info in both.extra_infos]
+    assert [row.optimizer_raw for row in rows] == [1.0, None, 1.0, -1.0, None, None]
+    assert {row.policy_update for row in rows} == {POLICY_UPDATE}  # the batch's global_steps
+    # Each row digests its decoded response (the stub's tokens before <eos>).
+    assert [row.output_digest for row in rows] == [
+        output_digest(tokenizer.decode(list(range(50, 51 + row % 4)))) for row in range(6)
+    ]
+    check_paused(gate.gate, caught, audits, boundary=POLICY_UPDATE)
 
 
 async def test_without_our_classes_the_step_fails(

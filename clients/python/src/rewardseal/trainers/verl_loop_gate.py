@@ -24,8 +24,12 @@ one, the same rule the workers state their receipts with
 (:func:`rewardseal.trainers.verl.policy_update_from`).
 
 Only the ``compute_rm_score`` path calls ``assemble_rm_scores`` (verl 0.9.1 with
-``trainer.use_v1=false`` and a reward model enabled, or a custom loop calling it): in streaming
-mode (no reward model) the agent loop places the scores itself and this hook never runs.
+``trainer.use_v1=false`` and a reward model enabled, or a custom loop calling it). In streaming
+mode (no reward model, the rule-based default) the agent loop places the scores itself; there
+:class:`~rewardseal.trainers.verl_streaming.CertifiedAgentLoopManager`'s ``generate_sequences``
+runs the installed gate (:meth:`LoopGate.after_rollout`) on the whole training batch, with the
+streamed scores as the workers made them (NaN: unscored) and the generation batch's
+``global_steps``, before the R-T-1 fill is returned to the trainer.
 """
 
 from __future__ import annotations
@@ -145,13 +149,22 @@ class LoopGate:
                 to read the responses with while a capture wants them.
             IntegrityHalted: see :meth:`after_batch`.
         """
-        columns = data.non_tensor_batch
+        self.after_rollout(data, data, scores)
+
+    def after_rollout(self, prompts: Any, output: Any, scores: Sequence[float | None]) -> None:
+        """:meth:`after_batch` over a streamed batch: the columns and ``global_steps`` of the
+        generation batch ``prompts``, the responses of ``output`` (row for row).
+
+        Raises:
+            ValidationError, IntegrityHalted: see :meth:`after_assembly`.
+        """
+        columns = prompts.non_tensor_batch
         for name in ("extra_info", "uid"):
             if name not in columns:
                 raise ValidationError(f"the batch has no {name!r} column: the gate needs it")
-        meta_info = data.meta_info or {}
+        meta_info = prompts.meta_info or {}
         wanted = self.capture is not None and self.capture.captures(self.step_of(meta_info))
-        texts = response_texts(data, self.tokenizer) if wanted else None
+        texts = response_texts(output, self.tokenizer) if wanted else None
         self.after_batch(
             list(columns["extra_info"]),
             list(columns["uid"]),

@@ -47,6 +47,7 @@ module attributes, so verl's ``load_class_from_fqn`` and Ray's pickling by refer
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import math
 from collections.abc import Sequence
@@ -55,6 +56,7 @@ from typing import Any, Final
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.trainers.verl import config_get, missing_verl
 from rewardseal.trainers.verl_loop import check_episode_ids, fill_loop_scores
+from rewardseal.trainers.verl_loop_gate import installed_loop_gate
 
 __all__ = [
     "MANAGER_CLASS_NAME",
@@ -67,6 +69,7 @@ __all__ = [
     "reward_positions",
     "streamed_fills",
     "streamed_score",
+    "streamed_scores",
 ]
 
 WORKER_CLASS_NAME: Final = "CertifiedAgentLoopWorker"
@@ -137,6 +140,19 @@ def reward_positions(batch: Any) -> Any:
     return batch["attention_mask"][:, prompt_length:].sum(dim=1) - 1
 
 
+def streamed_scores(output: Any) -> list[float] | None:
+    """Each row's value on its reward token of ``output`` (NaN: unscored), or None when the
+    batch has no ``rm_scores`` (no reward workers)."""
+    batch = output.batch
+    if batch is None or "rm_scores" not in batch:
+        return None
+    import torch
+
+    positions = reward_positions(batch)
+    values: list[float] = batch["rm_scores"][torch.arange(positions.size(0)), positions].tolist()
+    return values
+
+
 def fill_streamed_rewards(output: Any, uids: Sequence[Any] | None) -> Any:
     """Fill the NaN reward tokens of ``output`` (a verl ``DataProto``) in place; returns it.
 
@@ -148,15 +164,13 @@ def fill_streamed_rewards(output: Any, uids: Sequence[Any] | None) -> Any:
         ValidationError: a reward token is NaN and ``uids`` is missing or misaligned.
         RewardSealError: (reason ``nan_reward``) a NaN is left off the reward tokens.
     """
-    batch = output.batch
-    if batch is None or "rm_scores" not in batch:
+    scores = streamed_scores(output)
+    if scores is None:
         return output
     import torch
 
-    rm_scores = batch["rm_scores"]
-    positions = reward_positions(batch)
-    rows = torch.arange(rm_scores.size(0))
-    scores: list[float] = rm_scores[rows, positions].tolist()
+    rm_scores = output.batch["rm_scores"]
+    positions = reward_positions(output.batch)
     if any(math.isnan(score) for score in scores):
         if uids is None:
             raise ValidationError(
@@ -267,14 +281,26 @@ def agent_loop_manager_class() -> type[Any]:
             ``run_single`` sees one sample and takes a repeat for a re-score); a validation
             batch is not checked (``_validate`` pads it with copies of its first rows).
 
+            Then, for a training batch, the integrity gate installed in this process (the
+            driver; :func:`rewardseal.trainers.verl_loop_gate.install_loop_gate`), if any.
+
             Raises:
                 ValidationError: (reason ``duplicate_episode_id``) an episode id repeats.
+                IntegrityHalted: the installed gate's audit paused, stopped or forked the run.
             """
             columns = prompts.non_tensor_batch
-            if "extra_info" in columns and not (prompts.meta_info or {}).get("validate", False):
+            training = not (prompts.meta_info or {}).get("validate", False)
+            if "extra_info" in columns and training:
                 check_episode_ids(list(columns["extra_info"]))
             output = await super().generate_sequences(prompts)
-            return fill_streamed_rewards(output, prompts.non_tensor_batch.get("uid"))
+            gate = installed_loop_gate() if training else None
+            # The workers' own scores (NaN: unscored), read before the fill overwrites them.
+            raw = None if gate is None else streamed_scores(output)
+            filled = fill_streamed_rewards(output, prompts.non_tensor_batch.get("uid"))
+            if gate is not None and raw is not None:
+                # Blocking (capture, audit): off verl's event loop.
+                await asyncio.to_thread(gate.after_rollout, prompts, output, raw)
+            return filled
 
     CertifiedAgentLoopManager.__module__ = __name__
     CertifiedAgentLoopManager.__qualname__ = MANAGER_CLASS_NAME
