@@ -43,6 +43,10 @@ score first and ``compute_rm_score`` again): the worker's ALREADY_EXISTS names t
 receipt, which the client fetches (bound to that receipt id and episode) and uses when it
 states the same checkpoint, step and contract (:meth:`AsyncWorkerClient.recover`).
 
+Reward integrity runs on the driver, where the batch is complete: ``assemble_rm_scores`` runs
+the :class:`~rewardseal.trainers.verl_loop_gate.LoopGate` installed there (one capture, then the
+gate; ``IntegrityHalted`` on a pause).
+
 The module imports without verl and torch: :func:`reward_loop_manager_class` imports verl and
 builds the subclass once; ``CertifiedRewardLoopManager`` is also a lazy module attribute, so
 ``source=importlib`` with ``module.path=pkg://rewardseal.trainers.verl_loop`` finds it.
@@ -184,8 +188,10 @@ class LoopScorer:
         self._client: AsyncWorkerClient | None = None
         self._client_loop: asyncio.AbstractEventLoop | None = None
         self.capture: IntegrityCapture | None = None
-        """Reward integrity capture, off by default: set it in the process that scores (it
-        holds open channels); each scored sample is handed to it after its score is made."""
+        """Reward integrity capture of this worker, off by default: set it in the process that
+        scores (it holds open channels); each scored sample is handed to it after its score is
+        made. Leave it off under a driver-side gate
+        (:mod:`rewardseal.trainers.verl_loop_gate`), which captures the whole batch once."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
