@@ -25,12 +25,7 @@ from typing import Any
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import (
-    check_paused,
-    create_binding,
-    make_capture,
-    trainer_client,
-)
+from support.integrity_trainer import check_paused, create_binding, driver_gate
 from support.tiny_models import char_tokenizer
 from support.verl_episodes import (
     Played,
@@ -45,8 +40,6 @@ from rewardseal.client import AsyncWorkerClient
 from rewardseal.errors import CertificationRefused, IntegrityHalted, ValidationError
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.trainers.integrity_capture import output_digest
-from rewardseal.trainers.integrity_gate import StepGate
-from rewardseal.trainers.integrity_monitor import IntegrityMonitor
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
 from rewardseal.trainers.verl_loop import (
     DEFAULT_NAME,
@@ -54,7 +47,6 @@ from rewardseal.trainers.verl_loop import (
     register_with_verl_reward_loop,
     reward_loop_manager_class,
 )
-from rewardseal.trainers.verl_loop_gate import LoopGate, install_loop_gate
 
 verl = pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
@@ -357,24 +349,22 @@ async def test_a_paused_boundary_stops_compute_rm_score_with_the_audit_named(
     letters = tokenizer.convert_tokens_to_ids(list(RESPONSE))
     batch.batch["responses"][:, :] = torch.tensor(letters[: batch.batch["responses"].shape[1]])
     try:
-        with trainer_client(integrity_control, timeout=20.0) as client:
-            capture = make_capture(client, binding, tmp_path / "buffer")
-            monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
-            gate = LoopGate(capture, StepGate(monitor), tokenizer=tokenizer)
-            install_loop_gate(gate)
+        buffer = tmp_path / "buffer"
+        with driver_gate(
+            integrity_control, binding, buffer, tokenizer=tokenizer, install=True
+        ) as made:
             with pytest.raises(IntegrityHalted) as caught:
                 await asyncio.to_thread(manager.compute_rm_score, batch)
-            audits = await asyncio.to_thread(client.list_audits, run_id=capture.run_id)
+            audits = await asyncio.to_thread(made.client.list_audits, run_id=made.capture.run_id)
     finally:
-        install_loop_gate(None)
         for worker in workers:
             await close_worker(worker)
     assert all(worker.reward_manager.capture is None for worker in workers)
     # verl's two padding copies are cut before assembly: four rows, each worker's own score.
-    rows = capture.last_rows
+    rows = made.capture.last_rows
     assert [row.episode_id for row in rows] == [info["episode_id"] for info in played.extra_infos]
     assert [row.optimizer_raw for row in rows] == [1.0, None, 1.0, -1.0]
     assert [row.output_digest for row in rows] == [
         output_digest(RESPONSE[:length]) for length in RESPONSE_LENGTHS
     ]
-    check_paused(gate.gate, caught, audits, boundary=2)
+    check_paused(made.gate.gate, caught, audits, boundary=2)

@@ -28,22 +28,14 @@ from typing import Any
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import (
-    check_paused,
-    create_binding,
-    make_capture,
-    trainer_client,
-)
+from support.integrity_trainer import check_paused, create_binding, driver_gate
 from support.tiny_models import SPECIAL, char_tokenizer
 from support.verl_episodes import Played, manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
 
 from rewardseal.errors import IntegrityHalted, RewardSealError, ValidationError
 from rewardseal.trainers.integrity_capture import output_digest
-from rewardseal.trainers.integrity_gate import StepGate
-from rewardseal.trainers.integrity_monitor import IntegrityMonitor
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
-from rewardseal.trainers.verl_loop_gate import LoopGate, install_loop_gate
 from rewardseal.trainers.verl_streaming import (
     MANAGER_FQN,
     WORKER_CLASS_NAME,
@@ -397,18 +389,16 @@ async def test_a_paused_boundary_stops_the_streamed_batch_with_the_audit_named(
     tokenizer = char_tokenizer()
     binding = await create_binding(integrity_control)
     try:
-        with trainer_client(integrity_control, timeout=20.0) as client:
-            capture = make_capture(client, binding, tmp_path / "buffer")
-            monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
-            gate = LoopGate(capture, StepGate(monitor), tokenizer=tokenizer)
-            install_loop_gate(gate)
+        buffer = tmp_path / "buffer"
+        with driver_gate(
+            integrity_control, binding, buffer, tokenizer=tokenizer, install=True
+        ) as made:
             with pytest.raises(IntegrityHalted) as caught:
                 await manager.generate_sequences(gen_batch)
-            audits = await asyncio.to_thread(client.list_audits, run_id=capture.run_id)
+            audits = await asyncio.to_thread(made.client.list_audits, run_id=made.capture.run_id)
     finally:
-        install_loop_gate(None)
         await reward_worker.reward_manager.aclose()
-    rows = capture.last_rows
+    rows = made.capture.last_rows
     assert [row.episode_id for row in rows] == [info["episode_id"] for info in both.extra_infos]
     assert [row.optimizer_raw for row in rows] == [1.0, None, 1.0, -1.0, None, None]
     assert {row.policy_update for row in rows} == {POLICY_UPDATE}  # the batch's global_steps
@@ -416,7 +406,7 @@ async def test_a_paused_boundary_stops_the_streamed_batch_with_the_audit_named(
     assert [row.output_digest for row in rows] == [
         output_digest(tokenizer.decode(list(range(50, 51 + row % 4)))) for row in range(6)
     ]
-    check_paused(gate.gate, caught, audits, boundary=POLICY_UPDATE)
+    check_paused(made.gate.gate, caught, audits, boundary=POLICY_UPDATE)
 
 
 async def test_without_our_classes_the_step_fails(

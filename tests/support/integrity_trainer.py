@@ -9,7 +9,9 @@ call runs in a thread (``asyncio.to_thread``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +23,9 @@ from rewardseal.integrity import RewardMapping
 from rewardseal.integrity_client import IntegrityClient
 from rewardseal.trainers.integrity_buffer import SignalBuffer
 from rewardseal.trainers.integrity_capture import CapturedSample, IntegrityCapture
-from rewardseal.trainers.integrity_gate import BoundaryGate
-from rewardseal.trainers.integrity_monitor import IntegrityBinding
+from rewardseal.trainers.integrity_gate import BoundaryGate, StepGate
+from rewardseal.trainers.integrity_monitor import IntegrityBinding, IntegrityMonitor
+from rewardseal.trainers.verl_loop_gate import LoopGate, install_loop_gate
 from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_server.sqlstore import sqlite_url
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_control, stop_control
@@ -162,3 +165,41 @@ def check_paused(
     assert halted.audit_id in str(caught.value)
     assert halted.review_command is not None
     assert halted.review_command in str(caught.value)
+
+
+@dataclass(frozen=True)
+class DriverGate:
+    """A verl reward loop's driver-side gate over a capture, with the trainer's client."""
+
+    client: IntegrityClient
+    capture: IntegrityCapture
+    gate: LoopGate
+
+
+@contextmanager
+def driver_gate(
+    stack: ControlStack,
+    binding: IntegrityBinding,
+    buffer_dir: Path,
+    *,
+    tokenizer: Any = None,
+    boundary_every: int = 1,
+    policy_update: int | None = None,
+    install: bool = False,
+) -> Iterator[DriverGate]:
+    """A ``LoopGate`` over a fresh capture (audits answered within a minute); ``install``: the
+    one ``assemble_rm_scores`` and ``generate_sequences`` run in this process while open."""
+    with trainer_client(stack, timeout=20.0) as client:
+        capture = make_capture(client, binding, buffer_dir)
+        capture.boundary_every = boundary_every
+        monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
+        gate = LoopGate(
+            capture, StepGate(monitor), tokenizer=tokenizer, policy_update=policy_update
+        )
+        if install:
+            install_loop_gate(gate)
+        try:
+            yield DriverGate(client, capture, gate)
+        finally:
+            if install:
+                install_loop_gate(None)

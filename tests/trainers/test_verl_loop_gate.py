@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 from support.control import ControlStack
-from support.integrity_trainer import check_paused, create_binding, make_capture
-from support.integrity_trainer import trainer_client as control_client
+from support.integrity_trainer import check_paused, create_binding, driver_gate
 from support.verl_episodes import Played, manager_kwargs, play_batch
 from support.worker_stack import RunningStack
 
 from rewardseal.errors import IntegrityHalted, ValidationError
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.trainers.integrity_capture import IntegrityCapture, output_digest
+from rewardseal.trainers.integrity_capture import output_digest
 from rewardseal.trainers.integrity_gate import StepGate
-from rewardseal.trainers.integrity_monitor import IntegrityMonitor
 from rewardseal.trainers.verl_loop import LoopScorer, settings_from_config
 from rewardseal.trainers.verl_loop_gate import LoopGate, install_loop_gate, installed_loop_gate
 
@@ -49,26 +45,12 @@ async def score_per_sample(stack: RunningStack, played: Played, step: int) -> li
     return [answer["reward_score"] for answer in answers]
 
 
-def gated(
-    client: IntegrityClient,
-    capture: IntegrityCapture,
-    binding: Any,
-    *,
-    policy_update: int | None = None,
-) -> LoopGate:
-    """The driver's gate over ``capture``, audits answered within a minute."""
-    monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60.0)
-    return LoopGate(capture, StepGate(monitor), policy_update=policy_update)
-
-
 async def test_the_driver_captures_the_whole_batch_once_and_a_paused_boundary_halts(
     stack: RunningStack, integrity_control: ControlStack, tmp_path: Path
 ) -> None:
     binding = await create_binding(integrity_control)
-    with control_client(integrity_control, timeout=20.0) as client:
-        capture = make_capture(client, binding, tmp_path / "buffer")
-        capture.boundary_every = 2
-        gate = gated(client, capture, binding)
+    with driver_gate(integrity_control, binding, tmp_path / "buffer", boundary_every=2) as made:
+        client, capture, gate = made.client, made.capture, made.gate
         # Policy update 5 is no boundary: nothing captured, nothing audited.
         odd = await play_batch(stack, "loopodd")
         odd_scores = await score_per_sample(stack, odd, 5)
@@ -106,10 +88,9 @@ async def test_the_configured_policy_update_stands_in_for_global_steps(
 ) -> None:
     # verl 0.9.1's reward batches carry no global_steps: the workers state the configured one.
     binding = await create_binding(integrity_control)
-    with control_client(integrity_control, timeout=20.0) as client:
-        capture = make_capture(client, binding, tmp_path / "buffer")
-        capture.boundary_every = 2
-        gate = gated(client, capture, binding, policy_update=3)
+    buffer = tmp_path / "buffer"
+    with driver_gate(integrity_control, binding, buffer, boundary_every=2, policy_update=3) as made:
+        capture, gate = made.capture, made.gate
         played = await play_batch(stack, "loopconf")
         scores = await score_per_sample(stack, played, 3)
         await asyncio.to_thread(
@@ -128,9 +109,8 @@ async def test_a_malformed_batch_is_refused_before_anything_is_captured_or_audit
 ) -> None:
     binding = await create_binding(integrity_control)
     infos = [{"episode_id": f"episode.loopbad.{index}"} for index in range(2)]
-    with control_client(integrity_control, timeout=20.0) as client:
-        capture = make_capture(client, binding, tmp_path / "buffer")
-        gate = gated(client, capture, binding)
+    with driver_gate(integrity_control, binding, tmp_path / "buffer") as made:
+        client, capture, gate = made.client, made.capture, made.gate
         step = {"global_steps": 2}
         with pytest.raises(ValidationError, match="1 reward scores for 2 samples"):
             gate.after_batch(infos, ["u", "u"], [1.0], texts=TEXTS[:2], meta_info=step)
