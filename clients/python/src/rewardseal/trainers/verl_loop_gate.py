@@ -21,7 +21,10 @@ Install it in the driver with :func:`install_loop_gate` (process-local: the Ray 
 see it, and their per-sample ``capture`` must stay off, or each row would be captured twice).
 The policy update is ``meta_info["global_steps"]`` when the batch carries it, else the configured
 one, the same rule the workers state their receipts with
-(:func:`rewardseal.trainers.verl.policy_update_from`).
+(:func:`rewardseal.trainers.verl.policy_update_from`). verl 0.9.1's ``fit`` puts no
+``global_steps`` on the batch it hands ``compute_rm_score`` (and sends validation batches the
+same way, unmarked), so on that path every batch is the configured boundary, audited once; a
+loop of one's own sets ``global_steps`` and installs the gate around training batches only.
 
 Only the ``compute_rm_score`` path calls ``assemble_rm_scores`` (verl 0.9.1 with
 ``trainer.use_v1=false`` and a reward model enabled, or a custom loop calling it). In streaming
