@@ -14,8 +14,8 @@ reference with a scratch HOME), and driven from this one process:
 - the reference reuses one patient identity for every episode (it has no one-open-episode rule);
   rewardseal uses one identity per in-flight slot (an identity is free again once scored);
 - modes: unary at concurrency 8 and 64 on both sides; rewardseal batched (8 concurrent clients,
-  each 64 begins then one ``score_many`` of 64). The reference has no batch route, so its best
-  unary figure stands against rewardseal's batched one;
+  each one ``begin_many`` of 64, one ``BeginEpisodes`` call, then one ``score_many`` of 64). The
+  reference has no batch route, so its best unary figure stands against rewardseal's batched one;
 - the two sides alternate in short rounds (which side goes first flips every round) and each
   figure is the median over rounds: these machines are noisy.
 
@@ -61,7 +61,7 @@ from typing import Any
 
 import httpx
 
-from rewardseal.client import AsyncWorkerClient, make_descriptor
+from rewardseal.client import AsyncWorkerClient, make_begin, make_descriptor
 from rewardseal.errors import RewardSealError
 from rewardseal.signing import TrustSet
 from rewardseal.v1.enums_pb2 import RewardOutcome
@@ -337,15 +337,12 @@ class RewardsealSide(Side):
             while time.perf_counter() < deadline:
                 ids = [self.next_id() for _ in range(BATCH)]
                 started = time.perf_counter()
-                begun = await asyncio.gather(
-                    *(
-                        self.client.begin(e, self.server.digest, {"patient_id": p})
-                        for e, p in zip(ids, patients, strict=True)
-                    ),
-                    return_exceptions=True,
+                begun = await self.client.begin_many(
+                    make_begin(e, self.server.digest, {"patient_id": p})
+                    for e, p in zip(ids, patients, strict=True)
                 )
                 ok = [e for e, b in zip(ids, begun, strict=True) if not isinstance(b, Exception)]
-                for failed in (b for b in begun if isinstance(b, Exception)):
+                for failed in (b for b in begun if isinstance(b, RewardSealError)):
                     window.error(failed)
                 results = await self.client.score_many(self.descriptor(e) for e in ok)
                 elapsed = time.perf_counter() - started

@@ -3,7 +3,8 @@
 Starts ``rewardseal-worker serve --seed-mockmed`` as its own process on a free loopback port
 (durable SQLite receipt store, synchronous=FULL) and drives it from this process with grpc.aio:
 
-- batched: 8 concurrent clients, each: begin 64 episodes, write their rows, one ScoreEpisodes(64);
+- batched: 8 concurrent clients, each: one BeginEpisodes(64), write their rows, one
+  ScoreEpisodes(64);
 - unary at concurrency 1, 8 and 64: begin, write the row, ScoreEpisode;
 - the same unary run against a system of record of 10 rows and of 50,000 rows;
 - bytes on disk per receipt.
@@ -157,6 +158,27 @@ class Load:
             timeout=60,
         )
 
+    async def begin_many(self, stub: pb_grpc.RewardWorkerServiceStub, names: list[str]) -> None:
+        """One ``BeginEpisodes`` call for ``names`` (the issue's batched workload); every item
+        must be registered."""
+        answer = await stub.BeginEpisodes(
+            pb.BeginEpisodesRequest(
+                items=[
+                    pb.BeginEpisodeRequest(
+                        episode_id=f"episode.{name}",
+                        reward_contract_digest=self.digest,
+                        oracle_identity={"patient_id": f"patient-{name}"},
+                    )
+                    for name in names
+                ]
+            ),
+            metadata=self.metadata,
+            timeout=120,
+        )
+        refused = [r.error.reason for r in answer.results if not r.HasField("begun")]
+        if refused:
+            raise SystemExit(f"BeginEpisodes refused {len(refused)} items: {refused[:3]}")
+
     def channels(self) -> list[grpc.aio.Channel]:
         """:attr:`connections` channels to the worker, each on its own connection."""
         options = [("grpc.use_local_subchannel_pool", 1)] if self.connections > 1 else []
@@ -214,7 +236,7 @@ class Load:
             for _ in range(batches):
                 names = self.next_ids(BATCH)
                 started = time.perf_counter()
-                await asyncio.gather(*(self.begin(stub, n) for n in names))
+                await self.begin_many(stub, names)
                 await asyncio.to_thread(
                     write_rows, self.worker.database, [f"patient-{n}" for n in names]
                 )
