@@ -35,6 +35,7 @@ together when judging whether the comparison is fair.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import asyncio
 import collections
@@ -264,20 +265,23 @@ class Window:
         self.first_error = self.first_error or str(what)[:300]
 
 
-class Side:
+class Side(abc.ABC):
     """One server under load: unary windows, and batched ones where it has a batch path."""
 
     name: str
     server: Server
 
+    @abc.abstractmethod
     async def unary(self, concurrency: int, seconds: float) -> Window:
-        raise NotImplementedError
+        """One window of ``concurrency`` callers, each beginning and scoring one at a time."""
 
     async def batched(self, seconds: float) -> Window | None:
+        """One batched window, or None for a server without a batch path."""
         return None
 
+    @abc.abstractmethod
     async def close(self) -> None:
-        raise NotImplementedError
+        """Release the side's connections."""
 
 
 class RewardsealSide(Side):
