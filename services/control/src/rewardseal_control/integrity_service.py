@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
-from typing import Any, Final, ParamSpec, TypeVar
+from typing import Any, Final
 
 import grpc
 
@@ -65,8 +64,6 @@ WATCH_POLL_SECONDS: Final = 0.5
 _REPORT_CACHE: Final = 256
 
 Context = grpc.aio.ServicerContext[Any, Any]
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 def _system_reasons(stored: StoredRevision) -> list[str]:
@@ -110,7 +107,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
 
     async def start(self) -> None:
         """Store the built-in revisions (once) and start the audit runner."""
-        await self._run(self.store.integrity_revisions.ensure_builtins, at=self.clock())
+        await asyncio.to_thread(self.store.integrity_revisions.ensure_builtins, at=self.clock())
         await self.runner.start()
 
     async def close(self) -> None:
@@ -122,10 +119,6 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
-
-    async def _run(self, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        """Run a blocking store call in a worker thread."""
-        return await asyncio.to_thread(functools.partial(function, *args, **kwargs))
 
     def _actor(self, context: Context) -> str:
         metadata = context.invocation_metadata() or ()
@@ -152,8 +145,8 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         return audit_message(audit, self._report(audit))
 
     async def _decided(self, audit_id: str) -> tuple[StoredAudit, AuditBundle]:
-        audit = await self._run(self.store.integrity_audits.get, audit_id)
-        bundle = await self._run(self._report, audit)
+        audit = await asyncio.to_thread(self.store.integrity_audits.get, audit_id)
+        bundle = await asyncio.to_thread(self._report, audit)
         if audit.state != "done" or bundle is None:
             raise AuditStateConflict(
                 f"audit {audit_id} is {audit.state}, not decided yet",
@@ -183,7 +176,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def CreateRewardSystem(  # noqa: N802
         self, request: pb.CreateRewardSystemRequest, context: Context
     ) -> pb.CreateRewardSystemResponse:
-        stored, created = await self._run(
+        stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_system,
             struct_document(request.spec),
             self._actor(context),
@@ -197,7 +190,9 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def GetRewardSystem(  # noqa: N802
         self, request: pb.GetRewardSystemRequest, context: Context
     ) -> pb.GetRewardSystemResponse:
-        stored = await self._run(self.store.integrity_revisions.get, "system", request.revision_id)
+        stored = await asyncio.to_thread(
+            self.store.integrity_revisions.get, "system", request.revision_id
+        )
         return pb.GetRewardSystemResponse(revision=system_message(stored, _system_reasons(stored)))
 
     @maps_errors
@@ -213,7 +208,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
                 else None
             ),
         )
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.integrity_revisions.list_revisions,
             "system",
             request.page_size,
@@ -231,7 +226,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def ListRetentionProtocols(  # noqa: N802
         self, request: pb.ListRetentionProtocolsRequest, context: Context
     ) -> pb.ListRetentionProtocolsResponse:
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.integrity_revisions.list_revisions,
             "protocol",
             request.page_size,
@@ -246,7 +241,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def GetRetentionProtocol(  # noqa: N802
         self, request: pb.GetRetentionProtocolRequest, context: Context
     ) -> pb.GetRetentionProtocolResponse:
-        stored = await self._run(
+        stored = await asyncio.to_thread(
             self.store.integrity_revisions.get, "protocol", request.revision_id
         )
         return pb.GetRetentionProtocolResponse(protocol=protocol_message(stored))
@@ -255,7 +250,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def CreateRetentionProtocol(  # noqa: N802
         self, request: pb.CreateRetentionProtocolRequest, context: Context
     ) -> pb.CreateRetentionProtocolResponse:
-        stored, created = await self._run(
+        stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_protocol,
             struct_document(request.spec),
             self._actor(context),
@@ -269,7 +264,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def ListIntegrityProfiles(  # noqa: N802
         self, request: pb.ListIntegrityProfilesRequest, context: Context
     ) -> pb.ListIntegrityProfilesResponse:
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.integrity_revisions.list_revisions,
             "profile",
             request.page_size,
@@ -284,7 +279,9 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def GetIntegrityProfile(  # noqa: N802
         self, request: pb.GetIntegrityProfileRequest, context: Context
     ) -> pb.GetIntegrityProfileResponse:
-        stored = await self._run(self.store.integrity_revisions.get, "profile", request.revision_id)
+        stored = await asyncio.to_thread(
+            self.store.integrity_revisions.get, "profile", request.revision_id
+        )
         return pb.GetIntegrityProfileResponse(
             profile=profile_message(stored, default_name=DEFAULT_PROFILE)
         )
@@ -293,7 +290,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def CreateIntegrityProfile(  # noqa: N802
         self, request: pb.CreateIntegrityProfileRequest, context: Context
     ) -> pb.CreateIntegrityProfileResponse:
-        stored, created = await self._run(
+        stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_profile,
             struct_document(request.spec),
             self._actor(context),
@@ -313,7 +310,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
             return revisions.get(kind, revision_id) if revision_id else None
 
         system, protocol, profile = [
-            await self._run(lookup, kind, revision_id)
+            await asyncio.to_thread(lookup, kind, revision_id)
             for kind, revision_id in (
                 ("system", request.system_revision_id),
                 ("protocol", request.protocol_revision_id),
@@ -342,7 +339,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         if len(request.rows) > MAX_APPEND_ROWS:
             raise ValidationError(f"at most {MAX_APPEND_ROWS} rows per append")
         rows = [signal_row(row, f"rows[{index}]") for index, row in enumerate(request.rows)]
-        appended, open_rows = await self._run(
+        appended, open_rows = await asyncio.to_thread(
             self.store.integrity_shards.append_rows,
             request.run_id,
             request.boundary,
@@ -357,7 +354,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def SealSignalShard(  # noqa: N802
         self, request: pb.SealSignalShardRequest, context: Context
     ) -> pb.SealSignalShardResponse:
-        shard, created = await self._run(
+        shard, created = await asyncio.to_thread(
             self.store.integrity_shards.seal,
             request.run_id,
             request.boundary,
@@ -370,14 +367,14 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def VerifySignalShard(  # noqa: N802
         self, request: pb.VerifySignalShardRequest, context: Context
     ) -> pb.VerifySignalShardResponse:
-        shard = await self._run(self.store.integrity_shards.verify, request.shard_id)
+        shard = await asyncio.to_thread(self.store.integrity_shards.verify, request.shard_id)
         return pb.VerifySignalShardResponse(shard=shard_message(shard))
 
     @maps_errors
     async def ListSignalShards(  # noqa: N802
         self, request: pb.ListSignalShardsRequest, context: Context
     ) -> pb.ListSignalShardsResponse:
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.integrity_shards.list_shards,
             request.run_id,
             request.page_size,
@@ -398,7 +395,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         if not request.profile_revision_id:
             # R-I-9: a binding names its profile; there is no silent default.
             raise ValidationError("profile_revision_id is required (an id or a built-in's name)")
-        audit = await self._run(
+        audit = await asyncio.to_thread(
             self.store.integrity_audits.create,
             request.shard_id,
             request.profile_revision_id,
@@ -406,28 +403,28 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         )
         self.runner.wake()
         await self._notify()
-        return pb.StartAuditResponse(audit=await self._run(self._audit_message, audit))
+        return pb.StartAuditResponse(audit=await asyncio.to_thread(self._audit_message, audit))
 
     @maps_errors
     async def GetAudit(  # noqa: N802
         self, request: pb.GetAuditRequest, context: Context
     ) -> pb.GetAuditResponse:
-        audit = await self._run(self.store.integrity_audits.get, request.audit_id)
-        return pb.GetAuditResponse(audit=await self._run(self._audit_message, audit))
+        audit = await asyncio.to_thread(self.store.integrity_audits.get, request.audit_id)
+        return pb.GetAuditResponse(audit=await asyncio.to_thread(self._audit_message, audit))
 
     @maps_errors
     async def ListAudits(  # noqa: N802
         self, request: pb.ListAuditsRequest, context: Context
     ) -> pb.ListAuditsResponse:
         state = enum_word(pb.AuditState, request.state, "AUDIT_STATE_") or ""
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.integrity_audits.list_audits,
             request.run_id,
             state,
             request.page_size,
             request.page_token,
         )
-        audits = [await self._run(self._audit_message, audit) for audit in page.items]
+        audits = [await asyncio.to_thread(self._audit_message, audit) for audit in page.items]
         return pb.ListAuditsResponse(audits=audits, next_page_token=page.next_page_token)
 
     async def WatchAudit(  # noqa: N802
@@ -437,11 +434,13 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         try:
             last: tuple[Any, ...] | None = None
             while True:
-                audit = await self._run(self.store.integrity_audits.get, request.audit_id)
+                audit = await asyncio.to_thread(self.store.integrity_audits.get, request.audit_id)
                 seen = (audit.state, audit.attempts, audit.updated_at, audit.bundle_id)
                 if seen != last:
                     last = seen
-                    yield pb.WatchAuditResponse(audit=await self._run(self._audit_message, audit))
+                    yield pb.WatchAuditResponse(
+                        audit=await asyncio.to_thread(self._audit_message, audit)
+                    )
                 if audit.state in TERMINAL_STATES or self._closing:
                     return
                 async with self._changed:
@@ -454,8 +453,8 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def ListAuditSamples(  # noqa: N802
         self, request: pb.ListAuditSamplesRequest, context: Context
     ) -> pb.ListAuditSamplesResponse:
-        audit = await self._run(self.store.integrity_audits.get, request.audit_id)
-        samples = await self._run(self._samples, audit)
+        audit = await asyncio.to_thread(self.store.integrity_audits.get, request.audit_id)
+        samples = await asyncio.to_thread(self._samples, audit)
         return list_samples(audit.audit_id, samples, request)
 
     def _samples(self, audit: StoredAudit) -> list[Any]:
@@ -468,7 +467,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         self, request: pb.GetAuditMetricsRequest, context: Context
     ) -> pb.GetAuditMetricsResponse:
         audit, bundle = await self._decided(request.audit_id)
-        profile = await self._run(
+        profile = await asyncio.to_thread(
             self.store.integrity_revisions.get, "profile", audit.profile_revision_id
         )
         return metrics_response(audit.audit_id, bundle.report, profile.profile(), self.resamples)
@@ -480,8 +479,8 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         left, left_bundle = await self._decided(request.left_audit_id)
         right, right_bundle = await self._decided(request.right_audit_id)
         return compare_audits(
-            (left_bundle.report, await self._run(self._samples, left)),
-            (right_bundle.report, await self._run(self._samples, right)),
+            (left_bundle.report, await asyncio.to_thread(self._samples, left)),
+            (right_bundle.report, await asyncio.to_thread(self._samples, right)),
             request.pairing,
         )
 
@@ -489,22 +488,24 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def VerifyAudit(  # noqa: N802
         self, request: pb.VerifyAuditRequest, context: Context
     ) -> pb.VerifyAuditResponse:
-        audit = await self._run(self.store.integrity_audits.get, request.audit_id)
+        audit = await asyncio.to_thread(self.store.integrity_audits.get, request.audit_id)
         if audit.state != "done" or audit.bundle_id is None:
             raise AuditStateConflict(
                 f"audit {audit.audit_id} is {audit.state}: it has no bundle yet",
                 metadata={"state": audit.state},
             )
-        stored = await self._run(self.store.integrity_decisions.bundle, audit.bundle_id)
+        stored = await asyncio.to_thread(self.store.integrity_decisions.bundle, audit.bundle_id)
         # Never the cache: verification reads the stored bytes every time.
-        bundle = await self._run(verified_report, self.store, stored)
+        bundle = await asyncio.to_thread(verified_report, self.store, stored)
         shards = self.store.integrity_shards
-        current = await self._run(shards.get, audit.shard_id)
-        names = [s.shard_id for s in await self._run(shards.earlier, current)] + [audit.shard_id]
+        current = await asyncio.to_thread(shards.get, audit.shard_id)
+        names = [s.shard_id for s in await asyncio.to_thread(shards.earlier, current)] + [
+            audit.shard_id
+        ]
         if list(bundle.report.shard_ids) != names:
             raise ShardCorrupt("the bundle names other shards than the audit's evidence")
         for shard_id in names:
-            await self._run(shards.verify, shard_id)
+            await asyncio.to_thread(shards.verify, shard_id)
         return pb.VerifyAuditResponse(
             bundle_id=bundle.bundle_id,
             bundle=bundle.envelope,
@@ -516,7 +517,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def CancelAudit(  # noqa: N802
         self, request: pb.CancelAuditRequest, context: Context
     ) -> pb.CancelAuditResponse:
-        audit = await self._run(
+        audit = await asyncio.to_thread(
             self.store.integrity_audits.cancel,
             request.audit_id,
             request.reason,
@@ -524,13 +525,13 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
             at=self.clock(),
         )
         await self._notify()
-        return pb.CancelAuditResponse(audit=await self._run(self._audit_message, audit))
+        return pb.CancelAuditResponse(audit=await asyncio.to_thread(self._audit_message, audit))
 
     @maps_errors
     async def RetryAudit(  # noqa: N802
         self, request: pb.RetryAuditRequest, context: Context
     ) -> pb.RetryAuditResponse:
-        audit = await self._run(
+        audit = await asyncio.to_thread(
             self.store.integrity_audits.retry,
             request.audit_id,
             request.reason,
@@ -539,7 +540,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         )
         self.runner.wake()
         await self._notify()
-        return pb.RetryAuditResponse(audit=await self._run(self._audit_message, audit))
+        return pb.RetryAuditResponse(audit=await asyncio.to_thread(self._audit_message, audit))
 
     # ------------------------------------------------------------------ decisions
 
@@ -550,7 +551,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         decisions = self.store.integrity_decisions
         supersedes = request.supersedes if request.HasField("supersedes") else None
         if supersedes is None:
-            history = await self._run(decisions.history, request.audit_id)
+            history = await asyncio.to_thread(decisions.history, request.audit_id)
             supersedes = history[-1].sequence if history else 0
         actor = self._actor(context)
         review = Review(
@@ -560,7 +561,9 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
             checkpoint=request.checkpoint or None,
             reviewer=actor,
         )
-        entry = await self._run(decisions.review, request.audit_id, review, actor, at=self.clock())
+        entry = await asyncio.to_thread(
+            decisions.review, request.audit_id, review, actor, at=self.clock()
+        )
         _, bundle = await self._decided(request.audit_id)
         await self._notify()
         return pb.ReviewDecisionResponse(
@@ -571,9 +574,9 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def GetDecisionHistory(  # noqa: N802
         self, request: pb.GetDecisionHistoryRequest, context: Context
     ) -> pb.GetDecisionHistoryResponse:
-        history = await self._run(self.store.integrity_decisions.history, request.audit_id)
-        audit = await self._run(self.store.integrity_audits.get, request.audit_id)
-        bundle = await self._run(self._report, audit)
+        history = await asyncio.to_thread(self.store.integrity_decisions.history, request.audit_id)
+        audit = await asyncio.to_thread(self.store.integrity_audits.get, request.audit_id)
+        bundle = await asyncio.to_thread(self._report, audit)
         report_only = bundle is not None and bundle.report.decision.report_only
         return pb.GetDecisionHistoryResponse(
             entries=[entry_message(entry, report_only=report_only) for entry in history]

@@ -21,7 +21,7 @@ import math
 import secrets
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 import grpc
 
@@ -88,8 +88,6 @@ MAX_REFRESH_INTERVAL = timedelta(seconds=60)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 Clock = Callable[[], datetime]
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 
 def _enum_name(enum: Any, value: int) -> str:
@@ -165,10 +163,6 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 # Never let one bug end the loop: a dead refresher means frozen lists tomorrow.
                 _log.exception("unexpected error while refreshing the revocation list")
 
-    async def _run(self, function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        """Run a blocking store call in a worker thread."""
-        return await asyncio.to_thread(functools.partial(function, *args, **kwargs))
-
     # ------------------------------------------------------------------ revocation head
 
     def _sign_list(self, revocation_list: RevocationList) -> SignedEnvelope:
@@ -194,9 +188,9 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         # both find the head due would otherwise publish two versions for one renewal.
         async with self._refreshing:
             now = self.clock()
-            head = await self._run(self.store.revocations.revocation_head)
+            head = await asyncio.to_thread(self.store.revocations.revocation_head)
             if self._needs_resign(head, now):
-                head = await self._run(
+                head = await asyncio.to_thread(
                     self.store.revocations.publish_revocation_list,
                     sign=self._sign_list,
                     ttl=self.revocation_ttl,
@@ -242,7 +236,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 f"contract: the server computes {digest}",
                 metadata={"reward_contract_digest": digest},
             )
-        stored_digest, created = await self._run(
+        stored_digest, created = await asyncio.to_thread(
             self.store.contracts.register_contract,
             request.contract,
             request.reward_contract_digest,
@@ -254,7 +248,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def GetContract(  # noqa: N802
         self, request: pb.GetContractRequest, context: Context
     ) -> pb.GetContractResponse:
-        registered = await self._run(
+        registered = await asyncio.to_thread(
             self.store.contracts.get_contract, request.reward_contract_digest
         )
         return pb.GetContractResponse(contract=registered)
@@ -263,7 +257,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def ListContracts(  # noqa: N802
         self, request: pb.ListContractsRequest, context: Context
     ) -> pb.ListContractsResponse:
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.contracts.list_contracts, request.page_size, request.page_token
         )
         return pb.ListContractsResponse(contracts=page.items, next_page_token=page.next_page_token)
@@ -285,7 +279,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 f"the {actor} credential registers WORKER keys only, not "
                 f"{_enum_name(IssuerKeyRole, request.key.role)}"
             )
-        key, _ = await self._run(
+        key, _ = await asyncio.to_thread(
             self.store.keys.register_issuer_key,
             request.key,
             actor,
@@ -298,7 +292,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def ListIssuerKeys(  # noqa: N802
         self, request: pb.ListIssuerKeysRequest, context: Context
     ) -> pb.ListIssuerKeysResponse:
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.keys.list_issuer_keys, request.role, request.page_size, request.page_token
         )
         return pb.ListIssuerKeysResponse(keys=page.items, next_page_token=page.next_page_token)
@@ -307,7 +301,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def RetireIssuerKey(  # noqa: N802
         self, request: pb.RetireIssuerKeyRequest, context: Context
     ) -> pb.RetireIssuerKeyResponse:
-        key = await self._run(
+        key = await asyncio.to_thread(
             self.store.keys.retire_issuer_key,
             request.key_id,
             self._actor(context),
@@ -330,7 +324,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     ) -> pb.IssueCertificateResponse:
         now = self.clock()
         certificate = await self._build_certificate(request, now)
-        stored, _ = await self._run(
+        stored, _ = await asyncio.to_thread(
             self.store.certificates.record_certificate,
             certificate,
             self._actor(context),
@@ -369,7 +363,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         key_id = request.issuer_key_id or self.key.key_id
         validate_key_id(key_id)
 
-        registered = await self._run(self.store.contracts.get_contract, digest)
+        registered = await asyncio.to_thread(self.store.contracts.get_contract, digest)
         contract = registered.contract
         # R-C-3 and R-MSG-5 before the key: who signs, for what scope, on what data.
         check_summary_for(
@@ -408,7 +402,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         """The named key must be this control plane's own key, registered as an active
         ORGANIZATION key: a retired or unregistered key issues nothing."""
         organization = IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
-        active = await self._run(self.store.keys.active_key, key_id, organization, now)
+        active = await asyncio.to_thread(self.store.keys.active_key, key_id, organization, now)
         if active is None:
             state = await self._key_state(key_id, now)
             needs = (
@@ -431,7 +425,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def _key_state(self, key_id: str, now: datetime) -> str:
         """Why ``key_id`` is not an active organization key, as the end of a sentence."""
         try:
-            key: IssuerKey = await self._run(self.store.keys.get_issuer_key, key_id)
+            key: IssuerKey = await asyncio.to_thread(self.store.keys.get_issuer_key, key_id)
         except NotFound:
             return "is not registered"
         if key.retired:
@@ -444,7 +438,9 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def GetCertificate(  # noqa: N802
         self, request: pb.GetCertificateRequest, context: Context
     ) -> pb.GetCertificateResponse:
-        stored = await self._run(self.store.certificates.get_certificate, request.certificate_id)
+        stored = await asyncio.to_thread(
+            self.store.certificates.get_certificate, request.certificate_id
+        )
         return pb.GetCertificateResponse(
             certificate=stored.certificate,
             certificate_digest=stored.digest,
@@ -455,7 +451,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def ListCertificates(  # noqa: N802
         self, request: pb.ListCertificatesRequest, context: Context
     ) -> pb.ListCertificatesResponse:
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.certificates.list_certificates,
             request.reward_contract_digest or None,
             request.page_size,
@@ -472,7 +468,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def RevokeCertificate(  # noqa: N802
         self, request: pb.RevokeCertificateRequest, context: Context
     ) -> pb.RevokeCertificateResponse:
-        head, created = await self._run(
+        head, created = await asyncio.to_thread(
             self.store.revocations.revoke,
             request.certificate_id,
             request.reason,
@@ -532,7 +528,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         if not envelopes:
             return pb.RecordReceiptsResponse()
         now = self.clock()
-        trust: TrustSet = await self._run(self.store.keys.worker_trust, now)
+        trust: TrustSet = await asyncio.to_thread(self.store.keys.worker_trust, now)
         results: list[pb.RecordReceiptResult | None] = [None] * len(envelopes)
         verified: list[tuple[int, OpenedReceipt]] = []
         for index, envelope in enumerate(envelopes):
@@ -547,7 +543,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 continue
             verified.append((index, opened))
         if verified:
-            stored: list[RecordResult] = await self._run(
+            stored: list[RecordResult] = await asyncio.to_thread(
                 self.store.receipts.record_receipts, [opened for _, opened in verified], at=now
             )
             for (index, _), outcome in zip(verified, stored, strict=True):
@@ -569,7 +565,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 request.max_policy_update if request.HasField("max_policy_update") else None
             ),
         )
-        page = await self._run(
+        page = await asyncio.to_thread(
             self.store.receipts.list_receipts, filters, request.page_size, request.page_token
         )
         return pb.ListReceiptsResponse(
@@ -581,7 +577,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def GetReceiptSummary(  # noqa: N802
         self, request: pb.GetReceiptSummaryRequest, context: Context
     ) -> pb.GetReceiptSummaryResponse:
-        summary = await self._run(
+        summary = await asyncio.to_thread(
             self.store.receipts.receipt_summary, request.reward_contract_digest
         )
         return pb.GetReceiptSummaryResponse(
