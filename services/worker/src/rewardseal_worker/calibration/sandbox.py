@@ -233,6 +233,10 @@ class SqlSandboxStore:
         # run's nonce, so it cannot collide with a row the sandbox already holds.
         self._assigns_ids = python_type is int
         self._nonce = secrets.token_hex(4)
+        self._insert = sa.insert(self._table).returning(self._id)
+        self._delete = sa.delete(self._table).where(
+            self._id.in_(sa.bindparam("keys", expanding=True))
+        )
 
     def _row(self, record: Record) -> dict[str, Any]:
         fields = {k: v for k, v in record.items() if k != RECORD_ID_FIELD}
@@ -249,9 +253,8 @@ class SqlSandboxStore:
                     row = self._row(record)
                     if not self._assigns_ids:
                         row[self._id.name] = f"cal{self._nonce}-{record[RECORD_ID_FIELD]}"
-                    result = conn.execute(sa.insert(self._table).values(**row))
-                    key = result.inserted_primary_key
-                    assigned = row.get(self._id.name) if key is None else key[0]
+                    # One statement object for every row: SQLAlchemy compiles each shape once.
+                    assigned = conn.execute(self._insert, row).scalar_one()
                     ids[str(record[RECORD_ID_FIELD])] = str(assigned)
         except SQLAlchemyError as exc:
             raise TrialNotWritable(f"the sandbox refused a row ({type(exc).__name__})") from None
@@ -275,7 +278,7 @@ class SqlSandboxStore:
             return
         keys = [self._key(i) for i in sandbox_ids]
         with self._engine.begin() as conn:
-            conn.execute(sa.delete(self._table).where(self._id.in_(keys)))
+            conn.execute(self._delete, {"keys": keys})
 
     def _key(self, sandbox_id: str) -> Any:
         return int(sandbox_id) if self._assigns_ids else sandbox_id
