@@ -1,0 +1,120 @@
+"""The worker's authoring subcommands: ``contract ...`` and ``calibrate``, and how they fail.
+
+``calibrate DIR --sandbox URL|DIR --trials N`` loads the bundle as ``serve`` does, runs the fault
+classes its own effects express (R-CAL-3) against a sandbox copy of the system of record
+(:mod:`rewardseal_worker.calibration.sandbox`) and writes ``calibration.json`` (counts, classes,
+seed, corpus digest; never the corpus). Every failure is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from rewardseal.calibration import summary_to_json
+from rewardseal.errors import RewardSealError
+from rewardseal_worker.authoring.commands import PROBLEMS_EXIT, run_contract_command
+from rewardseal_worker.bundle import CALIBRATION_FILE, load_bundle
+from rewardseal_worker.calibration import calibrate, text_progress
+from rewardseal_worker.calibration.runner import DEFAULT_TRIALS
+from rewardseal_worker.calibration.sandbox import open_sandbox
+
+__all__ = ["add_calibrate_command", "run_authoring_command", "run_calibrate"]
+
+
+def add_calibrate_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``calibrate`` to the worker's subcommands."""
+    cal = commands.add_parser(
+        "calibrate", help="calibrate a bundle against a sandbox copy of its system of record"
+    )
+    cal.add_argument("directory", type=Path, metavar="DIR", help="the contract bundle")
+    cal.add_argument(
+        "--sandbox",
+        required=True,
+        metavar="URL|DIR",
+        help="writable sandbox copy of the SoR: a database URL or SQLite file (sql), the "
+        "sandbox API's base URL (rest), a directory (json_file); never the live one",
+    )
+    cal.add_argument(
+        "--sandbox-store",
+        metavar="URL",
+        help="rest only: the database URL the sandbox API serves from (trials are written there)",
+    )
+    cal.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="fault trials")
+    cal.add_argument("--seed", type=int, help="generator seed (default: a fresh random one)")
+    cal.add_argument(
+        "--held-out",
+        action="store_true",
+        help="mark the summary as made on a held-out corpus (a seed never used while authoring; "
+        "PRODUCTION certificates need it, R-MSG-5)",
+    )
+    cal.add_argument(
+        "--out", type=Path, help=f"where to write the summary (default DIR/{CALIBRATION_FILE})"
+    )
+
+
+def run_authoring_command(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run ``contract ...`` or ``calibrate``; a refusal is one line on stderr, exit status 2."""
+    stdout = out or sys.stdout
+    stderr = err or sys.stderr
+    try:
+        if args.command == "calibrate":
+            return run_calibrate(args, stdout, stderr)
+        return run_contract_command(args, stdout)
+    except RewardSealError as exc:
+        print(f"rewardseal-worker: {exc.message}", file=stderr)
+        return PROBLEMS_EXIT
+
+
+def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``calibrate``: the summary written to ``--out``; the counts printed."""
+    bundle = load_bundle(args.directory)
+    seed = args.seed if args.seed is not None else secrets.randbits(63)
+    judge = open_sandbox(bundle, args.sandbox, sandbox_store=args.sandbox_store)
+    if judge.note:
+        print(f"note: {judge.note}", file=err)
+    try:
+        result = calibrate(
+            bundle,
+            seed=seed,
+            trials=args.trials,
+            judge=judge,
+            held_out=args.held_out,
+            # A bar only where someone watches: a log or a pipe gets the summary lines alone.
+            progress=text_progress(err) if err.isatty() else None,
+        )
+    finally:
+        judge.close()
+    target = args.out or bundle.path / CALIBRATION_FILE
+    target.write_text(json.dumps(summary_to_json(result.summary), indent=2) + "\n")
+    summary = result.summary
+    print(f"calibrated       {bundle.contract.contract_id} ({bundle.contract_digest})", file=out)
+    print(
+        f"trials           {summary.trials} fault + {summary.gold_trials} gold control "
+        f"(seed {summary.generator_seed}{', held-out' if summary.held_out else ''})",
+        file=out,
+    )
+    for count in summary.fault_classes:
+        print(
+            f"  {count.name:<20} {count.trials:>6} trials  {count.false_accepts} false accepts",
+            file=out,
+        )
+    print(
+        f"false accepts    {summary.false_accepts}; epsilon {result.epsilon:.6f} at delta "
+        f"{result.delta:g}",
+        file=out,
+    )
+    if result.redrawn:
+        print(
+            f"redrawn          {result.redrawn} draws the sandbox could not hold (a column or "
+            "type its schema lacks: no policy could commit them there)",
+            file=out,
+        )
+    print(f"wrote            {target}", file=out)
+    return 0
