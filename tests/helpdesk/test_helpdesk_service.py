@@ -327,6 +327,11 @@ def test_init_db_and_tasks_commands(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[:2] == ["schema ready; 2 customers seeded", "schema ready; 0 customers seeded"]
     assert [json.loads(line)["customer_id"] for line in out[2:]] == ["cust-00001", "cust-00001"]
+    # A sandbox copy: the schema and the queues, no customer; starting it again seeds nothing.
+    sandbox = f"sqlite:///{tmp_path / 'sandbox.db'}"
+    assert main(["init-db", "--db-url", sandbox, "--seed-customers", "0"]) == 0
+    assert main(["init-db", "--db-url", sandbox, "--seed-customers", "5"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["schema ready; 0 customers seeded"] * 2
 
 
 def test_bundles_command_writes_both_bundles(tmp_path, capsys):

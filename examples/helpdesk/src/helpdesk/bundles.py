@@ -44,9 +44,9 @@ from rewardseal.v1.contract_pb2 import (
     ScoringPolicy,
 )
 from rewardseal.v1.enums_pb2 import OracleChannel
+from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
 
 __all__ = [
-    "CORPUS",
     "FORBIDDEN_EFFECTS",
     "IDENTITY_KEYS",
     "KINDS",
@@ -131,11 +131,6 @@ _CHANNELS: Final = {
     "sql": OracleChannel.ORACLE_CHANNEL_DB,
     "rest": OracleChannel.ORACLE_CHANNEL_API,
 }
-CORPUS: Final[Mapping[str, Any]] = {
-    "corpus": "helpdesk-synthetic",
-    "scope": "synthetic",
-    "generator": "rewardseal generic fault classes over the contract's own effects",
-}
 
 
 def contract(kind: str) -> RewardContract:
@@ -167,7 +162,9 @@ def contract(kind: str) -> RewardContract:
             max_epsilon=0.05,
             max_delta=0.05,
             threshold=0.5,
-            calibration_corpus_digest=digest_json(CORPUS),
+            # Calibrated by `rewardseal-worker calibrate --sandbox`: the generic fault classes of
+            # the contract's own effects, written into a sandbox copy and read back.
+            calibration_corpus_digest=SANDBOX_CORPUS_DIGEST,
             max_expiry_policy_updates=1000,
         ),
     )

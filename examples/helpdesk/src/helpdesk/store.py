@@ -142,7 +142,7 @@ class TicketStore:
 
     def seed_if_empty(self, customer_count: int, seed: int = DEFAULT_SEED) -> int:
         """Seed the queues and ``customer_count`` synthetic customers with their tickets when
-        there is no customer yet; return how many customers were added.
+        the database was never seeded (it has no queue); return how many customers were added.
 
         Each customer has tickets in two queues: in each, one open ticket and one or two closed
         ones, so every (customer, queue) pair of the seed is a :class:`Task`.
@@ -184,7 +184,8 @@ class TicketStore:
 
         def work(conn: Connection) -> int:
             self._db.advisory_lock(conn, _SCHEMA_LOCK_KEY)
-            if conn.execute(select(customers.c.id).limit(1)).first() is not None:
+            # The queues are seeded every time: a database that has them was seeded before.
+            if conn.execute(select(queues.c.id).limit(1)).first() is not None:
                 return 0
             conn.execute(insert(queues), [{"id": k, "name": v} for k, v in QUEUES.items()])
             if people:
