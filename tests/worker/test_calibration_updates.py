@@ -118,7 +118,7 @@ def test_update_faults_are_played(bundle):
             seen.add((fault, variant))
     assert {
         ("missing_record", "nothing_changed"),
-        ("missing_record", "credited_elsewhere"),
+        ("missing_record", "change_credited_elsewhere"),
         ("duplicate_record", "changed_one_more"),
         ("extra_record", "changed_another"),
         ("wrong_field", "extra_field"),
@@ -151,3 +151,54 @@ def test_a_judge_that_ignores_the_change_count_leaks(bundle, monkeypatch):
     result = calibrate(bundle, seed=SEED, trials=300)
     leaking = {c.name for c in result.summary.fault_classes if c.false_accepts}
     assert {"duplicate_record", "extra_record"} & leaking
+
+
+# --- the same trials written into a sandbox copy (rewardseal-worker calibrate --sandbox) ---
+
+TICKETS_DDL = (
+    "CREATE TABLE tickets (id TEXT PRIMARY KEY, customer_id TEXT NOT NULL, queue_id TEXT NOT "
+    "NULL, subject TEXT, body TEXT, priority TEXT, status TEXT, resolution TEXT, channel TEXT, "
+    "comment TEXT, created_at TEXT, updated_at TEXT)"
+)
+
+
+def _trial_with(setup, fault, variant):
+    for index in range(200):
+        trial, played = trials.build_generic(setup, trials.trial_rng(SEED, fault, index), fault)
+        if played == variant:
+            return trial
+    raise AssertionError(f"no {fault}/{variant} trial in 200 draws")
+
+
+@pytest.mark.parametrize(
+    ("fault", "variant"),
+    [
+        ("forbidden_present", "deleted_record"),
+        ("missing_record", "change_credited_elsewhere"),
+        ("forbidden_present", "touched_record"),
+    ],
+)
+def test_a_sandbox_judges_update_faults_as_the_engine_does(bundle, tmp_path, fault, variant):
+    """A record the trial deleted is deleted in the sandbox too, and a change credited
+    elsewhere is credited there under the sandbox's own record id: neither fault pays."""
+    import sqlite3
+
+    from rewardseal.v1.enums_pb2 import RewardOutcome
+    from rewardseal_worker.calibration.sandbox import open_sandbox
+
+    sandbox = tmp_path / "sandbox.sqlite"
+    with sqlite3.connect(sandbox) as conn:
+        conn.execute(TICKETS_DDL)
+    setup = fault_classes.setup_for(bundle, None)
+    judge = open_sandbox(bundle, str(sandbox), environ={})
+    try:
+        trial = _trial_with(setup, fault, variant)
+        in_memory = trials.judge_trial(setup, trials.trial_rng(SEED, "read", 0), trial)
+        written = judge(setup, trials.trial_rng(SEED, "read", 0), trial)
+        gold = judge(setup, None, _trial_with(setup, "gold", "correct_effect"))
+    finally:
+        judge.close()
+    assert written.outcome == in_memory.outcome != RewardOutcome.REWARD_OUTCOME_VERIFIED
+    assert gold.outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
+    with sqlite3.connect(sandbox) as conn:
+        assert conn.execute("SELECT count(*) FROM tickets").fetchone() == (0,)

@@ -317,11 +317,11 @@ def _change_fault(
         return variant
     own = changes[effect.name]
     if fault == "missing_record":
-        options = ["nothing_changed", "credited_elsewhere"]
+        options = ["nothing_changed", "change_credited_elsewhere"]
         if len(own) > 1 and effect.changed_records is not None:
             options.append("one_short")
         variant = rng.choice(options)
-        if variant == "credited_elsewhere":
+        if variant == "change_credited_elsewhere":
             # Another receipt already paid for these very changes (R-W-3).
             credited |= {change_token(before) for before, _ in own}
         else:
