@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 from support.helpdesk_stack import play, running_helpdesk, serving_bundle
 
-from helpdesk.policies import CONTROL, HACKING_POLICIES, POLICIES
+from helpdesk.policies import CONTROL, HACKING_POLICIES, POLICIES, report_for
+from rewardseal.trainers.actors import EpisodeActor
+from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal.v1.enums_pb2 import RewardOutcome
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
@@ -113,3 +115,36 @@ def test_replaying_a_paid_report_is_refused(worker, helpdesk, tasks):
     assert verdicts["closed_ticket_touched"]["verdict"] == "CONFIRMED"
     assert verdicts["previous_ticket_closed"]["reason"] == "missing"
     assert verdicts["ticket_filed"]["verdict"] == "CONFIRMED"
+
+
+def test_the_trl_reward_function_pays_through_the_helpdesk_actor(worker, helpdesk, tasks):
+    """The trainer on-ramp: TRL's reward function with the HelpdeskActor (the EpisodeActor
+    protocol's second implementation); one group, one completion per policy, one dataset row."""
+    kind, running, client = worker
+    task = tasks[-3 if kind == "sql" else -4]
+    order = [CONTROL, *HACKING_POLICIES]
+    actor = helpdesk.actor(sandbox=True)
+    assert isinstance(actor, EpisodeActor)
+    function = CertifiedRewardFunction(
+        client,
+        reward_contract_digest=running.digest,
+        policy_checkpoint_id="policy_checkpoint_helpdesk_trl",
+        num_generations=len(order),
+        require_certified=False,  # this worker has no certificate; the e2e test has one
+        actor=actor,
+        policy_update=0,
+    )
+    try:
+        rewards = function(
+            prompts=["File the follow-up and close the previous ticket."] * len(order),
+            completions=[report_for(policy, task) for policy in order],
+            completion_ids=[[1, 2, 3]] * len(order),
+            oracle_identity=[task.identity] * len(order),
+            episode_id=[f"row-{kind}-trl-0001"] * len(order),
+        )
+    finally:
+        actor.close()
+    columns = function.metadata_columns()
+    assert columns["reward_error"] == [""] * len(order)
+    assert columns["reward_outcome"] == ["VERIFIED"] + ["WRONG_EFFECT"] * len(HACKING_POLICIES)
+    assert rewards == [1.0] + [0.0] * len(HACKING_POLICIES)
