@@ -5,6 +5,7 @@ does not pay refuses the whole calibration."""
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import threading
@@ -18,9 +19,10 @@ import sqlalchemy as sa
 from support.postgres import PostgresServer
 
 from rewardseal.calibration import epsilon_from_summary, summary_from_json
+from rewardseal_worker.authoring.entry import run_authoring_command
 from rewardseal_worker.bundle import load_bundle
 from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
-from rewardseal_worker.cli import main
+from rewardseal_worker.cli import build_parser, main
 
 TICKETS_DDL = (
     "CREATE TABLE tickets (id INTEGER PRIMARY KEY {auto}, customer_id TEXT NOT NULL, "
@@ -316,3 +318,32 @@ def test_calibrate_refuses_a_fhir_bundle_naming_what_is_missing(
     assert code == 2
     assert "cannot write trials into a FHIR server yet" in err
     assert "Encounter resources" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_calibrate_draws_a_progress_bar_on_a_terminal_and_redraws_faults_the_schema_cannot_hold(
+    sql_bundle: Path, tmp_path: Path
+) -> None:
+    """A sandbox without the ``priority`` column cannot hold the extra-field fault that writes
+    it: those draws are drawn again (and counted), the run still covers every class."""
+    sandbox = tmp_path / "narrow.sqlite"
+    with sqlite3.connect(sandbox) as conn:
+        conn.execute(
+            "CREATE TABLE tickets (id INTEGER PRIMARY KEY, customer_id TEXT NOT NULL, "
+            "subject TEXT, body TEXT, status TEXT, created_at TEXT)"
+        )
+    out, err = io.StringIO(), _Terminal()
+    args = build_parser().parse_args(
+        ["calibrate", str(sql_bundle), "--sandbox", str(sandbox), "--trials", "24", "--seed", "3"]
+    )
+    assert run_authoring_command(args, out, err) == 0, err.getvalue()
+    assert "calibrating [" in err.getvalue()
+    assert err.getvalue().endswith("27/27\n")  # 24 fault and 3 gold trials, drawn to the end
+    assert "redrawn" in out.getvalue()
+    summary = summary_from_json(calibrated(sql_bundle))
+    assert summary.false_accepts == 0
+    assert {c.name: c.trials for c in summary.fault_classes}["wrong_field"] == 4
