@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from rewardseal.digest import digest_json
+from rewardseal.signing import SigningKey
 from rewardseal_kit import mockmed
 from rewardseal_worker.authoring.schema_check import SCHEMA_FILES, load_schema, schema_problems
 from rewardseal_worker.authoring.templates import INIT_KINDS
 from rewardseal_worker.bundle import inspect_bundle, load_bundle, write_bundle
+from rewardseal_worker.calibration import calibrate, self_signed_certificate, summary_to_json
 from rewardseal_worker.cli import main
 from rewardseal_worker.seed import REST_RECIPE, rest_contract
 
@@ -179,3 +181,33 @@ def test_schemas_accept_every_bundle_the_loader_accepts(tmp_path: Path) -> None:
         )
         assert load_bundle(directory).contract.oracle.oracle_recipe_digest == digest_json(recipe)
         assert schema_problems(directory) == []
+
+
+def test_schemas_accept_a_calibration_and_a_certificate_as_the_worker_writes_them(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "mockmed"
+    documents = {
+        "required_doc": mockmed.REQUIRED_EFFECTS,
+        "forbidden_doc": mockmed.FORBIDDEN_EFFECTS,
+        "recipe_doc": mockmed.TIER2_RECIPE,
+    }
+    contract = mockmed.mockmed_contract(tier=2)
+    write_bundle(directory, contract=contract, **documents)
+    bundle = load_bundle(directory)
+    result = calibrate(bundle, seed=5, trials=60)
+    certificate = self_signed_certificate(bundle, result.summary, SigningKey.generate())
+    write_bundle(
+        directory,
+        contract=contract,
+        certificate=certificate,
+        calibration=summary_to_json(result.summary),
+        overwrite=True,
+        **documents,
+    )
+    assert load_bundle(directory).certificate is not None
+    assert schema_problems(directory) == []
+    (directory / "certificate.json").write_text(json.dumps({"certificate_id": "x"}))
+    assert any(
+        p.startswith("certificate.json: (top level): missing") for p in schema_problems(directory)
+    )
