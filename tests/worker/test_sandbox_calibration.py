@@ -19,8 +19,9 @@ import sqlalchemy as sa
 from support.postgres import PostgresServer
 
 from rewardseal.calibration import epsilon_from_summary, summary_from_json
+from rewardseal_kit import mockmed
 from rewardseal_worker.authoring.entry import run_authoring_command
-from rewardseal_worker.bundle import load_bundle
+from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
 from rewardseal_worker.cli import build_parser, main
 
@@ -105,6 +106,8 @@ def test_calibrate_sql_on_a_sqlite_sandbox_writes_counts_and_leaves_the_sandbox_
     assert sum(c.trials for c in summary.fault_classes) == 12
     assert "records" not in json.dumps(doc)  # counts only, never the corpus
     assert f"epsilon {epsilon_from_summary(summary):.6f}" in out
+    assert "does NOT meet the contract's policy" in out  # 0 in 12 gives 0.22 > 0.05
+    assert "0 false accepts in 59 trials would meet it" in out
     assert rows(sandbox) == 0  # every trial's rows deleted again
     assert rows(live) == 0  # the live SoR never touched
     # the bundle with its calibration still loads as serve loads it
@@ -347,3 +350,21 @@ def test_calibrate_draws_a_progress_bar_on_a_terminal_and_redraws_faults_the_sch
     summary = summary_from_json(calibrated(sql_bundle))
     assert summary.false_accepts == 0
     assert {c.name: c.trials for c in summary.fault_classes}["wrong_field"] == 4
+
+
+def test_calibrate_refuses_a_contract_that_pins_another_corpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The MockMed contract pins its ExtraDup corpus: a sandbox run must not claim it."""
+    directory = tmp_path / "contracts" / "mockmed"
+    write_bundle(
+        directory,
+        contract=mockmed.mockmed_contract(tier=2),
+        required_doc=mockmed.REQUIRED_EFFECTS,
+        forbidden_doc=mockmed.FORBIDDEN_EFFECTS,
+        recipe_doc=mockmed.TIER2_RECIPE,
+    )
+    code, _, err = run(capsys, "calibrate", str(directory), "--sandbox", str(tmp_path / "x.db"))
+    assert code == 2
+    assert f"pins calibration corpus {mockmed.CORPUS_DIGEST}" in err
+    assert not (directory / "calibration.json").exists()
