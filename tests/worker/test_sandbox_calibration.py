@@ -368,3 +368,19 @@ def test_calibrate_refuses_a_contract_that_pins_another_corpus(
     assert code == 2
     assert f"pins calibration corpus {mockmed.CORPUS_DIGEST}" in err
     assert not (directory / "calibration.json").exists()
+
+
+def test_calibrate_says_which_rule_refused_when_the_sandbox_holds_no_trial(
+    sql_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A NOT NULL column the effects never name: no row of any trial fits, and calibration
+    stops with a message that points at the sandbox's schema."""
+    sandbox = tmp_path / "strict.sqlite"
+    with sqlite3.connect(sandbox) as conn:
+        conn.execute(TICKETS_DDL.format(auto="").replace("priority TEXT", "tenant TEXT NOT NULL"))
+    code, _, err = run(capsys, "calibrate", str(sql_bundle), "--sandbox", str(sandbox))
+    assert code == 2
+    assert "50 draws of a 'gold' trial could not be written into the sandbox" in err
+    assert "a constraint of the sandbox's schema" in err
+    assert rows(sandbox) == 0
+    assert not (sql_bundle / "calibration.json").exists()

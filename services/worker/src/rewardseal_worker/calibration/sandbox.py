@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchTableError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchTableError, SQLAlchemyError
 
 from rewardseal.errors import ValidationError
 from rewardseal.judging import RECORD_ID_FIELD, Decision, judge_episode
@@ -256,6 +256,11 @@ class SqlSandboxStore:
                     # One statement object for every row: SQLAlchemy compiles each shape once.
                     assigned = conn.execute(self._insert, row).scalar_one()
                     ids[str(record[RECORD_ID_FIELD])] = str(assigned)
+        except IntegrityError:
+            raise TrialNotWritable(
+                "a constraint of the sandbox's schema (NOT NULL, unique, foreign key, check) "
+                "refused a row"
+            ) from None
         except SQLAlchemyError as exc:
             raise TrialNotWritable(f"the sandbox refused a row ({type(exc).__name__})") from None
         return ids
