@@ -150,6 +150,7 @@ def test_calibrate_refuses_when_the_gold_control_is_not_verified(
     )
     assert code == 2
     assert "a gold control trial was not VERIFIED" in err
+    assert "outcome REWARD_OUTCOME_WRONG_EFFECT" in err  # and why
     assert not (sql_bundle / "calibration.json").exists()
 
 
@@ -161,6 +162,11 @@ def test_calibrate_refuses_a_sandbox_without_the_table(
     code, _, err = run(capsys, "calibrate", str(sql_bundle), "--sandbox", str(empty))
     assert code == 2
     assert "the sandbox has no table 'tickets'" in err
+    missing = tmp_path / "missing.sqlite"
+    code, _, err = run(capsys, "calibrate", str(sql_bundle), "--sandbox", str(missing))
+    assert code == 2
+    assert "does not exist" in err
+    assert not missing.exists()  # not created empty
 
 
 def test_calibrate_sql_on_a_postgresql_sandbox_and_refuse_its_live_database(

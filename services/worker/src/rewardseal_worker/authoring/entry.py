@@ -70,7 +70,9 @@ def run_authoring_command(
             return run_calibrate(args, stdout, stderr)
         return run_contract_command(args, stdout)
     except RewardSealError as exc:
-        print(f"rewardseal-worker: {exc.message}", file=stderr)
+        # The metadata says why (e.g. which gold trial, its outcome and the judge's reason).
+        details = ", ".join(f"{key} {value}" for key, value in sorted(exc.metadata.items()))
+        print(f"rewardseal-worker: {exc.message}{f' ({details})' if details else ''}", file=stderr)
         return PROBLEMS_EXIT
 
 

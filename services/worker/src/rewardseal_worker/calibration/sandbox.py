@@ -206,10 +206,14 @@ class SqlSandboxStore:
 
     def __init__(self, url: str, table: str, id_column: str) -> None:
         """Connect and reflect ``table``; refuse a sandbox that lacks it."""
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+            # Opening would create an empty file, and the sandbox is to be a copy of the SoR.
+            raise ValidationError(f"the sandbox SQLite file {parsed.database} does not exist")
         try:
             # A sandbox needs no durability: without a flush per commit a trial's few small
             # transactions take milliseconds instead of a disk sync each.
-            postgres = make_url(url).get_backend_name() == "postgresql"
+            postgres = parsed.get_backend_name() == "postgresql"
             options = {"options": "-c synchronous_commit=off"} if postgres else {}
             self._engine: Engine = sa.create_engine(_driver_url(url), connect_args=options)
             if self._engine.dialect.name == "sqlite":
