@@ -49,6 +49,17 @@ def test_init_writes_a_bundle_that_check_passes_and_serve_loads(
     assert not any("://" in str(v) for v in recipe.values())  # credentials by variable name only
 
 
+@pytest.mark.parametrize("name", ["b", "Ticket Desk (EU)", "x" * 300])
+def test_init_makes_valid_ids_from_any_directory_name(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / name[:200]
+    code, _, err = run(capsys, "contract", "init", str(directory), "--recipe", "sql")
+    assert code == 0, err
+    contract = load_bundle(directory).contract
+    assert contract.task_id.startswith(contract.contract_id.split(".")[0])
+
+
 def test_init_refuses_a_directory_that_holds_files(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
