@@ -99,6 +99,11 @@ def test_check_lists_every_problem_of_a_broken_bundle_at_once(
     assert "oracle recipe key 'password' looks like a credential" in out
     assert "required_effects.json: digest mismatch" in out  # edited without sealing
     assert "hunter2" not in out
+    code, out, _ = run(capsys, "contract", "check", str(directory), "--json")
+    assert code == 2
+    report = json.loads(out)
+    assert report["contract_digest"].startswith("sha256:")
+    assert len(report["problems"]) >= 5
     # serve's loader refuses the same bundle, naming every problem in one error
     with pytest.raises(Exception, match=r"problems: \(1\)") as caught:
         load_bundle(directory)
