@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from support.linked_stack import (
     ADMIN_TOKEN,
     eventually,
@@ -22,6 +23,7 @@ from support.linked_stack import (
     start_control_plane,
     start_linked_worker,
 )
+from support.postgres import PostgresServer
 
 from rewardseal.client import make_descriptor
 from rewardseal.errors import NotFound
@@ -30,9 +32,36 @@ from rewardseal_control.cli import main as control_main
 from rewardseal_worker.cli import main as worker_main
 
 DDL = (
-    "CREATE TABLE tickets (id INTEGER PRIMARY KEY AUTOINCREMENT, customer_id TEXT NOT NULL, "
+    "CREATE TABLE tickets (id {key}, customer_id TEXT NOT NULL, "
     "subject TEXT, body TEXT, status TEXT, created_at TEXT, priority TEXT)"
 )
+KEYS = {
+    "sqlite": "INTEGER PRIMARY KEY AUTOINCREMENT",
+    "postgresql": "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def crm_databases(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(live URL, sandbox URL) of a CRM's tickets table: two SQLite files, or two databases of
+    the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        urls = [f"sqlite:///{tmp_path / name}" for name in ("crm.sqlite", "crm-copy.sqlite")]
+        names: list[str] = []
+    else:
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        names = [server.fresh_database(), server.fresh_database()]
+        urls = [server.url(name) for name in names]
+    for url in urls:
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(sa.text(DDL.format(key=KEYS[request.param])))
+        engine.dispose()
+    try:
+        yield urls[0], urls[1]
+    finally:
+        for name in names:
+            server.discard_database(name)
 
 
 def worker(*argv: str) -> int:
@@ -47,13 +76,10 @@ async def control_cli(target: str, *argv: str) -> tuple[int, str, str]:
 
 
 async def test_init_to_certified_receipt_with_a_production_certificate(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, crm_databases: tuple[str, str]
 ) -> None:
-    live, sandbox = tmp_path / "crm.sqlite", tmp_path / "crm-sandbox.sqlite"
-    for path in (live, sandbox):
-        with sqlite3.connect(path) as conn:
-            conn.execute(DDL)
-    monkeypatch.setenv("SOR_DATABASE_URL", f"sqlite:///{live}")
+    live, sandbox = crm_databases
+    monkeypatch.setenv("SOR_DATABASE_URL", live)
 
     bundle = tmp_path / "crm-bundle"
     assert worker("contract", "init", str(bundle), "--recipe", "sql") == 0
@@ -64,8 +90,7 @@ async def test_init_to_certified_receipt_with_a_production_certificate(
     assert worker("contract", "seal", str(bundle)) == 0
     assert worker("contract", "check", str(bundle)) == 0
     assert (
-        worker("calibrate", str(bundle), "--sandbox", str(sandbox), "--trials", "12", "--held-out")
-        == 0
+        worker("calibrate", str(bundle), "--sandbox", sandbox, "--trials", "12", "--held-out") == 0
     )
     not_held_out = json.loads((bundle / "calibration.json").read_text())
     not_held_out["held_out"] = False
@@ -106,11 +131,15 @@ async def test_init_to_certified_receipt_with_a_production_certificate(
 
         identity = {"customer_id": "cust-000123"}
         await stack.client.begin("episode-crm-000001", digest, identity)
-        with sqlite3.connect(live) as conn:  # the policy's honest write on the live SoR
+        engine = sa.create_engine(live)  # the policy's honest write on the live SoR
+        with engine.begin() as conn:
             conn.execute(
-                "INSERT INTO tickets (customer_id, subject, body, status) VALUES (?, ?, ?, ?)",
-                ("cust-000123", "Printer on fire", "Third floor.", "open"),
+                sa.text(
+                    "INSERT INTO tickets (customer_id, subject, body, status) "
+                    "VALUES ('cust-000123', 'Printer on fire', 'Third floor.', 'open')"
+                )
             )
+        engine.dispose()
         receipt = (
             await stack.client.score(
                 make_descriptor(

@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from rewardseal.digest import digest_json
+from rewardseal.signing import SigningKey
 from rewardseal_kit import mockmed
 from rewardseal_worker.authoring.schema_check import SCHEMA_FILES, load_schema, schema_problems
 from rewardseal_worker.authoring.templates import INIT_KINDS
 from rewardseal_worker.bundle import inspect_bundle, load_bundle, write_bundle
+from rewardseal_worker.calibration import calibrate, self_signed_certificate, summary_to_json
 from rewardseal_worker.cli import main
 from rewardseal_worker.seed import REST_RECIPE, rest_contract
 
@@ -45,6 +47,17 @@ def test_init_writes_a_bundle_that_check_passes_and_serve_loads(
     assert "no problems" in out
     recipe = json.loads((directory / "oracle_recipe.json").read_text())
     assert not any("://" in str(v) for v in recipe.values())  # credentials by variable name only
+
+
+@pytest.mark.parametrize("name", ["b", "Ticket Desk (EU)", "x" * 300])
+def test_init_makes_valid_ids_from_any_directory_name(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / name[:200]
+    code, _, err = run(capsys, "contract", "init", str(directory), "--recipe", "sql")
+    assert code == 0, err
+    contract = load_bundle(directory).contract
+    assert contract.task_id.startswith(contract.contract_id.split(".")[0])
 
 
 def test_init_refuses_a_directory_that_holds_files(
@@ -86,6 +99,11 @@ def test_check_lists_every_problem_of_a_broken_bundle_at_once(
     assert "oracle recipe key 'password' looks like a credential" in out
     assert "required_effects.json: digest mismatch" in out  # edited without sealing
     assert "hunter2" not in out
+    code, out, _ = run(capsys, "contract", "check", str(directory), "--json")
+    assert code == 2
+    report = json.loads(out)
+    assert report["contract_digest"].startswith("sha256:")
+    assert len(report["problems"]) >= 5
     # serve's loader refuses the same bundle, naming every problem in one error
     with pytest.raises(Exception, match=r"problems: \(1\)") as caught:
         load_bundle(directory)
@@ -179,3 +197,33 @@ def test_schemas_accept_every_bundle_the_loader_accepts(tmp_path: Path) -> None:
         )
         assert load_bundle(directory).contract.oracle.oracle_recipe_digest == digest_json(recipe)
         assert schema_problems(directory) == []
+
+
+def test_schemas_accept_a_calibration_and_a_certificate_as_the_worker_writes_them(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "mockmed"
+    documents = {
+        "required_doc": mockmed.REQUIRED_EFFECTS,
+        "forbidden_doc": mockmed.FORBIDDEN_EFFECTS,
+        "recipe_doc": mockmed.TIER2_RECIPE,
+    }
+    contract = mockmed.mockmed_contract(tier=2)
+    write_bundle(directory, contract=contract, **documents)
+    bundle = load_bundle(directory)
+    result = calibrate(bundle, seed=5, trials=60)
+    certificate = self_signed_certificate(bundle, result.summary, SigningKey.generate())
+    write_bundle(
+        directory,
+        contract=contract,
+        certificate=certificate,
+        calibration=summary_to_json(result.summary),
+        overwrite=True,
+        **documents,
+    )
+    assert load_bundle(directory).certificate is not None
+    assert schema_problems(directory) == []
+    (directory / "certificate.json").write_text(json.dumps({"certificate_id": "x"}))
+    assert any(
+        p.startswith("certificate.json: (top level): missing") for p in schema_problems(directory)
+    )

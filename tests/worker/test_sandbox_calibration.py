@@ -5,6 +5,7 @@ does not pay refuses the whole calibration."""
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import threading
@@ -18,9 +19,11 @@ import sqlalchemy as sa
 from support.postgres import PostgresServer
 
 from rewardseal.calibration import epsilon_from_summary, summary_from_json
-from rewardseal_worker.bundle import load_bundle
+from rewardseal_kit import mockmed
+from rewardseal_worker.authoring.entry import run_authoring_command
+from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
-from rewardseal_worker.cli import main
+from rewardseal_worker.cli import build_parser, main
 
 TICKETS_DDL = (
     "CREATE TABLE tickets (id INTEGER PRIMARY KEY {auto}, customer_id TEXT NOT NULL, "
@@ -103,6 +106,8 @@ def test_calibrate_sql_on_a_sqlite_sandbox_writes_counts_and_leaves_the_sandbox_
     assert sum(c.trials for c in summary.fault_classes) == 12
     assert "records" not in json.dumps(doc)  # counts only, never the corpus
     assert f"epsilon {epsilon_from_summary(summary):.6f}" in out
+    assert "does NOT meet the contract's policy" in out  # 0 in 12 gives 0.22 > 0.05
+    assert "0 false accepts in 59 trials would meet it" in out
     assert rows(sandbox) == 0  # every trial's rows deleted again
     assert rows(live) == 0  # the live SoR never touched
     # the bundle with its calibration still loads as serve loads it
@@ -145,6 +150,7 @@ def test_calibrate_refuses_when_the_gold_control_is_not_verified(
     )
     assert code == 2
     assert "a gold control trial was not VERIFIED" in err
+    assert "outcome REWARD_OUTCOME_WRONG_EFFECT" in err  # and why
     assert not (sql_bundle / "calibration.json").exists()
 
 
@@ -156,6 +162,11 @@ def test_calibrate_refuses_a_sandbox_without_the_table(
     code, _, err = run(capsys, "calibrate", str(sql_bundle), "--sandbox", str(empty))
     assert code == 2
     assert "the sandbox has no table 'tickets'" in err
+    missing = tmp_path / "missing.sqlite"
+    code, _, err = run(capsys, "calibrate", str(sql_bundle), "--sandbox", str(missing))
+    assert code == 2
+    assert "does not exist" in err
+    assert not missing.exists()  # not created empty
 
 
 def test_calibrate_sql_on_a_postgresql_sandbox_and_refuse_its_live_database(
@@ -164,20 +175,15 @@ def test_calibrate_sql_on_a_postgresql_sandbox_and_refuse_its_live_database(
     monkeypatch: pytest.MonkeyPatch,
     postgres_server: PostgresServer,
 ) -> None:
-    live_name, sandbox_name = postgres_server.fresh_database(), postgres_server.fresh_database()
+    sandbox_name = postgres_server.fresh_database()
     try:
-        for name in (live_name, sandbox_name):
-            engine = sa.create_engine(postgres_server.url(name))
-            with engine.begin() as conn:
-                conn.execute(
-                    sa.text(
-                        TICKETS_DDL.format(auto="GENERATED ALWAYS AS IDENTITY").replace(
-                            "INTEGER", "BIGINT"
-                        )
-                    )
-                )
-            engine.dispose()
-        live_url, sandbox_url = postgres_server.url(live_name), postgres_server.url(sandbox_name)
+        engine = sa.create_engine(postgres_server.url(sandbox_name))
+        with engine.begin() as conn:
+            ddl = TICKETS_DDL.format(auto="GENERATED ALWAYS AS IDENTITY")
+            conn.execute(sa.text(ddl.replace("INTEGER", "BIGINT")))
+        engine.dispose()
+        # The live database is only compared by URL: it need not exist here.
+        live_url, sandbox_url = postgres_server.url("crm_live"), postgres_server.url(sandbox_name)
         monkeypatch.setenv("SOR_DATABASE_URL", live_url)
         # the live database under another spelling of the same host: refused
         aliased = live_url.replace("127.0.0.1", "localhost")
@@ -207,7 +213,6 @@ def test_calibrate_sql_on_a_postgresql_sandbox_and_refuse_its_live_database(
             assert conn.execute(sa.text("SELECT count(*) FROM tickets")).scalar() == 0
         engine.dispose()
     finally:
-        postgres_server.discard_database(live_name)
         postgres_server.discard_database(sandbox_name)
 
 
@@ -316,3 +321,66 @@ def test_calibrate_refuses_a_fhir_bundle_naming_what_is_missing(
     assert code == 2
     assert "cannot write trials into a FHIR server yet" in err
     assert "Encounter resources" in err
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_calibrate_draws_a_progress_bar_on_a_terminal_and_redraws_faults_the_schema_cannot_hold(
+    sql_bundle: Path, tmp_path: Path
+) -> None:
+    """A sandbox without the ``priority`` column cannot hold the extra-field fault that writes
+    it: those draws are drawn again (and counted), the run still covers every class."""
+    sandbox = tmp_path / "narrow.sqlite"
+    with sqlite3.connect(sandbox) as conn:
+        conn.execute(
+            "CREATE TABLE tickets (id INTEGER PRIMARY KEY, customer_id TEXT NOT NULL, "
+            "subject TEXT, body TEXT, status TEXT, created_at TEXT)"
+        )
+    out, err = io.StringIO(), _Terminal()
+    args = build_parser().parse_args(
+        ["calibrate", str(sql_bundle), "--sandbox", str(sandbox), "--trials", "24", "--seed", "3"]
+    )
+    assert run_authoring_command(args, out, err) == 0, err.getvalue()
+    assert "calibrating [" in err.getvalue()
+    assert err.getvalue().endswith("27/27\n")  # 24 fault and 3 gold trials, drawn to the end
+    assert "redrawn" in out.getvalue()
+    summary = summary_from_json(calibrated(sql_bundle))
+    assert summary.false_accepts == 0
+    assert {c.name: c.trials for c in summary.fault_classes}["wrong_field"] == 4
+
+
+def test_calibrate_refuses_a_contract_that_pins_another_corpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The MockMed contract pins its ExtraDup corpus: a sandbox run must not claim it."""
+    directory = tmp_path / "contracts" / "mockmed"
+    write_bundle(
+        directory,
+        contract=mockmed.mockmed_contract(tier=2),
+        required_doc=mockmed.REQUIRED_EFFECTS,
+        forbidden_doc=mockmed.FORBIDDEN_EFFECTS,
+        recipe_doc=mockmed.TIER2_RECIPE,
+    )
+    code, _, err = run(capsys, "calibrate", str(directory), "--sandbox", str(tmp_path / "x.db"))
+    assert code == 2
+    assert f"pins calibration corpus {mockmed.CORPUS_DIGEST}" in err
+    assert not (directory / "calibration.json").exists()
+
+
+def test_calibrate_says_which_rule_refused_when_the_sandbox_holds_no_trial(
+    sql_bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A NOT NULL column the effects never name: no row of any trial fits, and calibration
+    stops with a message that points at the sandbox's schema."""
+    sandbox = tmp_path / "strict.sqlite"
+    with sqlite3.connect(sandbox) as conn:
+        conn.execute(TICKETS_DDL.format(auto="").replace("priority TEXT", "tenant TEXT NOT NULL"))
+    code, _, err = run(capsys, "calibrate", str(sql_bundle), "--sandbox", str(sandbox))
+    assert code == 2
+    assert "50 draws of a 'gold' trial could not be written into the sandbox" in err
+    assert "a constraint of the sandbox's schema" in err
+    assert rows(sandbox) == 0
+    assert not (sql_bundle / "calibration.json").exists()

@@ -9,6 +9,7 @@ that ``check`` passes; ``seal`` rebinds the document digests after an edit.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -54,6 +55,9 @@ def add_contract_commands(commands: argparse._SubParsersAction[argparse.Argument
     init.add_argument("--recipe", required=True, choices=INIT_KINDS, help="how the SoR is read")
     check = actions.add_parser("check", help="load DIR as serve would; list every problem")
     check.add_argument("directory", type=Path, metavar="DIR")
+    check.add_argument(
+        "--json", action="store_true", help="print {contract_digest, problems, notes} as JSON"
+    )
     seal = actions.add_parser("seal", help="rebind contract.json to the edited documents")
     seal.add_argument("directory", type=Path, metavar="DIR")
     show = actions.add_parser("show", help="what the contract in DIR says, and its digest")
@@ -66,7 +70,7 @@ def run_contract_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> 
     if action == "init":
         return init_bundle(args.directory, args.recipe, out)
     if action == "check":
-        return check_bundle(args.directory, out)
+        return check_bundle(args.directory, out, as_json=args.json)
     if action == "seal":
         return seal_bundle(args.directory, out)
     return show_bundle(args.directory, out)
@@ -96,26 +100,36 @@ def init_bundle(directory: Path, kind: str, out: TextIO) -> int:
     return 0
 
 
-def check_bundle(directory: Path, out: TextIO) -> int:
+def check_bundle(directory: Path, out: TextIO, *, as_json: bool = False) -> int:
     """Print the digest and every problem of the bundle in ``directory``; 2 if there is any."""
     inspection = inspect_bundle(directory)
     problems = list(inspection.problems)
     if directory.is_dir():
         problems += schema_problems(directory)
+    bundle = inspection.bundle
+    notes = _environment_notes(bundle.recipe) if bundle is not None else []
+    code = PROBLEMS_EXIT if problems else 0
+    if as_json:
+        document = {
+            "bundle": str(directory),
+            "contract_digest": inspection.contract_digest,
+            "problems": problems,
+            "notes": notes,
+        }
+        print(json.dumps(document, indent=2), file=out)
+        return code
+    digest = inspection.contract_digest or "(contract.json has problems)"
     print(f"bundle           {directory}", file=out)
-    print(
-        f"contract digest  {inspection.contract_digest or '(contract.json has problems)'}", file=out
-    )
-    if inspection.bundle is not None:
-        for note in _environment_notes(inspection.bundle.recipe):
-            print(f"note             {note}", file=out)
+    print(f"contract digest  {digest}", file=out)
+    for note in notes:
+        print(f"note             {note}", file=out)
     if not problems:
         print("ok               no problems: serve will load this bundle", file=out)
-        return 0
+        return code
     print(f"{len(problems)} problem{'s' if len(problems) > 1 else ''}:", file=out)
     for index, problem in enumerate(problems, 1):
         print(f"  {index}. {problem}", file=out)
-    return PROBLEMS_EXIT
+    return code
 
 
 def _environment_notes(recipe: Mapping[str, Any]) -> list[str]:

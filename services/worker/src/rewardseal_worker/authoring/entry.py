@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import secrets
 import sys
 from pathlib import Path
 from typing import TextIO
 
 from rewardseal.calibration import summary_to_json
-from rewardseal.errors import RewardSealError
+from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal_worker.authoring.commands import PROBLEMS_EXIT, run_contract_command
-from rewardseal_worker.bundle import CALIBRATION_FILE, load_bundle
+from rewardseal_worker.bundle import CALIBRATION_FILE, ContractBundle, load_bundle
 from rewardseal_worker.calibration import calibrate, text_progress
 from rewardseal_worker.calibration.runner import DEFAULT_TRIALS
 from rewardseal_worker.calibration.sandbox import open_sandbox
+from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
 
 __all__ = ["add_calibrate_command", "run_authoring_command", "run_calibrate"]
 
@@ -44,7 +46,12 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
         metavar="URL",
         help="rest only: the database URL the sandbox API serves from (trials are written there)",
     )
-    cal.add_argument("--trials", type=int, default=DEFAULT_TRIALS, help="fault trials")
+    cal.add_argument(
+        "--trials",
+        type=int,
+        default=DEFAULT_TRIALS,
+        help=f"fault trials (default {DEFAULT_TRIALS}; a tenth as many gold control trials too)",
+    )
     cal.add_argument("--seed", type=int, help="generator seed (default: a fresh random one)")
     cal.add_argument(
         "--held-out",
@@ -68,13 +75,41 @@ def run_authoring_command(
             return run_calibrate(args, stdout, stderr)
         return run_contract_command(args, stdout)
     except RewardSealError as exc:
-        print(f"rewardseal-worker: {exc.message}", file=stderr)
+        # The metadata says why (e.g. which gold trial, its outcome and the judge's reason).
+        details = ", ".join(f"{key} {value}" for key, value in sorted(exc.metadata.items()))
+        print(f"rewardseal-worker: {exc.message}{f' ({details})' if details else ''}", file=stderr)
         return PROBLEMS_EXIT
+
+
+def _check_corpus(bundle: ContractBundle) -> None:
+    """A sandbox run is the sandbox corpus: refuse a contract that pins another one, rather than
+    stamp a summary with a corpus it did not run (R-C-3 would then certify the wrong claim)."""
+    pinned = bundle.contract.certificate_policy.calibration_corpus_digest
+    if pinned != SANDBOX_CORPUS_DIGEST:
+        raise ValidationError(
+            f"the contract pins calibration corpus {pinned}, but a sandbox calibration runs the "
+            f"sandbox corpus {SANDBOX_CORPUS_DIGEST}; pin that digest in "
+            "certificate_policy.calibration_corpus_digest (contract init does) and seal"
+        )
+
+
+def _policy_words(bundle: ContractBundle, epsilon: float, delta: float) -> str:
+    """Whether control will certify this summary under the contract's policy, and if not, why."""
+    policy = bundle.contract.certificate_policy
+    if epsilon <= policy.max_epsilon and delta <= policy.max_delta:
+        return f"meets the contract's policy (epsilon <= {policy.max_epsilon:g})"
+    # With no false accept, 0 in n trials gives epsilon 1 - delta^(1/n).
+    needed = math.ceil(math.log(delta) / math.log(1.0 - policy.max_epsilon))
+    return (
+        f"does NOT meet the contract's policy (epsilon <= {policy.max_epsilon:g}): control will "
+        f"refuse a certificate; 0 false accepts in {needed} trials would meet it"
+    )
 
 
 def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``calibrate``: the summary written to ``--out``; the counts printed."""
     bundle = load_bundle(args.directory)
+    _check_corpus(bundle)
     seed = args.seed if args.seed is not None else secrets.randbits(63)
     judge = open_sandbox(bundle, args.sandbox, sandbox_store=args.sandbox_store)
     if judge.note:
@@ -110,6 +145,7 @@ def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         f"{result.delta:g}",
         file=out,
     )
+    print(f"policy           {_policy_words(bundle, result.epsilon, result.delta)}", file=out)
     if result.redrawn:
         print(
             f"redrawn          {result.redrawn} draws the sandbox could not hold (a column or "

@@ -21,6 +21,7 @@ from jsonschema.exceptions import ValidationError as SchemaError
 from rewardseal import strict_json
 from rewardseal_worker.bundle import (
     CALIBRATION_FILE,
+    CERTIFICATE_FILE,
     CONTRACT_FILE,
     FORBIDDEN_EFFECTS_FILE,
     ORACLE_RECIPE_FILE,
@@ -34,6 +35,7 @@ SCHEMA_FILES: Final[Mapping[str, str]] = {
     REQUIRED_EFFECTS_FILE: "effects.schema.json",
     FORBIDDEN_EFFECTS_FILE: "effects.schema.json",
     ORACLE_RECIPE_FILE: "oracle_recipe.schema.json",
+    CERTIFICATE_FILE: "certificate.schema.json",
     CALIBRATION_FILE: "calibration.schema.json",
 }
 """Bundle file -> the schema (package data of this package) it is checked against."""

@@ -118,8 +118,9 @@ def _effects(kind: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def contract_stem(name: str) -> str:
-    """A contract id stem from a directory name: lower case, ``[a-z0-9.-]``, never empty."""
-    stem = re.sub(r"[^a-z0-9.-]+", "-", name.lower()).strip(".-")
+    """A contract id stem from a directory name: lower case, ``[a-z0-9.-]``, 1 to 64 characters
+    (the ids built on it stay within R-MSG-10's 8 to 128)."""
+    stem = re.sub(r"[^a-z0-9.-]+", "-", name.lower())[:64].strip(".-")
     return stem or "contract"
 
 
@@ -141,7 +142,7 @@ def starting_bundle(
     contract = RewardContract(
         contract_id=f"{stem}.contract",
         contract_version="1",
-        task_id=f"{stem}.task",
+        task_id=f"{stem}.task.default",
         task_digest=digest_json({"task": "describe the task the policy is asked to do"}),
         environment_id=f"{stem}.environment",
         environment_digest=digest_json({"environment": stem, "version": 1}),

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchTableError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchTableError, SQLAlchemyError
 
 from rewardseal.errors import ValidationError
 from rewardseal.judging import RECORD_ID_FIELD, Decision, change_token, judge_episode
@@ -206,11 +206,17 @@ class SqlSandboxStore:
 
     def __init__(self, url: str, table: str, id_column: str) -> None:
         """Connect and reflect ``table``; refuse a sandbox that lacks it."""
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+            # Opening would create an empty file, and the sandbox is to be a copy of the SoR.
+            raise ValidationError(f"the sandbox SQLite file {parsed.database} does not exist")
         try:
-            self._engine: Engine = sa.create_engine(_driver_url(url))
+            # A sandbox needs no durability: without a flush per commit a trial's few small
+            # transactions take milliseconds instead of a disk sync each.
+            postgres = parsed.get_backend_name() == "postgresql"
+            options = {"options": "-c synchronous_commit=off"} if postgres else {}
+            self._engine: Engine = sa.create_engine(_driver_url(url), connect_args=options)
             if self._engine.dialect.name == "sqlite":
-                # A sandbox needs no durability: without a sync per commit a trial's three small
-                # transactions take milliseconds instead of a disk flush each.
                 sa.event.listen(self._engine, "connect", _sqlite_unsynced)
             self._table = sa.Table(table, sa.MetaData(), autoload_with=self._engine)
         except NoSuchTableError:
@@ -256,6 +262,11 @@ class SqlSandboxStore:
                     # One statement object for every row: SQLAlchemy compiles each shape once.
                     assigned = conn.execute(self._insert, row).scalar_one()
                     ids[str(record[RECORD_ID_FIELD])] = str(assigned)
+        except IntegrityError:
+            raise TrialNotWritable(
+                "a constraint of the sandbox's schema (NOT NULL, unique, foreign key, check) "
+                "refused a row"
+            ) from None
         except SQLAlchemyError as exc:
             raise TrialNotWritable(f"the sandbox refused a row ({type(exc).__name__})") from None
         return ids
