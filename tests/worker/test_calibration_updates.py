@@ -158,7 +158,7 @@ def test_a_judge_that_ignores_the_change_count_leaks(bundle, monkeypatch):
 TICKETS_DDL = (
     "CREATE TABLE tickets (id TEXT PRIMARY KEY, customer_id TEXT NOT NULL, queue_id TEXT NOT "
     "NULL, subject TEXT, body TEXT, priority TEXT, status TEXT, resolution TEXT, channel TEXT, "
-    "comment TEXT, created_at TEXT, updated_at TEXT)"
+    "created_at TEXT, updated_at TEXT)"
 )
 
 
@@ -202,3 +202,32 @@ def test_a_sandbox_judges_update_faults_as_the_engine_does(bundle, tmp_path, fau
     assert gold.outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
     with sqlite3.connect(sandbox) as conn:
         assert conn.execute("SELECT count(*) FROM tickets").fetchone() == (0,)
+
+
+def test_every_trial_fits_a_sandbox_of_the_columns_the_contract_names(bundle, tmp_path):
+    """Extra and touched fields are columns the contract names elsewhere, not invented ones, so
+    a sandbox copy of the SoR holds every draw (none is redrawn) and each fault is measured."""
+    import sqlite3
+
+    from rewardseal_worker.calibration.runner import TrialNotWritable
+    from rewardseal_worker.calibration.sandbox import open_sandbox
+
+    sandbox = tmp_path / "sandbox.sqlite"
+    with sqlite3.connect(sandbox) as conn:
+        conn.execute(TICKETS_DDL)
+    setup = fault_classes.setup_for(bundle, None)
+    judge = open_sandbox(bundle, str(sandbox), environ={})
+    refused = []
+    try:
+        for fault in GENERIC_FAULT_CLASSES:
+            for index in range(12):
+                trial, variant = trials.build_generic(
+                    setup, trials.trial_rng(SEED, fault, index), fault
+                )
+                try:
+                    judge(setup, trials.trial_rng(SEED, "read", index), trial)
+                except TrialNotWritable as exc:
+                    refused.append((fault, variant, str(exc)))
+    finally:
+        judge.close()
+    assert refused == []

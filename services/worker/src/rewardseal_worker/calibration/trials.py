@@ -232,27 +232,37 @@ Change = tuple[Record, Record]
 
 
 def _changed(
-    rng: random.Random, effect: EffectSpec, before: Record, values: Mapping[str, Any]
+    setup: CalibrationSetup,
+    rng: random.Random,
+    effect: EffectSpec,
+    before: Record,
+    values: Mapping[str, Any],
 ) -> Record:
     """``before`` with ``values`` written, and some change whatever they are (an update that
-    changes nothing is no update)."""
+    changes nothing is no update): a field the effect allows to change, else one the contract
+    names (a real column, which a sandbox copy of the SoR holds)."""
     after = {**before, **values}
     if not changed_fields(before, after):
-        allowed = sorted((effect.allowed_fields or frozenset({"comment"})) - set(effect.select))
-        name = allowed[0] if allowed else "comment"
+        pool = effect.allowed_fields if effect.allowed_fields is not None else setup.columns
+        names = sorted(set(pool) - set(effect.select) - set(effect.before))
+        name = names[0] if names else "comment"
         after[name] = filler(rng, name)
     return after
 
 
 def _gold_change(
-    rng: random.Random, effect: EffectSpec, identity: Mapping[str, str], world: World
+    setup: CalibrationSetup,
+    rng: random.Random,
+    effect: EffectSpec,
+    identity: Mapping[str, str],
+    world: World,
 ) -> Change:
     """A baseline record an update effect selects, and the change it asks for."""
     before: Record = {RECORD_ID_FIELD: world.mint(), **_resolved_select(effect, identity)}
     before.update(effect.before)
     for name in sorted(effect.required_fields - set(before)):
         before[name] = filler(rng, name)
-    return before, _changed(rng, effect, before, effect.expect)
+    return before, _changed(setup, rng, effect, before, effect.expect)
 
 
 def _gold_changes(
@@ -264,13 +274,22 @@ def _gold_changes(
         if effect.updates:
             count = effect.changed_records or rng.randint(1, 2)
             changes[effect.name] = [
-                _gold_change(rng, effect, identity, world) for _ in range(count)
+                _gold_change(setup, rng, effect, identity, world) for _ in range(count)
             ]
     return changes
 
 
 def _count(effect: EffectSpec) -> int | None:
     return effect.changed_records if effect.updates else effect.new_records
+
+
+def _extra_field(setup: CalibrationSetup, rng: random.Random, effect: EffectSpec) -> str:
+    """A field outside ``effect``'s allowed fields: first one the contract names elsewhere (a
+    real column, which a sandbox copy of the SoR holds), else an invented one."""
+    allowed = effect.allowed_fields or frozenset()
+    named = [c for c in setup.columns if c not in allowed and c not in effect.select]
+    names = named + [n for n in _EXTRA_FIELD_CANDIDATES if n not in allowed]
+    return names[0] if names else f"extra_{rng.getrandbits(16):04x}"
 
 
 def _fault_applies(effect: EffectSpec, fault: str) -> bool:
@@ -312,7 +331,11 @@ def _change_fault(
         before.update(effect.before)
         options = ["touched_record"] if effect.expect else ["touched_record", "deleted_record"]
         variant = rng.choice(options)
-        after = {} if variant == "deleted_record" else _changed(rng, effect, before, effect.expect)
+        after = (
+            {}
+            if variant == "deleted_record"
+            else _changed(setup, rng, effect, before, effect.expect)
+        )
         changes.setdefault(f"forbidden:{effect.name}", []).append((before, after))
         return variant
     own = changes[effect.name]
@@ -332,7 +355,7 @@ def _change_fault(
         return variant
     if fault in ("duplicate_record", "extra_record"):
         variant = "changed_one_more" if fault == "duplicate_record" else "changed_another"
-        own.append(_gold_change(rng, effect, identity, world))
+        own.append(_gold_change(setup, rng, effect, identity, world))
         return variant
     # wrong_field
     options = []
@@ -343,9 +366,7 @@ def _change_fault(
     variant = rng.choice(options)
     _, target = rng.choice(own)
     if variant == "extra_field":
-        assert effect.allowed_fields is not None
-        names = [n for n in _EXTRA_FIELD_CANDIDATES if n not in effect.allowed_fields]
-        name = names[0] if names else f"extra_{rng.getrandbits(16):04x}"
+        name = _extra_field(setup, rng, effect)
         target[name] = filler(rng, name)
         return variant
     field = rng.choice(sorted(effect.expect))
@@ -434,9 +455,7 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
         variant = rng.choice(options)
         target = rng.choice(writes[effect.name])
         if variant == "extra_field":
-            assert effect.allowed_fields is not None
-            names = [n for n in _EXTRA_FIELD_CANDIDATES if n not in effect.allowed_fields]
-            name = names[0] if names else f"extra_{rng.getrandbits(16):04x}"
+            name = _extra_field(setup, rng, effect)
             target[name] = filler(rng, name) if rng.random() < 0.5 else "stat"
         else:
             field = rng.choice(sorted(effect.expect))
