@@ -88,7 +88,11 @@ async def control_cli(target: str, *argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("kind", ["sql", "rest"])
 async def test_helpdesk_from_check_to_certified_receipts(
-    kind: str, postgres_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kind: str,
+    postgres_server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     live_db, sandbox_db = postgres_server.fresh_database(), postgres_server.fresh_database()
     live_url, sandbox_url = postgres_server.url(live_db), postgres_server.url(sandbox_db)
@@ -115,6 +119,9 @@ async def test_helpdesk_from_check_to_certified_receipts(
                                     "--sandbox-store", sandbox_url, "--trials", TRIALS,
                                     "--seed", "17", "--held-out")  # fmt: skip
         assert calibrated == 0
+        said = capsys.readouterr().out
+        assert "meets the contract's policy" in said
+        assert "redrawn" not in said  # the sandbox's schema held every draw
         summary = json.loads((bundle / "calibration.json").read_text())
         assert (summary["trials"], summary["false_accepts"], summary["gold_refused"]) == (60, 0, 0)
         assert summary["held_out"] is True
