@@ -232,6 +232,23 @@ def test_the_checked_in_bundles_are_what_the_example_writes_and_load(kind):
     assert [e.updates for e in (*bundle.required, *bundle.forbidden)] == [False, True, True]
 
 
+def test_contract_check_and_show_read_the_update_effects(capsys):
+    from rewardseal_worker.cli import main as worker_main
+
+    assert worker_main(["contract", "check", str(BUNDLES / "sql")]) == 0
+    assert worker_main(["contract", "show", str(BUNDLES / "sql")]) == 0
+    shown = capsys.readouterr().out
+    assert (
+        "previous_ticket_closed: in tickets where customer_id = <customer_id>, queue_id = "
+        "<queue_id>; records that existed before with status = 'open' and changed; exactly 1 "
+        "changed record(s); now with resolution = 'superseded', status = 'closed'; no change "
+        "outside ['resolution', 'status', 'updated_at']"
+    ) in shown
+    assert "closed_ticket_touched: in tickets where customer_id = <customer_id>, queue_id = " in (
+        shown
+    )
+
+
 # --- the actor and its reports ---
 
 
