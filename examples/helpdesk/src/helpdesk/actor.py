@@ -31,6 +31,8 @@ __all__ = ["HelpdeskActor"]
 _CUSTOMER: Final = "customer_id"
 _QUEUE: Final = "queue_id"
 _SERVER_ERROR: Final = 500
+_MAX_PENDING_COPIES: Final = 4096
+"""Sandbox copies remembered between identity_for and act (a trainer batch is far smaller)."""
 
 
 class PlatformFailure(Exception):
@@ -97,6 +99,9 @@ class HelpdeskActor:
                 f"the helpdesk refused to copy the row (HTTP {answer.status_code})"
             )
         self._copies[episode_id] = dict(answer.json()["tickets"])
+        while len(self._copies) > _MAX_PENDING_COPIES:
+            # An episode whose begin failed is never acted on: forget the oldest mapping.
+            del self._copies[next(iter(self._copies))]
         return {_CUSTOMER: copy, _QUEUE: queue}
 
     def act(
