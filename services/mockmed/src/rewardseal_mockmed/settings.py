@@ -22,6 +22,7 @@ from rewardseal_server.service_settings import (
     MIN_TOKEN_LENGTH,
     load_or_create_token,
     read_token_file,
+    resolve_port,
 )
 
 __all__ = [
@@ -123,7 +124,7 @@ def resolve_settings(
         token=token,
         admin_token=admin_token,
         host=host or env.get("MOCKMED_HOST") or DEFAULT_HOST,
-        port=port if port is not None else int(env.get("MOCKMED_PORT") or DEFAULT_PORT),
+        port=resolve_port(port, env, env_name="MOCKMED_PORT", default=DEFAULT_PORT),
         screen_file=screen_file.expanduser().resolve() if screen_file else None,
         seed_rows=seed_rows,
         seed=seed,

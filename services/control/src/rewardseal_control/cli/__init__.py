@@ -21,13 +21,14 @@ settings).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from rewardseal.errors import RewardSealError
+from rewardseal.errors import RewardSealError, Unavailable
 from rewardseal_control.cli.admin import client_tls, run_admin
 from rewardseal_control.cli.common import (
     CLIENT_TLS_ENV,
@@ -40,6 +41,10 @@ from rewardseal_control.cli.common import (
 from rewardseal_control.cli.integrity import run_integrity
 from rewardseal_control.cli.parser import build_parser
 from rewardseal_control.cli.serve import migrate, serve
+from rewardseal_control.settings import ENV_PREFIX
+from rewardseal_server.cli_failures import run_cli
+
+DB_URL_ENV = f"{ENV_PREFIX}DB_URL"
 
 __all__ = [
     "CLIENT_TLS_ENV",
@@ -61,6 +66,11 @@ def main(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     args = build_parser().parse_args(argv)
+    # Anything not caught below: one line, exit 2 or 1 (rewardseal_server.cli_failures).
+    return run_cli(PROG, lambda: _run(args, out, err), err=err, db_env=DB_URL_ENV)
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.command == "serve":
             logging.basicConfig(
@@ -78,6 +88,8 @@ def main(
     except UsageError as exc:
         print(f"{PROG}: {exc}", file=err)
         return EXIT_USAGE
+    except Unavailable:
+        raise  # a database that refuses connections: exit 1, with its cause, in run_cli
     except RewardSealError as exc:
         # Local: bad settings, a file that is not a calibration summary, a database URL.
         print(f"{PROG}: {exc.message}", file=err)
