@@ -18,7 +18,8 @@ worker starts; and the worker's data volume comes from an earlier start (the ses
 data directory: seeding and calibrating again would add minutes, not coverage).
 
 Then, through compose's MockMed: an honest Triage write is VERIFIED and certified, and the
-banner lie (MockMed answers "Saved" and stores nothing) is WRONG_EFFECT, paid nothing.
+banner lie (MockMed answers "Saved" and stores nothing) is WRONG_EFFECT, paid nothing. The
+worker's oracle reads with MockMed's read-only token, which cannot write.
 
 Slow (several processes start): ``make test-compose`` runs it; ``make test`` leaves tests/compose
 out (pyproject addopts), and .ci/run runs ``make test-compose``.
@@ -36,6 +37,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -381,12 +383,15 @@ def compose_stack(
         drop_postgres(postgres_server, postgres_env)
 
 
-def post(stack: ComposeStack, path: str, body: dict[str, Any]) -> dict[str, Any]:
+def post(
+    stack: ComposeStack, path: str, body: dict[str, Any], token: str = "MOCKMED_TOKEN"
+) -> dict[str, Any]:
+    """POST to compose's MockMed with the token in deploy/.env variable ``token``."""
     request = urllib.request.Request(
         stack.url("mockmed") + path,
         data=json.dumps(body).encode(),
         headers={
-            "authorization": f"Bearer {stack.values['MOCKMED_TOKEN']}",
+            "authorization": f"Bearer {stack.values[token]}",
             "content-type": "application/json",
         },
         method="POST",
@@ -432,6 +437,10 @@ def test_the_compose_stack_pays_the_honest_episode_and_not_the_banner_lie(
                     oracle_identity={"patient_id": patient},
                 )
             )
+    # The worker's oracle token (MOCKMED_API_TOKEN) reads the system of record, never writes it.
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        post(stack, "/api/encounters", {"patient_id": "patient-compose-0003"}, "MOCKMED_READ_TOKEN")
+    assert refused.value.code == 403
     honest, lie = outcomes["honest"], outcomes["lie"]
     assert honest.receipt.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
     assert honest.scalar == 1.0

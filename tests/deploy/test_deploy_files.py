@@ -397,7 +397,7 @@ def test_the_compose_worker_reads_the_system_of_record_mockmed_writes(
     compose: dict[str, Any],
 ) -> None:
     """The served bundle is the seeded rest bundle, and its recipe's variables point at the
-    compose MockMed with MockMed's own client token (tests/deploy/test_compose_topology.py
+    compose MockMed with MockMed's read-only token (tests/compose/test_compose_topology.py
     scores through it)."""
     from rewardseal_worker.seed import REST_BUNDLE, REST_RECIPE
 
@@ -407,12 +407,14 @@ def test_the_compose_worker_reads_the_system_of_record_mockmed_writes(
     environment = worker["environment"]
     assert environment[REST_RECIPE["base_url_env"]] == f"http://mockmed:{PORTS['mockmed']}"
     token = SUBSTITUTION.fullmatch(environment[REST_RECIPE["token_env"]])
-    mockmed_token = SUBSTITUTION.fullmatch(
-        compose["services"]["mockmed"]["environment"]["MOCKMED_TOKEN"]
+    read_token = SUBSTITUTION.fullmatch(
+        compose["services"]["mockmed"]["environment"]["MOCKMED_READ_TOKEN"]
     )
     assert token is not None
-    assert mockmed_token is not None
-    assert token.group(1) == mockmed_token.group(1) == "MOCKMED_TOKEN"
+    assert read_token is not None
+    # MockMed's read-only token: the oracle can read the system of record, never write it.
+    assert token.group(1) == read_token.group(1) == "MOCKMED_READ_TOKEN"
+    assert "MOCKMED_TOKEN" not in str(environment)
     assert "mockmed" in worker["depends_on"]
 
 

@@ -87,6 +87,7 @@ def banner_text(banner: Mapping[str, Any]) -> str:
             f"  database        {banner['db_url']} ({banner['seeded_rows']} rows seeded now)",
             f"  client token    {banner['token_source']}",
             f"  fault switch    {banner['admin_token_source'] or 'off (no admin token)'}",
+            f"  read token      {banner['read_token_source'] or '-'}",
             f"  screen file     {banner['screen_file'] or '-'}",
             "  synthetic data only: no real patient data",
         ]
