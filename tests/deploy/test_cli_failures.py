@@ -297,6 +297,21 @@ def test_a_database_url_that_is_no_store_url(
     assert_one_line(err, "sqlite:///path/to/file.db", "postgresql://USER:PASSWORD@HOST:5432/DBNAME")
 
 
+def test_an_admin_command_whose_control_plane_does_not_answer(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    target = f"127.0.0.1:{closed_port()}"
+    argv = ["keys", "list", "--target", target, "--token", "t" * 24, "--timeout", "5"]
+    code, err = run_main(capfd, control_main, argv)
+    assert code == EXIT_RUNTIME
+    assert_one_line(
+        err,
+        f"rewardseal-control: cannot reach the control plane at {target}: ",
+        "Connection refused",
+        "--target HOST:PORT or $REWARDSEAL_CONTROL_TARGET",
+    )
+
+
 def test_a_worker_data_dir_without_a_bundle(
     capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -29,12 +29,13 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from rewardseal.errors import RewardSealError, Unavailable
-from rewardseal_control.cli.admin import client_tls, run_admin
+from rewardseal_control.cli.admin import client_tls, run_admin, target
 from rewardseal_control.cli.common import (
     CLIENT_TLS_ENV,
     EXIT_REFUSED,
     EXIT_USAGE,
     PROG,
+    TARGET_ENV,
     Refused,
     UsageError,
 )
@@ -83,6 +84,15 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return run_integrity(args, out)
         return run_admin(args, out)
     except Refused as refused:
+        if refused.error.reason == Unavailable.reason and hasattr(args, "target"):
+            # Not a refusal: nobody answered. Say where it dialled and what to check.
+            print(
+                f"{PROG}: cannot reach the control plane at {target(args)}: "
+                f"{refused.error.message} (check that it runs there, --target HOST:PORT or "
+                f"${TARGET_ENV}, and --tls-ca when it serves TLS)",
+                file=err,
+            )
+            return EXIT_REFUSED
         print(f"{PROG}: refused: {refused.error.message} ({refused.error.reason})", file=err)
         return EXIT_REFUSED
     except UsageError as exc:
