@@ -25,6 +25,7 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -39,6 +40,7 @@ from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.worker_service_pb2_grpc import RewardWorkerServiceStub
+from rewardseal.worker_connection import WorkerConnection
 from rewardseal.worker_protocol import (
     Attempts,
     BeginOrError,
@@ -64,6 +66,7 @@ __all__ = [
     "StreamItem",
     "VerifiedReceipt",
     "WorkerClient",
+    "WorkerConnection",
     "make_begin",
     "make_descriptor",
     "message_size_options",
@@ -128,6 +131,44 @@ class WorkerClient:
         _one_channel_source(channel, tls)
         self._channel = channel or tls_channel(target, tls, message_size_options())
         self._stub = RewardWorkerServiceStub(self._channel)
+        self.connection: WorkerConnection | None = None
+        """Where the client came from, when built by :meth:`connect` (the contract digest)."""
+
+    @classmethod
+    def connect(cls, connection: WorkerConnection, **options: Any) -> WorkerClient:
+        """A client for ``connection``; ``options`` are ``timeout`` and ``retries``."""
+        client = cls(connection.target, **connection.client_arguments(), **options)
+        client.connection = connection
+        return client
+
+    @classmethod
+    def from_ready_file(
+        cls,
+        path: Path | str,
+        *,
+        target: str | None = None,
+        tls: ClientTls | None = None,
+        **options: Any,
+    ) -> WorkerClient:
+        """A client for the worker whose ready file is ``path`` (address, token, pinned key,
+        contract digest: :meth:`WorkerConnection.from_ready_file`)."""
+        return cls.connect(
+            WorkerConnection.from_ready_file(path, target=target, tls=tls), **options
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> WorkerClient:
+        """A client for the worker the environment names (:meth:`WorkerConnection.from_env`)."""
+        return cls.connect(WorkerConnection.from_env(environ), **options)
+
+    @property
+    def reward_contract_digest(self) -> str:
+        """The contract digest of the connection this client was built from.
+
+        Raises:
+            ValidationError: the client was built from loose arguments, which name no contract.
+        """
+        return _connection_digest(self.connection)
 
     def __enter__(self) -> WorkerClient:
         return self
@@ -305,6 +346,42 @@ class AsyncWorkerClient:
         _one_channel_source(channel, tls)
         self._channel = channel or aio_channel(target, tls, message_size_options())
         self._stub = RewardWorkerServiceStub(self._channel)
+        self.connection: WorkerConnection | None = None
+        """Where the client came from, when built by :meth:`connect` (the contract digest)."""
+
+    @classmethod
+    def connect(cls, connection: WorkerConnection, **options: Any) -> AsyncWorkerClient:
+        """A client for ``connection``; ``options`` are ``timeout`` and ``retries``. Build it
+        inside the event loop that will use it (a grpc.aio channel belongs to one loop)."""
+        client = cls(connection.target, **connection.client_arguments(), **options)
+        client.connection = connection
+        return client
+
+    @classmethod
+    def from_ready_file(
+        cls,
+        path: Path | str,
+        *,
+        target: str | None = None,
+        tls: ClientTls | None = None,
+        **options: Any,
+    ) -> AsyncWorkerClient:
+        """As :meth:`WorkerClient.from_ready_file`, for asyncio."""
+        return cls.connect(
+            WorkerConnection.from_ready_file(path, target=target, tls=tls), **options
+        )
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **options: Any
+    ) -> AsyncWorkerClient:
+        """As :meth:`WorkerClient.from_env`, for asyncio."""
+        return cls.connect(WorkerConnection.from_env(environ), **options)
+
+    @property
+    def reward_contract_digest(self) -> str:
+        """As :attr:`WorkerClient.reward_contract_digest`."""
+        return _connection_digest(self.connection)
 
     async def __aenter__(self) -> AsyncWorkerClient:
         return self
@@ -447,3 +524,13 @@ def message_size_options() -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
+
+
+def _connection_digest(connection: WorkerConnection | None) -> str:
+    """The contract digest of the connection a client was built from."""
+    if connection is None:
+        raise ValidationError(
+            "this client was built from loose arguments and names no contract digest; build it "
+            "with from_ready_file, from_env or connect"
+        )
+    return connection.reward_contract_digest

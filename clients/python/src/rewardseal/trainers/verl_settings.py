@@ -7,8 +7,6 @@ Imports without verl and torch.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from rewardseal.client import DEFAULT_TIMEOUT_SECONDS
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.signing import TrustSet
 from rewardseal.tls import ClientTls
+from rewardseal.worker_connection import decode_public_key
 
 __all__ = ["DEFAULT_MAX_BATCH", "ManagerSettings", "config_get", "missing_verl"]
 
@@ -45,23 +44,6 @@ def config_get(node: Any, key: str) -> Any:
     if callable(getter):
         return getter(key)
     return getattr(node, key, None)
-
-
-def _decode_public_key(text: str, source: str) -> bytes:
-    """A raw 32-byte Ed25519 public key from hex or (url-safe) base64 text."""
-    text = text.strip()
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        try:
-            raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=False)
-        except (binascii.Error, ValueError):
-            raw = b""
-    if len(raw) != 32:
-        raise ValidationError(
-            f"{source} is not a 32-byte Ed25519 public key in hex or base64 ({len(raw)} bytes)"
-        )
-    return raw
 
 
 @dataclass(frozen=True)
@@ -145,7 +127,7 @@ class ManagerSettings:
             source = f"worker_public_key_file {str(key_file)!r}"
         else:
             source = "worker_public_key"
-        public_key = _decode_public_key(str(key_text), source)
+        public_key = decode_public_key(str(key_text), source)
         policy_update = kwargs.get("policy_update")
         return cls(
             target=str(kwargs.get("worker_target") or ""),
