@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from support.mockmed_episodes import CHECKPOINT
 from support.mockmed_service import RunningMockMed, running_mockmed
-from support.tiny_models import char_tokenizer, tiny_llama
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
@@ -30,6 +29,7 @@ from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.trainers.trl import PAID_SHARE_METRIC, CertifiedRewardFunction
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_kit.tiny_models import char_tokenizer, tiny_llama
 
 # Only the integrations venv has trl (and torch, transformers, datasets, tokenizers).
 pytest.importorskip("trl")

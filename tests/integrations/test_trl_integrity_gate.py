@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 import pytest
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_control, stop_control
 from support.mockmed_service import RunningMockMed, running_mockmed
-from support.tiny_models import char_tokenizer, tiny_llama
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
@@ -50,6 +49,7 @@ from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_kit.integrity_case import reward_source
 from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_kit.tiny_models import char_tokenizer, tiny_llama
 from rewardseal_server.sqlstore import sqlite_url
 from rewardseal_worker.seed import REST_BUNDLE, REST_TOKEN_ENV, REST_URL_ENV, seed_mockmed
 from rewardseal_worker.settings import KEY_FILE

@@ -1,6 +1,8 @@
-"""Tiny models built in code for the trainer-integration tests: nothing comes from a hub.
+"""Tiny models built in code for the trainer examples and integration tests: nothing comes
+from a hub, so a GRPO run works offline on a CPU in seconds.
 
-Only tests/integrations imports this (it needs transformers and tokenizers).
+Used by examples/trl_grpo.py and tests/integrations. It needs transformers and tokenizers (the
+integrations venv, or ``pip install trl``); both are imported only when a function is called.
 """
 
 from __future__ import annotations
@@ -14,7 +16,11 @@ SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
 
 def char_tokenizer(*, padding_side: str = "right") -> Any:
     """A character-level fast tokenizer over printable ASCII (a BPE with no merges)."""
-    from tokenizers import Tokenizer, decoders, models
+    from tokenizers import (  # type: ignore[import-not-found]
+        Tokenizer,
+        decoders,
+        models,
+    )
     from transformers import PreTrainedTokenizerFast
 
     alphabet = sorted(set(string.printable) - set("\x0b\x0c\r"))
