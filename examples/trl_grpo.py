@@ -122,9 +122,9 @@ class LoggedReward(CertifiedRewardFunction):
 def train(found: Services, steps: int, output_dir: Path) -> list[dict[str, Any]]:
     """A GRPO run of ``steps`` steps on the tiny policy; what each step was paid."""
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
-    from rewardseal_kit.tiny_models import char_tokenizer, tiny_llama
+    from rewardseal_kit.tiny_models import char_tokenizer, tiny_grpo_config, tiny_llama
 
     tokenizer = char_tokenizer(padding_side="left")
     model = tiny_llama(tokenizer)
@@ -148,22 +148,11 @@ def train(found: Services, steps: int, output_dir: Path) -> list[dict[str, Any]]
         actor=MockMedActor(found.mockmed_url, found.mockmed_token),
         name="mockmed_certified",
     )
-    args = GRPOConfig(
-        output_dir=str(output_dir),
+    args = tiny_grpo_config(
+        output_dir,
         max_steps=steps,
-        per_device_train_batch_size=PROMPTS * NUM_GENERATIONS,
+        batch=PROMPTS * NUM_GENERATIONS,
         num_generations=NUM_GENERATIONS,
-        max_completion_length=12,
-        learning_rate=1e-3,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
     )
     trainer = GRPOTrainer(
         model=model,

@@ -26,7 +26,7 @@ from collections.abc import (
     Mapping,
 )
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import grpc
 
@@ -111,7 +111,61 @@ def make_descriptor(
     return descriptor
 
 
-class WorkerClient:
+class _FromConnection:
+    """How both clients are built from one :class:`WorkerConnection` (a ready file or the
+    environment), and the contract digest that came with it."""
+
+    connection: WorkerConnection | None
+    """Where the client came from, when built by :meth:`connect` (None: loose arguments)."""
+
+    if TYPE_CHECKING:  # both clients' constructors take this; connect() calls it
+
+        def __init__(self, target: str, *, token: str, trust: TrustSet, **options: Any) -> None: ...
+
+    @classmethod
+    def connect(cls, connection: WorkerConnection, **options: Any) -> Self:
+        """A client for ``connection``; ``options`` are ``timeout`` and ``retries``. Build an
+        asyncio client inside the event loop that will use it (a channel belongs to one loop)."""
+        client = cls(connection.target, **connection.client_arguments(), **options)
+        client.connection = connection
+        return client
+
+    @classmethod
+    def from_ready_file(
+        cls,
+        path: Path | str,
+        *,
+        target: str | None = None,
+        tls: ClientTls | None = None,
+        **options: Any,
+    ) -> Self:
+        """A client for the worker whose ready file is ``path`` (address, token, pinned key,
+        contract digest: :meth:`WorkerConnection.from_ready_file`)."""
+        return cls.connect(
+            WorkerConnection.from_ready_file(path, target=target, tls=tls), **options
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Self:
+        """A client for the worker the environment names (:meth:`WorkerConnection.from_env`)."""
+        return cls.connect(WorkerConnection.from_env(environ), **options)
+
+    @property
+    def reward_contract_digest(self) -> str:
+        """The contract digest of the connection this client was built from.
+
+        Raises:
+            ValidationError: the client was built from loose arguments, which name no contract.
+        """
+        if self.connection is None:
+            raise ValidationError(
+                "this client was built from loose arguments and names no contract digest; build "
+                "it with from_ready_file, from_env or connect"
+            )
+        return self.connection.reward_contract_digest
+
+
+class WorkerClient(_FromConnection):
     """Blocking client for ``RewardWorkerService``."""
 
     def __init__(
@@ -133,42 +187,6 @@ class WorkerClient:
         self._stub = RewardWorkerServiceStub(self._channel)
         self.connection: WorkerConnection | None = None
         """Where the client came from, when built by :meth:`connect` (the contract digest)."""
-
-    @classmethod
-    def connect(cls, connection: WorkerConnection, **options: Any) -> WorkerClient:
-        """A client for ``connection``; ``options`` are ``timeout`` and ``retries``."""
-        client = cls(connection.target, **connection.client_arguments(), **options)
-        client.connection = connection
-        return client
-
-    @classmethod
-    def from_ready_file(
-        cls,
-        path: Path | str,
-        *,
-        target: str | None = None,
-        tls: ClientTls | None = None,
-        **options: Any,
-    ) -> WorkerClient:
-        """A client for the worker whose ready file is ``path`` (address, token, pinned key,
-        contract digest: :meth:`WorkerConnection.from_ready_file`)."""
-        return cls.connect(
-            WorkerConnection.from_ready_file(path, target=target, tls=tls), **options
-        )
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> WorkerClient:
-        """A client for the worker the environment names (:meth:`WorkerConnection.from_env`)."""
-        return cls.connect(WorkerConnection.from_env(environ), **options)
-
-    @property
-    def reward_contract_digest(self) -> str:
-        """The contract digest of the connection this client was built from.
-
-        Raises:
-            ValidationError: the client was built from loose arguments, which name no contract.
-        """
-        return _connection_digest(self.connection)
 
     def __enter__(self) -> WorkerClient:
         return self
@@ -326,7 +344,7 @@ class WorkerClient:
         return self._protocol.grade(answer, expected)
 
 
-class AsyncWorkerClient:
+class AsyncWorkerClient(_FromConnection):
     """asyncio client for ``RewardWorkerService``."""
 
     def __init__(
@@ -348,40 +366,6 @@ class AsyncWorkerClient:
         self._stub = RewardWorkerServiceStub(self._channel)
         self.connection: WorkerConnection | None = None
         """Where the client came from, when built by :meth:`connect` (the contract digest)."""
-
-    @classmethod
-    def connect(cls, connection: WorkerConnection, **options: Any) -> AsyncWorkerClient:
-        """A client for ``connection``; ``options`` are ``timeout`` and ``retries``. Build it
-        inside the event loop that will use it (a grpc.aio channel belongs to one loop)."""
-        client = cls(connection.target, **connection.client_arguments(), **options)
-        client.connection = connection
-        return client
-
-    @classmethod
-    def from_ready_file(
-        cls,
-        path: Path | str,
-        *,
-        target: str | None = None,
-        tls: ClientTls | None = None,
-        **options: Any,
-    ) -> AsyncWorkerClient:
-        """As :meth:`WorkerClient.from_ready_file`, for asyncio."""
-        return cls.connect(
-            WorkerConnection.from_ready_file(path, target=target, tls=tls), **options
-        )
-
-    @classmethod
-    def from_env(
-        cls, environ: Mapping[str, str] | None = None, **options: Any
-    ) -> AsyncWorkerClient:
-        """As :meth:`WorkerClient.from_env`, for asyncio."""
-        return cls.connect(WorkerConnection.from_env(environ), **options)
-
-    @property
-    def reward_contract_digest(self) -> str:
-        """As :attr:`WorkerClient.reward_contract_digest`."""
-        return _connection_digest(self.connection)
 
     async def __aenter__(self) -> AsyncWorkerClient:
         return self
@@ -524,13 +508,3 @@ def message_size_options() -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ]
-
-
-def _connection_digest(connection: WorkerConnection | None) -> str:
-    """The contract digest of the connection a client was built from."""
-    if connection is None:
-        raise ValidationError(
-            "this client was built from loose arguments and names no contract digest; build it "
-            "with from_ready_file, from_env or connect"
-        )
-    return connection.reward_contract_digest

@@ -8,6 +8,7 @@ integrations venv, or ``pip install trl``); both are imported only when a functi
 from __future__ import annotations
 
 import string
+from pathlib import Path
 from typing import Any
 
 SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
@@ -56,3 +57,35 @@ def tiny_llama(tokenizer: Any) -> Any:
         eos_token_id=tokenizer.eos_token_id,
     )
     return LlamaForCausalLM(config)
+
+
+def tiny_grpo_config(
+    output_dir: Path | str,
+    *,
+    max_steps: int,
+    batch: int,
+    num_generations: int,
+    max_completion_length: int = 12,
+) -> Any:
+    """TRL's ``GRPOConfig`` for a short, seeded CPU run of the tiny policy: ``batch``
+    completions per step (whole groups of ``num_generations``), no KL term, no checkpoints,
+    no reporting, no progress bars."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        per_device_train_batch_size=batch,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        learning_rate=1e-3,
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
