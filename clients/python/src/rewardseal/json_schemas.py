@@ -40,18 +40,17 @@ _REFUSAL: Final = "x-refusal"
 
 
 @cache
-def load_schema(name: str) -> dict[str, Any]:
-    """The schema ``name`` (e.g. :data:`ACTION_REPORT_SCHEMA`) shipped in this package."""
-    text = (
-        resources.files("rewardseal").joinpath("schemas").joinpath(name).read_text(encoding="utf-8")
-    )
+def load_schema(name: str, package: str = "rewardseal") -> dict[str, Any]:
+    """The schema ``name`` (e.g. :data:`ACTION_REPORT_SCHEMA`) shipped in ``package``'s
+    ``schemas/`` folder (this package's by default; the worker ships its bundle schemas)."""
+    text = resources.files(package).joinpath("schemas").joinpath(name).read_text(encoding="utf-8")
     schema: dict[str, Any] = json.loads(text)
     return schema
 
 
 @cache
-def _validator(name: str) -> Draft202012Validator:
-    schema = load_schema(name)
+def _validator(name: str, package: str) -> Draft202012Validator:
+    schema = load_schema(name, package)
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
 
@@ -87,20 +86,31 @@ def _rule(error: SchemaError) -> str:
         return f"lacks {[key for key in wanted if key not in instance]}"
     if rule == "enum":
         return f"must be one of {wanted}"
+    if rule == "const":
+        return f"must be {wanted!r}"
+    if rule == "pattern":
+        return f"must match the pattern {wanted}"
     if rule == "maxItems":
         return f"may carry at most {wanted} items"
     if rule == "minLength":
         return "must not be empty"
+    if rule == "uniqueItems":
+        return "must not repeat an item"
     if rule in ("minimum", "maximum"):
         return f"must be in {schema.get('minimum')}..{schema.get('maximum')}"
+    if rule in ("exclusiveMinimum", "exclusiveMaximum", "minItems", "minProperties"):
+        return f"breaks {rule} {wanted}"
     return f"breaks the schema's {rule!r} rule"
 
 
-def schema_problems(instance: Any, name: str, *, root: str = "(top level)") -> list[str]:
-    """Every way ``instance`` breaks the shipped schema ``name``, in document order; empty when
-    it conforms. ``root`` names the whole document in a problem about it."""
+def schema_problems(
+    instance: Any, name: str, *, root: str = "(top level)", package: str = "rewardseal"
+) -> list[str]:
+    """Every way ``instance`` breaks the schema ``name`` shipped in ``package``, in document
+    order; empty when it conforms. ``root`` names the whole document in a problem about it."""
     errors = sorted(
-        _validator(name).iter_errors(_plain(instance)), key=lambda e: list(map(str, e.path))
+        _validator(name, package).iter_errors(_plain(instance)),
+        key=lambda e: list(map(str, e.path)),
     )
     return [f"{_where(error, root)} {_rule(error)}" for error in errors]
 
