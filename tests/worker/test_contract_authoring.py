@@ -171,8 +171,8 @@ def test_schema_problems_name_the_place_never_the_value(
     run(capsys, "contract", "init", str(directory), "--recipe", "rest")
     edit(directory / "oracle_recipe.json", {"token_env": "sk-live-abcdef123", "retries": 3})
     problems = schema_problems(directory)
-    assert "oracle_recipe.json: (top level): unknown keys ['retries'] (schema)" in problems
-    assert any(p.startswith("oracle_recipe.json: token_env: must match") for p in problems)
+    assert "oracle_recipe.json: (top level) has unknown keys ['retries'] (schema)" in problems
+    assert any(p.startswith("oracle_recipe.json: token_env must match") for p in problems)
     assert not any("sk-live" in p for p in problems)
 
 
@@ -225,5 +225,5 @@ def test_schemas_accept_a_calibration_and_a_certificate_as_the_worker_writes_the
     assert schema_problems(directory) == []
     (directory / "certificate.json").write_text(json.dumps({"certificate_id": "x"}))
     assert any(
-        p.startswith("certificate.json: (top level): missing") for p in schema_problems(directory)
+        p.startswith("certificate.json: (top level) lacks") for p in schema_problems(directory)
     )

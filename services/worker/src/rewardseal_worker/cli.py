@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rewardseal.accepting import CertificateInUse
-from rewardseal.errors import RewardSealError
+from rewardseal_server.cli_failures import run_cli
 from rewardseal_server.serving import TRANSPORT_TEXT, serve_until_signalled, write_ready_file
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.authoring.commands import add_contract_commands
@@ -272,11 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s %(levelname)s {who}%(name)s %(message)s"
     )
-    try:
-        return asyncio.run(_serve(args))
-    except RewardSealError as exc:
-        print(f"rewardseal-worker: {exc.message}", file=sys.stderr)
-        return 2
+    # One line per failure, exit 2 (settings) or 1 (runtime): rewardseal_server.cli_failures.
+    return run_cli(
+        "rewardseal-worker",
+        lambda: asyncio.run(_serve(args)),
+        err=sys.stderr,
+        db_env="REWARDSEAL_WORKER_DB_URL",
+    )
 
 
 if __name__ == "__main__":
