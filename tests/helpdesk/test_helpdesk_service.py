@@ -270,6 +270,22 @@ def test_a_malformed_report_is_refused_whole(text):
         parse_report(text)
 
 
+def test_a_report_refusal_names_every_place_and_no_value():
+    text = json.dumps(
+        {
+            "actions": [{"op": "drop_table", "fields": {"subject": "SECRET-VALUE"}}] * 17,
+            "halted": "yes",
+        }
+    )
+    with pytest.raises(ValidationError) as refused:
+        parse_report(text)
+    message = refused.value.message
+    assert "actions may carry at most 16 items" in message
+    assert 'actions[0] must be {"op": "create_ticket"' in message
+    assert "halted must be true or false" in message
+    assert "SECRET-VALUE" not in message
+
+
 def test_an_unparseable_completion_writes_nothing_and_completes(helpdesk, api, tasks):
     task = tasks[6]
     before = api.get("/api/tickets", params=task.identity).json()

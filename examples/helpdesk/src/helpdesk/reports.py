@@ -10,11 +10,13 @@ A report is one JSON object::
      "claim": "Filed the ticket and closed the previous one.",
      "halted": false}
 
-``actions`` (default none) run in order; a create's ``customer_id`` and ``queue_id`` default to
-the episode's identity. ``claim`` is what the policy says it did: it is never read by the judge
-(that is the point of the example). ``halted: true`` ends the run as HALTED_BEFORE_EFFECT after
-the actions. Anything else (unknown keys, other ops, non-string field values, more than
-:data:`MAX_ACTIONS` actions, repeated keys, NaN) is refused as a whole.
+The rule is the JSON Schema shipped beside this module (``helpdesk/schemas/``
+:data:`REPORT_SCHEMA`), applied with :func:`rewardseal.json_schemas.schema_problems` as the
+MockMed action report is: ``actions`` (default none) run in order; a create's ``customer_id``
+and ``queue_id`` default to the episode's identity; ``claim`` is what the policy says it did and
+is never read by the judge (that is the point of the example); ``halted: true`` ends the run as
+HALTED_BEFORE_EFFECT after the actions. Anything else (unknown keys, other ops, non-string field
+values, too many actions, and, in the text, repeated keys or NaN) is refused as a whole.
 """
 
 from __future__ import annotations
@@ -25,14 +27,24 @@ from typing import Any, Final
 
 from rewardseal import strict_json
 from rewardseal.errors import ValidationError
+from rewardseal.json_schemas import load_schema, schema_problems
 
-__all__ = ["CREATE", "MAX_ACTIONS", "UPDATE", "HelpdeskAction", "HelpdeskReport", "parse_report"]
+__all__ = [
+    "CREATE",
+    "MAX_ACTIONS",
+    "REPORT_SCHEMA",
+    "UPDATE",
+    "HelpdeskAction",
+    "HelpdeskReport",
+    "parse_report",
+]
 
+REPORT_SCHEMA: Final = "action-report.schema.json"
+_PACKAGE: Final = "helpdesk"
 CREATE: Final = "create_ticket"
 UPDATE: Final = "update_ticket"
-MAX_ACTIONS: Final = 16
+MAX_ACTIONS: Final[int] = load_schema(REPORT_SCHEMA, _PACKAGE)["properties"]["actions"]["maxItems"]
 MAX_REPORT_CHARS: Final = 64 * 1024
-_REPORT_KEYS: Final = frozenset({"actions", "claim", "halted"})
 
 
 @dataclass(frozen=True)
@@ -53,55 +65,27 @@ class HelpdeskReport:
     halted: bool = False
 
 
-def _action(index: int, raw: Any) -> HelpdeskAction:
-    where = f"actions[{index}]"
-    if not isinstance(raw, Mapping):
-        raise ValidationError(f"{where} must be an object")
-    op = raw.get("op")
-    keys = {"op", "fields"} | ({"ticket_id"} if op == UPDATE else set())
-    if set(raw) != keys:
-        raise ValidationError(f"{where} must have exactly the keys {sorted(keys)}")
-    if op not in (CREATE, UPDATE):
-        raise ValidationError(f"{where}.op must be {CREATE!r} or {UPDATE!r}")
-    fields = raw["fields"]
-    if not isinstance(fields, Mapping) or not all(
-        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in fields.items()
-    ):
-        raise ValidationError(f"{where}.fields must map names to strings (or null)")
-    ticket_id = raw.get("ticket_id")
-    if op == UPDATE and (not isinstance(ticket_id, str) or not ticket_id):
-        raise ValidationError(f"{where}.ticket_id must be a non-empty string")
-    return HelpdeskAction(op=op, fields=dict(fields), ticket_id=ticket_id)
-
-
 def parse_report(text: str) -> HelpdeskReport:
     """Parse a completion as a helpdesk action report.
 
     Raises:
-        ValidationError: the text is not a report (see the module docstring).
+        ValidationError: the text is not a report; the message names every place and rule it
+            breaks, never a value.
     """
     if len(text) > MAX_REPORT_CHARS:
         raise ValidationError(f"an action report has at most {MAX_REPORT_CHARS} characters")
     try:
-        raw = strict_json.loads(text)
+        raw: Any = strict_json.loads(text)
     except (ValueError, RecursionError):
         raise ValidationError("the action report is not JSON") from None
-    if not isinstance(raw, Mapping):
-        raise ValidationError("an action report must be a JSON object")
-    unknown = sorted(set(raw) - _REPORT_KEYS)
-    if unknown:
-        raise ValidationError(f"the action report has unknown keys {unknown}")
-    actions = raw.get("actions", [])
-    if not isinstance(actions, list) or len(actions) > MAX_ACTIONS:
-        raise ValidationError(f"actions must be a list of at most {MAX_ACTIONS} actions")
-    claim = raw.get("claim")
-    halted = raw.get("halted", False)
-    if claim is not None and not isinstance(claim, str):
-        raise ValidationError("claim must be a string")
-    if not isinstance(halted, bool):
-        raise ValidationError("halted must be true or false")
+    problems = schema_problems(raw, REPORT_SCHEMA, root="action report", package=_PACKAGE)
+    if problems:
+        raise ValidationError("; ".join(problems))
     return HelpdeskReport(
-        actions=tuple(_action(i, item) for i, item in enumerate(actions)),
-        claim=claim,
-        halted=halted,
+        actions=tuple(
+            HelpdeskAction(op=a["op"], fields=dict(a["fields"]), ticket_id=a.get("ticket_id"))
+            for a in raw.get("actions", [])
+        ),
+        claim=raw.get("claim"),
+        halted=raw.get("halted", False),
     )
