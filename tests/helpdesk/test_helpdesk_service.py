@@ -232,6 +232,33 @@ def test_the_checked_in_bundles_are_what_the_example_writes_and_load(kind):
     assert [e.updates for e in (*bundle.required, *bundle.forbidden)] == [False, True, True]
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_bundle_is_authored_from_contract_init(kind, tmp_path, capsys):
+    """contract init -> the author's edits (the helpdesk's documents, its two identity keys, its
+    ids and its scoring) -> contract seal -> contract check: the checked-in bundle's digest."""
+    from rewardseal_worker.cli import main as worker_main
+
+    directory = tmp_path / "helpdesk"
+    assert worker_main(["contract", "init", str(directory), "--recipe", kind]) == 0
+    example = bundle_files(kind)
+    for name in ("required_effects.json", "forbidden_effects.json", "oracle_recipe.json"):
+        (directory / name).write_text(example[name])
+    wanted = json.loads(example["contract.json"])
+    contract = json.loads((directory / "contract.json").read_text())
+    for field in ("contract_id", "task_id", "task_digest", "environment_id", "components"):
+        contract[field] = wanted[field]
+    contract["environment_digest"] = wanted["environment_digest"]
+    contract["oracle"]["identity_keys"] = ["customer_id", "queue_id"]
+    contract["scoring_policy"]["wrong_effect_reward"] = 0.0
+    (directory / "contract.json").write_text(json.dumps(contract))
+    assert worker_main(["contract", "check", str(directory)]) == 2  # the digests are stale
+    assert worker_main(["contract", "seal", str(directory)]) == 0
+    assert worker_main(["contract", "check", str(directory)]) == 0
+    capsys.readouterr()
+    authored = load_bundle(directory)
+    assert authored.contract_digest == load_bundle(BUNDLES / kind).contract_digest
+
+
 def test_contract_check_and_show_read_the_update_effects(capsys):
     from rewardseal_worker.cli import main as worker_main
 
