@@ -25,6 +25,8 @@ __all__ = ["add_version", "plain_text", "style_help", "version_of"]
 _ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
 _LITERAL = re.compile(r"``([^`]*)``")
 _SINGLE = re.compile(r"`([^`]*)`")
+_VARIABLE = re.compile(r"\b[A-Z][A-Z0-9]*_[A-Z0-9_]+\b")
+"""An environment variable's name (a help that names one already is left as it is)."""
 
 
 def plain_text(text: str) -> str:
@@ -71,7 +73,7 @@ def _formatter(env: Mapping[str, str]) -> type[argparse.HelpFormatter]:
             ):
                 extras.append("default: %(default)s")
             variable = env.get(action.dest)
-            if variable and variable not in text:
+            if variable and not _VARIABLE.search(text):
                 extras.append(f"env: {variable}")
             if extras:
                 text = f"{text} [{'; '.join(extras)}]" if text else f"[{'; '.join(extras)}]"

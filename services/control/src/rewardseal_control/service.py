@@ -60,6 +60,12 @@ from rewardseal_control.store import (
     RecordResult,
     RevocationHead,
 )
+from rewardseal_control.store.audit_log import (
+    ACTION_ISSUE_CERTIFICATE,
+    ACTION_REGISTER_KEY,
+    ACTION_RETIRE_KEY,
+    ACTION_REVOKE_CERTIFICATE,
+)
 
 __all__ = [
     "ADMIN_ROLE",
@@ -125,6 +131,10 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         self.refresh_interval = refresh_interval or min(revocation_ttl / 8, MAX_REFRESH_INTERVAL)
         self.role_for: Callable[[str], str | None] | None = None
         """Set by ``start_control_server``: the auth interceptor's token -> role lookup."""
+        self.on_recorded: Callable[[Sequence[OpenedReceipt]], None] | None = None
+        """Told the receipts each RecordReceipts call stored now (the metrics count them)."""
+        self.on_admin_action: Callable[[str], None] | None = None
+        """Told the audit-log action of each admin action done (the metrics count them)."""
         self._head: RevocationHead | None = None
         self._changed = asyncio.Condition()
         self._refreshing = asyncio.Lock()
@@ -200,6 +210,15 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         assert head is not None
         await self._advance(head)
         return head
+
+    @property
+    def revocation_head(self) -> RevocationHead | None:
+        """The signed revocation list this servicer serves now (None before :meth:`start`)."""
+        return self._head
+
+    def _audited(self, action: str) -> None:
+        if self.on_admin_action is not None:
+            self.on_admin_action(action)
 
     async def _advance(self, head: RevocationHead) -> None:
         async with self._changed:
@@ -279,13 +298,21 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 f"the {actor} credential registers WORKER keys only, not "
                 f"{_enum_name(IssuerKeyRole, request.key.role)}"
             )
-        key, _ = await asyncio.to_thread(
+        key, created = await asyncio.to_thread(
             self.store.keys.register_issuer_key,
             request.key,
             actor,
             request.reason,
             at=self.clock(),
         )
+        self._audited(ACTION_REGISTER_KEY)
+        if created:
+            _log.info(
+                "registered issuer key %s (%s) for %s",
+                key.key_id,
+                _enum_name(IssuerKeyRole, key.role),
+                actor,
+            )
         return pb.RegisterIssuerKeyResponse(key=key)
 
     @maps_errors
@@ -308,6 +335,8 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             request.reason,
             at=self.clock(),
         )
+        self._audited(ACTION_RETIRE_KEY)
+        _log.info("retired issuer key %s", key.key_id)
         if key.key_id == self.key.key_id:
             _log.warning(
                 "the control plane's own organization key %s is retired: it can no longer issue "
@@ -324,13 +353,22 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     ) -> pb.IssueCertificateResponse:
         now = self.clock()
         certificate = await self._build_certificate(request, now)
-        stored, _ = await asyncio.to_thread(
+        stored, created = await asyncio.to_thread(
             self.store.certificates.record_certificate,
             certificate,
             self._actor(context),
             request.reason,
             at=now,
         )
+        self._audited(ACTION_ISSUE_CERTIFICATE)
+        if created:
+            _log.info(
+                "issued certificate %s for contract %s (policy updates %d..%d)",
+                certificate.certificate_id,
+                certificate.reward_contract_digest,
+                certificate.issued_at_policy_update,
+                certificate.issued_at_policy_update + certificate.expiry_policy_updates - 1,
+            )
         return pb.IssueCertificateResponse(
             certificate=stored.certificate, certificate_digest=stored.digest
         )
@@ -477,6 +515,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             ttl=self.revocation_ttl,
             at=self.clock(),
         )
+        self._audited(ACTION_REVOKE_CERTIFICATE)
         if created:
             _log.info(
                 "revoked certificate %s; revocation list version %d",
@@ -548,6 +587,14 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             )
             for (index, _), outcome in zip(verified, stored, strict=True):
                 results[index] = _record_result(outcome)
+            if self.on_recorded is not None:
+                self.on_recorded(
+                    [
+                        opened
+                        for (_, opened), outcome in zip(verified, stored, strict=True)
+                        if outcome.recorded and not outcome.duplicate
+                    ]
+                )
         return pb.RecordReceiptsResponse(results=[r for r in results if r is not None])
 
     @maps_errors
@@ -589,7 +636,34 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             ],
             certified_share=summary.certified_share,
             unscored_share=summary.unscored_share,
+            highest_policy_update=summary.highest_policy_update,
         )
+
+    # ------------------------------------------------------------------ audit log
+
+    @maps_errors
+    async def ListAuditLog(  # noqa: N802
+        self, request: pb.ListAuditLogRequest, context: Context
+    ) -> pb.ListAuditLogResponse:
+        page = await asyncio.to_thread(
+            self.store.audit_log.list_entries,
+            request.action,
+            request.page_size,
+            request.page_token,
+        )
+        entries = []
+        for entry in page.items:
+            message = pb.AuditLogEntry(
+                id=entry.id,
+                actor=entry.actor,
+                action=entry.action,
+                target=entry.target,
+                reason=entry.reason,
+                details_json=entry.details,
+            )
+            message.at.FromDatetime(entry.at)
+            entries.append(message)
+        return pb.ListAuditLogResponse(entries=entries, next_page_token=page.next_page_token)
 
 
 def _record_result(outcome: RecordResult) -> pb.RecordReceiptResult:

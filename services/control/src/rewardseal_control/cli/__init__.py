@@ -22,7 +22,7 @@ settings).
 from __future__ import annotations
 
 import asyncio
-import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -40,6 +40,8 @@ from rewardseal_control.cli.common import (
 from rewardseal_control.cli.integrity import run_integrity
 from rewardseal_control.cli.parser import build_parser
 from rewardseal_control.cli.serve import migrate, serve
+from rewardseal_control.settings import ENV_PREFIX
+from rewardseal_server.logs import configure_logging, resolve_logging
 
 __all__ = [
     "CLIENT_TLS_ENV",
@@ -63,9 +65,12 @@ def main(
     args = build_parser().parse_args(argv)
     try:
         if args.command == "serve":
-            logging.basicConfig(
-                level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-            )
+            try:
+                configure_logging(
+                    *resolve_logging(args.log_level, args.log_format, os.environ, ENV_PREFIX)
+                )
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
             return asyncio.run(serve(args, out))
         if args.command == "migrate":
             return migrate(args, out)

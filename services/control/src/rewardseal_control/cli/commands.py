@@ -78,21 +78,6 @@ def _keys_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> 
     return 0
 
 
-def _keys_register(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        public_key = bytes.fromhex(args.public_key)
-    except ValueError:
-        raise UsageError("--public-key must be hex") from None
-    key = IssuerKey(
-        public_key=public_key,
-        role=ROLES[args.role],  # type: ignore[arg-type]
-        display_name=args.name,
-    )
-    with remote():
-        registered = client.register_issuer_key(key, reason=args.reason)
-    return _print_key(registered, args, out)
-
-
 def _keys_retire(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
     with remote():
         retired = client.retire_issuer_key(args.key_id, reason=args.reason)
@@ -154,30 +139,6 @@ def _certificates_issue(client: ControlClient, args: argparse.Namespace, out: Te
             ("issuer_key_id", certificate.issuer_key_id),
             ("current for updates", f"{certificate.issued_at_policy_update} .. {last}"),
             ("issued_at", time_text(certificate, "issued_at")),
-        ],
-        out,
-    )
-    return 0
-
-
-def _certificates_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
-    with remote():
-        certificates = client.list_certificates(reward_contract_digest=args.contract or "")
-    if args.json:
-        print_json({"certificates": [message_json(c) for c in certificates]}, out)
-        return 0
-    print_table(
-        ("CERTIFICATE ID", "CONTRACT", "EPSILON", "SCOPE", "ISSUER", "UPDATES"),
-        [
-            (
-                c.certificate_id,
-                c.reward_contract_digest,
-                f"{c.epsilon:.6g}",
-                enum_short(CalibrationScope, c.calibration_scope, "CALIBRATION_SCOPE_"),
-                enum_short(CertificateIssuer, c.issuer, "CERTIFICATE_ISSUER_"),
-                f"{c.issued_at_policy_update}+{c.expiry_policy_updates}",
-            )
-            for c in certificates
         ],
         out,
     )
@@ -276,10 +237,8 @@ _Handler = Callable[[ControlClient, argparse.Namespace, TextIO], int]
 ADMIN_COMMANDS: Mapping[tuple[str, str], _Handler] = {
     ("contracts", "list"): _contracts_list,
     ("keys", "list"): _keys_list,
-    ("keys", "register"): _keys_register,
     ("keys", "retire"): _keys_retire,
     ("certificates", "issue"): _certificates_issue,
-    ("certificates", "list"): _certificates_list,
     ("certificates", "revoke"): _certificates_revoke,
     ("receipts", "summary"): _receipts_summary,
     ("revocations", "show"): _revocations_show,
