@@ -35,3 +35,21 @@ def value(samples: Samples, name: str, labels: Mapping[str, str] | None = None) 
 def matching(samples: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
     """Every sample called ``name``, by its labels."""
     return {labels: v for (sample, labels), v in samples.items() if sample == name}
+
+
+async def eventually_value(
+    url: str,
+    name: str,
+    labels: Mapping[str, str],
+    expected: float,
+    *,
+    within: float = 20.0,
+) -> None:
+    """Scrape ``url`` until the sample reads ``expected``; fail after ``within`` seconds."""
+    seen = None
+    try:
+        async with asyncio.timeout(within):
+            while (seen := value(await scrape(url), name, labels)) != expected:  # noqa: ASYNC110 - polls another server
+                await asyncio.sleep(0.1)
+    except TimeoutError:
+        raise AssertionError(f"{name}{dict(labels)} is {seen}, not {expected}") from None
