@@ -62,14 +62,16 @@ def logging_env(env_prefix: str) -> dict[str, str]:
     return {"log_level": f"{env_prefix}LOG_LEVEL", "log_format": f"{env_prefix}LOG_FORMAT"}
 
 
-def add_logging_options(parser: argparse.ArgumentParser, env_prefix: str) -> None:
+def add_logging_options(
+    parser: argparse.ArgumentParser, env_prefix: str, *, default_level: str = "info"
+) -> None:
     """Add ``--log-level`` and ``--log-format`` (defaults come from :func:`resolve_logging`)."""
     names = logging_env(env_prefix)
     parser.add_argument(
         "--log-level",
         type=str.lower,
         choices=LEVELS,
-        help=f"least severe level logged (default info; or ${names['log_level']})",
+        help=f"least severe level logged (default {default_level}; or ${names['log_level']})",
     )
     parser.add_argument(
         "--log-format",
@@ -81,15 +83,21 @@ def add_logging_options(parser: argparse.ArgumentParser, env_prefix: str) -> Non
 
 
 def resolve_logging(
-    level: str | None, log_format: str | None, env: Mapping[str, str], env_prefix: str
+    level: str | None,
+    log_format: str | None,
+    env: Mapping[str, str],
+    env_prefix: str,
+    *,
+    default_level: str = "info",
 ) -> tuple[str, str]:
-    """``(level, format)``: the flags, else the environment, else ``info`` and ``text``.
+    """``(level, format)``: the flags, else the environment, else ``default_level`` and
+    ``text``.
 
     Raises:
         ValueError: a variable names no level or format (the message names the variable).
     """
     names = logging_env(env_prefix)
-    resolved_level = (level or env.get(names["log_level"]) or "info").lower()
+    resolved_level = (level or env.get(names["log_level"]) or default_level).lower()
     resolved_format = (log_format or env.get(names["log_format"]) or "text").lower()
     if resolved_level not in LEVELS:
         raise ValueError(f"{names['log_level']} must be one of {', '.join(LEVELS)}")
