@@ -53,6 +53,24 @@ def add_version(parser: argparse.ArgumentParser, distribution: str) -> None:
     )
 
 
+def _with_extras(action: argparse.Action, env: Mapping[str, str]) -> str:
+    """``action``'s help as plain text, with its default and environment variable added where
+    it does not say them already."""
+    text = plain_text(action.help or "")
+    extras: list[str] = []
+    default = action.default
+    # Identity, not equality: a default of 0 is worth naming, False (a flag) and "" are not.
+    nothing = default is None or default is False or default is argparse.SUPPRESS
+    if not nothing and default not in ("", []) and action.nargs != 0 and "default" not in text:
+        extras.append("default: %(default)s")
+    variable = env.get(action.dest)
+    if variable and not _VARIABLE.search(text):
+        extras.append(f"env: {variable}")
+    if extras:
+        text = f"{text} [{'; '.join(extras)}]" if text else f"[{'; '.join(extras)}]"
+    return text
+
+
 def _formatter(env: Mapping[str, str]) -> type[argparse.HelpFormatter]:
     class PlainHelpFormatter(argparse.RawDescriptionHelpFormatter):
         """Plain text, defaults and environment variables (see the module docstring)."""
@@ -61,23 +79,9 @@ def _formatter(env: Mapping[str, str]) -> type[argparse.HelpFormatter]:
             return super()._format_text(plain_text(text))
 
         def _get_help_string(self, action: argparse.Action) -> str | None:
-            text = plain_text(action.help or "")
             if action.help is argparse.SUPPRESS or not action.option_strings:
-                return action.help if action.help is None else text
-            extras: list[str] = []
-            default = action.default
-            if (
-                default not in (None, False, [], argparse.SUPPRESS)
-                and action.nargs != 0
-                and "default" not in text
-            ):
-                extras.append("default: %(default)s")
-            variable = env.get(action.dest)
-            if variable and not _VARIABLE.search(text):
-                extras.append(f"env: {variable}")
-            if extras:
-                text = f"{text} [{'; '.join(extras)}]" if text else f"[{'; '.join(extras)}]"
-            return text
+                return action.help if action.help is None else plain_text(action.help)
+            return _with_extras(action, env)
 
     return PlainHelpFormatter
 
@@ -85,13 +89,18 @@ def _formatter(env: Mapping[str, str]) -> type[argparse.HelpFormatter]:
 def style_help(parser: argparse.ArgumentParser, env: Mapping[str, str] | None = None) -> None:
     """Give ``parser`` and every subcommand under it the plain help formatter; ``env`` maps an
     option's destination (``data_dir``) to the environment variable it falls back to."""
-    formatter = _formatter(env or {})
+    variables = env or {}
+    formatter = _formatter(variables)
     pending = [parser]
     while pending:
         current = pending.pop()
         current.formatter_class = formatter
         current.description = plain_text(current.description) if current.description else None
         for action in current._actions:
+            if action.help is None and action.option_strings:
+                # argparse prints no help line at all for an option without help: give it one
+                # when there is a default or a variable to name.
+                action.help = _with_extras(action, variables) or None
             if isinstance(action, argparse._SubParsersAction):
                 for choice in action._choices_actions:
                     choice.help = plain_text(choice.help) if choice.help else choice.help
