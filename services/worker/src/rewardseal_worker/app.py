@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from rewardseal_worker.oracles.registry import make_reader
 from rewardseal_worker.server import start_worker_server
 from rewardseal_worker.settings import WorkerSettings
 from rewardseal_worker.store import WorkerStore
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     # Seeding MockMed is a demo feature that needs rewardseal-mockmed and the kit: imported only
@@ -198,4 +201,14 @@ async def start_worker(
         except BaseException:
             await app.stop()
             raise
+    # The start as one event for log pipelines (the banner on stdout is for people).
+    _log.info(
+        "serving contract %s (tier %d) on %s:%d under certificate %s; metrics %s",
+        bundle.contract_digest,
+        bundle.tier,
+        settings.host,
+        app.port,
+        app.banner()["certificate_id"] or "none",
+        app.metrics.url if app.metrics is not None else "off",
+    )
     return app

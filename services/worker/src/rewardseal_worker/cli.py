@@ -178,8 +178,9 @@ def _banner_text(info: dict[str, Any]) -> str:
         f"  token            {info['token']}",
         f"  data dir         {info['data_dir']}",
     ]
-    if info.get("metrics_url"):
-        lines.append(f"  metrics          {info['metrics_url']}")
+    urls = [url for url in info.get("metrics_urls", [info.get("metrics_url")]) if url]
+    if urls:
+        lines.append(f"  metrics          {', '.join(urls)}")
     if info["processes"] > 1:
         pids = ", ".join(str(pid) for pid in info["pids"])
         lines.append(f"  processes        {info['processes']} sharing the port (pids {pids})")
