@@ -13,11 +13,10 @@ from rewardseal.control_client import ControlClient
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
 from rewardseal.v1.enums_pb2 import (
-    CalibrationScope,
-    CertificateIssuer,
     IssuerKeyRole,
     RewardOutcome,
 )
+from rewardseal_control.cli.certificate_fields import certificate_fields
 from rewardseal_control.cli.common import ISSUERS, ROLES, SCOPES, UsageError, remote
 from rewardseal_control.cli.output import (
     enum_short,
@@ -121,25 +120,11 @@ def _certificates_issue(client: ControlClient, args: argparse.Namespace, out: Te
             out,
         )
         return 0
-    last = certificate.issued_at_policy_update + certificate.expiry_policy_updates - 1
     print_table(
         ("FIELD", "VALUE"),
-        [
-            ("certificate_id", certificate.certificate_id),
-            ("certificate_digest", response.certificate_digest),
-            ("reward_contract_digest", certificate.reward_contract_digest),
-            ("epsilon", f"{certificate.epsilon:.6g} (recomputed from the counts)"),
-            ("delta", f"{certificate.delta:g}"),
-            ("threshold", f"{certificate.threshold:g}"),
-            (
-                "scope",
-                enum_short(CalibrationScope, certificate.calibration_scope, "CALIBRATION_SCOPE_"),
-            ),
-            ("issuer", enum_short(CertificateIssuer, certificate.issuer, "CERTIFICATE_ISSUER_")),
-            ("issuer_key_id", certificate.issuer_key_id),
-            ("current for updates", f"{certificate.issued_at_policy_update} .. {last}"),
-            ("issued_at", time_text(certificate, "issued_at")),
-        ],
+        certificate_fields(
+            certificate, response.certificate_digest, epsilon_note=" (recomputed from the counts)"
+        ),
         out,
     )
     return 0

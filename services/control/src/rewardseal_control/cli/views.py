@@ -21,6 +21,7 @@ from rewardseal.public_keys import parse_public_key
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, CertificateState
+from rewardseal_control.cli.certificate_fields import certificate_fields, updates_text
 from rewardseal_control.cli.commands import _print_key
 from rewardseal_control.cli.common import ROLES, UsageError, remote
 from rewardseal_control.cli.output import (
@@ -65,11 +66,6 @@ def _training_update(client: ControlClient, digest: str, flag: int | None) -> in
 def _check_at_update(args: argparse.Namespace) -> None:
     if args.at_update is not None and args.at_update < 0:
         raise UsageError("--at-update must not be negative")
-
-
-def _updates(certificate: RewardCertificate) -> str:
-    last = certificate.issued_at_policy_update + certificate.expiry_policy_updates - 1
-    return f"{certificate.issued_at_policy_update} .. {last}"
 
 
 def certificates_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
@@ -120,7 +116,7 @@ def certificates_list(client: ControlClient, args: argparse.Namespace, out: Text
                 f"{c.epsilon:.6g}",
                 enum_short(CalibrationScope, c.calibration_scope, "CALIBRATION_SCOPE_"),
                 enum_short(CertificateIssuer, c.issuer, "CERTIFICATE_ISSUER_"),
-                _updates(c),
+                updates_text(c),
             )
             for c, state, update in rows
         ],
@@ -151,24 +147,9 @@ def certificates_show(client: ControlClient, args: argparse.Namespace, out: Text
         return 0
     print_table(
         ("FIELD", "VALUE"),
-        [
-            ("certificate_id", certificate.certificate_id),
-            ("state", f"{state} (at policy update {update})"),
-            ("certificate_digest", answer.certificate_digest),
-            ("reward_contract_digest", certificate.reward_contract_digest),
-            ("epsilon", f"{certificate.epsilon:.6g}"),
-            ("delta", f"{certificate.delta:g}"),
-            ("threshold", f"{certificate.threshold:g}"),
-            (
-                "scope",
-                enum_short(CalibrationScope, certificate.calibration_scope, "CALIBRATION_SCOPE_"),
-            ),
-            ("issuer", enum_short(CertificateIssuer, certificate.issuer, "CERTIFICATE_ISSUER_")),
-            ("issuer_key_id", certificate.issuer_key_id),
-            ("current for updates", _updates(certificate)),
-            ("issued_at", time_text(certificate, "issued_at")),
-            ("calibration_corpus_digest", certificate.calibration_corpus_digest or "-"),
-        ],
+        certificate_fields(
+            certificate, answer.certificate_digest, state=f"{state} (at policy update {update})"
+        ),
         out,
     )
     return 0
