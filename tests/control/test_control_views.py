@@ -30,7 +30,7 @@ from rewardseal.contract import contract_digest
 from rewardseal.receipts import build_receipt, seal_receipt
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
-from rewardseal.v1.certificate_pb2 import IssuerKey
+from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.settings import ADMIN_TOKEN_ENV, TOKEN_ENV
 from rewardseal_kit.mockmed import mockmed_contract
@@ -276,7 +276,7 @@ async def test_certificate_states_in_list_and_show(control: ControlStack, tmp_pa
     assert code == 0
     # Before any receipt, states are told at policy update 0.
     code, out, _ = await cli(control, "certificates", "list", "--json")
-    states = {c["certificate_id"]: c["state"] for c in json.loads(out)["certificates"]}
+    states = {i: s["state"] for i, s in json.loads(out)["states"].items()}
     assert states["cert.state.expired"] == "current"
     assert states["cert.state.later"] == "not yet valid"
     # Where training is, as control's receipts say: update 10.
@@ -298,11 +298,15 @@ async def test_certificate_states_in_list_and_show(control: ControlStack, tmp_pa
         assert " ".join(row[1 : 1 + words]) == state
         assert row[1 + words] == "10"
     code, out, _ = await cli(control, "certificates", "list", "--json")
-    listed = {c["certificate_id"]: c["state"] for c in json.loads(out)["certificates"]}
+    document = json.loads(out)
+    listed = {i: s["state"] for i, s in document["states"].items()}
     assert listed == expected
+    # The certificates themselves as before: each parses as a RewardCertificate.
+    for entry in document["certificates"]:
+        json_format.ParseDict(entry, RewardCertificate())
     # --at-update moves the reference point.
     code, out, _ = await cli(control, "certificates", "list", "--at-update", "120", "--json")
-    listed = {c["certificate_id"]: c["state"] for c in json.loads(out)["certificates"]}
+    listed = {i: s["state"] for i, s in json.loads(out)["states"].items()}
     assert listed["cert.state.later"] == "current"
     assert listed["cert.state.current"] == "expired"
     assert listed["cert.state.revoked"] == "revoked"

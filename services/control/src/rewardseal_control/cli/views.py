@@ -86,12 +86,14 @@ def certificates_list(client: ControlClient, args: argparse.Namespace, out: Text
         for c in certificates
     ]
     if args.json:
+        # The certificates as before (each parses as a RewardCertificate), their states beside.
         print_json(
             {
-                "certificates": [
-                    {**message_json(c), "state": state, "state_at_policy_update": update}
+                "certificates": [message_json(c) for c, _, _ in rows],
+                "states": {
+                    c.certificate_id: {"state": state, "at_policy_update": update}
                     for c, state, update in rows
-                ]
+                },
             },
             out,
         )
