@@ -808,12 +808,27 @@ def test_probes_speak_grpc_health_on_the_serving_port(service: str) -> None:
     argv = [*container["command"], *container["args"]]
     port = int(flag_value(argv, "--port"))
     assert port == PORTS[service]
-    [declared] = container["ports"]
+    [declared] = [entry for entry in container["ports"] if entry["name"] == "grpc"]
     assert declared == {"name": "grpc", "containerPort": port}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         spec = container[probe]
         assert spec["grpc"] == {"port": port}, f"{service} {probe}"
         assert not {"httpGet", "tcpSocket", "exec"} & set(spec)
+
+
+@pytest.mark.parametrize("service", ["control", "worker"])
+def test_prometheus_scrapes_the_metrics_port(service: str) -> None:
+    container = k8s_container(service)
+    port = int(flag_value(container["args"], "--metrics-port"))
+    assert {"name": "metrics", "containerPort": port} in container["ports"]
+    assert port != PORTS[service]
+    template = k8s_object("Deployment", service)["spec"]["template"]
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(port),
+        "prometheus.io/path": "/metrics",
+    }
+    assert flag_value(container["args"], "--log-format") == "json"
 
 
 @pytest.mark.parametrize("service", ["control", "worker"])

@@ -61,6 +61,8 @@ class ControlSettings:
 
     tls: ServerTls | None = field(default=None, repr=False)
     """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
+    metrics_port: int | None = None
+    """Serve Prometheus ``/metrics`` here (``--metrics-port``, 0: a free port); None: off."""
 
     @property
     def key_path(self) -> Path:
@@ -111,6 +113,7 @@ def resolve_settings(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     tls_client_ca: Path | None = None,
+    metrics_port: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ControlSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -159,6 +162,9 @@ def resolve_settings(
         admin_token_source=admin_source,
         token_source=token_source,
         worker_token_source=worker_source,
+        metrics_port=service_settings.resolve_metrics_port(
+            metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
+        ),
     )
 
 

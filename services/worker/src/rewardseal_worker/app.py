@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,16 +10,20 @@ from typing import TYPE_CHECKING, Any
 
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey, TrustSet
+from rewardseal_server.metrics import MetricsEndpoint, serve_metrics
 from rewardseal_server.serving import RunningServer, check_port_free, transport
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.engine import Scorer
 from rewardseal_worker.health_watch import StoreHealthWatch
+from rewardseal_worker.metrics import WorkerMetrics
 from rewardseal_worker.oracles.base import OracleReader
 from rewardseal_worker.oracles.registry import make_reader
 from rewardseal_worker.server import start_worker_server
 from rewardseal_worker.settings import WorkerSettings
 from rewardseal_worker.store import WorkerStore
+
+_log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     # Seeding MockMed is a demo feature that needs rewardseal-mockmed and the kit: imported only
@@ -40,6 +45,7 @@ class WorkerApp:
     seeded: SeedResult | None
     control: ControlLink | None = None
     health_watch: StoreHealthWatch | None = None
+    metrics: MetricsEndpoint | None = None
 
     @property
     def port(self) -> int:
@@ -64,6 +70,7 @@ class WorkerApp:
             "contract_dir": str(self.bundle.path),
             "processes": 1,
             "pids": [os.getpid()],
+            "metrics_url": self.metrics.url if self.metrics is not None else None,
         }
 
     async def stop(self) -> None:
@@ -71,6 +78,8 @@ class WorkerApp:
         if self.health_watch is not None:
             await self.health_watch.stop()
         await self.running.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.control is not None:
             await self.control.stop()
         self.reader.close()
@@ -118,6 +127,7 @@ async def start_worker(
     progress: Callable[[int, int], None] | None = None,
     shared_port: bool = False,
     primary: bool = True,
+    process_index: int = 0,
 ) -> WorkerApp:
     """Build and start the worker described by ``settings``.
 
@@ -125,6 +135,8 @@ async def start_worker(
     (:mod:`rewardseal_worker.supervisor`): ``shared_port`` binds with SO_REUSEPORT, next to the
     other processes of the same worker (the supervisor checked that no other program holds the
     port); only the ``primary`` process registers with control and forwards the outbox.
+    ``process_index``: this process's place among them; its metrics port is
+    ``metrics_port + process_index`` (each process counts its own calls).
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
@@ -165,6 +177,9 @@ async def start_worker(
         scorer.revoked = control.revocation
         scorer.on_commit = control.notify
         control.start(primary=primary)
+    metrics = WorkerMetrics() if settings.metrics_port is not None else None
+    if metrics is not None:
+        metrics.watch(scorer, store, control)
     try:
         running = await start_worker_server(
             scorer,
@@ -174,6 +189,7 @@ async def start_worker(
             reflection=settings.reflection,
             tls=settings.tls,
             shared_port=shared_port,
+            interceptors=(metrics.interceptor(),) if metrics is not None else (),
         )
     except BaseException:
         # The port is taken (or the start was cancelled): release what was opened for it.
@@ -184,4 +200,22 @@ async def start_worker(
         raise
     watch = StoreHealthWatch(store.ping, running, interval=settings.health_interval_seconds)
     watch.start()
-    return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control, watch)
+    app = WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control, watch)
+    if metrics is not None and settings.metrics_port is not None:
+        port = settings.metrics_port + process_index if settings.metrics_port else 0
+        try:
+            app.metrics = serve_metrics(metrics.registry, host=settings.host, port=port)
+        except BaseException:
+            await app.stop()
+            raise
+    # The start as one event for log pipelines (the banner on stdout is for people).
+    _log.info(
+        "serving contract %s (tier %d) on %s:%d under certificate %s; metrics %s",
+        bundle.contract_digest,
+        bundle.tier,
+        settings.host,
+        app.port,
+        app.banner()["certificate_id"] or "none",
+        app.metrics.url if app.metrics is not None else "off",
+    )
+    return app

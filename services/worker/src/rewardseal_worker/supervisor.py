@@ -266,12 +266,15 @@ class Supervisor:
         return child
 
     def _publish(self) -> dict[str, Any]:
-        """Child 0's banner with every child's pid; written to the ready file if asked."""
+        """Child 0's banner with every child's pid and metrics URL; written to the ready file if
+        asked."""
         children = [self._children[i] for i in sorted(self._children)]
         banner = {
             **children[0].banner,
             "processes": len(children),
             "pids": [c.process.pid for c in children],
+            # Each process counts its own calls: Prometheus scrapes every one of these.
+            "metrics_urls": [c.banner.get("metrics_url") for c in children],
         }
         if self._ready_file is not None:
             write_ready_file(self._ready_file, banner)

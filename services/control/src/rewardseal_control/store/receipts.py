@@ -104,6 +104,8 @@ class ReceiptSummary:
     """RewardOutcome number -> receipts with that outcome (outcomes with none are absent)."""
     certified: int
     unscored: int
+    highest_policy_update: int | None = None
+    """The highest policy update among the contract's receipts; None when there are none."""
 
     @property
     def certified_share(self) -> float:
@@ -277,11 +279,15 @@ class ReceiptIndex:
             .group_by(_receipts.c.reward_outcome, _receipts.c.certified)
         )
 
-        def work(conn: Connection) -> list[AnyRow]:
-            require_contract(conn, contract_digest)
-            return list(conn.execute(statement))
+        highest = select(func.max(_receipts.c.policy_update)).where(
+            _receipts.c.contract_digest == contract_digest
+        )
 
-        rows = self._db.read(work, snapshot=True)
+        def work(conn: Connection) -> tuple[list[AnyRow], int | None]:
+            require_contract(conn, contract_digest)
+            return list(conn.execute(statement)), conn.execute(highest).scalar_one_or_none()
+
+        rows, top = self._db.read(work, snapshot=True)
         counts: dict[int, int] = {}
         certified = unscored = 0
         for outcome, is_certified, count in rows:
@@ -296,6 +302,7 @@ class ReceiptIndex:
             counts=MappingProxyType(dict(sorted(counts.items()))),
             certified=certified,
             unscored=unscored,
+            highest_policy_update=None if top is None else int(top),
         )
 
 

@@ -30,6 +30,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
+    func,
     or_,
     select,
     update,
@@ -185,6 +186,10 @@ OUTBOX_DUE = (
     .order_by(outbox.c.created_at, outbox.c.batch_index, outbox.c.receipt_id)
     .limit(bindparam("limit", type_=Integer))
 )
+
+OUTBOX_BACKLOG = select(
+    func.count().label("depth"), func.min(outbox.c.created_at).label("oldest")
+).select_from(outbox)
 
 OUTBOX_DONE = delete(outbox).where(
     outbox.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
