@@ -19,6 +19,7 @@ from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
 from rewardseal_control.store import ControlStore
+from rewardseal_server.http_serving import RunningHttpServer
 from rewardseal_server.serving import RunningServer, check_port_free, transport
 
 _log = logging.getLogger(__name__)
@@ -67,6 +68,8 @@ class ControlApp:
     store: ControlStore
     servicer: ControlPlaneServicer
     running: RunningServer
+    console: RunningHttpServer | None = None
+    """The operator console (``--http-port``), served in the same event loop; None when off."""
 
     @property
     def port(self) -> int:
@@ -96,10 +99,13 @@ class ControlApp:
             "token_source": self.settings.token_source,
             "worker_token_source": self.settings.worker_token_source,
             "revocation_ttl_seconds": self.settings.revocation_ttl.total_seconds(),
+            "console_url": self.console.url if self.console is not None else None,
         }
 
     async def stop(self) -> None:
         """Stop serving, then close the store."""
+        if self.console is not None:
+            await self.console.stop()
         await self.running.stop()
         self.store.close()
 
@@ -133,4 +139,15 @@ async def start_control(settings: ControlSettings) -> ControlApp:
     except BaseException:
         store.close()
         raise
-    return ControlApp(settings, key, store, servicer, running)
+    app = ControlApp(settings, key, store, servicer, running)
+    if settings.http_port is not None:
+        from rewardseal_control.console.server import start_console
+
+        try:
+            app.console = await start_console(
+                servicer, host=settings.host, port=settings.http_port, tls=settings.tls
+            )
+        except BaseException:
+            await app.stop()
+            raise
+    return app

@@ -27,6 +27,8 @@ ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"
 TOKEN_ENV = f"{ENV_PREFIX}TOKEN"
 WORKER_TOKEN_ENV = f"{ENV_PREFIX}WORKER_TOKEN"
+HTTP_PORT_ENV = f"{ENV_PREFIX}HTTP_PORT"
+"""The operator console's port (``serve --http-port``); unset: no console."""
 DEFAULT_PORT = 8791
 DEFAULT_HOST = "127.0.0.1"
 ADMIN_TOKEN_FILE = "admin_token"
@@ -61,6 +63,8 @@ class ControlSettings:
 
     tls: ServerTls | None = field(default=None, repr=False)
     """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
+    http_port: int | None = None
+    """The operator console's HTTP port (0: a free one); None (the default) serves no console."""
 
     @property
     def key_path(self) -> Path:
@@ -111,6 +115,7 @@ def resolve_settings(
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     tls_client_ca: Path | None = None,
+    http_port: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ControlSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -143,6 +148,11 @@ def resolve_settings(
         data, env, env_name=WORKER_TOKEN_ENV, file_name=WORKER_TOKEN_FILE
     )
     _check_distinct({"admin": admin_token, "client": token, "worker": worker_token})
+    console_port = None
+    if http_port is not None or env.get(HTTP_PORT_ENV):
+        console_port = service_settings.resolve_port(
+            http_port, env, env_name=HTTP_PORT_ENV, default=0
+        )
     return ControlSettings(
         data_dir=data,
         db_url=url,
@@ -159,6 +169,7 @@ def resolve_settings(
         admin_token_source=admin_source,
         token_source=token_source,
         worker_token_source=worker_source,
+        http_port=console_port,
     )
 
 

@@ -34,6 +34,7 @@ async def serve(args: argparse.Namespace, out: TextIO) -> int:
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
+        http_port=args.http_port,
     )
     app = await start_control(settings)
     banner = app.banner()
@@ -59,6 +60,7 @@ def banner_text(banner: Mapping[str, Any]) -> str:
             f"  client token      {banner['token_source']}",
             f"  worker token      {banner['worker_token_source']}",
             f"  data dir          {banner['data_dir']}",
+            f"  console           {banner['console_url'] or 'off (--http-port)'}",
         ]
     )
 

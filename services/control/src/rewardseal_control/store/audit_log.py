@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import Insert, insert
+from sqlalchemy import Insert, insert, select
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import ValidationError
 from rewardseal_control.store import tables
+from rewardseal_server.sqlstore import StoreEngine
 
 __all__ = [
     "ACTION_ISSUE_CERTIFICATE",
@@ -29,6 +31,8 @@ __all__ = [
     "ACTION_REVOKE_CERTIFICATE",
     "ACTOR_PATTERN",
     "MAX_TARGET_LENGTH",
+    "AuditEntry",
+    "AuditLogReader",
     "check_action",
     "check_actor",
     "details_json",
@@ -99,3 +103,53 @@ def write_audit(
         "details": details_json(details),
     }
     return int(conn.execute(_INSERT, row).scalar_one())
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One row of the audit log as written (``details`` is its JSON object, parsed)."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    reason: str
+    details: Mapping[str, Any]
+
+
+class AuditLogReader:
+    """Read the audit log, newest first (the operator console; nothing here writes)."""
+
+    def __init__(self, db: StoreEngine) -> None:
+        """Work on ``db`` (owned by the :class:`~rewardseal_control.store.ControlStore`)."""
+        self._db = db
+
+    def latest(self, limit: int, *, before: int | None = None) -> list[AuditEntry]:
+        """Up to ``limit`` entries (1..500), newest first; with ``before``, those older than
+        entry ``before`` (the next page starts below the last id shown).
+
+        Raises:
+            ValidationError: ``limit`` or ``before`` out of range.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+            raise ValidationError("limit must be an integer from 1 to 500")
+        audit = tables.audit
+        statement = select(audit).order_by(audit.c.id.desc()).limit(limit)
+        if before is not None:
+            if isinstance(before, bool) or not isinstance(before, int) or before < 1:
+                raise ValidationError("before must be a positive entry id")
+            statement = statement.where(audit.c.id < before)
+        rows = self._db.read(lambda conn: list(conn.execute(statement)), snapshot=True)
+        return [
+            AuditEntry(
+                id=int(row.id),
+                at=row.at,
+                actor=row.actor,
+                action=row.action,
+                target=row.target,
+                reason=row.reason,
+                details=json.loads(row.details),
+            )
+            for row in rows
+        ]

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.errors import Unavailable
 from rewardseal_control import db
+from rewardseal_control.store.audit_log import AuditLogReader
 from rewardseal_control.store.certificates import CertificateStore
 from rewardseal_control.store.contracts import ContractStore
 from rewardseal_control.store.integrity_audits import IntegrityAuditStore
@@ -67,6 +68,8 @@ class ControlStore:
         self.integrity_shards: Final = SignalShardStore(self._db, self.integrity_revisions)
         self.integrity_audits: Final = IntegrityAuditStore(self._db, self.integrity_revisions)
         self.integrity_decisions: Final = IntegrityDecisionStore(self._db)
+        # Reading the audit log (the operator console); every write is in its action's store.
+        self.audit_log: Final = AuditLogReader(self._db)
 
     def _check_schema(self) -> None:
         from alembic.runtime.migration import MigrationContext
