@@ -11,6 +11,7 @@ rendered by Jinja2 with autoescaping on; no page carries a script, and the secur
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from importlib import resources
@@ -79,7 +80,13 @@ def _templates() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     environment.filters["when"] = _when
+    environment.filters["json_value"] = _json_value
     return environment
+
+
+def _json_value(value: object) -> str:
+    """A plain JSON value as JSON text (``false``, ``"text"``, ``12``): how the log stores it."""
+    return json.dumps(value, sort_keys=True)
 
 
 def _when(value: datetime | None) -> str:

@@ -49,6 +49,8 @@ class Chart:
     bars: Sequence[Bar]
     share_points: str
     """``x,y x,y ...`` of the certified-share line (SVG polyline points)."""
+    share_dots: Sequence[tuple[float, float, str]]
+    """``(x, y, title)`` of each span's certified share (a dot; one span draws no line)."""
     x_labels: Sequence[tuple[float, str]]
     y_max: int
     outcomes: Sequence[tuple[str, str]]
@@ -66,9 +68,11 @@ def timeline_chart(buckets: Sequence[TimelineBucket], outcome_label: Callable[[i
     plot_height = HEIGHT - _TOP - _BOTTOM
     y_max = max(bucket.total for bucket in buckets)
     slot = plot_width / len(buckets)
-    bar_width = max(slot * 0.7, 1.0)
+    # Never wider than 36 px: one span alone is a bar, not a wall.
+    bar_width = min(max(slot * 0.7, 1.0), 36.0)
     bars: list[Bar] = []
     points: list[str] = []
+    dots: list[tuple[float, float, str]] = []
     labels: list[tuple[float, str]] = []
     drawn: list[str] = []
     every = max(1, len(buckets) // 8)
@@ -98,7 +102,9 @@ def timeline_chart(buckets: Sequence[TimelineBucket], outcome_label: Callable[[i
             )
         share = bucket.certified / bucket.total if bucket.total else 0.0
         centre = x + bar_width / 2
-        points.append(f"{centre:.2f},{_TOP + plot_height * (1 - share):.2f}")
+        height_at = round(_TOP + plot_height * (1 - share), 2)
+        points.append(f"{centre:.2f},{height_at:.2f}")
+        dots.append((round(centre, 2), height_at, f"{span}: {100 * share:.1f} % certified"))
         if index % every == 0:
             labels.append((round(centre, 2), str(bucket.first_update)))
     return Chart(
@@ -110,6 +116,7 @@ def timeline_chart(buckets: Sequence[TimelineBucket], outcome_label: Callable[[i
         plot_bottom=HEIGHT - _BOTTOM,
         bars=bars,
         share_points=" ".join(points),
+        share_dots=dots,
         x_labels=labels,
         y_max=y_max,
         outcomes=[(label, css_name(label)) for label in drawn],
