@@ -81,6 +81,21 @@ def driver() -> Iterator[Any]:
         browser.quit()
 
 
+def visit(browser: Any, url: str, heading: str) -> None:
+    """Open ``url`` and wait until its page is there (its ``h1`` says ``heading``)."""
+    browser.get(url)
+    wait_for_heading(browser, heading)
+
+
+def wait_for_heading(browser: Any, heading: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 20).until(
+        lambda b: heading in " ".join(h.text for h in b.find_elements(By.TAG_NAME, "h1"))
+    )
+
+
 def shot(browser: Any, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
@@ -167,11 +182,12 @@ async def test_revoke_in_the_browser_reaches_the_worker(
             assert before[0].certificate_id == certificate_id
 
             # Sign in.
-            driver.get(f"{console}/contracts")
+            visit(driver, f"{console}/contracts", "Sign in")
             assert driver.current_url.endswith("/login")
             shot(driver, "01-sign-in")
             driver.find_element(By.ID, "token").send_keys(ADMIN_TOKEN)
             driver.find_element(By.ID, "sign-in").click()
+            wait_for_heading(driver, "Reward contracts")
             assert driver.current_url.endswith("/contracts"), driver.page_source[:500]
             assert ADMIN_TOKEN not in driver.page_source
             assert "mockmed" in driver.page_source
@@ -183,27 +199,31 @@ async def test_revoke_in_the_browser_reaches_the_worker(
 
             # The contract's receipts reach control's index (the worker forwards them).
             driver.find_element(By.PARTIAL_LINK_TEXT, "mockmed").click()
+            wait_for_heading(driver, "mockmed")
             await eventually(
                 lambda: _reloaded_shows(driver, "<strong>6</strong> receipts"), within=30
             )
             shot(driver, "03-contract")
 
             # The certificate, current, and the revocation with its confirmation.
-            driver.get(f"{console}/certificates")
+            visit(driver, f"{console}/certificates", "Certificates")
             row = driver.find_element(By.XPATH, f"//tr[td/a[text()='{certificate_id}']]")
             assert "current" in row.text
             shot(driver, "04-certificates")
             row.find_element(By.LINK_TEXT, certificate_id).click()
+            wait_for_heading(driver, certificate_id)
             driver.find_element(By.ID, "revoke").click()
+            wait_for_heading(driver, "Revoke certificate")
             driver.find_element(By.ID, "reason").send_keys("browser test: key material leaked")
             driver.find_element(By.ID, "confirm").send_keys(certificate_id)
             shot(driver, "05-confirm-revoke")
             driver.find_element(By.ID, "confirm-revoke").click()
+            wait_for_heading(driver, certificate_id)
             assert driver.current_url.endswith(f"/certificates/{certificate_id}")
             assert "revoked" in driver.find_element(By.CLASS_NAME, "headline").text
             assert "key material leaked" in driver.find_element(By.ID, "revocation-reason").text
             shot(driver, "06-revoked")
-            driver.get(f"{console}/certificates")
+            visit(driver, f"{console}/certificates", "Certificates")
             row = driver.find_element(By.XPATH, f"//tr[td/a[text()='{certificate_id}']]")
             assert "revoked" in row.text
             shot(driver, "07-certificates-after")
@@ -212,13 +232,13 @@ async def test_revoke_in_the_browser_reaches_the_worker(
             await eventually(lambda: in_use(False), within=30)
             after = await score(6)
             assert after.certificate_id != certificate_id
-            driver.get(f"{console}/audit-log")
+            visit(driver, f"{console}/audit-log", "Audit log")
             assert "admin:console" in driver.page_source
             shot(driver, "08-audit-log")
-            driver.get(f"{console}/keys")
+            visit(driver, f"{console}/keys", "Issuer keys")
             assert "control plane organization key" in driver.page_source
             shot(driver, "09-keys")
-            driver.get(f"{console}/integrity")
+            visit(driver, f"{console}/integrity", "Reward-integrity audits")
             shot(driver, "10-integrity")
 
 

@@ -1,6 +1,7 @@
-"""The operator console against a real control plane (``serve --http-port 0`` as the CLI wires
-it) over real HTTP: sign-in and sign-out, the pages over seeded data, escaping, CSRF, and
-revocation that needs the admin credential and a confirmation.
+"""The operator console against a real control plane and its real console server over real HTTP:
+sign-in and sign-out, the pages over seeded data (reward integrity too), escaping, CSRF, and
+revocation that needs the admin credential and a confirmation; and ``--http-port`` as
+``serve`` wires it.
 
 One control plane serves the whole module (its event loop too: the console runs in it)."""
 
@@ -14,8 +15,16 @@ import pytest
 import pytest_asyncio
 from support.builders import make_certificate
 from support.console import ConsoleBrowser, csrf_of
-from support.control_store_builders import (
+from support.control import (
     ADMIN,
+    ADMIN_TOKEN,
+    CLIENT_TOKEN,
+    WORKER_TOKEN,
+    ControlStack,
+    start_control,
+    stop_control,
+)
+from support.control_store_builders import (
     FAILED,
     WORKER,
     WRONG,
@@ -25,37 +34,42 @@ from support.control_store_builders import (
     sealed,
     seeded,
 )
-from support.linked_stack import ADMIN_TOKEN, CLIENT_TOKEN, WORKER_TOKEN, start_control_plane
+from support.integrity import agreeing_rows, audit_to_end, capture, create_system
+from support.linked_stack import start_control_plane
 
 from rewardseal.contract import contract_digest
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey
-from rewardseal_control.app import ControlApp
+from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_control.console.server import start_console
 from rewardseal_control.settings import resolve_settings
 from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_server.http_serving import RunningHttpServer
+from rewardseal_server.sqlstore import sqlite_url
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 HTML_VERSION = '<script>alert("version")</script>'
 HTML_KEY_NAME = "<img src=x onerror=alert(1)>"
 HTML_REASON = "<b>leaked</b> & <i>gone</i>"
+HTML_REVIEW = "<em>reviewed</em> by <u>ops</u>"
 TOKENS = (ADMIN_TOKEN, CLIENT_TOKEN, WORKER_TOKEN)
 
 
 @dataclass
 class Seeded:
-    app: ControlApp
+    app: ControlStack
     url: str
     digest: str
     html_digest: str
+    audit_id: str
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Seeded]:
-    app = await start_control_plane(tmp_path_factory.mktemp("console"), http_port=0)
-    assert app.console is not None
-    store = app.store
+    stack = await start_control(sqlite_url(tmp_path_factory.mktemp("console") / "control.sqlite"))
+    server: RunningHttpServer = await start_console(stack.servicer, host="127.0.0.1", port=0)
+    store = stack.store
     digest = seeded(store)
     html_contract = contract_version(7)
     html_contract.contract_version = HTML_VERSION
@@ -63,7 +77,7 @@ async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[See
         html_contract, contract_digest(html_contract)
     )
     store.keys.register_issuer_key(
-        key_message(SigningKey.generate(), WORKER, display_name=HTML_KEY_NAME), ADMIN, "seed"
+        key_message(SigningKey.generate(), WORKER, display_name=HTML_KEY_NAME), "admin", "seed"
     )
     contract = mockmed_contract()
     for certificate_id, issued, expiry in (
@@ -79,7 +93,7 @@ async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[See
             issued_at_policy_update=issued,
             expiry_policy_updates=expiry,
         )
-        store.certificates.record_certificate(certificate, ADMIN, "seed")
+        store.certificates.record_certificate(certificate, "admin", "seed")
     receipts = [
         sealed("episode.c001", policy_update=100),
         sealed("episode.c002", policy_update=101),
@@ -88,11 +102,28 @@ async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[See
         sealed("episode.c005", policy_update=130),
     ]
     assert all(r.recorded for r in store.receipts.record_receipts(opened(*receipts)))
-    await app.servicer.revoke("cert.console.html", HTML_REASON, "admin")
+    await stack.servicer.revoke("cert.console.html", HTML_REASON, "admin")
+    # Reward integrity: one boundary captured, sealed and audited, then a reviewed decision.
+    system_id = await create_system(stack)
+    shard = await capture(stack, agreeing_rows(20), system_id=system_id)
+    audit = await audit_to_end(stack, shard.shard_id)
+    await stack.integrity_stub().ReviewDecision(
+        ipb.ReviewDecisionRequest(
+            audit_id=audit.audit_id, action=ipb.REVIEW_ACTION_STOP, reason=HTML_REVIEW
+        ),
+        metadata=ADMIN,
+    )
     try:
-        yield Seeded(app=app, url=app.console.url, digest=digest, html_digest=html_digest)
+        yield Seeded(
+            app=stack,
+            url=server.url,
+            digest=digest,
+            html_digest=html_digest,
+            audit_id=audit.audit_id,
+        )
     finally:
-        await app.stop()
+        await server.stop()
+        await stop_control(stack)
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -241,6 +272,12 @@ async def test_pages_render_the_seeded_state(console: Seeded) -> None:
         assert ">active<" in keys.text
         integrity = await trainer.get("/integrity")
         assert integrity.status_code == 200
+        assert console.audit_id in integrity.text
+        assert ">stop<" in integrity.text  # the reviewed decision is the one in force
+        audit = await trainer.get(f"/integrity/audits/{console.audit_id}")
+        assert audit.status_code == 200
+        assert ">automatic<" in audit.text
+        assert ">reviewed<" in audit.text
         for page in (contracts, contract, certificates, keys, integrity):
             assert "<script" not in page.text
             assert_no_secret(page.text)
@@ -284,6 +321,9 @@ async def test_every_value_is_escaped(console: Seeded) -> None:
         certificate = await admin.get("/certificates/cert.console.html")
         assert HTML_REASON not in certificate.text
         assert "&lt;b&gt;leaked&lt;/b&gt; &amp; &lt;i&gt;gone&lt;/i&gt;" in certificate.text
+        review = await admin.get(f"/integrity/audits/{console.audit_id}")
+        assert HTML_REVIEW not in review.text
+        assert "&lt;em&gt;reviewed&lt;/em&gt;" in review.text
         audit = await admin.get("/audit-log")
         assert HTML_REASON not in audit.text
         assert "&lt;b&gt;leaked" in audit.text
@@ -393,6 +433,29 @@ async def test_revoking_with_confirmation_publishes_the_next_signed_list(console
 
 
 # ------------------------------------------------------------------ serving
+
+
+async def test_serve_with_an_http_port_serves_the_console_beside_grpc(tmp_path: Path) -> None:
+    """``start_control`` as ``serve --http-port 0`` runs it: the banner names the console, which
+    answers in the same process and stops with it."""
+    app = await start_control_plane(tmp_path, http_port=0)
+    try:
+        assert app.console is not None
+        assert app.banner()["console_url"] == app.console.url
+        browser = ConsoleBrowser(app.console.url)
+        try:
+            assert (await browser.get("/login")).status_code == 200
+            assert (await browser.sign_in(ADMIN_TOKEN)).status_code == 401  # another control
+        finally:
+            await browser.close()
+    finally:
+        await app.stop()
+    off = await start_control_plane(tmp_path, directory="off")
+    try:
+        assert off.console is None
+        assert off.banner()["console_url"] is None
+    finally:
+        await off.stop()
 
 
 async def test_plain_http_is_refused_off_loopback(console: Seeded) -> None:
