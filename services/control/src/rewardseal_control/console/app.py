@@ -11,6 +11,7 @@ rendered by Jinja2 with autoescaping on; no page carries a script, and the secur
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
@@ -170,8 +171,6 @@ def create_console_app(
         return {name: values[0] for name, values in fields.items() if len(values) == 1}
 
     def check_csrf(session: Session, form: Mapping[str, str]) -> None:
-        import hmac
-
         if not hmac.compare_digest(form.get("csrf_token", ""), session.csrf_token):
             raise _Refused(
                 403, "this form did not come from this console session (CSRF check failed)"

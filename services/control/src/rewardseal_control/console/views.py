@@ -17,7 +17,8 @@ from datetime import datetime
 from typing import Final
 
 from rewardseal.certificates import certificate_state, state_name
-from rewardseal.v1.certificate_pb2 import IssuerKey
+from rewardseal.integrity.decisions import DecisionEntry
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
 from rewardseal.v1.control_service_pb2 import RegisteredContract
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -83,8 +84,6 @@ def revocation_status(head: RevocationHead | None, now: datetime) -> RevocationS
     """The list a follower would fetch now (None before the first is published)."""
     if head is None:
         return None
-    from rewardseal.v1.certificate_pb2 import RevocationList
-
     listed = RevocationList.FromString(head.envelope.payload)
     return RevocationStatus(
         version=head.version,
@@ -279,7 +278,7 @@ class AuditAndHistory:
     """One reward-integrity audit and its whole decision history."""
 
     audit: StoredAudit
-    history: Sequence[object]
+    history: Sequence[DecisionEntry]
 
 
 def integrity_audit(store: ControlStore, audit_id: str) -> AuditAndHistory:
