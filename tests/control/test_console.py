@@ -7,10 +7,12 @@ One control plane serves the whole module (its event loop too: the console runs 
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import pytest_asyncio
 from support.builders import make_certificate
@@ -36,10 +38,12 @@ from support.control_store_builders import (
 )
 from support.integrity import agreeing_rows, audit_to_end, capture, create_system
 from support.linked_stack import start_control_plane
+from support.tls_certs import TlsWorld
 
 from rewardseal.contract import contract_digest
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey
+from rewardseal.tls import ServerTls
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_control.console.server import start_console
 from rewardseal_control.settings import resolve_settings
@@ -456,6 +460,31 @@ async def test_serve_with_an_http_port_serves_the_console_beside_grpc(tmp_path: 
         assert off.banner()["console_url"] is None
     finally:
         await off.stop()
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+async def test_with_controls_tls_the_console_serves_https(
+    console: Seeded, tmp_path: Path, mutual: bool
+) -> None:
+    world = TlsWorld.create(tmp_path / "tls")
+    tls = ServerTls.from_files(
+        world.server.cert, world.server.key, world.ca.cert if mutual else None
+    )
+    server = await start_console(console.app.servicer, host="127.0.0.1", port=0, tls=tls)
+    try:
+        assert server.url.startswith("https://")
+        trusted = ssl.create_default_context(cafile=str(world.ca.cert))
+        if mutual:
+            async with httpx.AsyncClient(verify=trusted) as stranger:
+                with pytest.raises(httpx.HTTPError):  # no client certificate: no handshake
+                    await stranger.get(f"{server.url}/login")
+            trusted.load_cert_chain(world.client.cert, world.client.key)
+        async with httpx.AsyncClient(verify=trusted) as client:
+            page = await client.get(f"{server.url}/login")
+        assert page.status_code == 200
+        assert page.headers["strict-transport-security"] == "max-age=31536000"
+    finally:
+        await server.stop()
 
 
 async def test_plain_http_is_refused_off_loopback(console: Seeded) -> None:
