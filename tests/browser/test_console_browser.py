@@ -96,6 +96,15 @@ def wait_for_heading(browser: Any, heading: str) -> None:
     )
 
 
+def certificate_row(browser: Any, certificate_id: str) -> Any:
+    """The certificate's row of the certificates table (not of the revocation list's)."""
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(
+        By.XPATH, f"//table[@id='certificates']//tr[td/a[text()='{certificate_id}']]"
+    )
+
+
 def shot(browser: Any, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
@@ -207,7 +216,7 @@ async def test_revoke_in_the_browser_reaches_the_worker(
 
             # The certificate, current, and the revocation with its confirmation.
             visit(driver, f"{console}/certificates", "Certificates")
-            row = driver.find_element(By.XPATH, f"//tr[td/a[text()='{certificate_id}']]")
+            row = certificate_row(driver, certificate_id)
             assert "current" in row.text
             shot(driver, "04-certificates")
             row.find_element(By.LINK_TEXT, certificate_id).click()
@@ -224,7 +233,7 @@ async def test_revoke_in_the_browser_reaches_the_worker(
             assert "key material leaked" in driver.find_element(By.ID, "revocation-reason").text
             shot(driver, "06-revoked")
             visit(driver, f"{console}/certificates", "Certificates")
-            row = driver.find_element(By.XPATH, f"//tr[td/a[text()='{certificate_id}']]")
+            row = certificate_row(driver, certificate_id)
             assert "revoked" in row.text
             shot(driver, "07-certificates-after")
 

@@ -7,6 +7,7 @@ One control plane serves the whole module (its event loop too: the console runs 
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -194,9 +195,13 @@ async def test_sign_in_sets_a_signed_session_cookie_never_the_token(console: See
     ids=["wrong", "worker", "empty"],
 )
 async def test_sign_in_refuses_a_token_that_is_not_a_console_credential(
-    browser: ConsoleBrowser, token: str
+    browser: ConsoleBrowser, token: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    answer = await browser.sign_in(token)
+    with caplog.at_level(logging.INFO, logger="rewardseal_control.console.app"):
+        answer = await browser.sign_in(token)
+    assert "console sign-in refused from 127.0.0.1" in caplog.text
+    if token:
+        assert token not in caplog.text  # who tried is logged, never what they typed
     assert answer.status_code == 401
     assert "does not sign in" in answer.text
     assert "rewardseal_console" not in browser.cookies
@@ -256,8 +261,10 @@ async def test_pages_render_the_seeded_state(console: Seeded) -> None:
         assert 'class="outcome-wrong-effect"' in contract.text
 
         certificates = await trainer.get("/certificates")
-        text = certificates.text
-        assert 'id="revocation-version"' in text
+        assert 'id="revocation-version"' in certificates.text
+        # The revocation list's entries, then the certificates' table.
+        listed, _, text = certificates.text.partition('class="hint"')
+        assert ">cert.console.html<" in listed
         # States at the newest receipt's update (130): one rule, core's certificate_state.
         for certificate_id, state in (
             ("cert.console.current", "current"),
@@ -322,6 +329,9 @@ async def test_every_value_is_escaped(console: Seeded) -> None:
         keys = await admin.get("/keys")
         assert HTML_KEY_NAME not in keys.text
         assert "&lt;img src=x onerror=alert(1)&gt;" in keys.text
+        listing = await admin.get("/certificates")  # the revocation list's entries
+        assert HTML_REASON not in listing.text
+        assert "&lt;b&gt;leaked&lt;/b&gt; &amp; &lt;i&gt;gone&lt;/i&gt;" in listing.text
         certificate = await admin.get("/certificates/cert.console.html")
         assert HTML_REASON not in certificate.text
         assert "&lt;b&gt;leaked&lt;/b&gt; &amp; &lt;i&gt;gone&lt;/i&gt;" in certificate.text

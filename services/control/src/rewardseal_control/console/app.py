@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from importlib import resources
@@ -38,6 +39,8 @@ from rewardseal_control.console.sessions import (
 from rewardseal_control.service import ADMIN_ROLE, TRAINER_ROLE, ControlPlaneServicer
 
 __all__ = ["CONSOLE_ACTOR", "SECURITY_HEADERS", "create_console_app"]
+
+_log = logging.getLogger(__name__)
 
 CONSOLE_ACTOR: Final = "admin:console"
 """Who the audit log names for a revocation made in the console (a role, never a token)."""
@@ -237,9 +240,13 @@ def create_console_app(
         token = form.get("token", "").strip()
         role_for = servicer.role_for
         role = role_for(f"Bearer {token}") if role_for is not None and token else None
+        client = request.client.host if request.client is not None else "unknown"
         if role not in CONSOLE_ROLES:
+            # Who tried, never what they typed.
+            _log.warning("console sign-in refused from %s", client)
             return login_page(401, "that token does not sign in to the console")
         assert role is not None
+        _log.info("console sign-in: %s credential from %s", role, client)
         _, cookie = sessions.open(role)
         response = RedirectResponse("/contracts", status_code=303)
         set_cookie(response, SESSION_COOKIE, cookie, SESSION_LIFETIME_SECONDS)

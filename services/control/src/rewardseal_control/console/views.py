@@ -11,6 +11,7 @@ yet) the update it was issued at.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +19,7 @@ from typing import Final
 
 from rewardseal.certificates import certificate_state, state_name
 from rewardseal.integrity.decisions import DecisionEntry
-from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationEntry, RevocationList
 from rewardseal.v1.control_service_pb2 import RegisteredContract
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -27,7 +28,13 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
 )
 from rewardseal_control.console.chart import Chart, timeline_chart
-from rewardseal_control.store import ControlStore, ReceiptSummary, RevocationHead, StoredCertificate
+from rewardseal_control.store import (
+    MAX_PAGE_SIZE,
+    ControlStore,
+    ReceiptSummary,
+    RevocationHead,
+    StoredCertificate,
+)
 from rewardseal_control.store.audit_log import AuditEntry
 from rewardseal_control.store.integrity_audits import StoredAudit
 from rewardseal_control.store.receipts import ContractActivity
@@ -76,7 +83,7 @@ class RevocationStatus:
     version: int
     issued_at: datetime
     expires_at: datetime
-    entries: int
+    entries: Sequence[RevocationEntry]
     expired: bool
 
 
@@ -89,7 +96,7 @@ def revocation_status(head: RevocationHead | None, now: datetime) -> RevocationS
         version=head.version,
         issued_at=head.issued_at,
         expires_at=head.expires_at,
-        entries=len(listed.entries),
+        entries=list(listed.entries),
         expired=head.expires_at <= now,
     )
 
@@ -194,20 +201,34 @@ def contracts(store: ControlStore, *, page_token: str = "") -> tuple[list[Contra
     """One page of contracts, oldest registration first; the next token."""
     page = store.contracts.list_contracts(LIST_SIZE, page_token)
     activity = store.receipts.activity()
+    issued = Counter(
+        stored.certificate.reward_contract_digest for stored in _every_certificate(store)
+    )
     rows = []
     for registered in page.items:
         digest = registered.reward_contract_digest
         held = activity.get(digest)
-        count = len(store.certificates.list_certificates(digest, 500, "").items)
         rows.append(
             ContractRow(
                 registered=registered,
                 receipts=held.total if held else 0,
                 newest_update=held.newest_policy_update if held else None,
-                certificates=count,
+                certificates=issued[digest],
             )
         )
     return rows, page.next_page_token
+
+
+def _every_certificate(store: ControlStore) -> list[StoredCertificate]:
+    """Every recorded certificate (all pages; a control plane holds few)."""
+    found: list[StoredCertificate] = []
+    token = ""
+    while True:
+        page = store.certificates.list_certificates(None, MAX_PAGE_SIZE, token)
+        found.extend(page.items)
+        token = page.next_page_token
+        if not token:
+            return found
 
 
 @dataclass(frozen=True)
@@ -227,7 +248,7 @@ def contract_detail(store: ControlStore, digest: str) -> ContractDetail:
     summary = store.receipts.receipt_summary(digest)
     buckets = store.receipts.timeline(digest)
     activity = store.receipts.activity()
-    held = store.certificates.list_certificates(digest, 500, "").items
+    held = [s for s in _every_certificate(store) if s.certificate.reward_contract_digest == digest]
     return ContractDetail(
         registered=registered,
         summary=summary,
