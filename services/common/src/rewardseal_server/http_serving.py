@@ -1,8 +1,9 @@
 """HTTP serving beside gRPC: an ASGI app under uvicorn in the calling process's event loop.
 
-:func:`start_http_server` binds its own socket first (so port 0 yields a known port and a port
-in use is refused with the same one-line :class:`~rewardseal.errors.CannotListen` as gRPC),
-then runs uvicorn as a task of the running loop, next to a ``grpc.aio`` server, and returns
+:func:`start_http_server` binds its own socket first with
+:func:`~rewardseal_server.serving.bind_listening_socket` (so port 0 yields a known port and a
+port in use is refused with the same one-line :class:`~rewardseal.errors.CannotListen` as
+gRPC), then runs uvicorn as a task of the running loop, next to a ``grpc.aio`` server, and returns
 once connections are accepted. Signals stay with the embedding service (its
 ``serve_until_signalled``): uvicorn installs no handlers here. With a
 :class:`~rewardseal.tls.ServerTls` it serves HTTPS with the same certificate as the gRPC
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import socket
 import ssl
 import tempfile
 from collections.abc import Iterator
@@ -22,46 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from rewardseal_server.serving import address, cannot_listen
+from rewardseal_server.serving import address, bind_listening_socket
 
 if TYPE_CHECKING:
     import uvicorn
 
     from rewardseal.tls import ServerTls
 
-__all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "RunningHttpServer", "bind_socket", "start_http_server"]
+__all__ = [
+    "GRACEFUL_SHUTDOWN_SECONDS",
+    "RunningHttpServer",
+    "server_ssl_context",
+    "start_http_server",
+]
 
 GRACEFUL_SHUTDOWN_SECONDS: Final = 5
 _START_TIMEOUT_SECONDS: Final = 30.0
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6.
-
-    The port is this process's alone: SO_REUSEADDR (a restart need not wait out TIME_WAIT) but
-    never SO_REUSEPORT, so a second server on a port in use is refused instead of taking a
-    share of the callers.
-
-    Raises:
-        CannotListen: ``host:port`` cannot be bound (in use by another process, not an address
-            of this machine, ...).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
-    # without it every keep-alive response waits ~40 ms (Nagle against delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise cannot_listen(host, port, exc) from None
-        sock.listen(2048)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 def server_ssl_context(tls: ServerTls) -> ssl.SSLContext:
@@ -127,7 +103,7 @@ async def start_http_server(
             # The embedding service owns SIGINT/SIGTERM and stops this server itself.
             yield
 
-    sock = bind_socket(host, port)
+    sock = bind_listening_socket(host, port)
     bound = int(sock.getsockname()[1])
     options: dict[str, Any] = {
         "log_config": None,
