@@ -47,6 +47,19 @@ lint: setup
 test: setup lint proto-check
 	$(PY) -m pytest
 
+## The operator console in a real browser (tests/browser, left out of `make test`): Debian's
+## chromium and chromium-driver, installed here when missing (apt-get, as root), driven headless
+## by Selenium through /usr/bin/chromedriver (Selenium Manager never downloads a driver);
+## screenshots in .run/console/. Where they cannot be installed the test skips with a message,
+## except with CI=true or REWARDSEAL_REQUIRE_BROWSER=1, where it fails. docs/console.md.
+test-browser: setup
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver >/dev/null) \
+		|| echo "test-browser: could not install chromium and chromium-driver (apt-get, root)"; \
+	fi
+	$(PY) -m pytest tests/browser -p no:cacheprovider
+
 demo: setup
 	$(PY) -m rewardseal_kit.demo
 	$(PY) tools/demo.py
@@ -118,16 +131,3 @@ lock-integrations:
 	test -x $(IPY) || $(PYTHON) -m venv $(IVENV)
 	$(IPY) -m pip install --quiet --disable-pip-version-check -r requirements-integrations.in
 	$(IPY) -m pip freeze --all --exclude-editable --disable-pip-version-check | grep -v -e '^-e ' -e '^pip==' > requirements-integrations.lock
-
-## The operator console in a real browser (tests/browser, left out of `make test`): Debian's
-## chromium and chromium-driver, installed here when missing (apt-get, as root), driven headless
-## by Selenium through /usr/bin/chromedriver (Selenium Manager never downloads a driver);
-## screenshots in .run/console/. Where they cannot be installed the test skips with a message,
-## except with CI=true or REWARDSEAL_REQUIRE_BROWSER=1, where it fails. docs/console.md.
-test-browser: setup
-	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
-		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-			chromium chromium-driver >/dev/null) \
-		|| echo "test-browser: could not install chromium and chromium-driver (apt-get, root)"; \
-	fi
-	$(PY) -m pytest tests/browser -p no:cacheprovider
