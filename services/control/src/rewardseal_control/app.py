@@ -19,7 +19,7 @@ from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
 from rewardseal_control.store import ControlStore
-from rewardseal_server.http_serving import RunningHttpServer
+from rewardseal_server.embedded_http import RunningHttpServer
 from rewardseal_server.serving import RunningServer, check_port_free, transport
 
 _log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from rewardseal.errors import ValidationError
 from rewardseal.tls import ServerTls
 from rewardseal_control.console.app import create_console_app
 from rewardseal_control.service import ControlPlaneServicer
-from rewardseal_server.http_serving import RunningHttpServer, start_http_server
+from rewardseal_server.embedded_http import RunningHttpServer, start_http_server
 from rewardseal_server.serving import is_loopback
 
 __all__ = ["start_console"]

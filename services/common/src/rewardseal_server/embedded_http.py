@@ -1,4 +1,4 @@
-"""HTTP serving beside gRPC: an ASGI app under uvicorn in the calling process's event loop.
+"""HTTP served inside a gRPC service's process: an ASGI app under uvicorn in the same event loop.
 
 :func:`start_http_server` binds its own socket first with
 :func:`~rewardseal_server.serving.bind_listening_socket` (so port 0 yields a known port and a
