@@ -3,6 +3,8 @@ timeline over policy updates, per-contract activity, and the audit log newest fi
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from support.control_store_builders import (
     ADMIN,
@@ -65,7 +67,7 @@ def test_the_audit_log_reads_newest_first_and_pages_below_an_id(store: ControlSt
     assert [e.action for e in entries] == ["issuer_key.register", "issuer_key.register"]
     assert entries[0].id > entries[1].id
     assert entries[0].actor == ADMIN
-    assert entries[0].details["role"] == "organization"
+    assert json.loads(entries[0].details)["role"] == "organization"
     older = store.audit_log.latest(1, before=entries[0].id)
     assert [e.id for e in older] == [entries[1].id]
     assert store.audit_log.latest(5, before=entries[1].id) == []

@@ -11,6 +11,7 @@ yet) the update it was issued at.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -283,9 +284,11 @@ def keys(store: ControlStore, now: datetime, *, page_token: str = "") -> tuple[l
     return rows, page.next_page_token
 
 
-def audit_log(store: ControlStore, *, before: int | None = None) -> list[AuditEntry]:
-    """One page of the audit log, newest first."""
-    return store.audit_log.latest(LIST_SIZE, before=before)
+def audit_log(
+    store: ControlStore, *, before: int | None = None
+) -> list[tuple[AuditEntry, Mapping[str, object]]]:
+    """One page of the audit log, newest first, each entry with its details parsed."""
+    return [(e, json.loads(e.details)) for e in store.audit_log.latest(LIST_SIZE, before=before)]
 
 
 def integrity_audits(store: ControlStore, *, page_token: str = "") -> tuple[list[StoredAudit], str]:

@@ -5,6 +5,7 @@ its row with :func:`write_audit` inside the transaction of its change, so the lo
 an action happened that did not, nor misses one that did: who (``actor``: a role or
 credential name, never a token), what (``action``), on what (``target``), why (``reason``),
 when, and plain-JSON ``details``. Nothing here updates or deletes a row.
+:class:`AuditLogStore` reads it back, oldest first, a page at a time (``store.audit_log``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,12 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.errors import ValidationError
 from rewardseal_control.store import tables
-from rewardseal_server.sqlstore import StoreEngine
+from rewardseal_control.store.pagination import Listing, Page, fingerprint
+from rewardseal_server.sqlstore import StoreEngine, as_utc
 
 __all__ = [
+    "AuditEntry",
+    "AuditLogStore",
     "ACTION_ISSUE_CERTIFICATE",
     "ACTION_PATTERN",
     "ACTION_REGISTER_KEY",
@@ -31,8 +35,6 @@ __all__ = [
     "ACTION_REVOKE_CERTIFICATE",
     "ACTOR_PATTERN",
     "MAX_TARGET_LENGTH",
-    "AuditEntry",
-    "AuditLogReader",
     "check_action",
     "check_actor",
     "details_json",
@@ -107,7 +109,7 @@ def write_audit(
 
 @dataclass(frozen=True)
 class AuditEntry:
-    """One row of the audit log as written (``details`` is its JSON object, parsed)."""
+    """One row of the audit log as written."""
 
     id: int
     at: datetime
@@ -115,19 +117,60 @@ class AuditEntry:
     action: str
     target: str
     reason: str
-    details: Mapping[str, Any]
+    details: str
+    """The JSON object written with it (sorted keys)."""
 
 
-class AuditLogReader:
-    """Read the audit log, newest first (the operator console; nothing here writes)."""
+_LISTING: Final = Listing(kind="audit_log", order=(tables.audit.c.id,), shape=(int,))
+
+
+class AuditLogStore:
+    """Reads the audit log (``store.audit_log``); writes happen in each action's transaction."""
 
     def __init__(self, db: StoreEngine) -> None:
         """Work on ``db`` (owned by the :class:`~rewardseal_control.store.ControlStore`)."""
         self._db = db
 
+    def list_entries(
+        self, action: str = "", page_size: int = 0, page_token: str = ""
+    ) -> Page[AuditEntry]:
+        """Entries oldest first (by id: the order the actions committed), only ``action``'s
+        when one is given.
+
+        Raises:
+            ValidationError: a malformed action name, page size or page token.
+        """
+        statement = select(tables.audit)
+        if action:
+            check_action(action, "action must be a dotted lowercase name, e.g. certificate.issue")
+            statement = statement.where(tables.audit.c.action == action)
+        rows, token = _LISTING.read(
+            self._db,
+            statement,
+            query=fingerprint(action=action),
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return Page(
+            [
+                AuditEntry(
+                    id=int(row.id),
+                    at=as_utc(row.at),
+                    actor=row.actor,
+                    action=row.action,
+                    target=row.target,
+                    reason=row.reason,
+                    details=row.details,
+                )
+                for row in rows
+            ],
+            token,
+        )
+
     def latest(self, limit: int, *, before: int | None = None) -> list[AuditEntry]:
-        """Up to ``limit`` entries (1..500), newest first; with ``before``, those older than
-        entry ``before`` (the next page starts below the last id shown).
+        """Up to ``limit`` entries (1..500), newest first (the operator console); with
+        ``before``, those older than entry ``before`` (the next page starts below the last id
+        shown).
 
         Raises:
             ValidationError: ``limit`` or ``before`` out of range.
@@ -144,12 +187,12 @@ class AuditLogReader:
         return [
             AuditEntry(
                 id=int(row.id),
-                at=row.at,
+                at=as_utc(row.at),
                 actor=row.actor,
                 action=row.action,
                 target=row.target,
                 reason=row.reason,
-                details=json.loads(row.details),
+                details=row.details,
             )
             for row in rows
         ]
