@@ -68,8 +68,6 @@ class ControlApp:
     store: ControlStore
     servicer: ControlPlaneServicer
     running: RunningServer
-    console: RunningHttpServer | None = None
-    """The operator console (``--http-port``), served in the same event loop; None when off."""
 
     @property
     def port(self) -> int:
@@ -81,6 +79,9 @@ class ControlApp:
         """``host:port`` to dial."""
         return f"{self.settings.host}:{self.port}"
 
+    console: RunningHttpServer | None = None
+    """The operator console (``--http-port``), served in the same event loop; None when off."""
+
     def banner(self) -> dict[str, Any]:
         """What an operator or a script needs to call this control plane.
 
@@ -91,6 +92,7 @@ class ControlApp:
             "port": self.port,
             "target": self.target,
             "transport": transport(self.settings.tls),
+            "console_url": self.console.url if self.console is not None else None,
             "organization_key_id": self.key.key_id,
             "organization_public_key": self.key.public_key.hex(),
             "data_dir": str(self.settings.data_dir),
@@ -99,7 +101,6 @@ class ControlApp:
             "token_source": self.settings.token_source,
             "worker_token_source": self.settings.worker_token_source,
             "revocation_ttl_seconds": self.settings.revocation_ttl.total_seconds(),
-            "console_url": self.console.url if self.console is not None else None,
         }
 
     async def stop(self) -> None:

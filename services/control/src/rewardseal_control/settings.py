@@ -54,6 +54,8 @@ class ControlSettings:
     worker_token: str = field(repr=False)
     revocation_ttl: timedelta = DEFAULT_REVOCATION_TTL
     reflection: bool = False
+    http_port: int | None = None
+    """The operator console's HTTP port (0: a free one); None (the default) serves no console."""
     admin_token_source: str = ""
     """Where the admin token came from (a variable name or a file path; never the token)."""
     token_source: str = ""
@@ -63,8 +65,6 @@ class ControlSettings:
 
     tls: ServerTls | None = field(default=None, repr=False)
     """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
-    http_port: int | None = None
-    """The operator console's HTTP port (0: a free one); None (the default) serves no console."""
 
     @property
     def key_path(self) -> Path:
@@ -112,10 +112,10 @@ def resolve_settings(
     port: int | None = None,
     revocation_ttl: timedelta | None = None,
     reflection: bool = False,
+    http_port: int | None = None,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     tls_client_ca: Path | None = None,
-    http_port: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ControlSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -163,13 +163,13 @@ def resolve_settings(
         worker_token=worker_token,
         revocation_ttl=ttl,
         reflection=reflection,
+        http_port=console_port,
         tls=service_settings.resolve_server_tls(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
         admin_token_source=admin_source,
         token_source=token_source,
         worker_token_source=worker_source,
-        http_port=console_port,
     )
 
 
