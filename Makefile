@@ -19,7 +19,7 @@ SRC    := clients/python/src services/common/src services/worker/src services/co
 HAND   := $(SRC) tests tools bench deploy
 
 .PHONY: setup proto proto-check lint test demo up down status bench lock clean
-.PHONY: setup-integrations test-integrations lock-integrations test-compose
+.PHONY: setup-integrations test-integrations lock-integrations test-compose test-browser
 
 setup: $(STAMP)
 
@@ -46,6 +46,19 @@ lint: setup
 
 test: setup lint proto-check
 	$(PY) -m pytest
+
+## The operator console in a real browser (tests/browser, left out of `make test`): Debian's
+## chromium and chromium-driver, installed here when missing (apt-get, as root), driven headless
+## by Selenium through /usr/bin/chromedriver (Selenium Manager never downloads a driver);
+## screenshots in .run/console/. Where they cannot be installed the test skips with a message,
+## except with CI=true or REWARDSEAL_REQUIRE_BROWSER=1, where it fails. docs/console.md.
+test-browser: setup
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver >/dev/null) \
+		|| echo "test-browser: could not install chromium and chromium-driver (apt-get, root)"; \
+	fi
+	$(PY) -m pytest tests/browser -p no:cacheprovider
 
 demo: setup
 	$(PY) -m rewardseal_kit.demo

@@ -449,15 +449,16 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
     notes: list[str] = []
     try:
         out(f"starting control ({ENTRY_POINTS[CONTROL][0]}) ...")
-        banner = start_service(
-            layout, CONTROL, control_command(layout), service_env(CONTROL, tokens)
-        )
+        # The operator console too (docs/console.md), on a free loopback port of its own.
+        console = control_command(layout, ("--http-port", "0"))
+        banner = start_service(layout, CONTROL, console, service_env(CONTROL, tokens))
         services[CONTROL] = {
             "pid": read_pid(layout.pid_file(CONTROL)),
             "port": banner["port"],
             "target": f"{HOST}:{banner['port']}",
             "organization_key_id": banner.get("organization_key_id"),
             "organization_public_key": banner["organization_public_key"],
+            "console_url": banner.get("console_url"),
             "data_dir": str(layout.data(CONTROL)),
             "log": str(layout.log_file(CONTROL)),
         }
@@ -596,6 +597,11 @@ def usage(state: Mapping[str, Any]) -> str:
     ]
     if mockmed is not None:
         lines.append(f"  mockmed  {mockmed['url']:28} pid {mockmed['pid']}")
+    if control.get("console_url"):
+        lines.append(
+            f"  console  {control['console_url']:28} sign in with tokens.control_admin "
+            f"(or, read only, tokens.control) of {state['run_dir']}/stack.json"
+        )
     lines += [f"  note: {note}" for note in state.get("notes", [])]
     lines += [
         "",

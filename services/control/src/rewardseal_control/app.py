@@ -20,6 +20,7 @@ from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
 from rewardseal_control.store import ControlStore
+from rewardseal_server.embedded_http import RunningHttpServer
 from rewardseal_server.metrics import MetricsEndpoint, serve_metrics
 from rewardseal_server.serving import RunningServer, check_port_free, transport
 
@@ -81,6 +82,9 @@ class ControlApp:
         """``host:port`` to dial."""
         return f"{self.settings.host}:{self.port}"
 
+    console: RunningHttpServer | None = None
+    """The operator console (``--http-port``), served in the same event loop; None when off."""
+
     def banner(self) -> dict[str, Any]:
         """What an operator or a script needs to call this control plane.
 
@@ -91,6 +95,7 @@ class ControlApp:
             "port": self.port,
             "target": self.target,
             "transport": transport(self.settings.tls),
+            "console_url": self.console.url if self.console is not None else None,
             "organization_key_id": self.key.key_id,
             "organization_public_key": self.key.public_key.hex(),
             "data_dir": str(self.settings.data_dir),
@@ -104,6 +109,8 @@ class ControlApp:
 
     async def stop(self) -> None:
         """Stop serving, then close the store."""
+        if self.console is not None:
+            await self.console.stop()
         await self.running.stop()
         if self.metrics is not None:
             self.metrics.stop()
@@ -148,6 +155,17 @@ async def start_control(settings: ControlSettings) -> ControlApp:
         try:
             app.metrics = serve_metrics(
                 metrics.registry, host=settings.host, port=settings.metrics_port
+            )
+        except BaseException:
+            await app.stop()
+            raise
+    if settings.http_port is not None:
+        # Imported only when on: FastAPI and Jinja2 cost start-up time a plain control never uses.
+        from rewardseal_control.console.server import start_console
+
+        try:
+            app.console = await start_console(
+                servicer, host=settings.host, port=settings.http_port, tls=settings.tls
             )
         except BaseException:
             await app.stop()

@@ -509,11 +509,23 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def RevokeCertificate(  # noqa: N802
         self, request: pb.RevokeCertificateRequest, context: Context
     ) -> pb.RevokeCertificateResponse:
+        head = await self.revoke(request.certificate_id, request.reason, self._actor(context))
+        return pb.RevokeCertificateResponse(revocation_list=head.envelope, version=head.version)
+
+    async def revoke(self, certificate_id: str, reason: str, actor: str) -> RevocationHead:
+        """Revoke ``certificate_id`` for ``actor`` (a role name, audited) and publish the next
+        signed list to watchers; the head that holds the revocation. The one revocation path of
+        the RPC and the operator console.
+
+        Raises:
+            ValidationError: malformed id or actor, or no reason.
+            NotFound: no such certificate.
+        """
         head, created = await asyncio.to_thread(
             self.store.revocations.revoke,
-            request.certificate_id,
-            request.reason,
-            self._actor(context),
+            certificate_id,
+            reason,
+            actor,
             sign=self._sign_list,
             ttl=self.revocation_ttl,
             at=self.clock(),
@@ -521,12 +533,10 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         self._audited(ACTION_REVOKE_CERTIFICATE)
         if created:
             _log.info(
-                "revoked certificate %s; revocation list version %d",
-                request.certificate_id,
-                head.version,
+                "revoked certificate %s; revocation list version %d", certificate_id, head.version
             )
         await self._advance(head)
-        return pb.RevokeCertificateResponse(revocation_list=head.envelope, version=head.version)
+        return head
 
     @maps_errors
     async def GetRevocationList(  # noqa: N802

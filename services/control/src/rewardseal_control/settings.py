@@ -27,6 +27,8 @@ ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"
 TOKEN_ENV = f"{ENV_PREFIX}TOKEN"
 WORKER_TOKEN_ENV = f"{ENV_PREFIX}WORKER_TOKEN"
+HTTP_PORT_ENV = f"{ENV_PREFIX}HTTP_PORT"
+"""The operator console's port (``serve --http-port``); unset: no console."""
 DEFAULT_PORT = 8791
 DEFAULT_HOST = "127.0.0.1"
 ADMIN_TOKEN_FILE = "admin_token"
@@ -52,6 +54,8 @@ class ControlSettings:
     worker_token: str = field(repr=False)
     revocation_ttl: timedelta = DEFAULT_REVOCATION_TTL
     reflection: bool = False
+    http_port: int | None = None
+    """The operator console's HTTP port (0: a free one); None (the default) serves no console."""
     admin_token_source: str = ""
     """Where the admin token came from (a variable name or a file path; never the token)."""
     token_source: str = ""
@@ -110,6 +114,7 @@ def resolve_settings(
     port: int | None = None,
     revocation_ttl: timedelta | None = None,
     reflection: bool = False,
+    http_port: int | None = None,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     tls_client_ca: Path | None = None,
@@ -146,6 +151,11 @@ def resolve_settings(
         data, env, env_name=WORKER_TOKEN_ENV, file_name=WORKER_TOKEN_FILE
     )
     _check_distinct({"admin": admin_token, "client": token, "worker": worker_token})
+    console_port = None
+    if http_port is not None or env.get(HTTP_PORT_ENV):
+        console_port = service_settings.resolve_port(
+            http_port, env, env_name=HTTP_PORT_ENV, default=0
+        )
     return ControlSettings(
         data_dir=data,
         db_url=url,
@@ -156,6 +166,7 @@ def resolve_settings(
         worker_token=worker_token,
         revocation_ttl=ttl,
         reflection=reflection,
+        http_port=console_port,
         tls=service_settings.resolve_server_tls(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),

@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"(or ${ENV_PREFIX}TLS_CLIENT_CA)",
     )
     serve.add_argument(
+        "--http-port",
+        type=int,
+        help=f"also serve the operator console over HTTP(S) on this port (0: free; or "
+        f"${ENV_PREFIX}HTTP_PORT; default off); plain HTTP on loopback only",
+    )
+    serve.add_argument(
         "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
     )
     add_serve_observability(serve)

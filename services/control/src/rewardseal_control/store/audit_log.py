@@ -121,6 +121,18 @@ class AuditEntry:
     """The JSON object written with it (sorted keys)."""
 
 
+def _entry(row: Any) -> AuditEntry:
+    return AuditEntry(
+        id=int(row.id),
+        at=as_utc(row.at),
+        actor=row.actor,
+        action=row.action,
+        target=row.target,
+        reason=row.reason,
+        details=row.details,
+    )
+
+
 _LISTING: Final = Listing(kind="audit_log", order=(tables.audit.c.id,), shape=(int,))
 
 
@@ -151,18 +163,23 @@ class AuditLogStore:
             page_size=page_size,
             page_token=page_token,
         )
-        return Page(
-            [
-                AuditEntry(
-                    id=int(row.id),
-                    at=as_utc(row.at),
-                    actor=row.actor,
-                    action=row.action,
-                    target=row.target,
-                    reason=row.reason,
-                    details=row.details,
-                )
-                for row in rows
-            ],
-            token,
-        )
+        return Page([_entry(row) for row in rows], token)
+
+    def latest(self, limit: int, *, before: int | None = None) -> list[AuditEntry]:
+        """Up to ``limit`` entries (1..500), newest first (the operator console); with
+        ``before``, those older than entry ``before`` (the next page starts below the last id
+        shown).
+
+        Raises:
+            ValidationError: ``limit`` or ``before`` out of range.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+            raise ValidationError("limit must be an integer from 1 to 500")
+        audit = tables.audit
+        statement = select(audit).order_by(audit.c.id.desc()).limit(limit)
+        if before is not None:
+            if isinstance(before, bool) or not isinstance(before, int) or before < 1:
+                raise ValidationError("before must be a positive entry id")
+            statement = statement.where(audit.c.id < before)
+        rows = self._db.read(lambda conn: list(conn.execute(statement)), snapshot=True)
+        return [_entry(row) for row in rows]
