@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
-from rewardseal_server.sqlstore import Backend, as_utc
+from rewardseal_server.sqlstore import Backend, as_utc, execute_on_cursor
 
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 """How SQLAlchemy's ``DateTime`` stores a timestamp in SQLite (naive UTC)."""
@@ -215,17 +215,11 @@ class HotSql:
 
     @staticmethod
     def _execute(conn: Connection, cursor: Any, statement: str, params: Any) -> None:
-        # Listeners of the engine's before_cursor_execute (statement logging, tests counting
-        # statements) see these statements as they see SQLAlchemy's own.
-        for listener in conn.dispatch.before_cursor_execute:
-            listener(conn, cursor, statement, params, None, False)
-        cursor.execute(statement, params)
+        execute_on_cursor(conn, cursor, statement, params)
 
     @staticmethod
     def _execute_many(conn: Connection, cursor: Any, statement: str, params: Any) -> None:
-        for listener in conn.dispatch.before_cursor_execute:
-            listener(conn, cursor, statement, params, None, True)
-        cursor.executemany(statement, params)
+        execute_on_cursor(conn, cursor, statement, params, many=True)
 
     # ------------------------------------------------------------------ reads before judging
 
