@@ -1,6 +1,7 @@
-"""The scoring hot path's statements, prebuilt as driver SQL and run on the raw DBAPI connection.
+"""The hot path's statements, prebuilt as driver SQL and run on the raw DBAPI connection.
 
-The reads before judging and the receipt commit run for every scoring batch. Through SQLAlchemy
+The reads before judging and the receipt commit run for every scoring batch, the registration
+reads and insert for every batch of begins. Through SQLAlchemy
 Core each statement paid for an execution context, parameter processing and, for every list
 bound into ``IN``, rendering the statement again for that list's length. Here each statement is
 fixed text per backend, prepared once by the driver (sqlite3's statement cache; psycopg's
@@ -13,8 +14,8 @@ statements run on the connection of an ``engine.begin()`` / ``connect()`` block 
 PostgreSQL deadlock are unchanged), and a driver error is raised as SQLAlchemy's wrapper of it
 (so :func:`~rewardseal_server.sqlstore.translated` maps it, parameters hidden, as before).
 
-Values are stored exactly as SQLAlchemy stored them (the begin path and the other reads still
-use it): SQLite timestamps as naive-UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` text, JSON as text;
+Values are stored exactly as SQLAlchemy stored them (the other reads and writes of the store
+still use it): SQLite timestamps as naive-UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` text, JSON as text;
 PostgreSQL ``timestamptz`` and ``json``.
 """
 

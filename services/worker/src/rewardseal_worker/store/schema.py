@@ -7,8 +7,8 @@ update committed per contract), ``outbox`` (receipts waiting for control) and ``
 
 Statements are built here once and shared by the parts of
 :class:`~rewardseal_worker.store.WorkerStore`; the backend-specific ``INSERT ... ON CONFLICT DO
-NOTHING`` statements are built per store by :class:`Inserts`. The scoring hot path (the reads
-before judging and the receipt commit) runs driver SQL instead: :mod:`.hot_sql`.
+NOTHING`` statements are built per store by :class:`Inserts`. The hot path (the reads before
+judging, the receipt commit, the registration of begins) runs driver SQL instead: :mod:`.hot_sql`.
 """
 
 from __future__ import annotations
