@@ -26,41 +26,12 @@ from rewardseal_mockmed.faults import FaultSwitch
 from rewardseal_mockmed.screen import ScreenDump
 from rewardseal_mockmed.settings import MockMedSettings
 from rewardseal_mockmed.store import EncounterStore
-from rewardseal_server.serving import cannot_listen
+from rewardseal_server.serving import bind_listening_socket as bind_socket
 
 __all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "MockMedServer", "bind_socket"]
 
 GRACEFUL_SHUTDOWN_SECONDS: Final = 5
 _START_TIMEOUT_SECONDS: Final = 30.0
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6.
-
-    The port is this process's alone: SO_REUSEADDR (a restart need not wait out TIME_WAIT) but
-    never SO_REUSEPORT, so a second MockMed on a port in use is refused instead of taking a
-    share of the callers.
-
-    Raises:
-        CannotListen: ``host:port`` cannot be bound (in use by another process, not an address
-            of this machine, ...).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
-    # without it every keep-alive response waits ~40 ms (Nagle against delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise cannot_listen(host, port, exc) from None
-        sock.listen(2048)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class _Server(uvicorn.Server):

@@ -21,6 +21,8 @@ from rewardseal_worker.settings import WorkerSettings
 from rewardseal_worker.store import WorkerStore
 
 if TYPE_CHECKING:
+    from rewardseal_worker.http.server import RunningHttp
+
     # Seeding MockMed is a demo feature that needs rewardseal-mockmed and the kit: imported only
     # to seed (the import contracts allow the worker's kit imports on this path alone).
     from rewardseal_worker.seed import SeedResult
@@ -40,6 +42,8 @@ class WorkerApp:
     seeded: SeedResult | None
     control: ControlLink | None = None
     health_watch: StoreHealthWatch | None = None
+    http: RunningHttp | None = None
+    """The HTTP/JSON face (``--http-port``), on this process's event loop; None without it."""
 
     @property
     def port(self) -> int:
@@ -64,12 +68,15 @@ class WorkerApp:
             "contract_dir": str(self.bundle.path),
             "processes": 1,
             "pids": [os.getpid()],
+            "http_port": self.http.port if self.http is not None else None,
         }
 
     async def stop(self) -> None:
         """Stop serving, then release the control link, the reader and the store."""
         if self.health_watch is not None:
             await self.health_watch.stop()
+        if self.http is not None:
+            await self.http.stop()
         await self.running.stop()
         if self.control is not None:
             await self.control.stop()
@@ -127,6 +134,8 @@ async def start_worker(
     if not shared_port:
         # Before seeding and calibrating (minutes): a taken port is refused at once.
         check_port_free(settings.host, settings.port)
+        if settings.http_port is not None:
+            check_port_free(settings.host, settings.http_port)
     key, seeded = prepare_worker(settings, progress=progress)
     # A self-signed certificate verifies against the worker's own key.
     bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
@@ -168,6 +177,7 @@ async def start_worker(
             tls=settings.tls,
             shared_port=shared_port,
         )
+        http = None if settings.http_port is None else await _start_http(settings, scorer, running)
     except BaseException:
         # The port is taken (or the start was cancelled): release what was opened for it.
         if control is not None:
@@ -177,4 +187,25 @@ async def start_worker(
         raise
     watch = StoreHealthWatch(store.ping, running, interval=settings.health_interval_seconds)
     watch.start()
-    return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control, watch)
+    return WorkerApp(
+        settings, key, bundle, store, reader, scorer, running, seeded, control, watch, http
+    )
+
+
+async def _start_http(settings: WorkerSettings, scorer: Scorer, grpc: RunningServer) -> RunningHttp:
+    """The HTTP face over ``scorer`` (docs/http.md); stops the gRPC server if it cannot start."""
+    # Imported here: FastAPI and uvicorn load only for a worker that serves HTTP.
+    from rewardseal_worker.http.routes import create_app
+    from rewardseal_worker.http.server import start_http_server
+
+    assert settings.http_port is not None
+    try:
+        return await start_http_server(
+            create_app(scorer, token=settings.token),
+            host=settings.host,
+            port=settings.http_port,
+            tls=settings.tls,
+        )
+    except BaseException:
+        await grpc.stop()
+        raise

@@ -100,6 +100,12 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         help="server processes sharing the port (SO_REUSEPORT, this mode only) and the store "
         "(default 1; or REWARDSEAL_WORKER_PROCESSES)",
     )
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="also serve the HTTP/JSON face on this port (0 picks a free one; docs/http.md; "
+        "or REWARDSEAL_WORKER_HTTP_PORT); off by default",
+    )
     # Internal: set by the supervisor of --processes N on each of its children.
     serve.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -168,6 +174,8 @@ def _banner_text(info: dict[str, Any]) -> str:
         f"  token            {info['token']}",
         f"  data dir         {info['data_dir']}",
     ]
+    if info.get("http_port") is not None:
+        lines.append(f"  http             {info['host']}:{info['http_port']}  (docs/http.md)")
     if info["processes"] > 1:
         pids = ", ".join(str(pid) for pid in info["pids"])
         lines.append(f"  processes        {info['processes']} sharing the port (pids {pids})")
@@ -211,6 +219,7 @@ async def _serve(args: argparse.Namespace) -> int:
         control_tls_server_name=args.control_tls_server_name,
         # A child serves alone: the count is its supervisor's business.
         processes=1 if args.supervised_by is not None else args.processes,
+        http_port=args.http_port,
     )
     if args.supervised_by is not None:
         return await _serve_as_child(args, settings)

@@ -71,6 +71,9 @@ class WorkerSettings:
     processes: int = 1
     """Server processes sharing the port and the store (``--processes``, see
     :mod:`rewardseal_worker.supervisor`); 1 serves from this process alone."""
+    http_port: int | None = None
+    """Also serve the HTTP/JSON face on this port (``--http-port``, docs/http.md; 0 picks a
+    free one); None, the default, serves gRPC only."""
 
     @property
     def key_path(self) -> Path:
@@ -113,6 +116,7 @@ def resolve_settings(
     control_tls_key: Path | None = None,
     control_tls_server_name: str | None = None,
     processes: int | None = None,
+    http_port: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkerSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -179,7 +183,34 @@ def resolve_settings(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
         processes=process_count,
+        http_port=_http_port(http_port, env, process_count),
     )
+
+
+def _http_port(flag: int | None, env: Mapping[str, str], processes: int) -> int | None:
+    """``--http-port``, else ``$REWARDSEAL_WORKER_HTTP_PORT``, else None (no HTTP face).
+
+    Raises:
+        ValidationError: the port is not a number in 0..65535, or ``--processes`` is above 1
+            (each process would need the HTTP port too; not supported, see docs/http.md).
+    """
+    raw = env.get(f"{ENV_PREFIX}HTTP_PORT") or None
+    if flag is None and raw is None:
+        return None
+    try:
+        port = service_settings.resolve_port(
+            flag, env, env_name=f"{ENV_PREFIX}HTTP_PORT", default=0
+        )
+    except ValueError:
+        raise ValidationError(
+            f"{ENV_PREFIX}HTTP_PORT must be a port number, got {str(raw)[:20]!r}"
+        ) from None
+    if processes > 1:
+        raise ValidationError(
+            "--http-port serves from one process; it cannot be combined with --processes above 1 "
+            "(run one HTTP worker beside, or put the processes behind the gRPC port)"
+        )
+    return port
 
 
 def _process_count(flag: int | None, env: Mapping[str, str]) -> int:
