@@ -84,6 +84,7 @@ bench: setup
 	$(PY) bench/trainer_bench.py
 	$(PY) bench/integrity_bench.py
 	$(PY) bench/peer_bench.py
+	$(PY) bench/http_bench.py
 
 ## Re-pin requirements.lock from requirements.in (run after changing requirements.in).
 lock: setup
