@@ -51,6 +51,13 @@ def http(worker: HttpWorker) -> Iterator[httpx.Client]:
         yield client
 
 
+@pytest.fixture(scope="module")
+def anon(worker: HttpWorker) -> Iterator[httpx.Client]:
+    """A client without a token."""
+    with httpx.Client(base_url=worker.url, timeout=20.0) as client:
+        yield client
+
+
 def body(worker: HttpWorker, episode_id: str, **fields: Any) -> dict[str, Any]:
     """A POST /v1/rewards body as an HTTP reward client sends it."""
     return {
@@ -139,8 +146,10 @@ def assert_view_equals(view: dict[str, Any], receipt: RewardEvidenceReceipt) -> 
 # --- GET /health ---
 
 
-def test_health_needs_no_token_and_matches_the_health_rpc(worker: HttpWorker) -> None:
-    answer = httpx.get(f"{worker.url}/health", timeout=10)
+def test_health_needs_no_token_and_matches_the_health_rpc(
+    worker: HttpWorker, anon: httpx.Client
+) -> None:
+    answer = anon.get("/health")
     assert answer.status_code == 200
     health = answer.json()
     with worker.grpc() as client:
@@ -334,10 +343,10 @@ def test_grader_pays_verified_and_refuses_unscored(worker: HttpWorker, http: htt
 )
 @pytest.mark.parametrize("token", [None, "wrong-token-wrong-token"])
 def test_every_route_but_health_needs_the_token(
-    worker: HttpWorker, method: str, path: str, token: str | None
+    anon: httpx.Client, method: str, path: str, token: str | None
 ) -> None:
     headers = {} if token is None else {"authorization": f"Bearer {token}"}
-    answer = httpx.request(method, f"{worker.url}{path}", headers=headers, json={}, timeout=10)
+    answer = anon.request(method, path, headers=headers, json={})
     refused(answer, 401, "unauthenticated")
     assert answer.headers["www-authenticate"] == "Bearer"
 
@@ -358,7 +367,7 @@ def test_wrong_content_type_is_415(worker: HttpWorker, http: httpx.Client) -> No
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
 def test_ten_megabyte_body_is_413_and_the_server_stays_up(
-    worker: HttpWorker, http: httpx.Client, chunked: bool
+    anon: httpx.Client, http: httpx.Client, chunked: bool
 ) -> None:
     huge = b'{"episode_id": "' + b"x" * (10 * 1024 * 1024) + b'"}'
     content: Any = huge
@@ -372,7 +381,7 @@ def test_ten_megabyte_body_is_413_and_the_server_stays_up(
     answer = http.post("/v1/rewards", content=content, headers={"content-type": "application/json"})
     refused(answer, 413, "body_too_large")
     assert str(MAX_BODY_BYTES) in answer.json()["detail"]
-    assert httpx.get(f"{worker.url}/health", timeout=10).status_code == 200
+    assert anon.get("/health").status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -451,8 +460,8 @@ def test_unknown_route_and_method_answer_json(http: httpx.Client) -> None:
 # --- OpenAPI ---
 
 
-def test_openapi_document_is_served_and_checked_in(worker: HttpWorker) -> None:
-    served = httpx.get(f"{worker.url}/openapi.json", timeout=10).json()
+def test_openapi_document_is_served_and_checked_in(anon: httpx.Client) -> None:
+    served = anon.get("/openapi.json").json()
     paths = set(served["paths"])
     assert paths == {
         "/v1/episodes",
