@@ -355,6 +355,9 @@ def test_body_that_is_not_json_is_400(worker: HttpWorker, http: httpx.Client) ->
     headers = {"content-type": "application/json"}
     refused(http.post("/v1/rewards", content=b"{not json", headers=headers), 400, "invalid_json")
     refused(http.post("/v1/rewards", content=b"", headers=headers), 400, "invalid_json")
+    refused(http.post("/v1/rewards", content=b"\xff\xfe{}", headers=headers), 400, "invalid_json")
+    deep = b"[" * 100_000 + b"]" * 100_000
+    refused(http.post("/v1/rewards", content=deep, headers=headers), 400, "invalid_json")
 
 
 def test_wrong_content_type_is_415(worker: HttpWorker, http: httpx.Client) -> None:

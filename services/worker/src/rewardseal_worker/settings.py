@@ -129,8 +129,9 @@ def resolve_settings(
             or non-PEM file).
     """
     env = os.environ if env is None else env
-    # First: a bad count is refused before the data dir or the token is made.
+    # First: a bad count (or HTTP port) is refused before the data dir or the token is made.
     process_count = _process_count(processes, env)
+    http = _http_port(http_port, env, process_count)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     # Made here, 0700, before the token, the key or the database land in it.
     service_settings.make_private_dir(data)
@@ -183,7 +184,7 @@ def resolve_settings(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
         processes=process_count,
-        http_port=_http_port(http_port, env, process_count),
+        http_port=http,
     )
 
 

@@ -165,7 +165,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     async def http(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
-        word = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        # FastAPI answers 400 itself for a body json cannot even decode (not UTF-8, nested too
+        # deep): not JSON, as far as the caller is concerned.
+        words = {400: "invalid_json", 404: "not_found", 405: "method_not_allowed"}
+        word = words.get(exc.status_code, "http_error")
         return plain_error(exc.status_code, word, str(exc.detail))
 
     async def internal(request: Request, exc: Exception) -> Response:
