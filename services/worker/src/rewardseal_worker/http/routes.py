@@ -44,13 +44,21 @@ TITLE = "rewardseal worker"
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorView, "description": text}
     for status, text in (
-        (400, "the body is not JSON"),
         (401, "missing or wrong bearer token"),
-        (413, f"the body is larger than {MAX_BODY_BYTES} bytes"),
-        (415, "the body is not declared as JSON"),
         (422, "refused: the reason is a docs/spec.md §8 word, the detail names the field"),
         (503, "the worker is overloaded or its store is down"),
     )
+}
+_BODY_ERRORS: dict[int | str, dict[str, Any]] = {
+    **_ERRORS,
+    **{
+        status: {"model": ErrorView, "description": text}
+        for status, text in (
+            (400, "the body is not JSON"),
+            (413, f"the body is larger than {MAX_BODY_BYTES} bytes"),
+            (415, "the body is not declared as JSON"),
+        )
+    },
 }
 
 
@@ -79,7 +87,7 @@ def create_app(scorer: Scorer, *, token: str, max_body: int = MAX_BODY_BYTES) ->
     @app.post(
         "/v1/episodes",
         response_model=BeginView,
-        responses={**_ERRORS, 409: {"model": ErrorView, "description": "identity_busy"}},
+        responses=_BODY_ERRORS,
         summary="Begin an episode: record the baseline read before the rollout (R-W-1)",
     )
     async def begin_episode(body: BeginBody) -> Response:
@@ -94,7 +102,7 @@ def create_app(scorer: Scorer, *, token: str, max_body: int = MAX_BODY_BYTES) ->
         "/v1/rewards",
         response_model=RewardView,
         responses={
-            **_ERRORS,
+            **_BODY_ERRORS,
             409: {"model": ErrorView, "description": "duplicate_episode, with receipt_id"},
         },
         summary="Score an episode: read, judge, sign, store, answer (once per episode)",
@@ -116,7 +124,7 @@ def create_app(scorer: Scorer, *, token: str, max_body: int = MAX_BODY_BYTES) ->
     @app.post(
         "/v1/graders/openai",
         response_model=GradeView,
-        responses=_ERRORS,
+        responses=_BODY_ERRORS,
         summary="grade(sample, item) -> score in [0, 1]; an unscored episode is 422 unscored",
     )
     async def grade(body: GraderBody) -> Response:
