@@ -530,8 +530,8 @@ def test_http_port_settings(tmp_path: Path) -> None:
     assert resolve_settings(data_dir=tmp_path, http_port=0, env=env).http_port == 0
     with pytest.raises(ValidationError, match="HTTP_PORT must be a port number"):
         resolve_settings(data_dir=tmp_path, env={"REWARDSEAL_WORKER_HTTP_PORT": "http"})
-    with pytest.raises(ValidationError, match="cannot be combined with --processes"):
-        resolve_settings(data_dir=tmp_path, http_port=0, processes=2, env={})
+    # Every process of --processes N serves it (tests/reliability/test_http_processes.py).
+    assert resolve_settings(data_dir=tmp_path, http_port=0, processes=2, env={}).http_port == 0
 
 
 # --- Last: raises the shared ledger ---

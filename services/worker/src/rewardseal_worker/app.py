@@ -177,7 +177,9 @@ async def start_worker(
             tls=settings.tls,
             shared_port=shared_port,
         )
-        http = None if settings.http_port is None else await _start_http(settings, scorer, running)
+        http = None
+        if settings.http_port is not None:
+            http = await _start_http(settings, scorer, running, shared_port=shared_port)
     except BaseException:
         # The port is taken (or the start was cancelled): release what was opened for it.
         if control is not None:
@@ -192,7 +194,9 @@ async def start_worker(
     )
 
 
-async def _start_http(settings: WorkerSettings, scorer: Scorer, grpc: RunningServer) -> RunningHttp:
+async def _start_http(
+    settings: WorkerSettings, scorer: Scorer, grpc: RunningServer, *, shared_port: bool
+) -> RunningHttp:
     """The HTTP face over ``scorer`` (docs/http.md); stops the gRPC server if it cannot start."""
     # Imported here: FastAPI and uvicorn load only for a worker that serves HTTP.
     from rewardseal_worker.http.routes import create_app
@@ -205,6 +209,7 @@ async def _start_http(settings: WorkerSettings, scorer: Scorer, grpc: RunningSer
             host=settings.host,
             port=settings.http_port,
             tls=settings.tls,
+            reuse_port=shared_port,
         )
     except BaseException:
         await grpc.stop()

@@ -117,6 +117,7 @@ _NOT_PASSED_TO_CHILDREN = frozenset(
         "calibration_trials",
         "processes",
         "port",  # the supervisor's (a free one for 0)
+        "http_port",  # likewise
         "ready_file",  # each child writes its own; the supervisor writes the one asked for
         "supervised_by",
         "process_index",
@@ -144,7 +145,8 @@ def _child_command(args: argparse.Namespace) -> ChildCommand:
             passed += [flag, str(value)]
     supervisor = os.getpid()
 
-    def command(index: int, port: int, ready: Path) -> list[str]:
+    def command(index: int, port: int, ready: Path, http_port: int | None) -> list[str]:
+        http = [] if http_port is None else ["--http-port", str(http_port)]
         return [
             sys.executable,
             "-m",
@@ -159,6 +161,7 @@ def _child_command(args: argparse.Namespace) -> ChildCommand:
             str(supervisor),
             "--process-index",
             str(index),
+            *http,
         ]
 
     return command

@@ -131,7 +131,7 @@ def resolve_settings(
     env = os.environ if env is None else env
     # First: a bad count (or HTTP port) is refused before the data dir or the token is made.
     process_count = _process_count(processes, env)
-    http = _http_port(http_port, env, process_count)
+    http = _http_port(http_port, env)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     # Made here, 0700, before the token, the key or the database land in it.
     service_settings.make_private_dir(data)
@@ -188,30 +188,23 @@ def resolve_settings(
     )
 
 
-def _http_port(flag: int | None, env: Mapping[str, str], processes: int) -> int | None:
+def _http_port(flag: int | None, env: Mapping[str, str]) -> int | None:
     """``--http-port``, else ``$REWARDSEAL_WORKER_HTTP_PORT``, else None (no HTTP face).
 
     Raises:
-        ValidationError: the port is not a number in 0..65535, or ``--processes`` is above 1
-            (each process would need the HTTP port too; not supported, see docs/http.md).
+        ValidationError: the port is not a number in 0..65535.
     """
     raw = env.get(f"{ENV_PREFIX}HTTP_PORT") or None
     if flag is None and raw is None:
         return None
     try:
-        port = service_settings.resolve_port(
+        return service_settings.resolve_port(
             flag, env, env_name=f"{ENV_PREFIX}HTTP_PORT", default=0
         )
     except ValueError:
         raise ValidationError(
             f"{ENV_PREFIX}HTTP_PORT must be a port number, got {str(raw)[:20]!r}"
         ) from None
-    if processes > 1:
-        raise ValidationError(
-            "--http-port serves from one process; it cannot be combined with --processes above 1 "
-            "(run one HTTP worker beside, or put the processes behind the gRPC port)"
-        )
-    return port
 
 
 def _process_count(flag: int | None, env: Mapping[str, str]) -> int:

@@ -70,15 +70,21 @@ def _ssl_context(tls: ServerTls) -> ssl.SSLContext:
 
 
 async def start_http_server(
-    app: FastAPI, *, host: str, port: int, tls: ServerTls | None = None
+    app: FastAPI,
+    *,
+    host: str,
+    port: int,
+    tls: ServerTls | None = None,
+    reuse_port: bool = False,
 ) -> RunningHttp:
     """Serve ``app`` on ``host:port`` (0 picks a free port) on the running event loop, over TLS
-    (mutual TLS when ``tls`` names a client CA) when ``tls`` is given.
+    (mutual TLS when ``tls`` names a client CA) when ``tls`` is given; ``reuse_port``: beside
+    the other processes of ``serve --processes N`` (SO_REUSEPORT).
 
     Raises:
         CannotListen: the port is in use or cannot be bound, or uvicorn did not start.
     """
-    sock = bind_listening_socket(host, port)
+    sock = bind_listening_socket(host, port, reuse_port=reuse_port)
     config = uvicorn.Config(
         app,
         lifespan="off",
