@@ -141,7 +141,10 @@ async def test_plaintext_client_is_refused_by_a_tls_server(tls_control: TlsContr
     assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
     code, out, err = await cli(tls_control, "contracts", "list")
     assert (code, out) == (1, "")
-    assert err.startswith("rewardseal-control: refused: ")
+    assert err.startswith(
+        f"rewardseal-control: cannot reach the control plane at {tls_control.target}: "
+    )
+    assert "--tls-ca when it serves TLS" in err
 
 
 async def test_mtls_without_client_certificate_is_refused(tls_control: TlsControl) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 from support.mockmed_episodes import CHECKPOINT
 from support.mockmed_service import RunningMockMed, running_mockmed
-from support.tiny_models import char_tokenizer, tiny_llama
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
@@ -30,6 +29,7 @@ from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.trainers.trl import PAID_SHARE_METRIC, CertifiedRewardFunction
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_kit.tiny_models import char_tokenizer, tiny_grpo_config, tiny_llama
 
 # Only the integrations venv has trl (and torch, transformers, datasets, tokenizers).
 pytest.importorskip("trl")
@@ -104,7 +104,7 @@ async def test_grpo_trainer_is_paid_verified_receipts(
     stack: RunningStack, client: WorkerClient, mockmed: RunningMockMed, tmp_path: Path
 ) -> None:
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     tokenizer = tiny_tokenizer()
     model = tiny_llama(tokenizer)
@@ -127,22 +127,8 @@ async def test_grpo_trainer_is_paid_verified_receipts(
         actor=MockMedActor(mockmed.url, mockmed.token),
         name="mockmed_certified",
     )
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "grpo"),
-        max_steps=MAX_STEPS,
-        per_device_train_batch_size=BATCH,
-        num_generations=NUM_GENERATIONS,
-        max_completion_length=12,
-        learning_rate=1e-3,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
+    args = tiny_grpo_config(
+        tmp_path / "grpo", max_steps=MAX_STEPS, batch=BATCH, num_generations=NUM_GENERATIONS
     )
     trainer = GRPOTrainer(
         model=model,

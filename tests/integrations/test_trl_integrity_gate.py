@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 import pytest
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_control, stop_control
 from support.mockmed_service import RunningMockMed, running_mockmed
-from support.tiny_models import char_tokenizer, tiny_llama
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
@@ -50,6 +49,7 @@ from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_kit.integrity_case import reward_source
 from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_kit.tiny_models import char_tokenizer, tiny_grpo_config, tiny_llama
 from rewardseal_server.sqlstore import sqlite_url
 from rewardseal_worker.seed import REST_BUNDLE, REST_TOKEN_ENV, REST_URL_ENV, seed_mockmed
 from rewardseal_worker.settings import KEY_FILE
@@ -218,7 +218,7 @@ def grpo_trainer(
 ) -> Any:
     """A GRPOTrainer over ``prompts`` distinct patients, every prompt in every step."""
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     tokenizer = char_tokenizer(padding_side="left")
     dataset = Dataset.from_list(
@@ -231,22 +231,12 @@ def grpo_trainer(
             for i in range(prompts)
         ]
     )
-    args = GRPOConfig(
-        output_dir=str(output),
+    args = tiny_grpo_config(  # saves nothing: the gate's pause is the only save
+        output,
         max_steps=max_steps,
-        per_device_train_batch_size=prompts * NUM_GENERATIONS,
+        batch=prompts * NUM_GENERATIONS,
         num_generations=NUM_GENERATIONS,
         max_completion_length=8,
-        learning_rate=1e-3,
-        beta=0.0,
-        logging_steps=1,
-        save_strategy="no",  # the gate's pause is the only save
-        report_to="none",
-        use_cpu=True,
-        bf16=False,
-        seed=0,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
     )
     return GRPOTrainer(
         model=tiny_llama(tokenizer),

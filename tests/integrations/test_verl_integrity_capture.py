@@ -20,8 +20,9 @@ from rewardseal.trainers.verl import CertifiedRewardManager
 verl = pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
 from support.integrity_trainer import integrity_control  # noqa: E402
-from support.tiny_models import char_tokenizer  # noqa: E402
 from support.verl_batches import RESPONSE_LENGTHS, verl_batch  # noqa: E402
+
+from rewardseal_kit.tiny_models import char_tokenizer  # noqa: E402
 
 __all__ = ["integrity_control"]
 

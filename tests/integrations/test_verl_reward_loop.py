@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 from support.control import ControlStack
 from support.integrity_trainer import check_paused, create_binding, driver_gate
-from support.tiny_models import char_tokenizer
 from support.verl_episodes import (
     Played,
     free_port,
@@ -47,6 +46,7 @@ from rewardseal.trainers.verl_loop import (
     register_with_verl_reward_loop,
     reward_loop_manager_class,
 )
+from rewardseal_kit.tiny_models import char_tokenizer
 
 verl = pytest.importorskip("verl")
 torch = pytest.importorskip("torch")

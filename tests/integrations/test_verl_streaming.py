@@ -29,7 +29,6 @@ from typing import Any
 import pytest
 from support.control import ControlStack
 from support.integrity_trainer import check_paused, create_binding, driver_gate
-from support.tiny_models import SPECIAL, char_tokenizer
 from support.verl_episodes import Played, manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
 
@@ -45,6 +44,7 @@ from rewardseal.trainers.verl_streaming import (
     reward_positions,
 )
 from rewardseal_kit import mockmed
+from rewardseal_kit.tiny_models import SPECIAL, char_tokenizer
 from rewardseal_mockmed.seeding import write_encounter
 
 verl = pytest.importorskip("verl")

@@ -87,7 +87,8 @@ def _cases(doc: dict[str, Any]) -> dict[str, CaseRun]:
 def test_the_cli_exits_0_and_every_check_holds(proof: dict[str, Any]) -> None:
     done = proof["done"]
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "proof: PASS; reports in" in done.stdout
+    wrote = ", ".join(str(proof["paths"][name]) for name in ("json", "md", "png"))
+    assert f"proof: PASS; wrote {wrote}" in done.stdout
     assert proof["doc"]["checks"] == {"passed": True, "problems": []}
     assert proof["doc"]["drift"] == list(DRIFT)
     assert proof["doc"]["meta"]["records_per_boundary"] >= 100

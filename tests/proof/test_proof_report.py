@@ -74,6 +74,8 @@ def trials_of(doc: dict[str, Any], condition: str, reward: str) -> list[dict[str
 def test_the_cli_exits_0_and_every_check_passes(proof: dict[str, Any]) -> None:
     done = proof["done"]
     assert done.returncode == 0, done.stderr
+    wrote = ", ".join(str(proof["paths"][name]) for name in ("json", "md", "png"))
+    assert wrote in done.stdout.splitlines()[-1]
     assert "PASS" in done.stdout
     assert proof["doc"]["checks"] == {"passed": True, "problems": []}
 

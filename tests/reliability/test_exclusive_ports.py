@@ -39,7 +39,10 @@ CALLS = 20
 
 
 def refusal(script: str, port: int) -> str:
-    return f"{script}: cannot listen on 127.0.0.1:{port}: the port is in use by another process"
+    return (
+        f"{script}: cannot listen on 127.0.0.1:{port}: the port is in use by another process "
+        "(stop that process, or choose another --port)"
+    )
 
 
 def run_second(command: Sequence[str], env: dict[str, str]) -> tuple[int, list[str]]:

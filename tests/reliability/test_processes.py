@@ -366,7 +366,7 @@ def test_several_processes_refuse_a_port_another_program_holds(
         assert done.returncode == 2
         assert (done.stdout + done.stderr).splitlines() == [
             f"rewardseal-worker: cannot listen on 127.0.0.1:{port}: "
-            "the port is in use by another process"
+            "the port is in use by another process (stop that process, or choose another --port)"
         ]
         # The other program still has every connection.
         with socket.create_connection(("127.0.0.1", port), timeout=5):

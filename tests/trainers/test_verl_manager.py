@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib.util
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +30,7 @@ from support.verl_episodes import (
 from support.worker_stack import RunningStack
 
 from rewardseal.errors import CertificationRefused, RewardSealError, ValidationError
+from rewardseal.signing import SigningKey
 from rewardseal.trainers.verl import (
     CertifiedRewardManager,
     ManagerSettings,
@@ -193,3 +196,37 @@ def test_register_without_verl_says_so() -> None:
     with pytest.raises(RewardSealError, match="verl is not installed") as caught:
         register_with_verl()
     assert caught.value.reason == "verl_missing"
+
+
+def test_settings_from_the_workers_ready_file(tmp_path: Path) -> None:
+    """``worker_ready_file`` gives address, token, key and digest; none may be given twice."""
+    key = SigningKey.generate()
+    ready = tmp_path / "worker.json"
+    digest = "sha256:" + "1" * 64
+    ready.write_text(
+        json.dumps(
+            {
+                "host": "0.0.0.0",
+                "port": 8790,
+                "transport": "plaintext",
+                "token": "file-token",
+                "contract_digest": digest,
+                "key_id": key.key_id,
+                "public_key": key.public_key.hex(),
+            }
+        )
+    )
+    base = {"worker_ready_file": str(ready), "policy_checkpoint_id": CHECKPOINT}
+    settings = ManagerSettings.from_reward_kwargs(base)
+    assert (settings.target, settings.token, settings.reward_contract_digest) == (
+        "127.0.0.1:8790",
+        "file-token",
+        digest,
+    )
+    assert settings.trust.key_ids == {key.key_id}
+    renamed = ManagerSettings.from_reward_kwargs({**base, "worker_target": "reward-worker:1"})
+    assert renamed.target == "reward-worker:1"
+    with pytest.raises(ValidationError, match=r"do not also give \['token', 'worker_public_key'\]"):
+        ManagerSettings.from_reward_kwargs({**base, "token": "t", "worker_public_key": "ab" * 32})
+    with pytest.raises(ValidationError, match="cannot read the ready file"):
+        ManagerSettings.from_reward_kwargs({**base, "worker_ready_file": str(tmp_path / "no")})

@@ -327,8 +327,12 @@ GOOD_ACTION = create("encounters", patient_id="p-1", type="Triage")
         pytest.param({"actions": {}}, "must be a list", id="actions-object"),
         pytest.param({"actions": [GOOD_ACTION] * (MAX_ACTIONS + 1)}, "at most", id="65-actions"),
         pytest.param({"actions": ["create"]}, "must be an object", id="action-string"),
-        pytest.param({"actions": [{**GOOD_ACTION, "op": "update"}]}, "unknown", id="op-update"),
-        pytest.param({"actions": [{**GOOD_ACTION, "op": "delete"}]}, "unknown", id="op-delete"),
+        pytest.param(
+            {"actions": [{**GOOD_ACTION, "op": "update"}]}, r"one of \['create'\]", id="op-update"
+        ),
+        pytest.param(
+            {"actions": [{**GOOD_ACTION, "op": "delete"}]}, r"one of \['create'\]", id="op-delete"
+        ),
         pytest.param({"actions": [{**GOOD_ACTION, "op": 1}]}, "op must", id="op-int"),
         pytest.param({"actions": [{"op": "create", "fields": {}}]}, "lacks", id="no-collection"),
         pytest.param(
@@ -365,7 +369,7 @@ GOOD_ACTION = create("encounters", patient_id="p-1", type="Triage")
         pytest.param({"evidence": {"tier": 0, "screen_text": 1}}, "screen_text", id="screen-int"),
         pytest.param({"evidence": {"tier": 0, "ocr": "x"}}, "unknown keys", id="evidence-key"),
         pytest.param({"claim": True}, "claim must", id="claim-bool"),
-        pytest.param({1: "x"}, "non-string key", id="non-string-key"),
+        pytest.param({1: "x"}, r"unknown keys \['1'\]", id="non-string-key"),
     ],
 )
 def test_parse_action_report_refuses(value: Any, message: str) -> None:

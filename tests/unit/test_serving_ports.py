@@ -75,11 +75,13 @@ def test_loopback_hosts(host: str, loopback: bool) -> None:
 def test_the_error_names_the_address_and_the_reason() -> None:
     in_use = OSError(errno.EADDRINUSE, "Address already in use")
     assert cannot_listen("127.0.0.1", 8790, in_use).message == (
-        "cannot listen on 127.0.0.1:8790: the port is in use by another process"
+        "cannot listen on 127.0.0.1:8790: the port is in use by another process "
+        "(stop that process, or choose another --port)"
     )
     not_here = OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address")
     assert cannot_listen("::1", 1, not_here).message == (
-        "cannot listen on [::1]:1: cannot assign requested address"
+        "cannot listen on [::1]:1: cannot assign requested address (::1 is not an address of "
+        "this host: pass --host 127.0.0.1, 0.0.0.0 or an address `ip addr` lists)"
     )
     assert cannot_listen("127.0.0.1", 8790).message.startswith("cannot listen on 127.0.0.1:8790:")
 
@@ -98,7 +100,8 @@ async def test_a_second_server_on_a_bound_port_refuses_to_start() -> None:
                 add_servicers=_nothing, service_names=(SERVICE,), port=first.port
             )
         assert caught.value.message == (
-            f"cannot listen on 127.0.0.1:{first.port}: the port is in use by another process"
+            f"cannot listen on 127.0.0.1:{first.port}: the port is in use by another process "
+            "(stop that process, or choose another --port)"
         )
         assert await _health(first.port) == health_pb2.HealthCheckResponse.SERVING
     finally:

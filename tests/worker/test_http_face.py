@@ -528,7 +528,7 @@ def test_http_port_settings(tmp_path: Path) -> None:
     assert resolve_settings(data_dir=tmp_path, env={}).http_port is None
     assert resolve_settings(data_dir=tmp_path, env=env).http_port == 8795
     assert resolve_settings(data_dir=tmp_path, http_port=0, env=env).http_port == 0
-    with pytest.raises(ValidationError, match="HTTP_PORT must be a port number"):
+    with pytest.raises(ValidationError, match="REWARDSEAL_WORKER_HTTP_PORT"):
         resolve_settings(data_dir=tmp_path, env={"REWARDSEAL_WORKER_HTTP_PORT": "http"})
     # Every process of --processes N serves it (tests/reliability/test_http_processes.py).
     assert resolve_settings(data_dir=tmp_path, http_port=0, processes=2, env={}).http_port == 0

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from google.protobuf import json_format
-from scipy.stats import beta
 
 from rewardseal import strict_json
 from rewardseal.errors import ValidationError
@@ -41,6 +40,10 @@ def clopper_pearson_upper(false_accepts: int, trials: int, delta: float = 0.05) 
         raise ValidationError(f"delta must be in (0, 1), got {delta!r}")
     if false_accepts == trials:
         return 1.0
+    # Imported here, not at module level: scipy.stats costs seconds to import and every CLI
+    # (worker, control, kit) imports this module, while only calibration and issuing call it.
+    from scipy.stats import beta
+
     return float(beta.ppf(1.0 - delta, false_accepts + 1, trials - false_accepts))
 
 

@@ -25,7 +25,8 @@ from collections.abc import (
     Iterator,
     Mapping,
 )
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import grpc
 
@@ -39,6 +40,7 @@ from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.worker_service_pb2_grpc import RewardWorkerServiceStub
+from rewardseal.worker_connection import WorkerConnection
 from rewardseal.worker_protocol import (
     Attempts,
     BeginOrError,
@@ -64,6 +66,7 @@ __all__ = [
     "StreamItem",
     "VerifiedReceipt",
     "WorkerClient",
+    "WorkerConnection",
     "make_begin",
     "make_descriptor",
     "message_size_options",
@@ -108,7 +111,61 @@ def make_descriptor(
     return descriptor
 
 
-class WorkerClient:
+class _FromConnection:
+    """How both clients are built from one :class:`WorkerConnection` (a ready file or the
+    environment), and the contract digest that came with it."""
+
+    connection: WorkerConnection | None
+    """Where the client came from, when built by :meth:`connect` (None: loose arguments)."""
+
+    if TYPE_CHECKING:  # both clients' constructors take this; connect() calls it
+
+        def __init__(self, target: str, *, token: str, trust: TrustSet, **options: Any) -> None: ...
+
+    @classmethod
+    def connect(cls, connection: WorkerConnection, **options: Any) -> Self:
+        """A client for ``connection``; ``options`` are ``timeout`` and ``retries``. Build an
+        asyncio client inside the event loop that will use it (a channel belongs to one loop)."""
+        client = cls(connection.target, **connection.client_arguments(), **options)
+        client.connection = connection
+        return client
+
+    @classmethod
+    def from_ready_file(
+        cls,
+        path: Path | str,
+        *,
+        target: str | None = None,
+        tls: ClientTls | None = None,
+        **options: Any,
+    ) -> Self:
+        """A client for the worker whose ready file is ``path`` (address, token, pinned key,
+        contract digest: :meth:`WorkerConnection.from_ready_file`)."""
+        return cls.connect(
+            WorkerConnection.from_ready_file(path, target=target, tls=tls), **options
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Self:
+        """A client for the worker the environment names (:meth:`WorkerConnection.from_env`)."""
+        return cls.connect(WorkerConnection.from_env(environ), **options)
+
+    @property
+    def reward_contract_digest(self) -> str:
+        """The contract digest of the connection this client was built from.
+
+        Raises:
+            ValidationError: the client was built from loose arguments, which name no contract.
+        """
+        if self.connection is None:
+            raise ValidationError(
+                "this client was built from loose arguments and names no contract digest; build "
+                "it with from_ready_file, from_env or connect"
+            )
+        return self.connection.reward_contract_digest
+
+
+class WorkerClient(_FromConnection):
     """Blocking client for ``RewardWorkerService``."""
 
     def __init__(
@@ -128,6 +185,8 @@ class WorkerClient:
         _one_channel_source(channel, tls)
         self._channel = channel or tls_channel(target, tls, message_size_options())
         self._stub = RewardWorkerServiceStub(self._channel)
+        self.connection: WorkerConnection | None = None
+        """Where the client came from, when built by :meth:`connect` (the contract digest)."""
 
     def __enter__(self) -> WorkerClient:
         return self
@@ -285,7 +344,7 @@ class WorkerClient:
         return self._protocol.grade(answer, expected)
 
 
-class AsyncWorkerClient:
+class AsyncWorkerClient(_FromConnection):
     """asyncio client for ``RewardWorkerService``."""
 
     def __init__(
@@ -305,6 +364,8 @@ class AsyncWorkerClient:
         _one_channel_source(channel, tls)
         self._channel = channel or aio_channel(target, tls, message_size_options())
         self._stub = RewardWorkerServiceStub(self._channel)
+        self.connection: WorkerConnection | None = None
+        """Where the client came from, when built by :meth:`connect` (the contract digest)."""
 
     async def __aenter__(self) -> AsyncWorkerClient:
         return self

@@ -38,6 +38,7 @@ __all__ = [
     "MIN_TOKEN_LENGTH",
     "PRIVATE_DIR_MODE",
     "default_data_dir",
+    "env_int",
     "load_or_create_token",
     "load_token",
     "make_private_dir",
@@ -60,13 +61,57 @@ def resolve_port(port: int | None, env: Mapping[str, str], *, env_name: str, def
     """``port``, else ``$env_name``, else ``default``.
 
     Raises:
-        ValidationError: the port is outside 0..65535 (0 picks a free port).
-        ValueError: ``$env_name`` is not an integer.
+        ValidationError: the port is outside 0..65535 (0 picks a free port), or ``$env_name``
+            is not a whole number in that range.
     """
-    resolved = port if port is not None else int(env.get(env_name, default))
-    if not 0 <= resolved <= 65535:
-        raise ValidationError(f"port {resolved} is out of range")
-    return resolved
+    if port is None:
+        return env_int(env, env_name, default, minimum=0, maximum=65535)
+    if not 0 <= port <= 65535:
+        raise ValidationError(f"port {port} is out of range (0..65535; 0 picks a free port)")
+    return port
+
+
+def env_int(
+    env: Mapping[str, str],
+    name: str,
+    default: int,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+) -> int:
+    """``$name`` as a whole number within ``minimum..maximum`` (either end optional), else
+    ``default`` when it is unset or empty.
+
+    Raises:
+        ValidationError: one line naming the variable, what it holds (cut short) and what it
+            must hold, so a typo in a deployment's environment is fixed from the message alone.
+    """
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    bounds = _bounds_text(minimum, maximum)
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = None
+    if (
+        value is None
+        or (minimum is not None and value < minimum)
+        or (maximum is not None and value > maximum)
+    ):
+        raise ValidationError(
+            f"{name} must be a whole number{bounds}, got {raw[:20]!r}: set it to one, or unset "
+            "it for the default"
+        )
+    return value
+
+
+def _bounds_text(minimum: int | None, maximum: int | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f" from {minimum} to {maximum}"
+    if minimum is not None:
+        return f" of at least {minimum}"
+    return "" if maximum is None else f" of at most {maximum}"
 
 
 def read_token_file(path: Path) -> str:

@@ -215,13 +215,20 @@ def transport(tls: ServerTls | None) -> str:
 
 def cannot_listen(host: str, port: int, cause: OSError | None = None) -> CannotListen:
     """The one-line start-up error for ``host:port`` that cannot be bound, saying why."""
+    fix = ""
     if cause is not None and cause.errno == errno.EADDRINUSE:
         why = "the port is in use by another process"
+        fix = " (stop that process, or choose another --port)"
     elif cause is not None and cause.strerror:
         why = cause.strerror[:1].lower() + cause.strerror[1:]
+        if cause.errno == errno.EADDRNOTAVAIL:
+            fix = (
+                f" ({host.strip('[]')} is not an address of this host: pass --host 127.0.0.1, "
+                "0.0.0.0 or an address `ip addr` lists)"
+            )
     else:
         why = "the address could not be bound"
-    return CannotListen(f"cannot listen on {address(host, port)}: {why}")
+    return CannotListen(f"cannot listen on {address(host, port)}: {why}{fix}")
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -231,16 +238,18 @@ def check_port_free(host: str, port: int) -> None:
     stderr); a plain socket bound first, with SO_REUSEADDR as gRPC sets it and without
     SO_REUSEPORT, finds the usual cause, a port in use, with its real reason. A port in use on
     any address ``host`` resolves to refuses; other failures refuse only when every address
-    fails (gRPC serves on the addresses it can bind). Port 0 is always free.
+    fails (gRPC serves on the addresses it can bind). Port 0 is always free, but its address is
+    probed all the same: an address this host lacks is refused here, in one line.
     """
-    if port == 0:
-        return
     try:
         found = socket.getaddrinfo(
             host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
-    except socket.gaierror:
-        return  # gRPC's own resolution reports it
+    except socket.gaierror as exc:
+        raise CannotListen(
+            f"cannot listen on {address(host, port)}: the host name does not resolve "
+            f"({exc.strerror}; pass --host 127.0.0.1, 0.0.0.0 or an address of this host)"
+        ) from None
     failures: list[OSError] = []
     for family, kind, proto, _, sockaddr in found:
         with socket.socket(family, kind, proto) as probe:

@@ -147,6 +147,12 @@ def create_private_sqlite_file(url: URL) -> None:
     create_private_file(database)
 
 
+URL_FORMS: Final = (
+    "expected sqlite:///path/to/file.db or postgresql://USER:PASSWORD@HOST:5432/DBNAME"
+)
+"""What a store URL looks like, for the message that refuses one."""
+
+
 def normalize_url(url: str | URL, *, what: str = "database") -> URL:
     """Parse and check a store URL; ``postgresql://`` and ``postgres://`` select psycopg 3.
 
@@ -158,7 +164,7 @@ def normalize_url(url: str | URL, *, what: str = "database") -> URL:
         parsed = make_url(url)
     except (sa_exc.ArgumentError, ValueError, TypeError):
         # Never echo the URL: it may carry a password.
-        raise ValidationError(f"malformed {what} URL") from None
+        raise ValidationError(f"malformed {what} URL: {URL_FORMS}") from None
     backend = parsed.drivername.partition("+")[0]
     if backend in ("postgres", "postgresql"):
         if "+" not in parsed.drivername:
@@ -174,7 +180,7 @@ def normalize_url(url: str | URL, *, what: str = "database") -> URL:
                 "(use sqlite:///path/to/file.db)"
             )
         return parsed
-    raise ValidationError(f"unsupported {what} backend {backend!r} (use sqlite or postgresql)")
+    raise ValidationError(f"unsupported {what} backend {backend!r}: {URL_FORMS}")
 
 
 def backend_of(url: URL) -> Backend:

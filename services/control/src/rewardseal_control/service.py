@@ -279,13 +279,21 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 f"the {actor} credential registers WORKER keys only, not "
                 f"{_enum_name(IssuerKeyRole, request.key.role)}"
             )
-        key, _ = await asyncio.to_thread(
+        key, created = await asyncio.to_thread(
             self.store.keys.register_issuer_key,
             request.key,
             actor,
             request.reason,
             at=self.clock(),
         )
+        if created:
+            # One line per new key (a repeat is a no-op and says nothing): who, what, which.
+            _log.info(
+                "registered %s key %s (by the %s credential)",
+                _enum_name(IssuerKeyRole, key.role).removeprefix("ISSUER_KEY_ROLE_"),
+                key.key_id,
+                actor,
+            )
         return pb.RegisterIssuerKeyResponse(key=key)
 
     @maps_errors
@@ -324,13 +332,23 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     ) -> pb.IssueCertificateResponse:
         now = self.clock()
         certificate = await self._build_certificate(request, now)
-        stored, _ = await asyncio.to_thread(
+        stored, created = await asyncio.to_thread(
             self.store.certificates.record_certificate,
             certificate,
             self._actor(context),
             request.reason,
             at=now,
         )
+        if created:
+            _log.info(
+                "issued certificate %s for contract %s (epsilon %.6g, from policy update %d "
+                "for %d updates)",
+                stored.certificate.certificate_id,
+                stored.certificate.reward_contract_digest,
+                stored.certificate.epsilon,
+                stored.certificate.issued_at_policy_update,
+                stored.certificate.expiry_policy_updates,
+            )
         return pb.IssueCertificateResponse(
             certificate=stored.certificate, certificate_digest=stored.digest
         )

@@ -19,6 +19,9 @@ A record is every column of the table: ``id``, ``patient_id``, ``type``, ``note`
 (required), ``type``, ``note``, ``status`` and ``priority`` (strings or null); any other field,
 including ``id`` and ``created_at`` (set by the service), is refused with 422.
 
+An optional read-only token may call the three ``GET`` read routes above and nothing else (a
+write with it is 403): the credential a reward worker's oracle holds.
+
 Authentication and the fault switch sit in one ASGI middleware in front of every route, so a
 request without the right ``Authorization: Bearer`` token is answered 401 before its body is
 read, and faults reach only reads that carry a valid token.
@@ -101,12 +104,20 @@ class GuardMiddleware:
     """Bearer-token check on every route but the health check, then read faults."""
 
     def __init__(
-        self, app: ASGIApp, *, token: str, admin_token: str | None, faults: FaultSwitch
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        admin_token: str | None,
+        faults: FaultSwitch,
+        read_token: str | None = None,
     ) -> None:
-        """Guard ``app`` with the client ``token`` (admin routes: ``admin_token``)."""
+        """Guard ``app`` with the client ``token`` (admin routes: ``admin_token``; reads also
+        ``read_token``)."""
         self._app = app
         self._token = token.encode()
         self._admin_token = admin_token.encode() if admin_token is not None else None
+        self._read_token = read_token.encode() if read_token is not None else None
         self._faults = faults
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -129,6 +140,15 @@ class GuardMiddleware:
             return _json(403, {"detail": "the fault switch is off (no admin token configured)"})
         presented = _presented_token(scope)
         # compare_digest on every request: the time taken says nothing about the token.
+        if (
+            not admin
+            and presented is not None
+            and self._read_token is not None
+            and hmac.compare_digest(presented, self._read_token)
+        ):
+            if _is_read(scope["method"], scope["path"]):
+                return None
+            return _json(403, {"detail": "the read token may only read"})
         if presented is None or not hmac.compare_digest(presented, expected):
             return JSONResponse(
                 {"detail": "missing or invalid bearer token"},
@@ -158,11 +178,13 @@ def create_app(
     token: str,
     admin_token: str | None = None,
     faults: FaultSwitch | None = None,
+    read_token: str | None = None,
 ) -> FastAPI:
     """The MockMed application over ``store`` and ``screen`` (both already open).
 
     ``token`` guards every route but ``/healthz``; ``admin_token`` guards ``/admin/``
-    (without it the fault switch answers 403).
+    (without it the fault switch answers 403); ``read_token``, when given, may call the read
+    routes only.
     """
     switch = faults if faults is not None else FaultSwitch()
     app = FastAPI(
@@ -172,7 +194,13 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.add_middleware(GuardMiddleware, token=token, admin_token=admin_token, faults=switch)
+    app.add_middleware(
+        GuardMiddleware,
+        token=token,
+        admin_token=admin_token,
+        faults=switch,
+        read_token=read_token,
+    )
 
     @app.exception_handler(RewardSealError)
     async def store_error(request: Request, exc: RewardSealError) -> Response:

@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from rewardseal.errors import RewardSealError, Unavailable
 from rewardseal_mockmed.settings import (
     ADMIN_TOKEN_ENV,
     DB_URL_ENV,
@@ -33,11 +32,11 @@ from rewardseal_mockmed.settings import (
     resolve_settings,
 )
 from rewardseal_mockmed.store import DEFAULT_SEED
+from rewardseal_server.cli_failures import run_cli
 from rewardseal_server.serving import write_ready_file
 
 PROG = "rewardseal-mockmed"
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +87,7 @@ def banner_text(banner: Mapping[str, Any]) -> str:
             f"  database        {banner['db_url']} ({banner['seeded_rows']} rows seeded now)",
             f"  client token    {banner['token_source']}",
             f"  fault switch    {banner['admin_token_source'] or 'off (no admin token)'}",
+            f"  read token      {banner['read_token_source'] or '-'}",
             f"  screen file     {banner['screen_file'] or '-'}",
             "  synthetic data only: no real patient data",
         ]
@@ -134,17 +134,8 @@ def main(
     err = stderr or sys.stderr
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        return asyncio.run(_serve(args, out))
-    except Unavailable as exc:
-        print(f"{PROG}: {exc.message}", file=err)
-        return EXIT_FAILED
-    except RewardSealError as exc:
-        print(f"{PROG}: {exc.message}", file=err)
-        return EXIT_USAGE
-    except OSError as exc:
-        print(f"{PROG}: cannot serve: {exc}", file=err)
-        return EXIT_FAILED
+    # One line per failure, exit 2 (settings) or 1 (runtime): rewardseal_server.cli_failures.
+    return run_cli(PROG, lambda: asyncio.run(_serve(args, out)), err=err, db_env=DB_URL_ENV)
 
 
 if __name__ == "__main__":

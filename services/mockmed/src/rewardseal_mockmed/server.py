@@ -108,6 +108,7 @@ class MockMedServer:
                 token=settings.token,
                 admin_token=settings.admin_token,
                 faults=self.faults,
+                read_token=settings.read_token,
             )
             self._socket = bind_socket(settings.host, settings.port)
         except BaseException:
@@ -159,6 +160,7 @@ class MockMedServer:
             "screen_file": str(self.settings.screen_file) if self.settings.screen_file else None,
             "token_source": self.settings.token_source,
             "admin_token_source": self.settings.admin_token_source,
+            "read_token_source": self.settings.read_token_source,
             "fault_switch": self.settings.admin_token is not None,
         }
 

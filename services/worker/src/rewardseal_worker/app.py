@@ -92,10 +92,17 @@ def prepare_worker(
 
     Raises:
         ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed or rewardseal-kit is not
-            installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
+            installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`); or
+            it is not set and there is no bundle to serve.
     """
     key = SigningKey.load_or_create(settings.key_path)
     if not settings.seed_mockmed:
+        if not settings.contract_dir.exists():
+            raise ValidationError(
+                f"no contract bundle at {settings.contract_dir}: pass --contract DIR (a bundle "
+                "directory), or --seed-mockmed to write the synthetic MockMed bundles into the "
+                "data dir first"
+            )
         return key, None
     try:
         from rewardseal_worker.seed import seed_mockmed

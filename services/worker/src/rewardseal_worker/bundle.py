@@ -20,11 +20,11 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -100,29 +100,44 @@ class ContractBundle:
     calibration: Mapping[str, Any] | None
 
 
-def load_bundle(path: Path, *, trust: TrustSet | None = None) -> ContractBundle:
-    """Load the bundle in directory ``path`` and run every consistency check.
+@dataclass(frozen=True)
+class BundleInspection:
+    """Every problem of a bundle directory, found in one pass, and the bundle when there are none.
 
-    With ``trust``, a certificate must also verify against one of its keys (a self-signed
-    certificate verifies against the worker's own key).
+    ``contract_digest`` is set whenever ``contract.json`` parses and passes its own rules, even
+    if another file of the bundle has problems (so an author sees which contract they edit).
+    """
 
-    Raises:
-        ValidationError: naming the file and the rule for the first problem found.
+    bundle: ContractBundle | None
+    contract_digest: str | None
+    problems: tuple[str, ...]
+
+
+def inspect_bundle(path: Path, *, trust: TrustSet | None = None) -> BundleInspection:
+    """Read the bundle in directory ``path`` and run every consistency check, collecting every
+    problem instead of stopping at the first (``rewardseal-worker contract check``).
+
+    :func:`load_bundle` is this, raising when a problem was found: what a check passes, serve
+    loads.
     """
     directory = Path(path)
     if not directory.is_dir():
-        raise ValidationError(f"bundle directory {str(directory)!r} does not exist")
-    contract = _read_message(directory, CONTRACT_FILE, RewardContract)
-    required_doc = _read_json(directory, REQUIRED_EFFECTS_FILE)
-    forbidden_doc = _read_json(directory, FORBIDDEN_EFFECTS_FILE)
-    recipe_doc = _read_json(directory, ORACLE_RECIPE_FILE)
+        problem = f"bundle directory {str(directory)!r} does not exist"
+        return BundleInspection(None, None, (problem,))
+    problems = _Problems()
+    contract = _read_message(directory, CONTRACT_FILE, RewardContract, problems)
+    required_doc = _read_json(directory, REQUIRED_EFFECTS_FILE, problems)
+    forbidden_doc = _read_json(directory, FORBIDDEN_EFFECTS_FILE, problems)
+    recipe_doc = _read_json(directory, ORACLE_RECIPE_FILE, problems)
     certificate = (
-        _read_message(directory, CERTIFICATE_FILE, RewardCertificate)
+        _read_message(directory, CERTIFICATE_FILE, RewardCertificate, problems)
         if (directory / CERTIFICATE_FILE).exists()
         else None
     )
     calibration = (
-        _read_json(directory, CALIBRATION_FILE) if (directory / CALIBRATION_FILE).exists() else None
+        _read_json(directory, CALIBRATION_FILE, problems)
+        if (directory / CALIBRATION_FILE).exists()
+        else None
     )
     return _assemble(
         directory.resolve(),
@@ -133,7 +148,21 @@ def load_bundle(path: Path, *, trust: TrustSet | None = None) -> ContractBundle:
         certificate=certificate,
         calibration=calibration,
         trust=trust,
+        problems=problems,
     )
+
+
+def load_bundle(path: Path, *, trust: TrustSet | None = None) -> ContractBundle:
+    """Load the bundle in directory ``path`` and run every consistency check.
+
+    With ``trust``, a certificate must also verify against one of its keys (a self-signed
+    certificate verifies against the worker's own key).
+
+    Raises:
+        ValidationError: naming the file and the rule of each problem found (all of them; see
+            :func:`inspect_bundle`).
+    """
+    return _loaded(inspect_bundle(path, trust=trust))
 
 
 def write_bundle(
@@ -157,15 +186,18 @@ def write_bundle(
         ValidationError: a consistency check failed or a file would be overwritten.
     """
     directory = Path(path)
-    _assemble(
-        directory.resolve(),
-        contract=contract,
-        required_doc=required_doc,
-        forbidden_doc=forbidden_doc,
-        recipe_doc=recipe_doc,
-        certificate=certificate,
-        calibration=calibration,
-        trust=None,
+    _loaded(
+        _assemble(
+            directory.resolve(),
+            contract=contract,
+            required_doc=required_doc,
+            forbidden_doc=forbidden_doc,
+            recipe_doc=recipe_doc,
+            certificate=certificate,
+            calibration=calibration,
+            trust=None,
+            problems=_Problems(),
+        )
     )
     contents: dict[str, bytes | None] = {
         CONTRACT_FILE: _message_bytes(contract),
@@ -198,103 +230,157 @@ def write_bundle(
     _fsync_directory(directory)
 
 
+class _Problems:
+    """The problems found so far; :meth:`catch` records a check's ValidationError and goes on."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, text: str) -> None:
+        self.items.append(text)
+
+    @contextlib.contextmanager
+    def catch(self, prefix: str = "") -> Iterator[None]:
+        try:
+            yield
+        except ValidationError as exc:
+            self.add(f"{prefix}{exc.message}")
+
+
+def _loaded(inspection: BundleInspection) -> ContractBundle:
+    """The bundle, or one ValidationError that names every problem."""
+    problems = inspection.problems
+    if inspection.bundle is not None:
+        return inspection.bundle
+    if len(problems) == 1:
+        raise ValidationError(problems[0])
+    listed = "; ".join(f"({index}) {text}" for index, text in enumerate(problems, 1))
+    raise ValidationError(f"the bundle has {len(problems)} problems: {listed}")
+
+
 def _assemble(
     directory: Path,
     *,
-    contract: RewardContract,
+    contract: RewardContract | None,
     required_doc: Any,
     forbidden_doc: Any,
     recipe_doc: Any,
     certificate: RewardCertificate | None,
     calibration: Any,
     trust: TrustSet | None,
-) -> ContractBundle:
-    """Every consistency check, in a fixed order; the bundle when they all pass."""
-    try:
-        validate_contract(contract)
-    except ValidationError as exc:
-        raise ValidationError(f"{CONTRACT_FILE}: {exc.message}") from exc
-    digest = contract_digest(contract)
+    problems: _Problems,
+) -> BundleInspection:
+    """Every consistency check, in a fixed order; a check whose input is already known to be
+    broken is skipped (its problem is reported once, where it was found)."""
+    digest: str | None = None
+    if contract is not None:
+        with problems.catch(f"{CONTRACT_FILE}: "):
+            validate_contract(contract)
+            digest = contract_digest(contract)
 
     # The documents are bound by digest: a file that changed is a different contract.
     for name, doc, bound in (
-        (REQUIRED_EFFECTS_FILE, required_doc, contract.required_effects_digest),
-        (FORBIDDEN_EFFECTS_FILE, forbidden_doc, contract.forbidden_effects_digest),
-        (ORACLE_RECIPE_FILE, recipe_doc, contract.oracle.oracle_recipe_digest),
+        (REQUIRED_EFFECTS_FILE, required_doc, _bound(contract, "required")),
+        (FORBIDDEN_EFFECTS_FILE, forbidden_doc, _bound(contract, "forbidden")),
+        (ORACLE_RECIPE_FILE, recipe_doc, _bound(contract, "recipe")),
     ):
+        if doc is _MISSING:
+            continue
         if not isinstance(doc, Mapping):
-            raise ValidationError(f"{name}: must be a JSON object")
-        actual = digest_json(doc)
-        if actual != bound:
-            raise ValidationError(
-                f"{name}: digest mismatch; the file has {actual} but the contract binds {bound}"
-            )
+            problems.add(f"{name}: must be a JSON object")
+            continue
+        if bound is None:
+            continue
+        with problems.catch(f"{name}: "):
+            actual = digest_json(doc)
+            if actual != bound:
+                problems.add(
+                    f"{name}: digest mismatch; the file has {actual} but the contract binds "
+                    f"{bound} (after an edit, `rewardseal-worker contract seal DIR` rebinds)"
+                )
 
-    required = _effects(REQUIRED_EFFECTS_FILE, required_doc)
-    forbidden = _effects(FORBIDDEN_EFFECTS_FILE, forbidden_doc)
-    if not required:
+    required = _effects(REQUIRED_EFFECTS_FILE, required_doc, problems)
+    forbidden = _effects(FORBIDDEN_EFFECTS_FILE, forbidden_doc, problems)
+    if required is not None and not required:
         # With nothing required, rule 5 of R-W-4 would verify every completed episode.
-        raise ValidationError(f"{REQUIRED_EFFECTS_FILE}: the contract has no required effect")
-    for spec in forbidden:
+        problems.add(f"{REQUIRED_EFFECTS_FILE}: the contract has no required effect")
+    for spec in forbidden or ():
         if spec.new_records is not None or spec.allowed_fields is not None:
-            raise ValidationError(
+            problems.add(
                 f"{FORBIDDEN_EFFECTS_FILE}: effect {spec.name!r} declares new_records or "
                 "allowed_fields, which only required effects use"
             )
 
-    contract_keys = set(contract.oracle.identity_keys)
-    selected: set[str] = set()
-    for spec in (*required, *forbidden):
-        outside = spec.identity_keys() - contract_keys
-        if outside:
-            raise ValidationError(
-                f"effect {spec.name!r} references identity keys {sorted(outside)} that the "
-                "contract does not declare"
+    contract_keys = set(contract.oracle.identity_keys) if contract is not None else None
+    if contract_keys is not None:
+        selected: set[str] = set()
+        for spec in (*(required or ()), *(forbidden or ())):
+            outside = spec.identity_keys() - contract_keys
+            if outside:
+                problems.add(
+                    f"effect {spec.name!r} references identity keys {sorted(outside)} that the "
+                    "contract does not declare"
+                )
+            selected |= spec.identity_keys()
+        unselected = sorted(contract_keys - selected)
+        if unselected and required is not None and forbidden is not None:
+            problems.add(
+                f"contract identity keys {unselected} are selected by no effect; an unselected "
+                "key would not bind the effect to the episode's subject"
             )
-        selected |= spec.identity_keys()
-    unselected = sorted(contract_keys - selected)
-    if unselected:
-        raise ValidationError(
-            f"contract identity keys {unselected} are selected by no effect; an unselected key "
-            "would not bind the effect to the episode's subject"
-        )
 
-    try:
-        kind = validate_recipe(recipe_doc)
-    except ValidationError as exc:
-        raise ValidationError(f"{ORACLE_RECIPE_FILE}: {exc.message}") from exc
-    channel = contract.oracle.channel
-    if channel not in RECIPE_CHANNELS[kind]:
-        raise ValidationError(
-            f"{ORACLE_RECIPE_FILE}: recipe kind {kind!r} cannot serve the contract's channel "
-            f"{OracleChannel.Name(channel)}"
-        )
-    recipe_keys = set(recipe_identity_fields(recipe_doc))
-    if recipe_keys != contract_keys:
-        raise ValidationError(
-            f"{ORACLE_RECIPE_FILE}: identity_fields keys {sorted(recipe_keys)} differ from the "
-            f"contract's identity keys {sorted(contract_keys)}"
-        )
-    collection = recipe_collection(recipe_doc)
-    for spec in (*required, *forbidden):
-        if spec.collection != collection:
-            raise ValidationError(
-                f"effect {spec.name!r} lives in collection {spec.collection!r} but the oracle "
-                f"recipe reads {collection!r}"
+    kind: str | None = None
+    if isinstance(recipe_doc, Mapping):
+        with problems.catch(f"{ORACLE_RECIPE_FILE}: "):
+            kind = validate_recipe(recipe_doc)
+        # A recipe with another problem still says what kind it means to be: check the channel.
+        raw_kind = recipe_doc.get("kind")
+        known = kind or (raw_kind if isinstance(raw_kind, str) else "")
+        if contract is not None and known in RECIPE_CHANNELS:
+            channel = contract.oracle.channel
+            if channel not in RECIPE_CHANNELS[known]:
+                valid = channel in OracleChannel.values()
+                named = OracleChannel.Name(channel) if valid else str(channel)
+                problems.add(
+                    f"{ORACLE_RECIPE_FILE}: recipe kind {known!r} cannot serve the contract's "
+                    f"channel {named}"
+                )
+    if kind is not None:
+        recipe = recipe_doc
+        recipe_keys = set(recipe_identity_fields(recipe))
+        if contract_keys is not None and recipe_keys != contract_keys:
+            problems.add(
+                f"{ORACLE_RECIPE_FILE}: identity_fields keys {sorted(recipe_keys)} differ from "
+                f"the contract's identity keys {sorted(contract_keys)}"
             )
+        collection = recipe_collection(recipe)
+        for spec in (*(required or ()), *(forbidden or ())):
+            if spec.collection != collection:
+                problems.add(
+                    f"effect {spec.name!r} lives in collection {spec.collection!r} but the "
+                    f"oracle recipe reads {collection!r}"
+                )
 
     cert_digest: str | None = None
-    if certificate is not None:
-        cert_digest = _check_certificate(certificate, contract, digest, trust)
-    if calibration is not None:
+    if certificate is not None and contract is not None and digest is not None:
+        with problems.catch(f"{CERTIFICATE_FILE}: "):
+            cert_digest = _check_certificate(certificate, contract, digest, trust)
+    if calibration is not None and calibration is not _MISSING:
         if not isinstance(calibration, Mapping):
-            raise ValidationError(f"{CALIBRATION_FILE}: must be a JSON object")
-        named = calibration.get("reward_contract_digest")
-        if named is not None and named != digest:
-            raise ValidationError(f"{CALIBRATION_FILE}: the summary is for another contract")
-        digest_json(calibration)  # refuses a document with no canonical form
+            problems.add(f"{CALIBRATION_FILE}: must be a JSON object")
+        else:
+            summarized = calibration.get("reward_contract_digest")
+            if summarized is not None and digest is not None and summarized != digest:
+                problems.add(f"{CALIBRATION_FILE}: the summary is for another contract")
+            with problems.catch(f"{CALIBRATION_FILE}: "):
+                digest_json(calibration)  # refuses a document with no canonical form
 
-    return ContractBundle(
+    if problems.items or contract is None or digest is None or required is None:
+        if not problems.items:  # unreachable: each None above was recorded as a problem
+            problems.add("the bundle could not be read")
+        return BundleInspection(None, digest, tuple(problems.items))
+    assert forbidden is not None
+    bundle = ContractBundle(
         path=directory,
         contract=contract,
         contract_digest=digest,
@@ -306,13 +392,33 @@ def _assemble(
         certificate_digest=cert_digest,
         calibration=MappingProxyType(dict(calibration)) if calibration is not None else None,
     )
+    return BundleInspection(bundle, digest, ())
 
 
-def _effects(name: str, doc: Mapping[str, Any]) -> tuple[EffectSpec, ...]:
+_MISSING: Final = object()
+"""A bundle file that could not be read (its problem is already recorded)."""
+
+
+def _bound(contract: RewardContract | None, which: str) -> str | None:
+    """The digest the contract binds a document with; None without a contract."""
+    if contract is None:
+        return None
+    if which == "required":
+        return contract.required_effects_digest
+    if which == "forbidden":
+        return contract.forbidden_effects_digest
+    return contract.oracle.oracle_recipe_digest
+
+
+def _effects(name: str, doc: Any, problems: _Problems) -> tuple[EffectSpec, ...] | None:
+    """The parsed effects, or None when the document is missing or has a problem."""
+    if not isinstance(doc, Mapping):
+        return None  # missing or not an object: already recorded
     try:
         return parse_effects(doc)
     except ValidationError as exc:
-        raise ValidationError(f"{name}: {exc.message}") from exc
+        problems.add(f"{name}: {exc.message}")
+        return None
 
 
 def _check_certificate(
@@ -328,31 +434,41 @@ def _check_certificate(
     return accepted.digest
 
 
-def _read_text(directory: Path, name: str) -> str:
+def _read_text(directory: Path, name: str, problems: _Problems) -> str | None:
     target = directory / name
     try:
         return target.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ValidationError(f"bundle file {name} is missing") from None
+        problems.add(f"bundle file {name} is missing")
     except (OSError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"{name}: cannot be read ({type(exc).__name__})") from None
+        problems.add(f"{name}: cannot be read ({type(exc).__name__})")
+    return None
 
 
-def _read_json(directory: Path, name: str) -> Any:
-    text = _read_text(directory, name)
+def _read_json(directory: Path, name: str, problems: _Problems) -> Any:
+    """The decoded document, or :data:`_MISSING` (the problem recorded)."""
+    text = _read_text(directory, name, problems)
+    if text is None:
+        return _MISSING
     try:
         return strict_json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise ValidationError(f"{name}: not valid JSON ({exc})") from None
+        problems.add(f"{name}: not valid JSON ({exc})")
+        return _MISSING
 
 
-def _read_message(directory: Path, name: str, message_type: type[_Msg]) -> _Msg:
-    text = _read_text(directory, name)
+def _read_message(
+    directory: Path, name: str, message_type: type[_Msg], problems: _Problems
+) -> _Msg | None:
+    text = _read_text(directory, name, problems)
+    if text is None:
+        return None
     message = message_type()
     try:
         json_format.Parse(text, message)
     except json_format.ParseError as exc:
-        raise ValidationError(f"{name}: not a valid {message_type.__name__} ({exc})") from None
+        problems.add(f"{name}: not a valid {message_type.__name__} ({exc})")
+        return None
     return message
 
 

@@ -1,4 +1,5 @@
-"""``rewardseal-worker``: run the reward worker (``serve``)."""
+"""``rewardseal-worker``: run the reward worker (``serve``); author, check and calibrate a
+contract bundle (``contract``, ``calibrate``)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from rewardseal.accepting import CertificateInUse
-from rewardseal.errors import RewardSealError
+from rewardseal_server.cli_failures import run_cli
 from rewardseal_server.serving import TRANSPORT_TEXT, serve_until_signalled, write_ready_file
 from rewardseal_worker.app import WorkerApp, start_worker
+from rewardseal_worker.authoring.commands import add_contract_commands
+from rewardseal_worker.authoring.entry import add_calibrate_command, run_authoring_command
 from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.control_link import CertificateChange, certificate_name
 from rewardseal_worker.settings import WorkerSettings, resolve_settings
@@ -26,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve RewardWorkerService over gRPC")
     _add_serve_options(serve)
+    add_contract_commands(commands)
+    add_calibrate_command(commands)
     return parser
 
 
@@ -273,15 +278,19 @@ async def _serve_as_child(args: argparse.Namespace, settings: WorkerSettings) ->
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rewardseal-worker``."""
     args = build_parser().parse_args(argv)
+    if args.command != "serve":
+        return run_authoring_command(args)
     who = "" if args.supervised_by is None else f"[process {args.process_index}] "
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s %(levelname)s {who}%(name)s %(message)s"
     )
-    try:
-        return asyncio.run(_serve(args))
-    except RewardSealError as exc:
-        print(f"rewardseal-worker: {exc.message}", file=sys.stderr)
-        return 2
+    # One line per failure, exit 2 (settings) or 1 (runtime): rewardseal_server.cli_failures.
+    return run_cli(
+        "rewardseal-worker",
+        lambda: asyncio.run(_serve(args)),
+        err=sys.stderr,
+        db_env="REWARDSEAL_WORKER_DB_URL",
+    )
 
 
 if __name__ == "__main__":

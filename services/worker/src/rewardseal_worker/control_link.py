@@ -57,6 +57,7 @@ from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.engine import Revocation, Scorer
+from rewardseal_worker.key_refusals import SIGNATURE_INVALID, KeyRefusals
 from rewardseal_worker.store import REVOCATION_VERSION, WorkerStore
 
 _log = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ class ControlLink:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._key_refusals = KeyRefusals(self._control, key, self._register)
         self.on_certificate_change: CertificateChange | None = None
         self.registered = asyncio.Event()
         self.forwarded = 0
@@ -464,13 +466,23 @@ class ControlLink:
             )
             raise
         done: list[str] = []
+        if any(r.error.reason == SIGNATURE_INVALID for r in results if not r.recorded):
+            # Most often this worker's key is unknown or retired at control: said once.
+            await self._key_refusals.explain()
         for item, result in zip(due, results, strict=True):
             if result.recorded:
                 done.append(item.receipt_id)
+                self._key_refusals.recorded()
                 continue
             # A refusal is not a transport problem: retry it much later, and say why.
             reason = result.error.reason or "refused"
-            _log.warning("control refused receipt %s: %s", item.receipt_id, reason)
+            explained = reason == SIGNATURE_INVALID and self._key_refusals.explained
+            _log.log(
+                logging.DEBUG if explained else logging.WARNING,
+                "control refused receipt %s: %s",
+                item.receipt_id,
+                reason,
+            )
             await asyncio.to_thread(
                 self._store.outbox_later,
                 [item.receipt_id],

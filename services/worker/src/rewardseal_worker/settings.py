@@ -140,7 +140,9 @@ def resolve_settings(
         port, env, env_name=f"{ENV_PREFIX}PORT", default=DEFAULT_PORT
     )
     url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or sqlite_url(data / DB_FILE)
-    trials = calibration_trials or int(env.get(f"{ENV_PREFIX}CALIBRATION_TRIALS", 300))
+    trials = calibration_trials or service_settings.env_int(
+        env, f"{ENV_PREFIX}CALIBRATION_TRIALS", 300, minimum=1
+    )
     control = control_target or env.get(f"{ENV_PREFIX}CONTROL") or None
     if env.get(f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN"):
         raise ValidationError(ADMIN_TOKEN_REFUSED)
@@ -166,9 +168,9 @@ def resolve_settings(
         seed_mockmed=seed_mockmed,
         calibration_trials=trials,
         reflection=reflection,
-        episode_ttl_seconds=float(env.get(f"{ENV_PREFIX}EPISODE_TTL_SECONDS", 3600.0)),
-        max_policy_update_jump=_non_negative_int(
-            env, "MAX_POLICY_UPDATE_JUMP", DEFAULT_MAX_POLICY_UPDATE_JUMP
+        episode_ttl_seconds=_positive(env, "EPISODE_TTL_SECONDS", 3600.0),
+        max_policy_update_jump=service_settings.env_int(
+            env, f"{ENV_PREFIX}MAX_POLICY_UPDATE_JUMP", DEFAULT_MAX_POLICY_UPDATE_JUMP, minimum=0
         ),
         health_interval_seconds=_positive(env, "HEALTH_INTERVAL_SECONDS", 5.0),
         control_target=control,
@@ -192,19 +194,11 @@ def _http_port(flag: int | None, env: Mapping[str, str]) -> int | None:
     """``--http-port``, else ``$REWARDSEAL_WORKER_HTTP_PORT``, else None (no HTTP face).
 
     Raises:
-        ValidationError: the port is not a number in 0..65535.
+        ValidationError: the port is not a whole number in 0..65535.
     """
-    raw = env.get(f"{ENV_PREFIX}HTTP_PORT") or None
-    if flag is None and raw is None:
+    if flag is None and not env.get(f"{ENV_PREFIX}HTTP_PORT"):
         return None
-    try:
-        return service_settings.resolve_port(
-            flag, env, env_name=f"{ENV_PREFIX}HTTP_PORT", default=0
-        )
-    except ValueError:
-        raise ValidationError(
-            f"{ENV_PREFIX}HTTP_PORT must be a port number, got {str(raw)[:20]!r}"
-        ) from None
+    return service_settings.resolve_port(flag, env, env_name=f"{ENV_PREFIX}HTTP_PORT", default=0)
 
 
 def _process_count(flag: int | None, env: Mapping[str, str]) -> int:
@@ -261,19 +255,6 @@ def _positive(env: Mapping[str, str], name: str, default: float) -> float:
         raise ValidationError(f"{ENV_PREFIX}{name} must be a number, got {raw!r}") from None
     if not value > 0 or value == float("inf"):
         raise ValidationError(f"{ENV_PREFIX}{name} must be a positive number, got {raw!r}")
-    return value
-
-
-def _non_negative_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(f"{ENV_PREFIX}{name}")
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationError(f"{ENV_PREFIX}{name} must be an integer, got {raw!r}") from None
-    if value < 0:
-        raise ValidationError(f"{ENV_PREFIX}{name} must be 0 or more, got {raw!r}")
     return value
 
 

@@ -29,7 +29,6 @@ from typing import Final, Literal
 
 import numpy as np
 import numpy.typing as npt
-from scipy import stats
 
 from rewardseal.errors import ValidationError
 from rewardseal.integrity import fields
@@ -223,6 +222,10 @@ def _rank_agreement(optimizer: FloatArray, sentinel: FloatArray) -> tuple[float 
     distinct = sorted((len(np.unique(left)), len(np.unique(right))))
     if distinct[0] < 2 or distinct[1] < 3:
         return (None, None)
+    # Imported here: scipy.stats costs seconds to import, and the modules that import this one
+    # (control's integrity service, the trainer gates) mostly never rank anything.
+    from scipy import stats
+
     spearman = stats.spearmanr(left, right).statistic
     kendall = stats.kendalltau(left, right).statistic
     return (_rounded(float(spearman)), _rounded(float(kendall)))

@@ -10,8 +10,10 @@ row's own patient, the second begin would be refused (``identity_busy``) and, wo
 completions' rows would be indistinguishable. So each completion gets its own sandbox patient,
 derived from the row's patient and the episode id.
 
-The actor for the synthetic EMR (``MockMedActor``) is in the kit, :mod:`rewardseal_kit.actors`:
-trainer adapters know this protocol, not a system of record.
+The actor for the synthetic EMR (``MockMedActor``) is in the kit, :mod:`rewardseal_kit.actors`;
+the helpdesk example's (``HelpdeskActor``, examples/helpdesk/) is the second implementation:
+trainer adapters know this protocol, not a system of record. docs/trainers.md (*Episode actors*)
+says how to write one for your own system.
 """
 
 from __future__ import annotations

@@ -7,8 +7,6 @@ Imports without verl and torch.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from rewardseal.client import DEFAULT_TIMEOUT_SECONDS
 from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal.signing import TrustSet
 from rewardseal.tls import ClientTls
+from rewardseal.worker_connection import WorkerConnection, decode_public_key
 
 __all__ = ["DEFAULT_MAX_BATCH", "ManagerSettings", "config_get", "missing_verl"]
 
@@ -45,23 +44,6 @@ def config_get(node: Any, key: str) -> Any:
     if callable(getter):
         return getter(key)
     return getattr(node, key, None)
-
-
-def _decode_public_key(text: str, source: str) -> bytes:
-    """A raw 32-byte Ed25519 public key from hex or (url-safe) base64 text."""
-    text = text.strip()
-    try:
-        raw = bytes.fromhex(text)
-    except ValueError:
-        try:
-            raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=False)
-        except (binascii.Error, ValueError):
-            raw = b""
-    if len(raw) != 32:
-        raise ValidationError(
-            f"{source} is not a 32-byte Ed25519 public key in hex or base64 ({len(raw)} bytes)"
-        )
-    return raw
 
 
 @dataclass(frozen=True)
@@ -96,9 +78,12 @@ class ManagerSettings:
     ) -> ManagerSettings:
         """Read the settings from verl's ``reward_kwargs``.
 
-        Keys: ``worker_target``; ``token`` or ``token_env`` (the name of an environment
-        variable holding it); ``worker_public_key`` (hex or base64) or ``worker_public_key_file``
-        (R-T-5: receipts are verified against this pinned key); ``reward_contract_digest``;
+        Keys: ``worker_ready_file`` (the worker's ready file: its address, token, key and
+        contract digest, so none of those four keys is given beside it; ``worker_target`` then
+        replaces the file's address), or: ``worker_target``; ``token`` or ``token_env`` (the
+        name of an environment variable holding it); ``worker_public_key`` (hex or base64) or
+        ``worker_public_key_file`` (R-T-5: receipts are verified against this pinned key);
+        ``reward_contract_digest``;
         ``policy_checkpoint_id``; optional ``require_certified`` (default True),
         ``policy_update`` (used when verl sets no ``global_steps``), ``timeout_seconds``,
         ``max_batch``, and for a TLS channel ``tls_ca`` (PEM file the worker's certificate must
@@ -109,6 +94,7 @@ class ManagerSettings:
         env = os.environ if env is None else env
         known = {
             "worker_target",
+            "worker_ready_file",
             "token",
             "token_env",
             "worker_public_key",
@@ -124,41 +110,82 @@ class ManagerSettings:
         unknown = sorted(set(kwargs) - known - _VERL_PASSED_KWARGS)
         if unknown:
             raise ValidationError(f"unknown reward_kwargs {unknown}; known: {sorted(known)}")
-        token = kwargs.get("token")
-        if token is None and kwargs.get("token_env"):
-            token = env.get(str(kwargs["token_env"]))
-            if not token:
-                raise ValidationError(f"environment variable {kwargs['token_env']!r} is not set")
-        if not token:
-            raise ValidationError("give token or token_env: the worker needs a bearer token")
-        key_text = kwargs.get("worker_public_key")
-        key_file = kwargs.get("worker_public_key_file")
-        if (key_text is None) == (key_file is None):
-            raise ValidationError(
-                "give exactly one of worker_public_key and worker_public_key_file"
-            )
-        if key_file is not None:
-            try:
-                key_text = Path(str(key_file)).read_text(encoding="ascii")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ValidationError(f"cannot read worker_public_key_file: {exc}") from None
-            source = f"worker_public_key_file {str(key_file)!r}"
+        if kwargs.get("worker_ready_file") is not None:
+            connection = _connection_from_ready_file(kwargs)
         else:
-            source = "worker_public_key"
-        public_key = _decode_public_key(str(key_text), source)
+            connection = _connection_from_kwargs(kwargs, env)
         policy_update = kwargs.get("policy_update")
         return cls(
-            target=str(kwargs.get("worker_target") or ""),
-            token=str(token),
-            trust=TrustSet([public_key]),
-            reward_contract_digest=str(kwargs.get("reward_contract_digest") or ""),
+            target=connection.target,
+            token=connection.token,
+            trust=connection.trust,
+            reward_contract_digest=connection.reward_contract_digest,
             policy_checkpoint_id=str(kwargs.get("policy_checkpoint_id") or ""),
             require_certified=bool(kwargs.get("require_certified", True)),
             policy_update=None if policy_update is None else int(policy_update),
             timeout=float(kwargs.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)),
             max_batch=int(kwargs.get("max_batch", DEFAULT_MAX_BATCH)),
-            tls=_tls_from_kwargs(kwargs),
+            tls=connection.tls,
         )
+
+
+_READY_FILE_GIVES: Final = (
+    "token",
+    "token_env",
+    "worker_public_key",
+    "worker_public_key_file",
+    "reward_contract_digest",
+)
+"""The ``reward_kwargs`` a ready file replaces (one source for each value)."""
+
+
+def _connection_from_ready_file(kwargs: Mapping[str, Any]) -> WorkerConnection:
+    """The worker connection of ``worker_ready_file`` (``worker_target`` may rename it)."""
+    clash = [name for name in _READY_FILE_GIVES if kwargs.get(name) is not None]
+    if clash:
+        raise ValidationError(
+            f"worker_ready_file gives the token, key and contract digest; do not also give {clash}"
+        )
+    return WorkerConnection.from_ready_file(
+        str(kwargs["worker_ready_file"]),
+        target=str(kwargs["worker_target"]) if kwargs.get("worker_target") else None,
+        tls=_tls_from_kwargs(kwargs),
+    )
+
+
+def _connection_from_kwargs(kwargs: Mapping[str, Any], env: Mapping[str, str]) -> WorkerConnection:
+    """The worker connection of the separate keys (``worker_target``, ``token``, ...)."""
+    token = kwargs.get("token")
+    if token is None and kwargs.get("token_env"):
+        token = env.get(str(kwargs["token_env"]))
+        if not token:
+            raise ValidationError(f"environment variable {kwargs['token_env']!r} is not set")
+    if not token:
+        raise ValidationError("give token or token_env: the worker needs a bearer token")
+    key_text = kwargs.get("worker_public_key")
+    key_file = kwargs.get("worker_public_key_file")
+    if (key_text is None) == (key_file is None):
+        raise ValidationError("give exactly one of worker_public_key and worker_public_key_file")
+    if key_file is not None:
+        try:
+            key_text = Path(str(key_file)).read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValidationError(f"cannot read worker_public_key_file: {exc}") from None
+        source = f"worker_public_key_file {str(key_file)!r}"
+    else:
+        source = "worker_public_key"
+    public_key = decode_public_key(str(key_text), source)
+    if not kwargs.get("worker_target"):
+        raise ValidationError("worker_target is required (host:port of the reward worker)")
+    if not kwargs.get("reward_contract_digest"):
+        raise ValidationError("reward_contract_digest and policy_checkpoint_id are required")
+    return WorkerConnection(
+        target=str(kwargs["worker_target"]),
+        token=str(token),
+        worker_public_key=public_key,
+        reward_contract_digest=str(kwargs["reward_contract_digest"]),
+        tls=_tls_from_kwargs(kwargs),
+    )
 
 
 def _tls_from_kwargs(kwargs: Mapping[str, Any]) -> ClientTls | None:

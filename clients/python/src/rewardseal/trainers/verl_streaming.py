@@ -96,7 +96,7 @@ def check_trainer_mode(config: Any) -> None:
         raise RewardSealError(
             f"{MANAGER_FQN} extends the agent loop of verl's RayPPOTrainer; the V1 trainer "
             "(trainer.use_v1=true) streams rewards through a TransferQueue it does not cover: "
-            "set trainer.use_v1=false",
+            "set trainer.use_v1=false (docs/trainers.md says what V1 lacks)",
             reason="verl_v1_trainer",
         )
 

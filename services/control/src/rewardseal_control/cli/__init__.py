@@ -21,25 +21,31 @@ settings).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from rewardseal.errors import RewardSealError
-from rewardseal_control.cli.admin import client_tls, run_admin
+from rewardseal.errors import RewardSealError, Unavailable
+from rewardseal_control.cli.admin import client_tls, run_admin, target
 from rewardseal_control.cli.common import (
     CLIENT_TLS_ENV,
     EXIT_REFUSED,
     EXIT_USAGE,
     PROG,
+    TARGET_ENV,
     Refused,
     UsageError,
 )
 from rewardseal_control.cli.integrity import run_integrity
 from rewardseal_control.cli.parser import build_parser
 from rewardseal_control.cli.serve import migrate, serve
+from rewardseal_control.settings import ENV_PREFIX
+from rewardseal_server.cli_failures import run_cli
+
+DB_URL_ENV = f"{ENV_PREFIX}DB_URL"
 
 __all__ = [
     "CLIENT_TLS_ENV",
@@ -61,6 +67,11 @@ def main(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     args = build_parser().parse_args(argv)
+    # Anything not caught below: one line, exit 2 or 1 (rewardseal_server.cli_failures).
+    return run_cli(PROG, lambda: _run(args, out, err), err=err, db_env=DB_URL_ENV)
+
+
+def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.command == "serve":
             logging.basicConfig(
@@ -73,11 +84,22 @@ def main(
             return run_integrity(args, out)
         return run_admin(args, out)
     except Refused as refused:
+        if refused.error.reason == Unavailable.reason and hasattr(args, "target"):
+            # Not a refusal: nobody answered. Say where it dialled and what to check.
+            print(
+                f"{PROG}: cannot reach the control plane at {target(args)}: "
+                f"{refused.error.message} (check that it runs there, --target HOST:PORT or "
+                f"${TARGET_ENV}, and --tls-ca when it serves TLS)",
+                file=err,
+            )
+            return EXIT_REFUSED
         print(f"{PROG}: refused: {refused.error.message} ({refused.error.reason})", file=err)
         return EXIT_REFUSED
     except UsageError as exc:
         print(f"{PROG}: {exc}", file=err)
         return EXIT_USAGE
+    except Unavailable:
+        raise  # a database that refuses connections: exit 1, with its cause, in run_cli
     except RewardSealError as exc:
         # Local: bad settings, a file that is not a calibration summary, a database URL.
         print(f"{PROG}: {exc.message}", file=err)

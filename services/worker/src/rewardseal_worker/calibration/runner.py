@@ -10,7 +10,9 @@ epsilon, the exact one-sided Clopper-Pearson upper bound on the false-accept rat
 from __future__ import annotations
 
 import math
+import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -27,13 +29,15 @@ from rewardseal_worker.calibration.families import EXTRADUP_PREFIX, FaultFamilie
 from rewardseal_worker.calibration.family_trials import build_family_trial
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup, setup_for
 from rewardseal_worker.calibration.progress import ProgressCallback
-from rewardseal_worker.calibration.trials import GOLD, build_generic, judge_trial, trial_rng
+from rewardseal_worker.calibration.trials import GOLD, Trial, build_generic, judge_trial, trial_rng
 
 __all__ = [
     "DEFAULT_TRIALS",
     "GOLD_REFUSED_MESSAGE",
     "CalibrationResult",
     "FalseAccept",
+    "TrialJudge",
+    "TrialNotWritable",
     "calibrate",
     "default_gold_trials",
     "run_one",
@@ -44,8 +48,22 @@ DEFAULT_TRIALS: Final = 300
 GOLD_REFUSED_MESSAGE: Final = "calibration refused: a gold control trial was not VERIFIED"
 """The message of the ValidationError raised when a gold control trial is refused (R-CAL-3)."""
 
+MAX_REDRAWS: Final = 50
+"""Draws of one trial that a sandbox may refuse before calibration gives up on it."""
+
 _MAX_SEED = 2**64 - 1  # generator_seed is a uint64
 _MAX_TRIALS = 1_000_000
+
+TrialJudge = Callable[[CalibrationSetup, random.Random, Trial], Decision]
+"""Reads a trial's SoR before and after and judges it: in memory (:func:`judge_trial`), or
+written into a sandbox and read back through the bundle's own reader."""
+
+
+class TrialNotWritable(Exception):
+    """The system of record cannot hold this trial (a column it lacks, a type it refuses): a
+    fault no policy could commit there. The runner draws the trial again."""
+
+
 _VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
 
 
@@ -74,6 +92,8 @@ class CalibrationResult:
     false_accept_trials: tuple[FalseAccept, ...]
     transcript_digest: str
     elapsed_seconds: float
+    redrawn: int = 0
+    """Draws a sandbox could not hold (:class:`TrialNotWritable`), drawn again."""
 
 
 def default_gold_trials(trials: int) -> int:
@@ -81,13 +101,15 @@ def default_gold_trials(trials: int) -> int:
     return max(1, math.ceil(trials / 10))
 
 
-def run_one(setup: CalibrationSetup, seed: int, kind: str, index: int) -> tuple[str, Decision]:
+def run_one(
+    setup: CalibrationSetup, seed: int, kind: str, index: int, judge: TrialJudge = judge_trial
+) -> tuple[str, Decision]:
     rng = trial_rng(seed, kind, index)
     if kind.startswith(EXTRADUP_PREFIX):
         trial, variant = build_family_trial(setup, rng, kind.removeprefix(EXTRADUP_PREFIX))
     else:
         trial, variant = build_generic(setup, rng, kind)
-    return variant, judge_trial(setup, rng, trial)
+    return variant, judge(setup, rng, trial)
 
 
 def _check_int(value: int, name: str, low: int, high: int) -> int:
@@ -105,6 +127,8 @@ def calibrate(
     gold_trials: int | None = None,
     families: FaultFamilies | None = None,
     progress: ProgressCallback | None = None,
+    judge: TrialJudge = judge_trial,
+    held_out: bool = False,
 ) -> CalibrationResult:
     """Calibrate ``bundle``'s judge on ``trials`` synthetic fault trials (R-CAL-2/3).
 
@@ -119,10 +143,14 @@ def calibrate(
         families: add the ExtraDup families with this table (the bundle's contract must name
             its task); None (default) runs the contract's own fault classes only.
         progress: called as ``progress(done, total)`` after each trial.
+        judge: how a trial is read and judged (default in memory); a sandbox judge writes it
+            into a sandbox copy of the SoR and may refuse a draw (:class:`TrialNotWritable`),
+            which is then drawn again, up to :data:`MAX_REDRAWS` times.
+        held_out: mark the summary as made on a held-out corpus (R-MSG-5).
 
     Raises:
-        ValidationError: bad arguments, ``families`` for another task, or a gold control trial
-            was not VERIFIED (R-CAL-3).
+        ValidationError: bad arguments, ``families`` for another task, a gold control trial
+            was not VERIFIED (R-CAL-3), or a sandbox refused every draw of one trial.
     """
     _check_int(seed, "seed", 0, _MAX_SEED)
     _check_int(trials, "trials", 1, _MAX_TRIALS)
@@ -139,7 +167,24 @@ def calibrate(
         gold_kinds.append(EXTRADUP_PREFIX + setup.replay.control)
     total = golds + trials
     done = 0
+    redrawn = 0
     transcript: list[list[Any]] = []
+
+    def draw(kind: str, index: int) -> tuple[str, Decision]:
+        nonlocal redrawn
+        reason = ""
+        for attempt in range(MAX_REDRAWS):
+            try:
+                # A redraw gets its own generator: index + attempt * _MAX_TRIALS is no other
+                # trial's index, and the run stays reproducible per seed.
+                return run_one(setup, seed, kind, index + attempt * _MAX_TRIALS, judge)
+            except TrialNotWritable as exc:
+                redrawn += 1
+                reason = str(exc)
+        raise ValidationError(
+            f"calibration refused: {MAX_REDRAWS} draws of a {kind!r} trial could not be written "
+            f"into the sandbox (last: {reason})"
+        )
 
     def note(kind: str, index: int, variant: str, decision: Decision) -> None:
         nonlocal done
@@ -159,7 +204,7 @@ def calibrate(
     # Gold first: a checker that cannot pay the right answer is refused before anything else.
     for index in range(golds):
         kind = gold_kinds[index % len(gold_kinds)]
-        variant, decision = run_one(setup, seed, kind, index)
+        variant, decision = draw(kind, index)
         note(kind, index, variant, decision)
         if decision.outcome != _VERIFIED:
             raise ValidationError(
@@ -176,7 +221,7 @@ def calibrate(
     leaks: list[FalseAccept] = []
     for index in range(trials):
         kind = classes[index % len(classes)]
-        variant, decision = run_one(setup, seed, kind, index)
+        variant, decision = draw(kind, index)
         note(kind, index, variant, decision)
         per_class[kind][0] += 1
         if decision.outcome == _VERIFIED:
@@ -200,7 +245,7 @@ def calibrate(
         threshold=contract.certificate_policy.threshold,
         gold_trials=golds,
         gold_refused=0,
-        held_out=False,
+        held_out=held_out,
     )
     validate_calibration_summary(summary)
     return CalibrationResult(
@@ -210,4 +255,5 @@ def calibrate(
         false_accept_trials=tuple(leaks),
         transcript_digest=digest_json(transcript),
         elapsed_seconds=time.perf_counter() - started,
+        redrawn=redrawn,
     )

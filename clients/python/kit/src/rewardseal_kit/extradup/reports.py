@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from rewardseal import strict_json
 from rewardseal.errors import ValidationError
+from rewardseal.json_schemas import ACTION_REPORT_SCHEMA, check, load_schema
 from rewardseal_kit.extradup.specs import frozen_fields
 from rewardseal_kit.extradup.store import InMemoryStore
 
@@ -28,17 +29,12 @@ __all__ = [
     "replay",
 ]
 
-MAX_ACTIONS = 64
-"""The most actions one report may carry."""
+MAX_ACTIONS: Final[int] = load_schema(ACTION_REPORT_SCHEMA)["properties"]["actions"]["maxItems"]
+"""The most actions one report may carry (the shipped schema's rule)."""
 MAX_REPORT_CHARS = 1_000_000
 """The longest report text :func:`parse_action_report` reads."""
 
 _MIN_ADMISSIBLE_TIER = 2
-_MAX_TIER = 3
-_REPORT_KEYS = frozenset({"actions", "submitted", "evidence", "halted", "claim"})
-_ACTION_KEYS = frozenset({"op", "collection", "fields"})
-_EVIDENCE_KEYS = frozenset({"tier", "screen_text"})
-_OPS = frozenset({"create"})
 
 
 @dataclass(frozen=True)
@@ -83,73 +79,6 @@ def _load_report_text(text: str) -> Any:
         raise ValidationError(f"action report is not JSON: {exc}") from None
 
 
-def _check_keys(where: str, value: Mapping[Any, Any], allowed: frozenset[str]) -> None:
-    """Refuse non-string and unknown keys (a misspelt key must not read as absent)."""
-    for key in value:
-        if not isinstance(key, str):
-            raise ValidationError(f"{where} has a non-string key {key!r}")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise ValidationError(f"{where} has unknown keys {unknown}")
-
-
-def _parse_bool(where: str, value: Any) -> bool:
-    """A JSON boolean (not 0/1, not a string)."""
-    if not isinstance(value, bool):
-        raise ValidationError(f"{where} must be true or false, got {type(value).__name__}")
-    return value
-
-
-def _parse_action(index: int, raw: Any) -> Action:
-    """One element of ``actions``."""
-    where = f"actions[{index}]"
-    if not isinstance(raw, Mapping):
-        raise ValidationError(f"{where} must be an object")
-    _check_keys(where, raw, _ACTION_KEYS)
-    missing = sorted(_ACTION_KEYS - set(raw))
-    if missing:
-        raise ValidationError(f"{where} lacks {missing}")
-    op = raw["op"]
-    if not isinstance(op, str):
-        raise ValidationError(f"{where}.op must be a string")
-    if op not in _OPS:
-        raise ValidationError(f"{where}.op {op!r} is unknown; only 'create' is replayed")
-    collection = raw["collection"]
-    if not isinstance(collection, str) or not collection:
-        raise ValidationError(f"{where}.collection must be a non-empty string")
-    fields = raw["fields"]
-    if not isinstance(fields, Mapping):
-        raise ValidationError(f"{where}.fields must be an object")
-    parsed: dict[str, str] = {}
-    for name, value in fields.items():
-        if not isinstance(name, str) or not name:
-            raise ValidationError(f"{where}.fields has an empty or non-string field name")
-        if name == "id":
-            raise ValidationError(f"{where}.fields may not set 'id'; the store mints ids")
-        if not isinstance(value, str):
-            raise ValidationError(
-                f"{where}.fields.{name} must be a string, got {type(value).__name__}"
-            )
-        parsed[name] = value
-    return Action(op="create", collection=collection, fields=parsed)
-
-
-def _parse_evidence(raw: Any) -> Evidence:
-    """The optional ``evidence`` object."""
-    if not isinstance(raw, Mapping):
-        raise ValidationError("evidence must be an object")
-    _check_keys("evidence", raw, _EVIDENCE_KEYS)
-    tier = raw.get("tier")
-    if isinstance(tier, bool) or not isinstance(tier, int):
-        raise ValidationError("evidence.tier must be an integer")
-    if not 0 <= tier <= _MAX_TIER:
-        raise ValidationError(f"evidence.tier must be in 0..{_MAX_TIER}, got {tier}")
-    screen_text = raw.get("screen_text")
-    if screen_text is not None and not isinstance(screen_text, str):
-        raise ValidationError("evidence.screen_text must be a string")
-    return Evidence(tier=tier, screen_text=screen_text)
-
-
 def parse_action_report(value: str | Mapping[str, Any]) -> ActionReport:
     """Parse and validate an action report given as JSON text or as a decoded object.
 
@@ -169,25 +98,24 @@ def parse_action_report(value: str | Mapping[str, Any]) -> ActionReport:
         )
     if not isinstance(raw, Mapping):
         raise ValidationError("an action report must be a JSON object")
-    _check_keys("action report", raw, _REPORT_KEYS)
-
-    raw_actions = raw.get("actions", [])
-    if not isinstance(raw_actions, list | tuple):
-        raise ValidationError("actions must be a list")
-    if len(raw_actions) > MAX_ACTIONS:
-        raise ValidationError(
-            f"an action report may carry at most {MAX_ACTIONS} actions, got {len(raw_actions)}"
-        )
-    actions = tuple(_parse_action(index, item) for index, item in enumerate(raw_actions))
-
-    submitted = _parse_bool("submitted", raw.get("submitted", False))
-    halted = _parse_bool("halted", raw.get("halted", False))
-    evidence = _parse_evidence(raw["evidence"]) if "evidence" in raw else None
-    claim = raw.get("claim")
-    if claim is not None and not isinstance(claim, str):
-        raise ValidationError("claim must be a string")
+    # The shipped schema is the rule (rewardseal/schemas/action-report.schema.json); what
+    # passed it is only converted here.
+    check(raw, ACTION_REPORT_SCHEMA, root="action report")
+    actions = tuple(
+        Action(op="create", collection=action["collection"], fields=dict(action["fields"]))
+        for action in raw.get("actions", ())
+    )
+    evidence = raw.get("evidence")
     return ActionReport(
-        actions=actions, submitted=submitted, evidence=evidence, halted=halted, claim=claim
+        actions=actions,
+        submitted=raw.get("submitted", False),
+        evidence=(
+            Evidence(tier=int(evidence["tier"]), screen_text=evidence.get("screen_text"))
+            if evidence is not None
+            else None
+        ),
+        halted=raw.get("halted", False),
+        claim=raw.get("claim"),
     )
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "run_directory",
     "verdict",
     "write_reports",
+    "written",
 ]
 
 _T = TypeVar("_T")
@@ -221,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     except RewardSealError as exc:
         print(f"proof: {exc.message}", file=sys.stderr)
         return EXIT_NOT_RUN
-    return verdict(problems, f"{len(results)} trial results; reports in {args.json}")
+    return verdict(problems, f"{len(results)} trial results; wrote {written(args)}")
 
 
 def guarded(work: Callable[[], _T]) -> tuple[_T | None, int]:
@@ -250,6 +251,12 @@ def guarded(work: Callable[[], _T]) -> tuple[_T | None, int]:
         return None, 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def written(args: argparse.Namespace) -> str:
+    """The files a proof run wrote, each named (``--json``, ``--markdown``, ``--png``)."""
+    paths = [args.json, args.markdown, args.png]
+    return ", ".join(str(path) for path in paths if path is not None)
 
 
 def verdict(problems: Sequence[str], where: str) -> int:

@@ -17,7 +17,13 @@ import sys
 import time
 from typing import Final
 
-from rewardseal_kit.proof.command import EXIT_NOT_RUN, guarded, run_directory, verdict
+from rewardseal_kit.proof.command import (
+    EXIT_NOT_RUN,
+    guarded,
+    run_directory,
+    verdict,
+    written,
+)
 from rewardseal_kit.proof.integrity_run import (
     DRIFT,
     REST,
@@ -105,4 +111,4 @@ def run_integrity(args: argparse.Namespace) -> int:
     except RewardSealError as exc:
         print(f"proof: {exc.message}", file=sys.stderr)
         return EXIT_NOT_RUN
-    return verdict(problems, f"reports in {args.json}")
+    return verdict(problems, f"wrote {written(args)}")

@@ -1,11 +1,14 @@
-"""Tiny models built in code for the trainer-integration tests: nothing comes from a hub.
+"""Tiny models built in code for the trainer examples and integration tests: nothing comes
+from a hub, so a GRPO run works offline on a CPU in seconds.
 
-Only tests/integrations imports this (it needs transformers and tokenizers).
+Used by examples/trl_grpo.py and tests/integrations. It needs transformers and tokenizers (the
+integrations venv, or ``pip install trl``); both are imported only when a function is called.
 """
 
 from __future__ import annotations
 
 import string
+from pathlib import Path
 from typing import Any
 
 SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
@@ -14,7 +17,11 @@ SPECIAL = ["<pad>", "<unk>", "<bos>", "<eos>"]
 
 def char_tokenizer(*, padding_side: str = "right") -> Any:
     """A character-level fast tokenizer over printable ASCII (a BPE with no merges)."""
-    from tokenizers import Tokenizer, decoders, models
+    from tokenizers import (  # type: ignore[import-not-found]
+        Tokenizer,
+        decoders,
+        models,
+    )
     from transformers import PreTrainedTokenizerFast
 
     alphabet = sorted(set(string.printable) - set("\x0b\x0c\r"))
@@ -50,3 +57,35 @@ def tiny_llama(tokenizer: Any) -> Any:
         eos_token_id=tokenizer.eos_token_id,
     )
     return LlamaForCausalLM(config)
+
+
+def tiny_grpo_config(
+    output_dir: Path | str,
+    *,
+    max_steps: int,
+    batch: int,
+    num_generations: int,
+    max_completion_length: int = 12,
+) -> Any:
+    """TRL's ``GRPOConfig`` for a short, seeded CPU run of the tiny policy: ``batch``
+    completions per step (whole groups of ``num_generations``), no KL term, no checkpoints,
+    no reporting, no progress bars."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output_dir),
+        max_steps=max_steps,
+        per_device_train_batch_size=batch,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        learning_rate=1e-3,
+        beta=0.0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )

@@ -1,0 +1,192 @@
+"""Train a policy with TRL's GRPOTrainer, paid only by certified receipts (docs/trainers.md).
+
+    python examples/trl_grpo.py                 # starts MockMed and a seeded worker for the run
+    python examples/trl_grpo.py --ready-file worker.json --mockmed-url http://127.0.0.1:8080
+    REWARDSEAL_WORKER_READY_FILE=worker.json MOCKMED_URL=... python examples/trl_grpo.py
+
+Needs ``trl`` (and torch, transformers, datasets: ``pip install trl``; the repository's
+``make setup-integrations`` venv has them) beside the rewardseal packages. Nothing is
+downloaded: the policy is a two-layer Llama with a character-level tokenizer built in code
+(:mod:`rewardseal_kit.tiny_models`), so it trains in seconds on a CPU and its completions are
+noise. The point is the plumbing a real run needs, end to end:
+
+1. **Where the worker is.** The worker's address, bearer token, Ed25519 key and contract
+   digest all come from its ready file (``rewardseal-worker serve --ready-file PATH``), read by
+   ``WorkerClient.from_ready_file`` or, with no ``--ready-file``, ``WorkerClient.from_env``
+   (``REWARDSEAL_WORKER_READY_FILE``, or ``REWARDSEAL_WORKER_TARGET``, ``..._TOKEN``,
+   ``..._PUBLIC_KEY``, ``REWARDSEAL_CONTRACT_DIGEST``). With neither, this script starts
+   MockMed and a seeded tier-2 worker (``rest`` oracle over MockMed's API) in a temporary
+   directory and uses that worker's ready file.
+2. **Who acts.** ``MockMedActor`` (an ``EpisodeActor``) executes each completion's action
+   report on MockMed's REST API under a sandbox patient of its own; MockMed's bearer token is
+   ``MOCKMED_TOKEN``.
+3. **What pays.** ``CertifiedRewardFunction`` begins every episode of a batch in one call, lets
+   the actor act, scores the batch in one call, verifies every receipt against the pinned key,
+   and never turns an unscored episode into 0.0.
+
+It prints one line per training step (completions, paid, unscored, certified) and exits 0 when
+every completion was scored with a verified, certified receipt; ``--summary PATH`` writes the
+same as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rewardseal.client import WorkerClient
+from rewardseal.trainers.trl import CertifiedRewardFunction
+from rewardseal_kit.actors import MockMedActor
+from rewardseal_kit.mockmed import IDENTITY_KEY
+
+CHECKPOINT = "policy_checkpoint_example_0"
+NUM_GENERATIONS = 2
+PROMPTS = 2  # per step: a batch of PROMPTS * NUM_GENERATIONS completions
+
+
+@dataclass(frozen=True)
+class Services:
+    """The worker client and where the actor writes."""
+
+    worker: WorkerClient
+    mockmed_url: str
+    mockmed_token: str
+
+
+@contextmanager
+def services(args: argparse.Namespace) -> Iterator[Services]:
+    """The services ``args`` name, or MockMed and a seeded worker started for this run."""
+    if args.ready_file or os.environ.get("REWARDSEAL_WORKER_READY_FILE"):
+        url = args.mockmed_url or os.environ.get("MOCKMED_URL")
+        token = os.environ.get("MOCKMED_TOKEN")
+        if not url or not token:
+            raise SystemExit("give --mockmed-url (or MOCKMED_URL) and MOCKMED_TOKEN")
+        worker = (
+            WorkerClient.from_ready_file(args.ready_file, timeout=30.0)
+            if args.ready_file
+            else WorkerClient.from_env(timeout=30.0)
+        )
+        with worker:
+            yield Services(worker, url, token)
+        return
+    # Nothing given: start both here (the processes `make up` runs), stopped on exit.
+    from rewardseal_kit.proof.run import local_services
+
+    with tempfile.TemporaryDirectory(prefix="rewardseal-trl-") as tmp:
+        run_dir = Path(tmp)
+        with local_services(run_dir) as started:
+            # The ready file holds everything the client needs; nothing is copied by hand.
+            worker = WorkerClient.from_ready_file(run_dir / "worker.ready.json", timeout=30.0)
+            with worker:
+                yield Services(worker, started.mockmed_url, started.mockmed_token)
+
+
+class LoggedReward(CertifiedRewardFunction):
+    """The reward function, printing what each training step was paid."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.steps: list[dict[str, Any]] = []
+
+    def __call__(self, prompts: Any, completions: Any, **kwargs: Any) -> list[float | None]:
+        rewards = super().__call__(prompts, completions, **kwargs)
+        columns = self.metadata_columns()
+        step = {
+            "step": kwargs["trainer_state"].global_step,
+            "completions": len(rewards),
+            "paid": sum(1 for value in rewards if value),
+            "unscored": sum(columns["reward_unscored"]),
+            "certified": sum(columns["reward_certified"]),
+            "errors": [error for error in columns["reward_error"] if error],
+            "outcomes": sorted(set(columns["reward_outcome"])),
+            "episode_ids": list(columns["reward_episode_id"]),
+        }
+        self.steps.append(step)
+        print(
+            f"step {step['step']}: {step['completions']} completions, {step['paid']} paid, "
+            f"{step['unscored']} unscored, {step['certified']} certified "
+            f"(outcomes {', '.join(step['outcomes'])})",
+            flush=True,
+        )
+        return rewards
+
+
+def train(found: Services, steps: int, output_dir: Path) -> list[dict[str, Any]]:
+    """A GRPO run of ``steps`` steps on the tiny policy; what each step was paid."""
+    from datasets import Dataset
+    from trl import GRPOTrainer
+
+    from rewardseal_kit.tiny_models import char_tokenizer, tiny_grpo_config, tiny_llama
+
+    tokenizer = char_tokenizer(padding_side="left")
+    model = tiny_llama(tokenizer)
+    patients = [f"patient-example-{index:04d}" for index in range(PROMPTS * steps)]
+    dataset = Dataset.from_list(
+        [
+            {
+                "prompt": f"Create one Triage encounter for {patient}. Answer with JSON:",
+                # The identity the worker reads; the actor derives one sandbox per completion.
+                "oracle_identity": {IDENTITY_KEY: patient},
+            }
+            for patient in patients
+        ]
+    )
+    reward = LoggedReward(
+        found.worker,
+        reward_contract_digest=found.worker.reward_contract_digest,  # from the ready file
+        policy_checkpoint_id=CHECKPOINT,
+        num_generations=NUM_GENERATIONS,
+        require_certified=True,
+        actor=MockMedActor(found.mockmed_url, found.mockmed_token),
+        name="mockmed_certified",
+    )
+    args = tiny_grpo_config(
+        output_dir,
+        max_steps=steps,
+        batch=PROMPTS * NUM_GENERATIONS,
+        num_generations=NUM_GENERATIONS,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    return reward.steps
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ready-file", type=Path, help="the worker's ready file")
+    parser.add_argument("--mockmed-url", help="MockMed's base URL (with --ready-file)")
+    parser.add_argument("--steps", type=int, default=2, help="training steps (default 2)")
+    parser.add_argument("--output-dir", type=Path, help="TRL's output directory")
+    parser.add_argument("--summary", type=Path, help="write what each step was paid as JSON")
+    args = parser.parse_args(argv)
+    with (
+        services(args) as found,
+        tempfile.TemporaryDirectory(prefix="rewardseal-grpo-") as scratch,
+    ):
+        steps = train(found, args.steps, args.output_dir or Path(scratch))
+        digest = found.worker.reward_contract_digest
+    completions = sum(step["completions"] for step in steps)
+    certified = sum(step["certified"] for step in steps)
+    summary = {"contract_digest": digest, "steps": steps}
+    if args.summary is not None:
+        args.summary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    print(f"{len(steps)} steps, {completions} completions, {certified} with a certified receipt")
+    return 0 if steps and certified == completions else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

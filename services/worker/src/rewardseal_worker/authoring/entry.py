@@ -1,0 +1,156 @@
+"""The worker's authoring subcommands: ``contract ...`` and ``calibrate``, and how they fail.
+
+``calibrate DIR --sandbox URL|DIR --trials N`` loads the bundle as ``serve`` does, runs the fault
+classes its own effects express (R-CAL-3) against a sandbox copy of the system of record
+(:mod:`rewardseal_worker.calibration.sandbox`) and writes ``calibration.json`` (counts, classes,
+seed, corpus digest; never the corpus). Every failure is one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import secrets
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from rewardseal.calibration import summary_to_json
+from rewardseal.errors import RewardSealError, ValidationError
+from rewardseal_worker.authoring.commands import PROBLEMS_EXIT, run_contract_command
+from rewardseal_worker.bundle import CALIBRATION_FILE, ContractBundle, load_bundle
+from rewardseal_worker.calibration import calibrate, text_progress
+from rewardseal_worker.calibration.runner import DEFAULT_TRIALS
+from rewardseal_worker.calibration.sandbox import open_sandbox
+from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
+
+__all__ = ["add_calibrate_command", "run_authoring_command", "run_calibrate"]
+
+
+def add_calibrate_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``calibrate`` to the worker's subcommands."""
+    cal = commands.add_parser(
+        "calibrate", help="calibrate a bundle against a sandbox copy of its system of record"
+    )
+    cal.add_argument("directory", type=Path, metavar="DIR", help="the contract bundle")
+    cal.add_argument(
+        "--sandbox",
+        required=True,
+        metavar="URL|DIR",
+        help="writable sandbox copy of the SoR: a database URL or SQLite file (sql), the "
+        "sandbox API's base URL (rest), a directory (json_file); never the live one",
+    )
+    cal.add_argument(
+        "--sandbox-store",
+        metavar="URL",
+        help="rest only: the database URL the sandbox API serves from (trials are written there)",
+    )
+    cal.add_argument(
+        "--trials",
+        type=int,
+        default=DEFAULT_TRIALS,
+        help=f"fault trials (default {DEFAULT_TRIALS}; a tenth as many gold control trials too)",
+    )
+    cal.add_argument("--seed", type=int, help="generator seed (default: a fresh random one)")
+    cal.add_argument(
+        "--held-out",
+        action="store_true",
+        help="mark the summary as made on a held-out corpus (a seed never used while authoring; "
+        "PRODUCTION certificates need it, R-MSG-5)",
+    )
+    cal.add_argument(
+        "--out", type=Path, help=f"where to write the summary (default DIR/{CALIBRATION_FILE})"
+    )
+
+
+def run_authoring_command(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run ``contract ...`` or ``calibrate``; a refusal is one line on stderr, exit status 2."""
+    stdout = out or sys.stdout
+    stderr = err or sys.stderr
+    try:
+        if args.command == "calibrate":
+            return run_calibrate(args, stdout, stderr)
+        return run_contract_command(args, stdout)
+    except RewardSealError as exc:
+        # The metadata says why (e.g. which gold trial, its outcome and the judge's reason).
+        details = ", ".join(f"{key} {value}" for key, value in sorted(exc.metadata.items()))
+        print(f"rewardseal-worker: {exc.message}{f' ({details})' if details else ''}", file=stderr)
+        return PROBLEMS_EXIT
+
+
+def _check_corpus(bundle: ContractBundle) -> None:
+    """A sandbox run is the sandbox corpus: refuse a contract that pins another one, rather than
+    stamp a summary with a corpus it did not run (R-C-3 would then certify the wrong claim)."""
+    pinned = bundle.contract.certificate_policy.calibration_corpus_digest
+    if pinned != SANDBOX_CORPUS_DIGEST:
+        raise ValidationError(
+            f"the contract pins calibration corpus {pinned}, but a sandbox calibration runs the "
+            f"sandbox corpus {SANDBOX_CORPUS_DIGEST}; pin that digest in "
+            "certificate_policy.calibration_corpus_digest (contract init does) and seal"
+        )
+
+
+def _policy_words(bundle: ContractBundle, epsilon: float, delta: float) -> str:
+    """Whether control will certify this summary under the contract's policy, and if not, why."""
+    policy = bundle.contract.certificate_policy
+    if epsilon <= policy.max_epsilon and delta <= policy.max_delta:
+        return f"meets the contract's policy (epsilon <= {policy.max_epsilon:g})"
+    # With no false accept, 0 in n trials gives epsilon 1 - delta^(1/n).
+    needed = math.ceil(math.log(delta) / math.log(1.0 - policy.max_epsilon))
+    return (
+        f"does NOT meet the contract's policy (epsilon <= {policy.max_epsilon:g}): control will "
+        f"refuse a certificate; 0 false accepts in {needed} trials would meet it"
+    )
+
+
+def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """``calibrate``: the summary written to ``--out``; the counts printed."""
+    bundle = load_bundle(args.directory)
+    _check_corpus(bundle)
+    seed = args.seed if args.seed is not None else secrets.randbits(63)
+    judge = open_sandbox(bundle, args.sandbox, sandbox_store=args.sandbox_store)
+    if judge.note:
+        print(f"note: {judge.note}", file=err)
+    try:
+        result = calibrate(
+            bundle,
+            seed=seed,
+            trials=args.trials,
+            judge=judge,
+            held_out=args.held_out,
+            # A bar only where someone watches: a log or a pipe gets the summary lines alone.
+            progress=text_progress(err) if err.isatty() else None,
+        )
+    finally:
+        judge.close()
+    target = args.out or bundle.path / CALIBRATION_FILE
+    target.write_text(json.dumps(summary_to_json(result.summary), indent=2) + "\n")
+    summary = result.summary
+    print(f"calibrated       {bundle.contract.contract_id} ({bundle.contract_digest})", file=out)
+    print(
+        f"trials           {summary.trials} fault + {summary.gold_trials} gold control "
+        f"(seed {summary.generator_seed}{', held-out' if summary.held_out else ''})",
+        file=out,
+    )
+    for count in summary.fault_classes:
+        print(
+            f"  {count.name:<20} {count.trials:>6} trials  {count.false_accepts} false accepts",
+            file=out,
+        )
+    print(
+        f"false accepts    {summary.false_accepts}; epsilon {result.epsilon:.6f} at delta "
+        f"{result.delta:g}",
+        file=out,
+    )
+    print(f"policy           {_policy_words(bundle, result.epsilon, result.delta)}", file=out)
+    if result.redrawn:
+        print(
+            f"redrawn          {result.redrawn} draws the sandbox could not hold (a column or "
+            "type its schema lacks: no policy could commit them there)",
+            file=out,
+        )
+    print(f"wrote            {target}", file=out)
+    return 0

@@ -1,0 +1,465 @@
+"""Calibration against a sandbox copy of the system of record (``rewardseal-worker calibrate``).
+
+The in-memory calibration (:func:`~.trials.judge_trial`) judges records the generator made. A
+sandbox calibration also puts the bundle's own oracle reader in the measurement: each trial's
+records are written into a writable sandbox copy of the SoR, read back through the reader the
+bundle's recipe describes (pointed at the sandbox), and judged exactly as the engine judges;
+then the trial's rows are deleted again. A column type or NULL rule of the real schema, an API
+that renames a field, a reader that drops a record: each shows up here as it would in scoring.
+
+What can be written, by recipe kind:
+
+``sql``
+    rows into the recipe's table in the sandbox database (``--sandbox`` a SQLAlchemy URL of
+    SQLite or PostgreSQL, or a SQLite file path), read by the recipe's own SQL reader.
+``rest``
+    rows into the table named like the recipe's collection in the database the sandbox API
+    serves (``--sandbox-store``), read through the sandbox API (``--sandbox``, its base URL).
+``json_file``
+    the collection file, written whole into the sandbox directory (``--sandbox DIR``).
+``fhir``, ``screen_dump``
+    refused: a FHIR server is written through FHIR resources (the calibrator has no
+    record -> Encounter mapping yet), and a screen dump is tier 0, which certifies nothing.
+
+Never the live SoR: :func:`refuse_live_target` compares the sandbox with what the bundle reads
+(normalized URL: backend, host, port and database; or the resolved file) and refuses a match.
+A draw that the sandbox cannot hold (a column it lacks, a type it refuses) raises
+:class:`~.runner.TrialNotWritable` and is drawn again: no policy could commit that fault there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Protocol
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchTableError, SQLAlchemyError
+
+from rewardseal.errors import ValidationError
+from rewardseal.judging import RECORD_ID_FIELD, Decision, judge_episode
+from rewardseal.v1.enums_pb2 import RuntimeSignal
+from rewardseal_worker.bundle import ContractBundle
+from rewardseal_worker.calibration.fault_classes import CalibrationSetup
+from rewardseal_worker.calibration.runner import TrialNotWritable
+from rewardseal_worker.calibration.trials import Record, Trial
+from rewardseal_worker.oracles.base import (
+    KIND_FHIR,
+    KIND_JSON_FILE,
+    KIND_REST,
+    KIND_SCREEN_DUMP,
+    KIND_SQL,
+    OracleReader,
+    OracleUnavailable,
+    recipe_collection,
+)
+from rewardseal_worker.oracles.registry import READER_KINDS
+
+__all__ = [
+    "SANDBOX_KINDS",
+    "SandboxJudge",
+    "open_sandbox",
+    "refuse_live_target",
+]
+
+SANDBOX_KINDS: Final = (KIND_SQL, KIND_REST, KIND_JSON_FILE)
+"""Recipe kinds whose trials the calibrator can write into a sandbox."""
+_SANDBOX_URL_ENV: Final = "REWARDSEAL_CALIBRATION_SANDBOX_URL"
+"""The variable the sandbox reader's copy of a sql recipe reads its URL from (set in memory)."""
+_LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]", ""})
+_DEFAULT_PORTS: Final = {"postgresql": 5432, "http": 80, "https": 443}
+_COMPLETED: Final = RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
+
+
+class SandboxStore(Protocol):
+    """Where trial records are written: a table, or a collection file."""
+
+    def insert(self, records: Sequence[Record]) -> dict[str, str]:
+        """Write ``records``; trial record id -> the id the sandbox gave it."""
+        ...
+
+    def update(self, sandbox_id: str, record: Record) -> None:
+        """Replace the fields of the record ``sandbox_id`` with ``record``'s."""
+        ...
+
+    def delete(self, sandbox_ids: Sequence[str]) -> None:
+        """Remove these records (a trial leaves the sandbox as it found it)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+# --- never the live system of record -----------------------------------------------------------
+
+
+def _host(name: str | None) -> str:
+    host = (name or "").lower()
+    return "loopback" if host in _LOOPBACK else host
+
+
+def _database_identity(raw: str) -> tuple[str, ...]:
+    """What a database URL points at: (backend, file) or (backend, host, port, database)."""
+    try:
+        url = make_url(raw)
+    except (ArgumentError, ValueError):
+        raise ValidationError("the sandbox is not a valid database URL") from None
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        return ("sqlite", str(Path(url.database or "").resolve()))
+    socket_host = url.query.get("host")
+    host = url.host or (socket_host if isinstance(socket_host, str) else "")
+    port = url.port or _DEFAULT_PORTS.get(backend, 0)
+    return (backend, _host(host), str(port), url.database or "")
+
+
+def _http_identity(raw: str) -> tuple[str, ...]:
+    parts = urlsplit(raw)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or _DEFAULT_PORTS.get(scheme, 0)
+    except ValueError:
+        raise ValidationError("the sandbox is not a valid URL") from None
+    return (scheme, _host(parts.hostname), str(port), parts.path.rstrip("/"))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def refuse_live_target(
+    bundle: ContractBundle, sandbox: str, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """Refuse a sandbox that is the system of record the bundle reads (never calibrate live).
+
+    Returns:
+        A note when the live target could not be compared (its variable is not set here).
+
+    Raises:
+        ValidationError: one line naming what matched (never a URL's password).
+    """
+    env = os.environ if environ is None else environ
+    recipe = bundle.recipe
+    kind = recipe.get("kind")
+    live_msg = "refused: the sandbox is the bundle's own read target (the live system of record)"
+    unset = "${} is not set here, so the sandbox was not compared with the live system of record"
+    if kind == KIND_SQL:
+        database = recipe["database"]
+        if "sqlite_path" in database:
+            live_file = (bundle.path / database["sqlite_path"]).resolve()
+            sandbox_file = _sandbox_sqlite_file(sandbox)
+            if sandbox_file is not None and _same_file(live_file, sandbox_file):
+                raise ValidationError(f"{live_msg}: {database['sqlite_path']}; use a copy")
+            return None
+        name = database["url_env"]
+        live = env.get(name)
+        if not live:
+            return unset.format(name)
+        if _database_identity(live) == _database_identity(_as_database_url(sandbox)):
+            raise ValidationError(f"{live_msg}: ${name} points at it; use a copy")
+    elif kind in (KIND_REST, KIND_FHIR):
+        name = recipe["base_url_env"]
+        live = env.get(name)
+        if not live:
+            return unset.format(name)
+        if _http_identity(live) == _http_identity(sandbox):
+            raise ValidationError(f"{live_msg}: ${name} points at it; use a sandbox deployment")
+    elif kind in (KIND_JSON_FILE, KIND_SCREEN_DUMP):
+        live_file = (bundle.path / recipe["path"]).resolve()
+        directory = Path(sandbox)
+        if _same_file(live_file, _json_sandbox_file(recipe, directory)) or _same_file(
+            live_file, directory
+        ):
+            raise ValidationError(f"{live_msg}: {recipe['path']}; use another directory")
+    return None
+
+
+def _sandbox_sqlite_file(sandbox: str) -> Path | None:
+    if "://" not in sandbox:
+        return Path(sandbox)
+    url = make_url(sandbox)
+    return Path(url.database or "") if url.get_backend_name() == "sqlite" else None
+
+
+def _as_database_url(sandbox: str) -> str:
+    """A sandbox given as a SQLite file path, as a URL; a URL unchanged."""
+    return sandbox if "://" in sandbox else f"sqlite:///{Path(sandbox).resolve()}"
+
+
+# --- writers -------------------------------------------------------------------------------------
+
+
+class SqlSandboxStore:
+    """Rows of one table in a writable sandbox database (SQLite or PostgreSQL)."""
+
+    def __init__(self, url: str, table: str, id_column: str) -> None:
+        """Connect and reflect ``table``; refuse a sandbox that lacks it."""
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").is_file():
+            # Opening would create an empty file, and the sandbox is to be a copy of the SoR.
+            raise ValidationError(f"the sandbox SQLite file {parsed.database} does not exist")
+        try:
+            # A sandbox needs no durability: without a flush per commit a trial's few small
+            # transactions take milliseconds instead of a disk sync each.
+            postgres = parsed.get_backend_name() == "postgresql"
+            options = {"options": "-c synchronous_commit=off"} if postgres else {}
+            self._engine: Engine = sa.create_engine(_driver_url(url), connect_args=options)
+            if self._engine.dialect.name == "sqlite":
+                sa.event.listen(self._engine, "connect", _sqlite_unsynced)
+            self._table = sa.Table(table, sa.MetaData(), autoload_with=self._engine)
+        except NoSuchTableError:
+            raise ValidationError(
+                f"the sandbox has no table {table!r}: restore a copy of the system of record's "
+                "schema there first"
+            ) from None
+        except (SQLAlchemyError, ImportError, OSError) as exc:
+            raise ValidationError(
+                f"the sandbox database cannot be opened ({type(exc).__name__})"
+            ) from None
+        if id_column not in self._table.c:
+            raise ValidationError(f"the sandbox table {table!r} has no column {id_column!r}")
+        self._id = self._table.c[id_column]
+        try:
+            python_type = self._id.type.python_type
+        except NotImplementedError:
+            python_type = str
+        # An integer key is the database's to assign; a text key gets the trial's id under this
+        # run's nonce, so it cannot collide with a row the sandbox already holds.
+        self._assigns_ids = python_type is int
+        self._nonce = secrets.token_hex(4)
+        self._insert = sa.insert(self._table).returning(self._id)
+        self._delete = sa.delete(self._table).where(
+            self._id.in_(sa.bindparam("keys", expanding=True))
+        )
+
+    def _row(self, record: Record) -> dict[str, Any]:
+        fields = {k: v for k, v in record.items() if k != RECORD_ID_FIELD}
+        missing = sorted(set(fields) - set(self._table.c.keys()))
+        if missing:
+            raise TrialNotWritable(f"the sandbox table has no column {missing}")
+        return fields
+
+    def insert(self, records: Sequence[Record]) -> dict[str, str]:
+        ids: dict[str, str] = {}
+        try:
+            with self._engine.begin() as conn:
+                for record in records:
+                    row = self._row(record)
+                    if not self._assigns_ids:
+                        row[self._id.name] = f"cal{self._nonce}-{record[RECORD_ID_FIELD]}"
+                    # One statement object for every row: SQLAlchemy compiles each shape once.
+                    assigned = conn.execute(self._insert, row).scalar_one()
+                    ids[str(record[RECORD_ID_FIELD])] = str(assigned)
+        except IntegrityError:
+            raise TrialNotWritable(
+                "a constraint of the sandbox's schema (NOT NULL, unique, foreign key, check) "
+                "refused a row"
+            ) from None
+        except SQLAlchemyError as exc:
+            raise TrialNotWritable(f"the sandbox refused a row ({type(exc).__name__})") from None
+        return ids
+
+    def update(self, sandbox_id: str, record: Record) -> None:
+        row = self._row(record)
+        values = {c.name: row.get(c.name) for c in self._table.c if c.name != self._id.name}
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(
+                    sa.update(self._table).where(self._id == self._key(sandbox_id)).values(**values)
+                )
+        except SQLAlchemyError as exc:
+            raise TrialNotWritable(
+                f"the sandbox refused an update ({type(exc).__name__})"
+            ) from None
+
+    def delete(self, sandbox_ids: Sequence[str]) -> None:
+        if not sandbox_ids:
+            return
+        keys = [self._key(i) for i in sandbox_ids]
+        with self._engine.begin() as conn:
+            conn.execute(self._delete, {"keys": keys})
+
+    def _key(self, sandbox_id: str) -> Any:
+        return int(sandbox_id) if self._assigns_ids else sandbox_id
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def _sqlite_unsynced(dbapi_connection: Any, record: Any) -> None:
+    dbapi_connection.execute("PRAGMA synchronous=OFF")
+
+
+def _driver_url(url: str) -> str:
+    """``postgresql://`` as the installed driver (psycopg 3), like the readers connect."""
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _json_sandbox_file(recipe: Mapping[str, Any], directory: Path) -> Path:
+    return directory / Path(str(recipe["path"])).name
+
+
+class JsonSandboxStore:
+    """A ``{"collections": {name: [...]}}`` file, rewritten whole (atomically) on every change."""
+
+    def __init__(self, path: Path, collection: str) -> None:
+        if not path.parent.is_dir():
+            raise ValidationError(f"the sandbox directory {path.parent} does not exist")
+        self._path = path
+        self._collection = collection
+        self._records: dict[str, Record] = {}
+        self._nonce = secrets.token_hex(4)
+        self._flush()
+
+    def _flush(self) -> None:
+        doc = {"collections": {self._collection: list(self._records.values())}}
+        fd, temp = tempfile.mkstemp(dir=self._path.parent, prefix=".sandbox.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(doc, handle)
+        os.replace(temp, self._path)
+
+    def insert(self, records: Sequence[Record]) -> dict[str, str]:
+        ids: dict[str, str] = {}
+        for record in records:
+            sandbox_id = f"cal{self._nonce}-{record[RECORD_ID_FIELD]}"
+            self._records[sandbox_id] = {**record, RECORD_ID_FIELD: sandbox_id}
+            ids[str(record[RECORD_ID_FIELD])] = sandbox_id
+        self._flush()
+        return ids
+
+    def update(self, sandbox_id: str, record: Record) -> None:
+        self._records[sandbox_id] = {**record, RECORD_ID_FIELD: sandbox_id}
+        self._flush()
+
+    def delete(self, sandbox_ids: Sequence[str]) -> None:
+        for sandbox_id in sandbox_ids:
+            self._records.pop(sandbox_id, None)
+        self._flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path.unlink()
+
+
+# --- the judge -----------------------------------------------------------------------------------
+
+
+@dataclass
+class SandboxJudge:
+    """A :data:`~.runner.TrialJudge` that writes each trial into the sandbox and reads it back
+    through the bundle's own reader."""
+
+    store: SandboxStore
+    reader: OracleReader
+    note: str | None = None
+    """Said to the operator: e.g. that the live target could not be compared."""
+
+    def __call__(self, setup: CalibrationSetup, rng: Any, trial: Trial) -> Decision:
+        ids: dict[str, str] = {}
+        try:
+            ids |= self.store.insert(trial.baseline)
+            baseline = self._read(trial.identity)
+            before = {str(r[RECORD_ID_FIELD]): r for r in trial.baseline}
+            fresh = [r for r in trial.after if str(r[RECORD_ID_FIELD]) not in before]
+            for record in trial.after:
+                old = before.get(str(record[RECORD_ID_FIELD]))
+                if old is not None and old != record:
+                    self.store.update(ids[str(record[RECORD_ID_FIELD])], record)
+            ids |= self.store.insert(fresh)
+            current = self._read(trial.identity)
+        finally:
+            self.store.delete(list(ids.values()))
+        credited = frozenset(ids[c] for c in trial.credited if c in ids)
+        # Exactly the engine's call: the bundle's specs, COMPLETED (the only signal that pays).
+        return judge_episode(
+            setup.required,
+            setup.forbidden,
+            identity=dict(trial.identity),
+            baseline=baseline,
+            current=current,
+            runtime_signal=_COMPLETED,
+            credited=credited,
+            oracle_error=None,
+        )
+
+    def _read(self, identity: Mapping[str, str]) -> list[dict[str, Any]]:
+        try:
+            return self.reader.read(identity)
+        except OracleUnavailable as exc:
+            raise ValidationError(
+                f"calibration stopped: the sandbox could not be read ({exc})"
+            ) from None
+
+    def close(self) -> None:
+        """Close the reader and the store."""
+        self.reader.close()
+        self.store.close()
+
+
+def open_sandbox(
+    bundle: ContractBundle,
+    sandbox: str,
+    *,
+    sandbox_store: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SandboxJudge:
+    """The sandbox judge for ``bundle``: its store and its reader, pointed at ``sandbox``.
+
+    Raises:
+        ValidationError: the recipe kind cannot be calibrated in a sandbox (naming what is
+            missing), the sandbox is the live target, or it cannot be opened.
+    """
+    env = dict(os.environ if environ is None else environ)
+    note = refuse_live_target(bundle, sandbox, env)
+    recipe = dict(bundle.recipe)
+    kind = str(recipe.get("kind"))
+    if kind == KIND_FHIR:
+        raise ValidationError(
+            "calibrate cannot write trials into a FHIR server yet: it would need to create "
+            "Encounter resources from records (the inverse of the fhir reader's mapping); "
+            "calibrate a sql or rest bundle over the same store instead"
+        )
+    if kind not in SANDBOX_KINDS:
+        raise ValidationError(
+            f"a {kind} recipe cannot be calibrated: it is tier 0, which no certificate covers"
+        )
+    store: SandboxStore
+    if kind == KIND_SQL:
+        url = _as_database_url(sandbox)
+        env[_SANDBOX_URL_ENV] = url
+        read_recipe = {**recipe, "database": {"url_env": _SANDBOX_URL_ENV}}
+        store = SqlSandboxStore(url, recipe["table"], recipe.get("id_column", RECORD_ID_FIELD))
+        reader = READER_KINDS[kind].make(read_recipe, bundle.path, env)
+    elif kind == KIND_REST:
+        if not sandbox_store:
+            raise ValidationError(
+                "a rest sandbox is read through its API and written in its database: pass "
+                "--sandbox-store, the database URL the sandbox API serves from"
+            )
+        if "://" not in sandbox:
+            raise ValidationError("a rest sandbox is the base URL of a sandbox deployment")
+        env[recipe["base_url_env"]] = sandbox
+        store = SqlSandboxStore(_as_database_url(sandbox_store), recipe_collection(recipe), "id")
+        reader = READER_KINDS[kind].make(recipe, bundle.path, env)
+    else:
+        directory = Path(sandbox)
+        target = _json_sandbox_file(recipe, directory)
+        store = JsonSandboxStore(target, recipe_collection(recipe))
+        read_recipe = {**recipe, "path": target.name}
+        reader = READER_KINDS[kind].make(read_recipe, directory, env)
+    return SandboxJudge(store=store, reader=reader, note=note)

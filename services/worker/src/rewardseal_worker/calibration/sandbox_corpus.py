@@ -1,0 +1,26 @@
+"""The corpus a sandbox calibration names: the generic fault classes, written into a sandbox.
+
+A contract's certificate policy pins the corpus its calibration must come from (R-MSG-3,
+R-C-3). ``rewardseal-worker calibrate`` draws its trials from the seeded generator of
+:mod:`.trials` over the generic fault classes the contract's effects can express, writes each one
+into a sandbox copy of the system of record and reads it back through the bundle's own reader;
+this document names that corpus, and ``contract init`` pins its digest in the starting contract.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from rewardseal.digest import digest_json
+from rewardseal.faults import GENERIC_FAULT_CLASSES
+
+__all__ = ["SANDBOX_CORPUS", "SANDBOX_CORPUS_DIGEST"]
+
+SANDBOX_CORPUS: Final[dict[str, Any]] = {
+    "corpus": "rewardseal.sandbox-faults",
+    "version": 1,
+    "fault_classes": list(GENERIC_FAULT_CLASSES),
+}
+"""What a sandbox calibration runs: generic fault classes, each trial written into a sandbox."""
+SANDBOX_CORPUS_DIGEST: Final = digest_json(SANDBOX_CORPUS)
+"""``digest_json`` of :data:`SANDBOX_CORPUS`: the ``calibration_corpus_digest`` to pin."""

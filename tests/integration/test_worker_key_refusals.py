@@ -1,0 +1,133 @@
+"""A worker key control does not hold: one clear line instead of ``signature_invalid`` per
+receipt; a key control forgot is registered again, a retired one names the fix. Control logs
+each key registration and certificate issue (one line, no secret)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from sqlalchemy import delete
+from support.linked_stack import (
+    ADMIN_TOKEN,
+    WORKER_TOKEN,
+    control_client,
+    eventually,
+    issue_certificate,
+    link_of,
+    score_honest,
+    start_control_plane,
+    start_linked_worker,
+)
+from support.worker_stack import RunningStack
+
+from rewardseal_control.app import ControlApp
+from rewardseal_control.store import tables
+
+LINK_LOGGER = "rewardseal_worker.control_link"
+
+
+async def linked(tmp_path: Path, data_dir: Path) -> tuple[ControlApp, RunningStack]:
+    control = await start_control_plane(tmp_path)
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    await asyncio.wait_for(link_of(stack).registered.wait(), 20)
+    return control, stack
+
+
+async def stop(control: ControlApp, stack: RunningStack) -> None:
+    await stack.client.close()
+    await stack.app.stop()
+    await control.stop()
+
+
+def lines(caplog: pytest.LogCaptureFixture, level: int, text: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == LINK_LOGGER and r.levelno == level and text in r.getMessage()
+    ]
+
+
+async def test_a_retired_worker_key_is_said_once_with_the_fix(
+    tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=LINK_LOGGER)
+    control, stack = await linked(tmp_path, data_dir)
+    try:
+        key_id = stack.app.key.key_id
+        async with control_client(control.target, ADMIN_TOKEN) as admin:
+            await admin.retire_issuer_key(key_id, reason="test: retired under a running worker")
+        link = link_of(stack)
+        for index in range(3):
+            await score_honest(stack, index)
+            await link.forward_once()
+        said = lines(caplog, logging.ERROR, f"worker key {key_id} is retired at control")
+        assert len(said) == 1, said
+        assert "signature_invalid" in said[0]
+        assert "move keys/worker.ed25519" in said[0]
+        # After the explanation the per-receipt lines are debug, not warnings.
+        assert not lines(caplog, logging.WARNING, "control refused receipt")
+        assert lines(caplog, logging.DEBUG, "control refused receipt")
+        assert link.forwarded == 0
+    finally:
+        await stop(control, stack)
+
+
+async def test_a_worker_key_control_forgot_is_registered_again(
+    tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    control, stack = await linked(tmp_path, data_dir)
+    try:
+        key_id = stack.app.key.key_id
+        # Control loses the key (a database restored from before the worker registered).
+        control.store._db.write(
+            lambda conn: conn.execute(delete(tables.keys).where(tables.keys.c.key_id == key_id))
+        )
+        link = link_of(stack)
+        await score_honest(stack, 0)
+        assert await link.forward_once() == 0
+        said = lines(caplog, logging.WARNING, f"worker key {key_id} was not registered")
+        assert len(said) == 1, said
+        assert "registered it again" in said[0]
+
+        async def resent() -> bool:
+            await link.forward_once()
+            return link.forwarded == 1
+
+        await eventually(resent, within=30)
+        assert not lines(caplog, logging.ERROR, key_id)
+    finally:
+        await stop(control, stack)
+
+
+async def test_control_logs_key_registrations_and_certificate_issues(
+    tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rewardseal_control.service")
+    control, stack = await linked(tmp_path, data_dir)
+    try:
+        messages = [
+            r.getMessage() for r in caplog.records if r.name == "rewardseal_control.service"
+        ]
+        registered = [m for m in messages if m.startswith("registered WORKER key")]
+        assert registered == [
+            f"registered WORKER key {stack.app.key.key_id} (by the worker credential)"
+        ]
+        certificate_id = await issue_certificate(control, data_dir, stack.digest)
+        issued = [
+            r.getMessage()
+            for r in caplog.records
+            if r.getMessage().startswith(f"issued certificate {certificate_id} ")
+        ]
+        assert len(issued) == 1
+        assert stack.digest in issued[0]
+        assert all(
+            token not in r.getMessage()
+            for r in caplog.records
+            for token in (ADMIN_TOKEN, WORKER_TOKEN)
+        )
+    finally:
+        await stop(control, stack)

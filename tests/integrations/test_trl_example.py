@@ -1,0 +1,56 @@
+"""examples/trl_grpo.py runs as a user runs it: a subprocess that starts MockMed and a seeded
+worker itself, builds its client from the worker's ready file, trains a tiny policy with TRL's
+GRPOTrainer on CPU, and is paid only verified, certified receipts.
+
+Runs only where trl is installed (the integrations venv: ``make test-integrations``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_grpo.py"
+STEPS = 2
+BATCH = 4  # the example's two prompts times two generations
+
+
+@pytest.mark.slow
+def test_the_trl_example_trains_and_is_paid_certified_receipts(tmp_path: Path) -> None:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("REWARDSEAL_WORKER_", "MOCKMED_"))
+    }
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    summary_path = tmp_path / "summary.json"
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--steps", str(STEPS), "--summary", str(summary_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["contract_digest"].startswith("sha256:")
+    steps = summary["steps"]
+    assert [step["step"] for step in steps] == list(range(STEPS))
+    for step in steps:
+        assert step["completions"] == step["certified"] == BATCH
+        assert step["errors"] == []
+        assert f"step {step['step']}: {BATCH} completions" in done.stdout
+    episode_ids = [episode for step in steps for episode in step["episode_ids"]]
+    assert len(set(episode_ids)) == STEPS * BATCH
+    assert f"{STEPS} steps, {STEPS * BATCH} completions, {STEPS * BATCH} with a certified" in (
+        done.stdout
+    )
