@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,3 +48,20 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield server.url(name)
     finally:
         server.discard_database(name)
+
+
+@pytest.fixture(autouse=True)
+def root_logger_restored() -> Iterator[None]:
+    """A service's main (run in-process by CLI tests) replaces the root logger's handlers and
+    level (rewardseal_server.logs.configure_logging), as it must in a real process; put them
+    back after every test, so a later test's log capture (caplog at INFO) still sees records."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in list(root.handlers):
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)

@@ -449,15 +449,16 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
     notes: list[str] = []
     try:
         out(f"starting control ({ENTRY_POINTS[CONTROL][0]}) ...")
-        banner = start_service(
-            layout, CONTROL, control_command(layout), service_env(CONTROL, tokens)
-        )
+        # The operator console too (docs/console.md), on a free loopback port of its own.
+        console = control_command(layout, ("--http-port", "0"))
+        banner = start_service(layout, CONTROL, console, service_env(CONTROL, tokens))
         services[CONTROL] = {
             "pid": read_pid(layout.pid_file(CONTROL)),
             "port": banner["port"],
             "target": f"{HOST}:{banner['port']}",
             "organization_key_id": banner.get("organization_key_id"),
             "organization_public_key": banner["organization_public_key"],
+            "console_url": banner.get("console_url"),
             "data_dir": str(layout.data(CONTROL)),
             "log": str(layout.log_file(CONTROL)),
         }
@@ -466,6 +467,7 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             layout,
             services[CONTROL]["target"],
             organization_key=services[CONTROL]["organization_public_key"],
+            extra=("--http-port", "0"),  # the HTTP/JSON face too (docs/http.md)
         )
         banner = start_service(layout, WORKER, command, service_env(WORKER, tokens))
         services[WORKER] = {
@@ -477,6 +479,7 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             "key_id": banner["key_id"],
             "public_key": banner["public_key"],
             "certificate_id": banner.get("certificate_id"),
+            "http_url": f"http://{HOST}:{banner['http_port']}" if banner.get("http_port") else None,
             "data_dir": str(layout.data(WORKER)),
             "log": str(layout.log_file(WORKER)),
         }
@@ -596,6 +599,11 @@ def usage(state: Mapping[str, Any]) -> str:
     ]
     if mockmed is not None:
         lines.append(f"  mockmed  {mockmed['url']:28} pid {mockmed['pid']}")
+    if control.get("console_url"):
+        lines.append(
+            f"  console  {control['console_url']:28} sign in with tokens.control_admin "
+            f"(or, read only, tokens.control) of {state['run_dir']}/stack.json"
+        )
     lines += [f"  note: {note}" for note in state.get("notes", [])]
     lines += [
         "",
@@ -617,6 +625,19 @@ def usage(state: Mapping[str, Any]) -> str:
         f"    {wt} rewardseal.v1.RewardWorkerService/ScoreEpisode",
         f"  grpcurl -plaintext {auth_c} {ct} rewardseal.v1.ControlPlaneService/ListContracts",
         "",
+    ]
+    if worker.get("http_url"):
+        rewards = json.dumps(
+            {**json.loads(score)["descriptor"], "episode_id": "episode.stack.0002"}
+        )
+        lines += [
+            "HTTP/JSON (docs/http.md; the same worker, an episode of its own):",
+            f"  curl -s {worker['http_url']}/health",
+            f"  curl -s {auth_w} -H 'content-type: application/json' \\",
+            f"    -d '{rewards}' {worker['http_url']}/v1/rewards",
+            "",
+        ]
+    lines += [
         "control CLI:",
         f"  REWARDSEAL_CONTROL_TOKEN={tokens['control']} \\",
         f"    .venv/bin/rewardseal-control receipts summary --target {ct}",

@@ -79,6 +79,7 @@ def test_every_rpc_of_the_services_has_its_roles() -> None:
         "CancelAudit",
         "RetryAudit",
         "ReviewDecision",
+        "ListAuditLog",
     }
     assert all(roles for roles in roles_by_method().values())
     # The worker has no part in reward integrity.

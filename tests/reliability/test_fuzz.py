@@ -624,6 +624,35 @@ async def test_worker_refuses_undecodable_requests_invalid_argument(
     assert_undecodable_refused(error)
 
 
+async def test_each_call_is_judged_on_its_own_bytes_and_token_as_calls_alternate(
+    worker: WorkerProcess, channel: grpc.aio.Channel
+) -> None:
+    # The interceptor builds a method's guarded handler once and reuses it: the calls after the
+    # first must still each be decoded, authenticated and refused or answered on their own.
+    for method, metadata in (("Health", ()), ("GetReceipt", auth(worker))):
+        path = f"/{SERVICE_NAME}/{method}"
+        call = channel.unary_unary(path, request_serializer=None, response_deserializer=None)
+        request = (
+            b""
+            if method == "Health"
+            else pb.GetReceiptRequest(episode_id="episode.never-begun").SerializeToString()
+        )
+        for _ in range(2):
+            if method == "Health":
+                assert pb.HealthResponse.FromString(await call(request, timeout=CALL_TIMEOUT))
+            else:
+                with pytest.raises(grpc.aio.AioRpcError) as missing:
+                    await call(request, metadata=metadata, timeout=CALL_TIMEOUT)
+                assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+            error = await corrupt_call(channel, path, metadata, streaming=False)
+            assert_undecodable_refused(error)
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await channel.unary_unary(
+            f"/{SERVICE_NAME}/GetReceipt", request_serializer=None, response_deserializer=None
+        )(b"", metadata=auth(worker, "wrong"), timeout=CALL_TIMEOUT)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
 @pytest.mark.parametrize(
     ("method", "streaming"), [("GetRevocationList", False), ("WatchRevocations", True)]
 )

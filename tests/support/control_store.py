@@ -30,22 +30,9 @@ from rewardseal_control.store import (
     tables,
 )
 from rewardseal_control.store.audit_log import MAX_TARGET_LENGTH
-from rewardseal_control.store.pagination import Listing, Page, fingerprint
+from rewardseal_control.store.pagination import Page
 from rewardseal_control.store.receipts import read_receipt
 from rewardseal_control.store.revocations import read_head
-from rewardseal_control.store.tables import AnyRow
-
-_audit = tables.audit
-_AUDIT_COLUMNS = (
-    _audit.c.id,
-    _audit.c.at,
-    _audit.c.actor,
-    _audit.c.action,
-    _audit.c.target,
-    _audit.c.reason,
-    _audit.c.details,
-)
-_LISTING = Listing(kind="audit", order=(_audit.c.id,), shape=(int,))
 
 
 @dataclass(frozen=True)
@@ -153,28 +140,21 @@ def audit(
 def list_audit(
     store: ControlStore, *, action: str | None = None, page_size: int = 0, page_token: str = ""
 ) -> Page[AuditEntry]:
-    """The audit log in the order written (of one action, when given)."""
-    statement = select(*_AUDIT_COLUMNS)
-    if action is not None:
-        audit_log.check_action(action, "action must be a dotted lowercase name")
-        statement = statement.where(_audit.c.action == action)
-    rows, token = _LISTING.read(
-        store.store_engine,
-        statement,
-        query=fingerprint(action=action),
-        page_size=page_size,
-        page_token=page_token,
-    )
-    return Page([_audit_entry(row) for row in rows], token)
-
-
-def _audit_entry(row: AnyRow) -> AuditEntry:
-    return AuditEntry(
-        id=int(row.id),
-        at=row.at,
-        actor=row.actor,
-        action=row.action,
-        target=row.target,
-        reason=row.reason,
-        details=MappingProxyType(json.loads(row.details)),
+    """The audit log in the order written (of one action, when given), its details parsed:
+    the store's own reader (``store.audit_log``), as ListAuditLog serves it."""
+    page = store.audit_log.list_entries(action or "", page_size, page_token)
+    return Page(
+        [
+            AuditEntry(
+                id=entry.id,
+                at=entry.at,
+                actor=entry.actor,
+                action=entry.action,
+                target=entry.target,
+                reason=entry.reason,
+                details=MappingProxyType(json.loads(entry.details)),
+            )
+            for entry in page.items
+        ],
+        page.next_page_token,
     )

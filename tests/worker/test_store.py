@@ -517,7 +517,9 @@ def test_batch_reads_and_commit_use_a_constant_number_of_statements(store: Worke
     # Ledger lock, existing receipts and taken credits (one query), receipts, credits, close
     # registrations (and the ledger raise, when the batch raises it).
     assert writes == 5
-    assert begins == 3  # existing receipts, registrations (locked), insert
+    # Registrations and existing receipts (SQLite: one query; PostgreSQL: the registrations
+    # locked FOR UPDATE, which takes no UNION, then the receipts), insert.
+    assert begins == (2 if store.dialect == "sqlite" else 3)
 
 
 def test_batches_longer_than_one_in_list_are_chunked(store: WorkerStore) -> None:

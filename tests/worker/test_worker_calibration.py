@@ -483,7 +483,7 @@ def test_progress_is_called_after_every_trial(bundle):
 def test_text_progress_redraws_in_place_and_is_throttled():
     now = [0.0]
     stream = io.StringIO()
-    draw = text_progress(stream, width=10, min_interval=0.5, clock=lambda: now[0])
+    draw = text_progress(stream, width=10, min_interval=0.5, clock=lambda: now[0], terminal=True)
     draw(0, 300)
     for done in range(1, 150):
         draw(done, 300)  # the clock stands still: throttled
@@ -491,9 +491,31 @@ def test_text_progress_redraws_in_place_and_is_throttled():
     draw(150, 300)
     draw(299, 300)  # throttled
     draw(300, 300)  # the last call always draws
+    draw(300, 300)  # a repeated last report: drawn once
     frames = stream.getvalue().split("\r")[1:]
     assert frames == [
         "calibrating [..........] 0/300",
         "calibrating [#####.....] 150/300",
         "calibrating [##########] 300/300\n",
     ]
+
+
+def test_text_progress_off_a_terminal_writes_plain_lines_and_the_last_once():
+    now = [0.0]
+    stream = io.StringIO()  # not a terminal: a log file, a container's output
+    draw = text_progress(stream, log_interval=5.0, clock=lambda: now[0])
+    for _ in range(2):  # --seed-mockmed calibrates two bundles through one callback
+        for done in range(0, 301):
+            now[0] += 0.1  # 30 s per run: a line every 5 s
+            draw(done, 300)
+        draw(300, 300)
+    text = stream.getvalue()
+    assert "\r" not in text
+    lines = text.splitlines()
+    assert len(lines) == len(set(lines))  # no line twice
+    assert lines[0] == "calibrating: 0/300 trials"
+    assert [line for line in lines if line.endswith("done")] == [
+        "calibrating: 300/300 trials, done",
+        "calibrating (2): 300/300 trials, done",
+    ]
+    assert 10 <= len(lines) <= 16  # throttled to one line every 5 s

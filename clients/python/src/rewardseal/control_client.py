@@ -194,6 +194,17 @@ class ControlClient(BlockingTransport[ControlProtocol]):
         answer: pb.GetReceiptSummaryResponse = self._call("GetReceiptSummary", request)
         return answer
 
+    # --- The audit log (admin) ---
+
+    def audit_log_page(
+        self, *, action: str = "", page_size: int = 0, page_token: str = ""
+    ) -> pb.ListAuditLogResponse:
+        """One page of the audit log, oldest first (only ``action``'s entries when given);
+        pass its ``next_page_token`` back for the next page ("" on the last)."""
+        request = pb.ListAuditLogRequest(action=action, page_size=page_size, page_token=page_token)
+        answer: pb.ListAuditLogResponse = self._call("ListAuditLog", request)
+        return answer
+
 
 class AsyncControlClient(AsyncTransport[ControlProtocol]):
     """asyncio client for ``ControlPlaneService``; see :class:`ControlClient`.

@@ -131,6 +131,7 @@ class ControlProtocol(CallRules):
             "RecordReceipts",
             "ListReceipts",
             "GetReceiptSummary",
+            "ListAuditLog",
         }
     )
     """The RPCs a resend cannot do twice: the reads, ``RegisterContract`` (a repeat answers

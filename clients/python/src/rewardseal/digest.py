@@ -42,20 +42,28 @@ def _plain(value: Any) -> bool:
     stack = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, str) or item is None or isinstance(item, bool):
+        kind = type(item)
+        # Exact types first, one identity test each (a worker's documents are plain str, int,
+        # dict and list); subclasses (a str-valued enum, an int enum) take the isinstance tests.
+        if kind is str or item is None or kind is bool:
             continue
-        if isinstance(item, int):
+        if kind is int:
             if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
                 continue
             return False
-        if isinstance(item, dict):
+        if kind is dict or (kind is not list and isinstance(item, dict)):
             for key in item:
                 # isascii and max run in C; max(key) is the key's highest code point.
                 if not isinstance(key, str) or (not key.isascii() and ord(max(key)) > MAX_BMP):
                     return False
             stack.extend(item.values())
-        elif isinstance(item, list):
+        elif kind is list or isinstance(item, list):
             stack.extend(item)
+        elif isinstance(item, str):
+            continue
+        elif isinstance(item, int):
+            if not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                return False
         else:
             return False
     return True

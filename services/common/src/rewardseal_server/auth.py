@@ -40,6 +40,10 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         self._tokens = [(token.encode(), role) for token, role in tokens.items()]
         self._open = frozenset(open_methods)
         self._roles_by_method = {m: frozenset(r) for m, r in (roles_by_method or {}).items()}
+        # method -> (the server's handler, its guarded form): guarding builds a new handler, and
+        # the server hands the same one for a method on every call. Only registered methods
+        # (a handler, not None) are kept, so the map is bounded by the service's methods.
+        self._guarded: dict[str, tuple[_AnyHandler, _AnyHandler | None]] = {}
 
     def role_for(self, authorization: str) -> str | None:
         """The role of the presented header value, or None; every token is compared."""
@@ -65,7 +69,7 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
             or method.startswith(HEALTH_METHOD_PREFIX)
             or method.startswith(REFLECTION_METHOD_PREFIX)
         ):
-            return guard_decoding(await continuation(handler_call_details))
+            return self._guard(method, await continuation(handler_call_details))
         metadata = handler_call_details.invocation_metadata or ()
         header = next((str(v) for k, v in metadata if k == "authorization"), "")
         role = self.role_for(header)
@@ -79,8 +83,19 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
             return _refusing(
                 handler, PermissionDenied(f"{method} needs {needs}, not the {role} credential")
             )
-        # Every server this interceptor guards answers undecodable requests INVALID_ARGUMENT.
-        return guard_decoding(handler)
+        return self._guard(method, handler)
+
+    def _guard(self, method: str, handler: _AnyHandler | None) -> _AnyHandler | None:
+        """``handler`` guarded (every server this interceptor guards answers undecodable
+        requests INVALID_ARGUMENT), built once per method while the server's handler stays."""
+        if handler is None:
+            return None
+        cached = self._guarded.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        guarded = guard_decoding(handler)
+        self._guarded[method] = (handler, guarded)
+        return guarded
 
 
 def _refusing(handler: _AnyHandler | None, error: RewardSealError) -> _AnyHandler:

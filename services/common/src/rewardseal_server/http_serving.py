@@ -1,9 +1,12 @@
-"""Serve an ASGI app (FastAPI) under uvicorn on a socket this process owns.
+"""Serve an ASGI app (FastAPI) under uvicorn as a process's own server, on a socket it owns.
 
 :class:`HttpService` is the life cycle the HTTP systems of record share (MockMed, the helpdesk
-example): bind the listening socket first (so port 0 yields a known free port before serving
-starts, and a port in use is one :class:`~rewardseal.errors.CannotListen` line), then serve in
-the foreground (the CLI, stopping on SIGINT/SIGTERM) or in a background thread (tests, demos).
+example): bind the listening socket first with
+:func:`~rewardseal_server.serving.bind_listening_socket` (so port 0 yields a known free port
+before serving starts, and a port in use is one :class:`~rewardseal.errors.CannotListen` line),
+then serve in the foreground (the CLI, stopping on SIGINT/SIGTERM) or in a background thread
+(tests, demos). An HTTP face *beside* a gRPC server, in its event loop, is
+:mod:`rewardseal_server.embedded_http`. Needs uvicorn (the ``http`` extra of this package).
 """
 
 from __future__ import annotations
@@ -20,41 +23,12 @@ from typing import Any, Final
 
 import uvicorn
 
-from rewardseal_server.serving import cannot_listen
+from rewardseal_server.serving import bind_listening_socket
 
-__all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "HttpService", "bind_socket"]
+__all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "HttpService"]
 
 GRACEFUL_SHUTDOWN_SECONDS: Final = 5
 _START_TIMEOUT_SECONDS: Final = 30.0
-
-
-def bind_socket(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6.
-
-    The port is this process's alone: SO_REUSEADDR (a restart need not wait out TIME_WAIT) but
-    never SO_REUSEPORT, so a second server on a port in use is refused instead of taking a
-    share of the callers.
-
-    Raises:
-        CannotListen: ``host:port`` cannot be bound (in use by another process, not an address
-            of this machine, ...).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
-    # without it every keep-alive response waits ~40 ms (Nagle against delayed ACK).
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            raise cannot_listen(host, port, exc) from None
-        sock.listen(2048)
-        sock.setblocking(False)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 class _Server(uvicorn.Server):
@@ -122,7 +96,7 @@ class HttpService:
         """
         self.name = name
         self._on_closed = on_closed
-        self._socket: socket.socket | None = bind_socket(host, port)
+        self._socket: socket.socket | None = bind_listening_socket(host, port)
         self.host = host
         self.port: int = self._socket.getsockname()[1]
         options: dict[str, Any] = {

@@ -43,6 +43,7 @@ __all__ = [
     "load_token",
     "make_private_dir",
     "read_token_file",
+    "resolve_optional_port",
     "resolve_port",
     "resolve_server_tls",
 ]
@@ -112,6 +113,18 @@ def _bounds_text(minimum: int | None, maximum: int | None) -> str:
     if minimum is not None:
         return f" of at least {minimum}"
     return "" if maximum is None else f" of at most {maximum}"
+
+
+def resolve_optional_port(port: int | None, env: Mapping[str, str], *, env_name: str) -> int | None:
+    """``port``, else ``$env_name``, else None: for a listener that is off unless asked for
+    (``--metrics-port``, ``--http-port``); 0 picks a free port.
+
+    Raises:
+        ValidationError: as :func:`resolve_port`.
+    """
+    if port is None and not (env.get(env_name) or "").strip():
+        return None
+    return resolve_port(port, env, env_name=env_name, default=0)
 
 
 def read_token_file(path: Path) -> str:

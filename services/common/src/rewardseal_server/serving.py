@@ -50,6 +50,7 @@ __all__ = [
     "TRANSPORT_TEXT",
     "RunningServer",
     "address",
+    "bind_listening_socket",
     "cannot_listen",
     "check_port_free",
     "is_loopback",
@@ -291,3 +292,35 @@ async def serve_until_signalled(stop: Hook) -> None:
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)
+
+
+def bind_listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6.
+
+    The port is this process's alone: SO_REUSEADDR (a restart need not wait out TIME_WAIT) but
+    never SO_REUSEPORT, so a second server on a port in use is refused instead of taking a
+    share of the callers; ``reuse_port`` is the deliberate exception, for the processes of
+    ``rewardseal-worker serve --processes N`` (see :func:`start_grpc_server`).
+
+    Raises:
+        CannotListen: ``host:port`` cannot be bound (in use by another process, not an address
+            of this machine, ...).
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP, and
+    # without it every keep-alive response waits ~40 ms (Nagle against delayed ACK).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise cannot_listen(host, port, exc) from None
+        sock.listen(2048)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock

@@ -65,6 +65,7 @@ __all__ = [
     "create_private_file",
     "create_private_sqlite_file",
     "error_name",
+    "execute_on_cursor",
     "normalize_url",
     "sqlite_on_begin",
     "sqlite_on_connect",
@@ -259,6 +260,20 @@ def translated(what: str) -> Iterator[None]:
         raise Unavailable(f"{what} unavailable ({error_name(exc)})") from exc
     except sa_exc.SQLAlchemyError as exc:
         raise RewardSealError(f"{what} error ({error_name(exc)})") from exc
+
+
+def execute_on_cursor(
+    conn: Connection, cursor: Any, statement: str, params: Any, *, many: bool = False
+) -> None:
+    """Run driver SQL on ``cursor``, a driver cursor of ``conn`` (``executemany`` with
+    ``many``). The engine's ``before_cursor_execute`` listeners (statement logging, tests that
+    count or inspect statements) see it as they see SQLAlchemy's own statements."""
+    for listener in conn.dispatch.before_cursor_execute:
+        listener(conn, cursor, statement, params, None, many)
+    if many:
+        cursor.executemany(statement, params)
+    else:
+        cursor.execute(statement, params)
 
 
 class LostRace(Exception):

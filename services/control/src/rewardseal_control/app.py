@@ -15,10 +15,13 @@ from rewardseal.errors import NotFound
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal_control.metrics import ControlMetrics
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
 from rewardseal_control.store import ControlStore
+from rewardseal_server.embedded_http import RunningHttpServer
+from rewardseal_server.metrics import MetricsEndpoint, serve_metrics
 from rewardseal_server.serving import RunningServer, check_port_free, transport
 
 _log = logging.getLogger(__name__)
@@ -67,6 +70,7 @@ class ControlApp:
     store: ControlStore
     servicer: ControlPlaneServicer
     running: RunningServer
+    metrics: MetricsEndpoint | None = None
 
     @property
     def port(self) -> int:
@@ -78,6 +82,9 @@ class ControlApp:
         """``host:port`` to dial."""
         return f"{self.settings.host}:{self.port}"
 
+    console: RunningHttpServer | None = None
+    """The operator console (``--http-port``), served in the same event loop; None when off."""
+
     def banner(self) -> dict[str, Any]:
         """What an operator or a script needs to call this control plane.
 
@@ -88,6 +95,7 @@ class ControlApp:
             "port": self.port,
             "target": self.target,
             "transport": transport(self.settings.tls),
+            "console_url": self.console.url if self.console is not None else None,
             "organization_key_id": self.key.key_id,
             "organization_public_key": self.key.public_key.hex(),
             "data_dir": str(self.settings.data_dir),
@@ -96,11 +104,16 @@ class ControlApp:
             "token_source": self.settings.token_source,
             "worker_token_source": self.settings.worker_token_source,
             "revocation_ttl_seconds": self.settings.revocation_ttl.total_seconds(),
+            "metrics_url": self.metrics.url if self.metrics is not None else None,
         }
 
     async def stop(self) -> None:
         """Stop serving, then close the store."""
+        if self.console is not None:
+            await self.console.stop()
         await self.running.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         self.store.close()
 
 
@@ -120,6 +133,9 @@ async def start_control(settings: ControlSettings) -> ControlApp:
     try:
         await asyncio.to_thread(ensure_organization_key, store, key)
         servicer = ControlPlaneServicer(store, key, revocation_ttl=settings.revocation_ttl)
+        metrics = ControlMetrics() if settings.metrics_port is not None else None
+        if metrics is not None:
+            metrics.watch(servicer)
         running = await start_control_server(
             servicer,
             admin_token=settings.admin_token,
@@ -129,8 +145,29 @@ async def start_control(settings: ControlSettings) -> ControlApp:
             port=settings.port,
             reflection=settings.reflection,
             tls=settings.tls,
+            interceptors=(metrics.interceptor(),) if metrics is not None else (),
         )
     except BaseException:
         store.close()
         raise
-    return ControlApp(settings, key, store, servicer, running)
+    app = ControlApp(settings, key, store, servicer, running)
+    if metrics is not None and settings.metrics_port is not None:
+        try:
+            app.metrics = serve_metrics(
+                metrics.registry, host=settings.host, port=settings.metrics_port
+            )
+        except BaseException:
+            await app.stop()
+            raise
+    if settings.http_port is not None:
+        # Imported only when on: FastAPI and Jinja2 cost start-up time a plain control never uses.
+        from rewardseal_control.console.server import start_console
+
+        try:
+            app.console = await start_console(
+                servicer, host=settings.host, port=settings.http_port, tls=settings.tls
+            )
+        except BaseException:
+            await app.stop()
+            raise
+    return app

@@ -9,6 +9,8 @@ runner) and close (the watch streams, the runner).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from rewardseal.tls import ServerTls
@@ -61,6 +63,8 @@ ROLES_BY_METHOD: dict[str, frozenset[str]] = {
     # The index is for trainers and operators; a worker never needs to read it back.
     "ListReceipts": frozenset({ADMIN_ROLE, TRAINER_ROLE}),
     "GetReceiptSummary": frozenset({ADMIN_ROLE, TRAINER_ROLE}),
+    # Who did what to keys, certificates and integrity: the operators' record, theirs alone.
+    "ListAuditLog": _ADMIN_ONLY,
     # RewardIntegrityService (docs/spec.md §12). What decides how a run is judged (revisions),
     # overrides a decision (reviews) or re-runs one (retry, cancel) is the admin's. The trainer
     # side resolves its binding, captures and seals its shards and starts the audit of each
@@ -124,6 +128,7 @@ async def start_control_server(
     reflection: bool = False,
     tls: ServerTls | None = None,
     integrity: RewardIntegrityServicer | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> RunningServer:
     """Start serving ``servicer`` on ``host:port`` (0 picks a free port).
 
@@ -134,6 +139,8 @@ async def start_control_server(
     ended before the server stops and the stop need not wait for them). With ``tls`` it serves
     TLS, or mutual TLS when ``tls`` names a client CA. ``integrity`` serves
     ``RewardIntegrityService`` (default: one over the servicer's store, key and clock).
+    ``interceptors`` go before the bearer check (the metrics' interceptor, which then counts
+    refused calls too).
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
@@ -168,7 +175,7 @@ async def start_control_server(
     return await start_grpc_server(
         add_servicers=add_servicers,
         service_names=(SERVICE_NAME, INTEGRITY_SERVICE_NAME),
-        interceptors=(interceptor,),
+        interceptors=(*interceptors, interceptor),
         host=host,
         port=port,
         reflection=reflection,

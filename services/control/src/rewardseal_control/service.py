@@ -60,6 +60,12 @@ from rewardseal_control.store import (
     RecordResult,
     RevocationHead,
 )
+from rewardseal_control.store.audit_log import (
+    ACTION_ISSUE_CERTIFICATE,
+    ACTION_REGISTER_KEY,
+    ACTION_RETIRE_KEY,
+    ACTION_REVOKE_CERTIFICATE,
+)
 
 __all__ = [
     "ADMIN_ROLE",
@@ -125,6 +131,10 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         self.refresh_interval = refresh_interval or min(revocation_ttl / 8, MAX_REFRESH_INTERVAL)
         self.role_for: Callable[[str], str | None] | None = None
         """Set by ``start_control_server``: the auth interceptor's token -> role lookup."""
+        self.on_recorded: Callable[[Sequence[OpenedReceipt]], None] | None = None
+        """Told the receipts each RecordReceipts call stored now (the metrics count them)."""
+        self.on_admin_action: Callable[[str], None] | None = None
+        """Told the audit-log action of each admin action done (the metrics count them)."""
         self._head: RevocationHead | None = None
         self._changed = asyncio.Condition()
         self._refreshing = asyncio.Lock()
@@ -200,6 +210,15 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         assert head is not None
         await self._advance(head)
         return head
+
+    @property
+    def revocation_head(self) -> RevocationHead | None:
+        """The signed revocation list this servicer serves now (None before :meth:`start`)."""
+        return self._head
+
+    def _audited(self, action: str) -> None:
+        if self.on_admin_action is not None:
+            self.on_admin_action(action)
 
     async def _advance(self, head: RevocationHead) -> None:
         async with self._changed:
@@ -286,6 +305,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             request.reason,
             at=self.clock(),
         )
+        self._audited(ACTION_REGISTER_KEY)
         if created:
             # One line per new key (a repeat is a no-op and says nothing): who, what, which.
             _log.info(
@@ -316,6 +336,8 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             request.reason,
             at=self.clock(),
         )
+        self._audited(ACTION_RETIRE_KEY)
+        _log.info("retired issuer key %s", key.key_id)
         if key.key_id == self.key.key_id:
             _log.warning(
                 "the control plane's own organization key %s is retired: it can no longer issue "
@@ -339,6 +361,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             request.reason,
             at=now,
         )
+        self._audited(ACTION_ISSUE_CERTIFICATE)
         if created:
             _log.info(
                 "issued certificate %s for contract %s (epsilon %.6g, from policy update %d "
@@ -486,23 +509,34 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def RevokeCertificate(  # noqa: N802
         self, request: pb.RevokeCertificateRequest, context: Context
     ) -> pb.RevokeCertificateResponse:
+        head = await self.revoke(request.certificate_id, request.reason, self._actor(context))
+        return pb.RevokeCertificateResponse(revocation_list=head.envelope, version=head.version)
+
+    async def revoke(self, certificate_id: str, reason: str, actor: str) -> RevocationHead:
+        """Revoke ``certificate_id`` for ``actor`` (a role name, audited) and publish the next
+        signed list to watchers; the head that holds the revocation. The one revocation path of
+        the RPC and the operator console.
+
+        Raises:
+            ValidationError: malformed id or actor, or no reason.
+            NotFound: no such certificate.
+        """
         head, created = await asyncio.to_thread(
             self.store.revocations.revoke,
-            request.certificate_id,
-            request.reason,
-            self._actor(context),
+            certificate_id,
+            reason,
+            actor,
             sign=self._sign_list,
             ttl=self.revocation_ttl,
             at=self.clock(),
         )
+        self._audited(ACTION_REVOKE_CERTIFICATE)
         if created:
             _log.info(
-                "revoked certificate %s; revocation list version %d",
-                request.certificate_id,
-                head.version,
+                "revoked certificate %s; revocation list version %d", certificate_id, head.version
             )
         await self._advance(head)
-        return pb.RevokeCertificateResponse(revocation_list=head.envelope, version=head.version)
+        return head
 
     @maps_errors
     async def GetRevocationList(  # noqa: N802
@@ -566,6 +600,14 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             )
             for (index, _), outcome in zip(verified, stored, strict=True):
                 results[index] = _record_result(outcome)
+            if self.on_recorded is not None:
+                self.on_recorded(
+                    [
+                        opened
+                        for (_, opened), outcome in zip(verified, stored, strict=True)
+                        if outcome.recorded and not outcome.duplicate
+                    ]
+                )
         return pb.RecordReceiptsResponse(results=[r for r in results if r is not None])
 
     @maps_errors
@@ -607,7 +649,34 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             ],
             certified_share=summary.certified_share,
             unscored_share=summary.unscored_share,
+            highest_policy_update=summary.highest_policy_update,
         )
+
+    # ------------------------------------------------------------------ audit log
+
+    @maps_errors
+    async def ListAuditLog(  # noqa: N802
+        self, request: pb.ListAuditLogRequest, context: Context
+    ) -> pb.ListAuditLogResponse:
+        page = await asyncio.to_thread(
+            self.store.audit_log.list_entries,
+            request.action,
+            request.page_size,
+            request.page_token,
+        )
+        entries = []
+        for entry in page.items:
+            message = pb.AuditLogEntry(
+                id=entry.id,
+                actor=entry.actor,
+                action=entry.action,
+                target=entry.target,
+                reason=entry.reason,
+                details_json=entry.details,
+            )
+            message.at.FromDatetime(entry.at)
+            entries.append(message)
+        return pb.ListAuditLogResponse(entries=entries, next_page_token=page.next_page_token)
 
 
 def _record_result(outcome: RecordResult) -> pb.RecordReceiptResult:

@@ -27,6 +27,8 @@ ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"
 TOKEN_ENV = f"{ENV_PREFIX}TOKEN"
 WORKER_TOKEN_ENV = f"{ENV_PREFIX}WORKER_TOKEN"
+HTTP_PORT_ENV = f"{ENV_PREFIX}HTTP_PORT"
+"""The operator console's port (``serve --http-port``); unset: no console."""
 DEFAULT_PORT = 8791
 DEFAULT_HOST = "127.0.0.1"
 ADMIN_TOKEN_FILE = "admin_token"
@@ -52,6 +54,8 @@ class ControlSettings:
     worker_token: str = field(repr=False)
     revocation_ttl: timedelta = DEFAULT_REVOCATION_TTL
     reflection: bool = False
+    http_port: int | None = None
+    """The operator console's HTTP port (0: a free one); None (the default) serves no console."""
     admin_token_source: str = ""
     """Where the admin token came from (a variable name or a file path; never the token)."""
     token_source: str = ""
@@ -61,6 +65,8 @@ class ControlSettings:
 
     tls: ServerTls | None = field(default=None, repr=False)
     """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
+    metrics_port: int | None = None
+    """Serve Prometheus ``/metrics`` here (``--metrics-port``, 0: a free port); None: off."""
 
     @property
     def key_path(self) -> Path:
@@ -108,9 +114,11 @@ def resolve_settings(
     port: int | None = None,
     revocation_ttl: timedelta | None = None,
     reflection: bool = False,
+    http_port: int | None = None,
     tls_cert: Path | None = None,
     tls_key: Path | None = None,
     tls_client_ca: Path | None = None,
+    metrics_port: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ControlSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -153,12 +161,16 @@ def resolve_settings(
         worker_token=worker_token,
         revocation_ttl=ttl,
         reflection=reflection,
+        http_port=service_settings.resolve_optional_port(http_port, env, env_name=HTTP_PORT_ENV),
         tls=service_settings.resolve_server_tls(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
         admin_token_source=admin_source,
         token_source=token_source,
         worker_token_source=worker_source,
+        metrics_port=service_settings.resolve_optional_port(
+            metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
+        ),
     )
 
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from rewardseal.cli_help import add_version, style_help
 from rewardseal_mockmed.settings import (
     ADMIN_TOKEN_ENV,
     DB_URL_ENV,
@@ -32,10 +33,20 @@ from rewardseal_mockmed.settings import (
     resolve_settings,
 )
 from rewardseal_mockmed.store import DEFAULT_SEED
-from rewardseal_server.cli_failures import run_cli
+from rewardseal_server.cli_failures import EXIT_USAGE, run_cli
+from rewardseal_server.logs import (
+    add_logging_options,
+    configure_logging,
+    logging_env,
+    resolve_logging,
+)
 from rewardseal_server.serving import write_ready_file
 
 PROG = "rewardseal-mockmed"
+ENV_PREFIX = "MOCKMED_"
+"""MockMed's variables' prefix (MOCKMED_TOKEN, MOCKMED_LOG_LEVEL, ...)."""
+DEFAULT_LOG_LEVEL = "warning"
+"""Quiet by default: MockMed is a test double beside the services that matter."""
 EXIT_FAILED = 1
 
 
@@ -45,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="MockMed: a synthetic EMR system of record (no real patient data).",
     )
+    add_version(parser, "rewardseal-mockmed")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="serve the REST, FHIR and screen-dump APIs")
     serve.add_argument(
@@ -74,8 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
     )
-    serve.add_argument("--log-level", default="warning", help="uvicorn log level (default warning)")
+    add_logging_options(serve, ENV_PREFIX, default_level=DEFAULT_LOG_LEVEL)
     serve.add_argument("--access-log", action="store_true", help="log every request")
+    style_help(parser, logging_env(ENV_PREFIX))
     return parser
 
 
@@ -119,7 +132,6 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
         settings,
         log_level=args.log_level,
         access_log=args.access_log,
-        configure_logging=True,
         on_started=announce,
     )
     await server.serve()
@@ -133,7 +145,15 @@ def main(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        args.log_level, log_format = resolve_logging(
+            args.log_level, args.log_format, os.environ, ENV_PREFIX, default_level=DEFAULT_LOG_LEVEL
+        )
+    except ValueError as exc:
+        print(f"{PROG}: {exc}", file=err)
+        return EXIT_USAGE
+    # uvicorn's loggers propagate to this one handler (MockMedServer leaves logging alone).
+    configure_logging(args.log_level, log_format, stream=err)
     # One line per failure, exit 2 (settings) or 1 (runtime): rewardseal_server.cli_failures.
     return run_cli(PROG, lambda: asyncio.run(_serve(args, out)), err=err, db_env=DB_URL_ENV)
 

@@ -19,7 +19,8 @@ from rewardseal_mockmed.faults import FaultSwitch
 from rewardseal_mockmed.screen import ScreenDump
 from rewardseal_mockmed.settings import MockMedSettings
 from rewardseal_mockmed.store import EncounterStore
-from rewardseal_server.http_serving import GRACEFUL_SHUTDOWN_SECONDS, HttpService, bind_socket
+from rewardseal_server.http_serving import GRACEFUL_SHUTDOWN_SECONDS, HttpService
+from rewardseal_server.serving import bind_listening_socket as bind_socket
 
 __all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "MockMedServer", "bind_socket"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -9,18 +10,24 @@ from typing import TYPE_CHECKING, Any
 
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey, TrustSet
+from rewardseal_server.metrics import MetricsEndpoint, serve_metrics
 from rewardseal_server.serving import RunningServer, check_port_free, transport
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.engine import Scorer
 from rewardseal_worker.health_watch import StoreHealthWatch
+from rewardseal_worker.metrics import WorkerMetrics
 from rewardseal_worker.oracles.base import OracleReader
 from rewardseal_worker.oracles.registry import make_reader
 from rewardseal_worker.server import start_worker_server
 from rewardseal_worker.settings import WorkerSettings
 from rewardseal_worker.store import WorkerStore
 
+_log = logging.getLogger(__name__)
+
 if TYPE_CHECKING:
+    from rewardseal_worker.http.server import RunningHttp
+
     # Seeding MockMed is a demo feature that needs rewardseal-mockmed and the kit: imported only
     # to seed (the import contracts allow the worker's kit imports on this path alone).
     from rewardseal_worker.seed import SeedResult
@@ -40,6 +47,9 @@ class WorkerApp:
     seeded: SeedResult | None
     control: ControlLink | None = None
     health_watch: StoreHealthWatch | None = None
+    metrics: MetricsEndpoint | None = None
+    http: RunningHttp | None = None
+    """The HTTP/JSON face (``--http-port``), on this process's event loop; None without it."""
 
     @property
     def port(self) -> int:
@@ -64,13 +74,19 @@ class WorkerApp:
             "contract_dir": str(self.bundle.path),
             "processes": 1,
             "pids": [os.getpid()],
+            "metrics_url": self.metrics.url if self.metrics is not None else None,
+            "http_port": self.http.port if self.http is not None else None,
         }
 
     async def stop(self) -> None:
         """Stop serving, then release the control link, the reader and the store."""
         if self.health_watch is not None:
             await self.health_watch.stop()
+        if self.http is not None:
+            await self.http.stop()
         await self.running.stop()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.control is not None:
             await self.control.stop()
         self.reader.close()
@@ -118,6 +134,7 @@ async def start_worker(
     progress: Callable[[int, int], None] | None = None,
     shared_port: bool = False,
     primary: bool = True,
+    process_index: int = 0,
 ) -> WorkerApp:
     """Build and start the worker described by ``settings``.
 
@@ -125,6 +142,8 @@ async def start_worker(
     (:mod:`rewardseal_worker.supervisor`): ``shared_port`` binds with SO_REUSEPORT, next to the
     other processes of the same worker (the supervisor checked that no other program holds the
     port); only the ``primary`` process registers with control and forwards the outbox.
+    ``process_index``: this process's place among them; its metrics port is
+    ``metrics_port + process_index`` (each process counts its own calls).
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
@@ -134,6 +153,8 @@ async def start_worker(
     if not shared_port:
         # Before seeding and calibrating (minutes): a taken port is refused at once.
         check_port_free(settings.host, settings.port)
+        if settings.http_port is not None:
+            check_port_free(settings.host, settings.http_port)
     key, seeded = prepare_worker(settings, progress=progress)
     # A self-signed certificate verifies against the worker's own key.
     bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
@@ -165,6 +186,9 @@ async def start_worker(
         scorer.revoked = control.revocation
         scorer.on_commit = control.notify
         control.start(primary=primary)
+    metrics = WorkerMetrics() if settings.metrics_port is not None else None
+    if metrics is not None:
+        metrics.watch(scorer, store, control)
     try:
         running = await start_worker_server(
             scorer,
@@ -174,7 +198,11 @@ async def start_worker(
             reflection=settings.reflection,
             tls=settings.tls,
             shared_port=shared_port,
+            interceptors=(metrics.interceptor(),) if metrics is not None else (),
         )
+        http = None
+        if settings.http_port is not None:
+            http = await _start_http(settings, scorer, running, shared_port=shared_port)
     except BaseException:
         # The port is taken (or the start was cancelled): release what was opened for it.
         if control is not None:
@@ -184,4 +212,47 @@ async def start_worker(
         raise
     watch = StoreHealthWatch(store.ping, running, interval=settings.health_interval_seconds)
     watch.start()
-    return WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control, watch)
+    app = WorkerApp(
+        settings, key, bundle, store, reader, scorer, running, seeded, control, watch, http=http
+    )
+    if metrics is not None and settings.metrics_port is not None:
+        port = settings.metrics_port + process_index if settings.metrics_port else 0
+        try:
+            app.metrics = serve_metrics(metrics.registry, host=settings.host, port=port)
+        except BaseException:
+            await app.stop()
+            raise
+    # The start as one event for log pipelines (the banner on stdout is for people).
+    _log.info(
+        "serving contract %s (tier %d) on %s:%d under certificate %s; http %s; metrics %s",
+        bundle.contract_digest,
+        bundle.tier,
+        settings.host,
+        app.port,
+        app.banner()["certificate_id"] or "none",
+        app.http.port if app.http is not None else "off",
+        app.metrics.url if app.metrics is not None else "off",
+    )
+    return app
+
+
+async def _start_http(
+    settings: WorkerSettings, scorer: Scorer, grpc: RunningServer, *, shared_port: bool
+) -> RunningHttp:
+    """The HTTP face over ``scorer`` (docs/http.md); stops the gRPC server if it cannot start."""
+    # Imported here: FastAPI and uvicorn load only for a worker that serves HTTP.
+    from rewardseal_worker.http.routes import create_app
+    from rewardseal_worker.http.server import start_http_server
+
+    assert settings.http_port is not None
+    try:
+        return await start_http_server(
+            create_app(scorer, token=settings.token),
+            host=settings.host,
+            port=settings.http_port,
+            tls=settings.tls,
+            reuse_port=shared_port,
+        )
+    except BaseException:
+        await grpc.stop()
+        raise

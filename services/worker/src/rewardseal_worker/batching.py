@@ -67,6 +67,8 @@ class MicroBatcher(Generic[Job, Outcome]):
         self._dispatch_scheduled = False
         # The event loop keeps only weak references to tasks: hold them until they finish.
         self._tasks: set[asyncio.Task[None]] = set()
+        self.on_batch: Callable[[str, int], None] | None = None
+        """Told ``(name, size)`` as each batch starts (the metrics' batch-size histogram)."""
 
     @property
     def running(self) -> int:
@@ -118,6 +120,8 @@ class MicroBatcher(Generic[Job, Outcome]):
             del self._queue[:size]
             self._running += 1
             self._large_running += len(items) > self._lone_batch
+            if self.on_batch is not None:
+                self.on_batch(self._name, len(items))
             self._spawn(self._run(items))
 
     async def _run(

@@ -5,32 +5,35 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from rewardseal.accepting import CertificateInUse
-from rewardseal_server.cli_failures import run_cli
+from rewardseal.cli_help import add_version, style_help
+from rewardseal_server.cli_failures import EXIT_USAGE, run_cli
+from rewardseal_server.logs import add_logging_options, configure_logging, resolve_logging
 from rewardseal_server.serving import TRANSPORT_TEXT, serve_until_signalled, write_ready_file
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.authoring.commands import add_contract_commands
 from rewardseal_worker.authoring.entry import add_calibrate_command, run_authoring_command
 from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.control_link import CertificateChange, certificate_name
-from rewardseal_worker.settings import WorkerSettings, resolve_settings
+from rewardseal_worker.settings import ENV_BY_OPTION, ENV_PREFIX, WorkerSettings, resolve_settings
 from rewardseal_worker.supervisor import ChildCommand, Supervisor, exit_with_supervisor
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(prog="rewardseal-worker", description=__doc__)
+    add_version(parser, "rewardseal-worker")
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve RewardWorkerService over gRPC")
     _add_serve_options(serve)
     add_contract_commands(commands)
     add_calibrate_command(commands)
+    style_help(parser, ENV_BY_OPTION)
     return parser
 
 
@@ -105,6 +108,19 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         help="server processes sharing the port (SO_REUSEPORT, this mode only) and the store "
         "(default 1; or REWARDSEAL_WORKER_PROCESSES)",
     )
+    serve.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve Prometheus /metrics on this port (0: a free one; off when unset); with "
+        "--processes N, process i serves on this port + i",
+    )
+    add_logging_options(serve, ENV_PREFIX)
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="also serve the HTTP/JSON face on this port (0 picks a free one; docs/http.md; "
+        "or REWARDSEAL_WORKER_HTTP_PORT); off by default",
+    )
     # Internal: set by the supervisor of --processes N on each of its children.
     serve.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -116,6 +132,7 @@ _NOT_PASSED_TO_CHILDREN = frozenset(
         "calibration_trials",
         "processes",
         "port",  # the supervisor's (a free one for 0)
+        "http_port",  # likewise
         "ready_file",  # each child writes its own; the supervisor writes the one asked for
         "supervised_by",
         "process_index",
@@ -143,7 +160,8 @@ def _child_command(args: argparse.Namespace) -> ChildCommand:
             passed += [flag, str(value)]
     supervisor = os.getpid()
 
-    def command(index: int, port: int, ready: Path) -> list[str]:
+    def command(index: int, port: int, ready: Path, http_port: int | None) -> list[str]:
+        http = [] if http_port is None else ["--http-port", str(http_port)]
         return [
             sys.executable,
             "-m",
@@ -158,6 +176,7 @@ def _child_command(args: argparse.Namespace) -> ChildCommand:
             str(supervisor),
             "--process-index",
             str(index),
+            *http,
         ]
 
     return command
@@ -173,6 +192,11 @@ def _banner_text(info: dict[str, Any]) -> str:
         f"  token            {info['token']}",
         f"  data dir         {info['data_dir']}",
     ]
+    urls = [url for url in info.get("metrics_urls", [info.get("metrics_url")]) if url]
+    if urls:
+        lines.append(f"  metrics          {', '.join(urls)}")
+    if info.get("http_port") is not None:
+        lines.append(f"  http             {info['host']}:{info['http_port']}  (docs/http.md)")
     if info["processes"] > 1:
         pids = ", ".join(str(pid) for pid in info["pids"])
         lines.append(f"  processes        {info['processes']} sharing the port (pids {pids})")
@@ -216,6 +240,8 @@ async def _serve(args: argparse.Namespace) -> int:
         control_tls_server_name=args.control_tls_server_name,
         # A child serves alone: the count is its supervisor's business.
         processes=1 if args.supervised_by is not None else args.processes,
+        metrics_port=args.metrics_port,
+        http_port=args.http_port,
     )
     if args.supervised_by is not None:
         return await _serve_as_child(args, settings)
@@ -248,7 +274,7 @@ async def _serve_as_child(args: argparse.Namespace, settings: WorkerSettings) ->
     """One of the N processes: serve on the shared port, say ready in the supervisor's file,
     stop on SIGTERM or when the supervisor is gone."""
     index = args.process_index
-    app = await start_worker(settings, shared_port=True, primary=index == 0)
+    app = await start_worker(settings, shared_port=True, primary=index == 0, process_index=index)
     if args.ready_file:
         write_ready_file(args.ready_file, app.banner())
     if app.control is not None:
@@ -268,10 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "serve":
         return run_authoring_command(args)
-    who = "" if args.supervised_by is None else f"[process {args.process_index}] "
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s %(levelname)s {who}%(name)s %(message)s"
-    )
+    who = "" if args.supervised_by is None else f"process {args.process_index}"
+    try:
+        level, log_format = resolve_logging(args.log_level, args.log_format, os.environ, ENV_PREFIX)
+    except ValueError as exc:
+        print(f"rewardseal-worker: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(level, log_format, process=who)
     # One line per failure, exit 2 (settings) or 1 (runtime): rewardseal_server.cli_failures.
     return run_cli(
         "rewardseal-worker",

@@ -52,7 +52,7 @@ from rewardseal.errors import RewardSealError, SignatureError, ValidationError
 from rewardseal.revocation import RevocationFollower
 from rewardseal.signing import SigningKey, TrustSet, key_id_for
 from rewardseal.tls import ClientTls
-from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_worker.bundle import ContractBundle
@@ -168,6 +168,12 @@ class ControlLink:
         if self._distrusted or not follower.fresh(self._clock()):
             return Revocation.UNKNOWN
         return Revocation.NOT_REVOKED
+
+    @property
+    def revocation_list(self) -> RevocationList | None:
+        """The verified revocation list held now (None before the first; the metrics read it)."""
+        follower = self._follower
+        return follower.held if follower is not None else None
 
     # --- Life cycle ---
 

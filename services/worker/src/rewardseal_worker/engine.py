@@ -42,9 +42,8 @@ from rewardseal.judging import judge_episode
 from rewardseal.receipts import EpisodeFacts, is_unscored, issue_receipt
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import RewardCertificate
-from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.v1.worker_service_pb2 import (
     BeginEpisodeRequest,
     BeginEpisodeResponse,
@@ -52,6 +51,7 @@ from rewardseal.v1.worker_service_pb2 import (
 )
 from rewardseal.validation import (
     check_identity_values,
+    runtime_signal_of,
     validate_descriptor,
     validate_digest,
     validate_id,
@@ -115,6 +115,7 @@ class _Prepared:
 
     index: int
     envelope: SignedEnvelope
+    receipt: RewardEvidenceReceipt
     commit: ReceiptToCommit | None
 
 
@@ -157,6 +158,9 @@ class Scorer:
         """Replaced whole (one attribute store), never changed in place: see use_certificate."""
         self.on_commit: Callable[[], None] | None = None
         """Called (in the scoring thread) after receipts were committed: wakes the forwarder."""
+        self.on_receipts: Callable[[Sequence[RewardEvidenceReceipt]], None] | None = None
+        """Told (in the scoring thread) the receipts each round answers with: those committed
+        and the grader's dry runs, never a duplicate or a refusal (the metrics count them)."""
         self.episode_ttl_seconds = episode_ttl_seconds
         self.max_policy_update_jump = max_policy_update_jump
         """How far above the contract's highest policy update (before the call) one call may
@@ -310,6 +314,7 @@ class Scorer:
             [p.commit for p in to_commit if p.commit], max_jump=self.max_policy_update_jump
         )
         retry: list[int] = []
+        answered: list[RewardEvidenceReceipt] = []
         for item, result in zip(to_commit, results, strict=True):
             descriptor = jobs[item.index].descriptor
             if result.duplicate_of is not None:
@@ -323,12 +328,16 @@ class Scorer:
             else:
                 outcomes[item.index] = item.envelope
                 committed_ids[item.index] = result.receipt_id
+                answered.append(item.receipt)
         if committed_ids and self.on_commit is not None:
             self.on_commit()
         for item in prepared:
             if item.commit is None:
                 # Grader dry run of an unscored episode: nothing stored, the id is not burned.
                 outcomes[item.index] = item.envelope
+                answered.append(item.receipt)
+        if answered and self.on_receipts is not None:
+            self.on_receipts(answered)
         return retry
 
     def _check_batch(
@@ -400,18 +409,13 @@ class Scorer:
             oracle_error = str(read) or "the system of record could not be read"
         else:
             current = read
-        signal = (
-            descriptor.runtime_signal
-            if descriptor.HasField("runtime_signal")
-            else RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
-        )
         decision = judge_episode(
             self.bundle.required,
             self.bundle.forbidden,
             identity=checked.identity,
             baseline=checked.baseline,
             current=current,
-            runtime_signal=signal,
+            runtime_signal=runtime_signal_of(descriptor),
             credited=credited,
             oracle_error=oracle_error,
         )
@@ -457,7 +461,12 @@ class Scorer:
                 evidence=evidence,
                 credited_record_ids=decision.credited_record_ids,
             )
-        return _Prepared(index=checked.index, envelope=envelope, commit=commit)
+        return _Prepared(index=checked.index, envelope=envelope, receipt=receipt, commit=commit)
+
+    def observe_batches(self, observe: Callable[[str, int], None]) -> None:
+        """Tell ``observe(name, size)`` of every micro-batch of unary calls as it starts."""
+        self._scores.on_batch = observe
+        self._begins.on_batch = observe
 
     def use_certificate(self, certificate: RewardCertificate | None, digest: str | None) -> None:
         """Score from now on under ``certificate`` (one the caller verified; None: no

@@ -11,57 +11,24 @@ so a single-host deployment can hand control's banner to the worker on a shared 
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable
-from pathlib import Path
 
-from rewardseal.errors import ValidationError
+from rewardseal.public_keys import parse_public_key
 
 __all__ = ["BANNER_FIELD", "parse_org_key", "parse_org_keys"]
 
 BANNER_FIELD = "organization_public_key"
 """The field of control's ready-file banner that carries its organization public key."""
-_HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def parse_org_key(value: str) -> bytes:
-    """One pinned key: 64 hex characters, or a file holding them (alone or in control's banner).
+    """One pinned key: 64 hex characters (or base64), or a file holding it (alone or in
+    control's banner); :func:`rewardseal.public_keys.parse_public_key` is the rule.
 
     Raises:
         ValidationError: the value is neither a key nor a readable file that holds one.
     """
-    text = value.strip()
-    if _HEX_KEY.fullmatch(text):
-        return bytes.fromhex(text)
-    try:
-        content = Path(text).read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValidationError(
-            f"--trust-org-key {text!r} is neither a 64-hex Ed25519 public key nor a readable "
-            f"file ({type(exc).__name__})"
-        ) from None
-    if _HEX_KEY.fullmatch(content):
-        return bytes.fromhex(content)
-    key = _key_from_banner(content)
-    if key is None:
-        raise ValidationError(
-            f"--trust-org-key file {text} holds no 64-hex Ed25519 public key (nor a control "
-            f"banner with {BANNER_FIELD})"
-        )
-    return key
-
-
-def _key_from_banner(content: str) -> bytes | None:
-    """The organization key of a control ready-file banner, or None if ``content`` is not one."""
-    try:
-        document = json.loads(content)
-    except ValueError:
-        return None
-    found = document.get(BANNER_FIELD) if isinstance(document, dict) else None
-    if isinstance(found, str) and _HEX_KEY.fullmatch(found):
-        return bytes.fromhex(found)
-    return None
+    return parse_public_key(value, flag="--trust-org-key", banner_fields=(BANNER_FIELD,))
 
 
 def parse_org_keys(values: Iterable[str]) -> tuple[bytes, ...]:

@@ -7,6 +7,8 @@ check, which lets the worker's Health RPC through without a token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from rewardseal.tls import ServerTls
@@ -29,11 +31,13 @@ async def start_worker_server(
     reflection: bool = False,
     tls: ServerTls | None = None,
     shared_port: bool = False,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
 ) -> RunningServer:
     """Start serving ``scorer`` on ``host:port`` (0 picks a free port); over TLS, or mutual
     TLS, when ``tls`` is given; ``shared_port``: bind with SO_REUSEPORT beside the other
     processes of ``serve --processes N`` (never otherwise, see
-    :func:`rewardseal_server.serving.start_grpc_server`).
+    :func:`rewardseal_server.serving.start_grpc_server`); ``interceptors`` go before the bearer
+    check (the metrics' interceptor, which then counts refused calls too).
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
@@ -47,7 +51,10 @@ async def start_worker_server(
     return await start_grpc_server(
         add_servicers=add_servicers,
         service_names=(SERVICE_NAME,),
-        interceptors=(BearerAuthInterceptor({token: "trainer"}, open_methods={HEALTH_RPC}),),
+        interceptors=(
+            *interceptors,
+            BearerAuthInterceptor({token: "trainer"}, open_methods={HEALTH_RPC}),
+        ),
         host=host,
         port=port,
         reflection=reflection,

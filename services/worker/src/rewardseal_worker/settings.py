@@ -29,6 +29,31 @@ MAX_PROCESSES = 64
 DEFAULT_CERTIFICATE_POLL_SECONDS = 30.0
 """How often a worker joined to control re-reads control's certificates (revocations are pushed
 and act at once; a new certificate is picked up within this interval)."""
+ENV_BY_OPTION = {
+    dest: f"{ENV_PREFIX}{name}"
+    for dest, name in {
+        "data_dir": "DATA_DIR",
+        "contract": "CONTRACT",
+        "host": "HOST",
+        "port": "PORT",
+        "db_url": "DB_URL",
+        "calibration_trials": "CALIBRATION_TRIALS",
+        "control": "CONTROL",
+        "tls_cert": "TLS_CERT",
+        "tls_key": "TLS_KEY",
+        "tls_client_ca": "TLS_CLIENT_CA",
+        "trust_org_key": "TRUST_ORG_KEYS",
+        "control_tls_ca": "CONTROL_TLS_CA",
+        "control_tls_cert": "CONTROL_TLS_CERT",
+        "control_tls_key": "CONTROL_TLS_KEY",
+        "control_tls_server_name": "CONTROL_TLS_SERVER_NAME",
+        "processes": "PROCESSES",
+        "metrics_port": "METRICS_PORT",
+        "log_level": "LOG_LEVEL",
+        "log_format": "LOG_FORMAT",
+    }.items()
+}
+"""The environment variable each ``serve`` option falls back to (named in ``--help``)."""
 ADMIN_TOKEN_REFUSED = (
     f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN is set: a worker must not hold the control plane's admin "
     "credential (it could issue and revoke certificates). Unset it and give the worker "
@@ -71,6 +96,12 @@ class WorkerSettings:
     processes: int = 1
     """Server processes sharing the port and the store (``--processes``, see
     :mod:`rewardseal_worker.supervisor`); 1 serves from this process alone."""
+    metrics_port: int | None = None
+    """Serve Prometheus ``/metrics`` here (``--metrics-port``, 0: a free port); None: off. With
+    ``--processes N`` process ``i`` serves on ``metrics_port + i`` (each has its own counters)."""
+    http_port: int | None = None
+    """Also serve the HTTP/JSON face on this port (``--http-port``, docs/http.md; 0 picks a
+    free one); None, the default, serves gRPC only."""
 
     @property
     def key_path(self) -> Path:
@@ -113,6 +144,8 @@ def resolve_settings(
     control_tls_key: Path | None = None,
     control_tls_server_name: str | None = None,
     processes: int | None = None,
+    metrics_port: int | None = None,
+    http_port: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkerSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -125,7 +158,7 @@ def resolve_settings(
             or non-PEM file).
     """
     env = os.environ if env is None else env
-    # First: a bad count is refused before the data dir or the token is made.
+    # First: a bad count (or HTTP port) is refused before the data dir or the token is made.
     process_count = _process_count(processes, env)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     # Made here, 0700, before the token, the key or the database land in it.
@@ -181,6 +214,12 @@ def resolve_settings(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
         processes=process_count,
+        metrics_port=service_settings.resolve_optional_port(
+            metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
+        ),
+        http_port=service_settings.resolve_optional_port(
+            http_port, env, env_name=f"{ENV_PREFIX}HTTP_PORT"
+        ),
     )
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, cast
 
+from rewardseal.cli_help import add_version, style_help
 from rewardseal_kit.proof import command as proof_command
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -45,11 +46,13 @@ COMMANDS: Final[tuple[Command, ...]] = (
 def build_parser() -> argparse.ArgumentParser:
     """The parser with one subparser per entry of :data:`COMMANDS`."""
     parser = argparse.ArgumentParser(prog="rewardseal-kit", description=__doc__.split("\n")[0])
+    add_version(parser, "rewardseal-kit")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="command")
     for command in COMMANDS:
         sub = subparsers.add_parser(command.name, help=command.help, description=command.help)
         command.add_arguments(sub)
         sub.set_defaults(runner=command.runner)
+    style_help(parser)
     return parser
 
 

@@ -84,6 +84,9 @@ class Decision:
         }
 
 
+_KNOWN_SIGNALS = frozenset(RuntimeSignal.values()) - {0}
+"""Every runtime signal but UNSPECIFIED (the enum wrapper rebuilds its value list per call)."""
+
 _STOPPING_SIGNALS: Mapping[int, RewardOutcome.ValueType] = {
     RuntimeSignal.RUNTIME_SIGNAL_HALTED_BEFORE_EFFECT: (
         RewardOutcome.REWARD_OUTCOME_HALTED_BEFORE_EFFECT
@@ -108,7 +111,7 @@ def decide(
         ValidationError: for an UNSPECIFIED or unknown runtime signal, or when rule 5/6 would
             have to judge a COMPLETED episode with no required effect (a vacuous VERIFIED).
     """
-    if runtime_signal not in RuntimeSignal.values() or runtime_signal == 0:
+    if runtime_signal not in _KNOWN_SIGNALS:
         raise ValidationError(f"runtime signal {runtime_signal} is not a known signal")
     verdicts = (*required, *forbidden)
     name = RuntimeSignal.Name(runtime_signal)

@@ -804,10 +804,15 @@ class GetReceiptSummaryResponse(_message.Message):
     COUNTS_FIELD_NUMBER: _builtins.int
     CERTIFIED_SHARE_FIELD_NUMBER: _builtins.int
     UNSCORED_SHARE_FIELD_NUMBER: _builtins.int
+    HIGHEST_POLICY_UPDATE_FIELD_NUMBER: _builtins.int
     reward_contract_digest: _builtins.str
     total: _builtins.int
     certified_share: _builtins.float
     unscored_share: _builtins.float
+    highest_policy_update: _builtins.int
+    """The highest policy update among the contract's recorded receipts (where training is, as
+    far as control knows); absent when none is recorded.
+    """
     @_builtins.property
     def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___OutcomeCount]: ...
     def __init__(
@@ -818,11 +823,110 @@ class GetReceiptSummaryResponse(_message.Message):
         counts: _abc.Iterable[Global___OutcomeCount] | None = ...,
         certified_share: _builtins.float = ...,
         unscored_share: _builtins.float = ...,
+        highest_policy_update: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_highest_policy_update", b"_highest_policy_update", "highest_policy_update", b"highest_policy_update"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_highest_policy_update", b"_highest_policy_update", "certified_share", b"certified_share", "counts", b"counts", "highest_policy_update", b"highest_policy_update", "reward_contract_digest", b"reward_contract_digest", "total", b"total", "unscored_share", b"unscored_share"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__highest_policy_update: _TypeAlias = _typing.Literal["highest_policy_update"]  # noqa: Y015
+    _WhichOneofArgType__highest_policy_update: _TypeAlias = _typing.Literal["_highest_policy_update", b"_highest_policy_update"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__highest_policy_update) -> _WhichOneofReturnType__highest_policy_update | None: ...
+
+Global___GetReceiptSummaryResponse: _TypeAlias = GetReceiptSummaryResponse  # noqa: Y015
+
+@_typing.final
+class ListAuditLogRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    action: _builtins.str
+    """Only entries of this action (e.g. "certificate.revoke"); empty: every action."""
+    page_size: _builtins.int
+    page_token: _builtins.str
+    def __init__(
+        self,
+        *,
+        action: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["certified_share", b"certified_share", "counts", b"counts", "reward_contract_digest", b"reward_contract_digest", "total", b"total", "unscored_share", b"unscored_share"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___GetReceiptSummaryResponse: _TypeAlias = GetReceiptSummaryResponse  # noqa: Y015
+Global___ListAuditLogRequest: _TypeAlias = ListAuditLogRequest  # noqa: Y015
+
+@_typing.final
+class AuditLogEntry(_message.Message):
+    """One admin action as the audit log recorded it, in the transaction of its change."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    AT_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    ACTION_FIELD_NUMBER: _builtins.int
+    TARGET_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DETAILS_JSON_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    """Rises with every entry: the order actions happened in."""
+    actor: _builtins.str
+    """The role that acted (admin, worker, control.startup, ...), never a token."""
+    action: _builtins.str
+    """A dotted name: issuer_key.register, issuer_key.retire, certificate.issue,
+    certificate.revoke, integrity.revision.create, integrity.audit.cancel, ...
+    """
+    target: _builtins.str
+    """What it acted on: a key id, a certificate id, a revision or an audit id."""
+    reason: _builtins.str
+    details_json: _builtins.str
+    """Plain JSON object with the action's particulars (never a token or record contents)."""
+    @_builtins.property
+    def at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        at: _timestamp_pb2.Timestamp | None = ...,
+        actor: _builtins.str = ...,
+        action: _builtins.str = ...,
+        target: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        details_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["at", b"at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "actor", b"actor", "at", b"at", "details_json", b"details_json", "id", b"id", "reason", b"reason", "target", b"target"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditLogEntry: _TypeAlias = AuditLogEntry  # noqa: Y015
+
+@_typing.final
+class ListAuditLogResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___AuditLogEntry]: ...
+    def __init__(
+        self,
+        *,
+        entries: _abc.Iterable[Global___AuditLogEntry] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["entries", b"entries", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAuditLogResponse: _TypeAlias = ListAuditLogResponse  # noqa: Y015

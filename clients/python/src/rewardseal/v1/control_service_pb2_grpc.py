@@ -111,6 +111,11 @@ class ControlPlaneServiceStub:
                 request_serializer=rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryRequest.SerializeToString,
                 response_deserializer=rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryResponse.FromString,
                 _registered_method=True)
+        self.ListAuditLog = channel.unary_unary(
+                '/rewardseal.v1.ControlPlaneService/ListAuditLog',
+                request_serializer=rewardseal_dot_v1_dot_control__service__pb2.ListAuditLogRequest.SerializeToString,
+                response_deserializer=rewardseal_dot_v1_dot_control__service__pb2.ListAuditLogResponse.FromString,
+                _registered_method=True)
 
 
 class ControlPlaneServiceServicer:
@@ -214,6 +219,14 @@ class ControlPlaneServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAuditLog(self, request, context):
+        """Admin. The audit log of admin actions, oldest first: who (a role, never a token) did what,
+        to what, why and when.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ControlPlaneServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -291,6 +304,11 @@ def add_ControlPlaneServiceServicer_to_server(servicer, server):
                     servicer.GetReceiptSummary,
                     request_deserializer=rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryRequest.FromString,
                     response_serializer=rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryResponse.SerializeToString,
+            ),
+            'ListAuditLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAuditLog,
+                    request_deserializer=rewardseal_dot_v1_dot_control__service__pb2.ListAuditLogRequest.FromString,
+                    response_serializer=rewardseal_dot_v1_dot_control__service__pb2.ListAuditLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -700,6 +718,33 @@ class ControlPlaneService:
             '/rewardseal.v1.ControlPlaneService/GetReceiptSummary',
             rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryRequest.SerializeToString,
             rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAuditLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rewardseal.v1.ControlPlaneService/ListAuditLog',
+            rewardseal_dot_v1_dot_control__service__pb2.ListAuditLogRequest.SerializeToString,
+            rewardseal_dot_v1_dot_control__service__pb2.ListAuditLogResponse.FromString,
             options,
             channel_credentials,
             insecure,

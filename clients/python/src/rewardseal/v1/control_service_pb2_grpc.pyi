@@ -56,6 +56,10 @@ class ControlPlaneServiceStub:
     """Batched and idempotent by receipt id; signatures checked against registered worker keys."""
     ListReceipts: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.ListReceiptsRequest, _control_service_pb2.ListReceiptsResponse]
     GetReceiptSummary: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.GetReceiptSummaryRequest, _control_service_pb2.GetReceiptSummaryResponse]
+    ListAuditLog: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.ListAuditLogRequest, _control_service_pb2.ListAuditLogResponse]
+    """Admin. The audit log of admin actions, oldest first: who (a role, never a token) did what,
+    to what, why and when.
+    """
 
 @_typing.type_check_only
 class ControlPlaneServiceAsyncStub(ControlPlaneServiceStub):
@@ -85,6 +89,10 @@ class ControlPlaneServiceAsyncStub(ControlPlaneServiceStub):
     """Batched and idempotent by receipt id; signatures checked against registered worker keys."""
     ListReceipts: _aio.UnaryUnaryMultiCallable[_control_service_pb2.ListReceiptsRequest, _control_service_pb2.ListReceiptsResponse]  # type: ignore[assignment]
     GetReceiptSummary: _aio.UnaryUnaryMultiCallable[_control_service_pb2.GetReceiptSummaryRequest, _control_service_pb2.GetReceiptSummaryResponse]  # type: ignore[assignment]
+    ListAuditLog: _aio.UnaryUnaryMultiCallable[_control_service_pb2.ListAuditLogRequest, _control_service_pb2.ListAuditLogResponse]  # type: ignore[assignment]
+    """Admin. The audit log of admin actions, oldest first: who (a role, never a token) did what,
+    to what, why and when.
+    """
 
 class ControlPlaneServiceServicer(metaclass=_abc_1.ABCMeta):
     """The control plane: contract registry, issuer keys, certificates, revocation and the
@@ -201,5 +209,15 @@ class ControlPlaneServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _control_service_pb2.GetReceiptSummaryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_control_service_pb2.GetReceiptSummaryResponse, _abc.Awaitable[_control_service_pb2.GetReceiptSummaryResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListAuditLog(
+        self,
+        request: _control_service_pb2.ListAuditLogRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_service_pb2.ListAuditLogResponse, _abc.Awaitable[_control_service_pb2.ListAuditLogResponse]]:
+        """Admin. The audit log of admin actions, oldest first: who (a role, never a token) did what,
+        to what, why and when.
+        """
 
 def add_ControlPlaneServiceServicer_to_server(servicer: ControlPlaneServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import TextIO
@@ -44,6 +44,7 @@ from rewardseal_control.cli.parser import build_parser
 from rewardseal_control.cli.serve import migrate, serve
 from rewardseal_control.settings import ENV_PREFIX
 from rewardseal_server.cli_failures import run_cli
+from rewardseal_server.logs import configure_logging, resolve_logging
 
 DB_URL_ENV = f"{ENV_PREFIX}DB_URL"
 
@@ -74,9 +75,12 @@ def main(
 def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         if args.command == "serve":
-            logging.basicConfig(
-                level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-            )
+            try:
+                configure_logging(
+                    *resolve_logging(args.log_level, args.log_format, os.environ, ENV_PREFIX)
+                )
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
             return asyncio.run(serve(args, out))
         if args.command == "migrate":
             return migrate(args, out)

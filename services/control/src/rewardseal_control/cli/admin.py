@@ -11,6 +11,7 @@ from rewardseal.integrity_client import IntegrityClient
 from rewardseal.tls import ClientTls
 from rewardseal_control.cli.commands import ADMIN_COMMANDS
 from rewardseal_control.cli.common import CLIENT_TLS_ENV, PAGE_SIZE, TARGET_ENV, UsageError
+from rewardseal_control.cli.views import VIEW_COMMANDS
 from rewardseal_control.settings import (
     ADMIN_TOKEN_ENV,
     ADMIN_TOKEN_FILE,
@@ -97,6 +98,6 @@ def connect(args: argparse.Namespace, client: type[_Client]) -> _Client:
 
 def run_admin(args: argparse.Namespace, out: TextIO) -> int:
     """Run the admin command ``args`` names against the control plane; its exit status."""
-    handler = ADMIN_COMMANDS[(args.command, args.action)]
+    handler = {**ADMIN_COMMANDS, **VIEW_COMMANDS}[(args.command, args.action)]
     with connect(args, ControlClient) as client:
         return handler(client, args, out)

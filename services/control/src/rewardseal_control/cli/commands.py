@@ -13,11 +13,10 @@ from rewardseal.control_client import ControlClient
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
 from rewardseal.v1.enums_pb2 import (
-    CalibrationScope,
-    CertificateIssuer,
     IssuerKeyRole,
     RewardOutcome,
 )
+from rewardseal_control.cli.certificate_fields import certificate_fields
 from rewardseal_control.cli.common import ISSUERS, ROLES, SCOPES, UsageError, remote
 from rewardseal_control.cli.output import (
     enum_short,
@@ -78,21 +77,6 @@ def _keys_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> 
     return 0
 
 
-def _keys_register(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
-    try:
-        public_key = bytes.fromhex(args.public_key)
-    except ValueError:
-        raise UsageError("--public-key must be hex") from None
-    key = IssuerKey(
-        public_key=public_key,
-        role=ROLES[args.role],  # type: ignore[arg-type]
-        display_name=args.name,
-    )
-    with remote():
-        registered = client.register_issuer_key(key, reason=args.reason)
-    return _print_key(registered, args, out)
-
-
 def _keys_retire(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
     with remote():
         retired = client.retire_issuer_key(args.key_id, reason=args.reason)
@@ -136,49 +120,11 @@ def _certificates_issue(client: ControlClient, args: argparse.Namespace, out: Te
             out,
         )
         return 0
-    last = certificate.issued_at_policy_update + certificate.expiry_policy_updates - 1
     print_table(
         ("FIELD", "VALUE"),
-        [
-            ("certificate_id", certificate.certificate_id),
-            ("certificate_digest", response.certificate_digest),
-            ("reward_contract_digest", certificate.reward_contract_digest),
-            ("epsilon", f"{certificate.epsilon:.6g} (recomputed from the counts)"),
-            ("delta", f"{certificate.delta:g}"),
-            ("threshold", f"{certificate.threshold:g}"),
-            (
-                "scope",
-                enum_short(CalibrationScope, certificate.calibration_scope, "CALIBRATION_SCOPE_"),
-            ),
-            ("issuer", enum_short(CertificateIssuer, certificate.issuer, "CERTIFICATE_ISSUER_")),
-            ("issuer_key_id", certificate.issuer_key_id),
-            ("current for updates", f"{certificate.issued_at_policy_update} .. {last}"),
-            ("issued_at", time_text(certificate, "issued_at")),
-        ],
-        out,
-    )
-    return 0
-
-
-def _certificates_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
-    with remote():
-        certificates = client.list_certificates(reward_contract_digest=args.contract or "")
-    if args.json:
-        print_json({"certificates": [message_json(c) for c in certificates]}, out)
-        return 0
-    print_table(
-        ("CERTIFICATE ID", "CONTRACT", "EPSILON", "SCOPE", "ISSUER", "UPDATES"),
-        [
-            (
-                c.certificate_id,
-                c.reward_contract_digest,
-                f"{c.epsilon:.6g}",
-                enum_short(CalibrationScope, c.calibration_scope, "CALIBRATION_SCOPE_"),
-                enum_short(CertificateIssuer, c.issuer, "CERTIFICATE_ISSUER_"),
-                f"{c.issued_at_policy_update}+{c.expiry_policy_updates}",
-            )
-            for c in certificates
-        ],
+        certificate_fields(
+            certificate, response.certificate_digest, epsilon_note=" (recomputed from the counts)"
+        ),
         out,
     )
     return 0
@@ -276,10 +222,8 @@ _Handler = Callable[[ControlClient, argparse.Namespace, TextIO], int]
 ADMIN_COMMANDS: Mapping[tuple[str, str], _Handler] = {
     ("contracts", "list"): _contracts_list,
     ("keys", "list"): _keys_list,
-    ("keys", "register"): _keys_register,
     ("keys", "retire"): _keys_retire,
     ("certificates", "issue"): _certificates_issue,
-    ("certificates", "list"): _certificates_list,
     ("certificates", "revoke"): _certificates_revoke,
     ("receipts", "summary"): _receipts_summary,
     ("revocations", "show"): _revocations_show,

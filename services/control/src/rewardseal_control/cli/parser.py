@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rewardseal.cli_help import add_version, style_help
 from rewardseal_control.cli.common import (
     CLIENT_TLS_ENV,
     ISSUERS,
@@ -14,6 +15,13 @@ from rewardseal_control.cli.common import (
     TARGET_ENV,
 )
 from rewardseal_control.cli.integrity_parser import add_integrity_commands
+from rewardseal_control.cli.views_parser import (
+    OPTION_ENV,
+    add_audit_command,
+    add_certificate_show,
+    add_serve_observability,
+    add_state_option,
+)
 from rewardseal_control.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_PREFIX
 
 
@@ -22,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="rewardseal control plane: serve it, migrate it, administer it."
     )
+    add_version(parser, "rewardseal-control")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve ControlPlaneService over gRPC")
@@ -47,8 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
         f"(or ${ENV_PREFIX}TLS_CLIENT_CA)",
     )
     serve.add_argument(
+        "--http-port",
+        type=int,
+        help=f"also serve the operator console over HTTP(S) on this port (0: free; or "
+        f"${ENV_PREFIX}HTTP_PORT; default off); plain HTTP on loopback only",
+    )
+    serve.add_argument(
         "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"
     )
+    add_serve_observability(serve)
 
     migrate = commands.add_parser("migrate", help="apply the database migrations and exit")
     _store_options(migrate)
@@ -58,7 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     client.add_argument(
         "--target", help=f"control plane host:port (default ${TARGET_ENV} or 127.0.0.1:8791)"
     )
-    client.add_argument("--token", help="bearer token (default: environment or --data-dir)")
+    client.add_argument(
+        "--token",
+        help=f"bearer token (default: ${ENV_PREFIX}ADMIN_TOKEN, else ${ENV_PREFIX}TOKEN, else "
+        "the token files in --data-dir)",
+    )
     client.add_argument("--data-dir", type=Path, help="read the token files from here")
     client.add_argument("--json", action="store_true", help="print JSON instead of a table")
     client.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
@@ -88,7 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     keys_list = keys.add_parser("list", parents=[client], help="list issuer keys")
     keys_list.add_argument("--role", choices=sorted(ROLES), help="only keys of this role")
     keys_register = keys.add_parser("register", parents=[client], help="register a public key")
-    keys_register.add_argument("--public-key", required=True, help="raw Ed25519 key, 64 hex")
+    keys_register.add_argument(
+        "--public-key",
+        required=True,
+        metavar="KEY_OR_FILE",
+        help="the Ed25519 public key: 64 hex, base64 (as Health shows it), or a file holding "
+        "one, or a worker's or control's ready file (JSON)",
+    )
     keys_register.add_argument("--role", choices=sorted(ROLES), required=True)
     keys_register.add_argument("--name", default="", help="display name")
     keys_register.add_argument("--reason", default="", help="why (audit log)")
@@ -112,8 +138,12 @@ def build_parser() -> argparse.ArgumentParser:
     issue.add_argument("--certificate-id", default="", help="default: minted by the server")
     issue.add_argument("--reason", default="", help="why (audit log)")
     issue.add_argument("--out", type=Path, help="also write the certificate JSON here")
-    certificates_list = certificates.add_parser("list", parents=[client], help="list")
+    certificates_list = certificates.add_parser(
+        "list", parents=[client], help="list certificates with their state"
+    )
     certificates_list.add_argument("--contract", metavar="DIGEST", help="only this contract")
+    add_state_option(certificates_list)
+    add_certificate_show(certificates, client)
     revoke = certificates.add_parser("revoke", parents=[client], help="revoke a certificate")
     revoke.add_argument("certificate_id", metavar="ID")
     revoke.add_argument("--reason", required=True, help="why (audit log and revocation list)")
@@ -126,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     revocations.add_parser("show", parents=[client], help="print the current list")
 
     add_integrity_commands(commands, client)
+    add_audit_command(commands, client)
+    style_help(parser, OPTION_ENV)
     return parser
 
 

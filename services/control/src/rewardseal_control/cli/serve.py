@@ -31,9 +31,11 @@ async def serve(args: argparse.Namespace, out: TextIO) -> int:
         port=args.port,
         revocation_ttl=parse_duration(args.revocation_ttl) if args.revocation_ttl else None,
         reflection=args.reflection,
+        http_port=args.http_port,
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
+        metrics_port=args.metrics_port,
     )
     app = await start_control(settings)
     banner = app.banner()
@@ -51,6 +53,7 @@ def banner_text(banner: Mapping[str, Any]) -> str:
         [
             f"{PROG} serving on {banner['target']}",
             f"  transport         {TRANSPORT_TEXT[banner['transport']]}",
+            f"  console           {banner['console_url'] or 'off (--http-port)'}",
             f"  organization key  {banner['organization_key_id']}",
             # What a worker pins (rewardseal-worker serve --trust-org-key); public, not secret.
             f"  organization pub  {banner['organization_public_key']}",
@@ -59,6 +62,11 @@ def banner_text(banner: Mapping[str, Any]) -> str:
             f"  client token      {banner['token_source']}",
             f"  worker token      {banner['worker_token_source']}",
             f"  data dir          {banner['data_dir']}",
+            *(
+                [f"  metrics           {banner['metrics_url']}"]
+                if banner.get("metrics_url")
+                else []
+            ),
         ]
     )
 

@@ -5,6 +5,7 @@ its row with :func:`write_audit` inside the transaction of its change, so the lo
 an action happened that did not, nor misses one that did: who (``actor``: a role or
 credential name, never a token), what (``action``), on what (``target``), why (``reason``),
 when, and plain-JSON ``details``. Nothing here updates or deletes a row.
+:class:`AuditLogStore` reads it back, oldest first, a page at a time (``store.audit_log``).
 """
 
 from __future__ import annotations
@@ -12,16 +13,21 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import Insert, insert
+from sqlalchemy import Insert, insert, select
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import ValidationError
 from rewardseal_control.store import tables
+from rewardseal_control.store.pagination import Listing, Page, fingerprint
+from rewardseal_server.sqlstore import StoreEngine, as_utc
 
 __all__ = [
+    "AuditEntry",
+    "AuditLogStore",
     "ACTION_ISSUE_CERTIFICATE",
     "ACTION_PATTERN",
     "ACTION_REGISTER_KEY",
@@ -99,3 +105,81 @@ def write_audit(
         "details": details_json(details),
     }
     return int(conn.execute(_INSERT, row).scalar_one())
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """One row of the audit log as written."""
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    reason: str
+    details: str
+    """The JSON object written with it (sorted keys)."""
+
+
+def _entry(row: Any) -> AuditEntry:
+    return AuditEntry(
+        id=int(row.id),
+        at=as_utc(row.at),
+        actor=row.actor,
+        action=row.action,
+        target=row.target,
+        reason=row.reason,
+        details=row.details,
+    )
+
+
+_LISTING: Final = Listing(kind="audit_log", order=(tables.audit.c.id,), shape=(int,))
+
+
+class AuditLogStore:
+    """Reads the audit log (``store.audit_log``); writes happen in each action's transaction."""
+
+    def __init__(self, db: StoreEngine) -> None:
+        """Work on ``db`` (owned by the :class:`~rewardseal_control.store.ControlStore`)."""
+        self._db = db
+
+    def list_entries(
+        self, action: str = "", page_size: int = 0, page_token: str = ""
+    ) -> Page[AuditEntry]:
+        """Entries oldest first (by id: the order the actions committed), only ``action``'s
+        when one is given.
+
+        Raises:
+            ValidationError: a malformed action name, page size or page token.
+        """
+        statement = select(tables.audit)
+        if action:
+            check_action(action, "action must be a dotted lowercase name, e.g. certificate.issue")
+            statement = statement.where(tables.audit.c.action == action)
+        rows, token = _LISTING.read(
+            self._db,
+            statement,
+            query=fingerprint(action=action),
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return Page([_entry(row) for row in rows], token)
+
+    def latest(self, limit: int, *, before: int | None = None) -> list[AuditEntry]:
+        """Up to ``limit`` entries (1..500), newest first (the operator console); with
+        ``before``, those older than entry ``before`` (the next page starts below the last id
+        shown).
+
+        Raises:
+            ValidationError: ``limit`` or ``before`` out of range.
+        """
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+            raise ValidationError("limit must be an integer from 1 to 500")
+        audit = tables.audit
+        statement = select(audit).order_by(audit.c.id.desc()).limit(limit)
+        if before is not None:
+            if isinstance(before, bool) or not isinstance(before, int) or before < 1:
+                raise ValidationError("before must be a positive entry id")
+            statement = statement.where(audit.c.id < before)
+        rows = self._db.read(lambda conn: list(conn.execute(statement)), snapshot=True)
+        return [_entry(row) for row in rows]

@@ -2,7 +2,8 @@
 
 It opens the database (migrating it first, or checking that it is current), owns the engine
 and hands each aggregate the same engine: ``store.contracts``, ``store.keys``,
-``store.certificates``, ``store.revocations``, ``store.receipts``, and for reward integrity
+``store.certificates``, ``store.revocations``, ``store.receipts``, ``store.audit_log``, and for
+reward integrity
 ``store.integrity_revisions``, ``store.integrity_shards``, ``store.integrity_audits`` and
 ``store.integrity_decisions``. The service, the app and
 the tests hold one ControlStore and reach the aggregate they mean by name, so a call reads as
@@ -17,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.errors import Unavailable
 from rewardseal_control import db
+from rewardseal_control.store.audit_log import AuditLogStore
 from rewardseal_control.store.certificates import CertificateStore
 from rewardseal_control.store.contracts import ContractStore
 from rewardseal_control.store.integrity_audits import IntegrityAuditStore
@@ -62,6 +64,7 @@ class ControlStore:
         self.certificates: Final = CertificateStore(self._db)
         self.revocations: Final = RevocationStore(self._db)
         self.receipts: Final = ReceiptIndex(self._db)
+        self.audit_log: Final = AuditLogStore(self._db)
         # Reward integrity (docs/spec.md §12).
         self.integrity_revisions: Final = IntegrityRevisionStore(self._db)
         self.integrity_shards: Final = SignalShardStore(self._db, self.integrity_revisions)

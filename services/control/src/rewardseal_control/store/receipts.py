@@ -39,11 +39,13 @@ from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import LostRace, StoreEngine, chunks
 
 __all__ = [
+    "ContractActivity",
     "ReceiptFilter",
     "ReceiptIndex",
     "ReceiptSummary",
     "RecordResult",
     "StoredReceipt",
+    "TimelineBucket",
     "read_receipt",
 ]
 
@@ -104,6 +106,8 @@ class ReceiptSummary:
     """RewardOutcome number -> receipts with that outcome (outcomes with none are absent)."""
     certified: int
     unscored: int
+    highest_policy_update: int | None = None
+    """The highest policy update among the contract's receipts; None when there are none."""
 
     @property
     def certified_share(self) -> float:
@@ -114,6 +118,30 @@ class ReceiptSummary:
     def unscored_share(self) -> float:
         """Unscored receipts (RECONCILIATION_REQUIRED, FAILED_PLATFORM) / all (0.0 if none)."""
         return self.unscored / self.total if self.total else 0.0
+
+
+@dataclass(frozen=True)
+class TimelineBucket:
+    """Receipts of one contract over a span of policy updates (``first``..``last``)."""
+
+    first_update: int
+    last_update: int
+    counts: Mapping[int, int]
+    """RewardOutcome number -> receipts with that outcome in the span."""
+    certified: int
+
+    @property
+    def total(self) -> int:
+        """Receipts in the span."""
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True)
+class ContractActivity:
+    """How many receipts a contract has in the index and the newest policy update among them."""
+
+    total: int
+    newest_policy_update: int
 
 
 def read_receipt(conn: Connection, receipt_id: str) -> StoredReceipt | None:
@@ -277,11 +305,15 @@ class ReceiptIndex:
             .group_by(_receipts.c.reward_outcome, _receipts.c.certified)
         )
 
-        def work(conn: Connection) -> list[AnyRow]:
-            require_contract(conn, contract_digest)
-            return list(conn.execute(statement))
+        highest = select(func.max(_receipts.c.policy_update)).where(
+            _receipts.c.contract_digest == contract_digest
+        )
 
-        rows = self._db.read(work, snapshot=True)
+        def work(conn: Connection) -> tuple[list[AnyRow], int | None]:
+            require_contract(conn, contract_digest)
+            return list(conn.execute(statement)), conn.execute(highest).scalar_one_or_none()
+
+        rows, top = self._db.read(work, snapshot=True)
         counts: dict[int, int] = {}
         certified = unscored = 0
         for outcome, is_certified, count in rows:
@@ -296,7 +328,68 @@ class ReceiptIndex:
             counts=MappingProxyType(dict(sorted(counts.items()))),
             certified=certified,
             unscored=unscored,
+            highest_policy_update=None if top is None else int(top),
         )
+
+    def timeline(self, contract_digest: str, *, buckets: int = 24) -> list[TimelineBucket]:
+        """The contract's receipts over training time: at most ``buckets`` equal spans of policy
+        updates from the lowest to the highest recorded, each with its counts by outcome and its
+        certified receipts (spans without receipts are left out). Empty without receipts.
+
+        Raises:
+            ValidationError: malformed digest, or ``buckets`` not in 1..500.
+        """
+        validate_digest(contract_digest, "reward_contract_digest")
+        if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= 500:
+            raise ValidationError("buckets must be an integer from 1 to 500")
+        mine = _receipts.c.contract_digest == contract_digest
+
+        def work(conn: Connection) -> list[TimelineBucket]:
+            low, high = conn.execute(
+                select(
+                    func.min(_receipts.c.policy_update), func.max(_receipts.c.policy_update)
+                ).where(mine)
+            ).one()
+            if low is None:
+                return []
+            low, high = int(low), int(high)
+            width = -(-(high - low + 1) // buckets)  # ceiling: every update lands in a bucket
+            slot = ((_receipts.c.policy_update - low) // width).label("slot")
+            rows = conn.execute(
+                select(slot, _receipts.c.reward_outcome, _receipts.c.certified, func.count())
+                .where(mine)
+                .group_by(slot, _receipts.c.reward_outcome, _receipts.c.certified)
+            )
+            counts: dict[int, dict[int, int]] = {}
+            certified: dict[int, int] = {}
+            for index, outcome, is_certified, count in rows:
+                per = counts.setdefault(int(index), {})
+                per[int(outcome)] = per.get(int(outcome), 0) + int(count)
+                if is_certified:
+                    certified[int(index)] = certified.get(int(index), 0) + int(count)
+            return [
+                TimelineBucket(
+                    first_update=low + index * width,
+                    last_update=min(high, low + (index + 1) * width - 1),
+                    counts=MappingProxyType(dict(sorted(counts[index].items()))),
+                    certified=certified.get(index, 0),
+                )
+                for index in sorted(counts)
+            ]
+
+        return self._db.read(work, snapshot=True)
+
+    def activity(self) -> dict[str, ContractActivity]:
+        """Per contract digest with receipts: how many, and the newest policy update recorded
+        (the reference point at which the console shows a certificate's schedule state)."""
+        statement = select(
+            _receipts.c.contract_digest, func.count(), func.max(_receipts.c.policy_update)
+        ).group_by(_receipts.c.contract_digest)
+        rows = self._db.read(lambda conn: list(conn.execute(statement)), snapshot=True)
+        return {
+            str(digest): ContractActivity(total=int(count), newest_policy_update=int(newest))
+            for digest, count, newest in rows
+        }
 
 
 def _receipt_row(opened: OpenedReceipt, now: datetime) -> dict[str, Any]:

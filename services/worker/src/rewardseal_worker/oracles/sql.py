@@ -34,6 +34,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, QueuePoo
 
 from rewardseal.errors import ValidationError
 from rewardseal.judging import RECORD_ID_FIELD
+from rewardseal_server.sqlstore import execute_on_cursor
 from rewardseal_worker.oracles.base import (
     KIND_SQL,
     MAX_RECORDS,
@@ -270,6 +271,22 @@ class SqlReader:
                 .order_by(tbl.c[self._id_column])
                 .limit(sa.bindparam("cap"))
             )
+        # Compiled once for the engine's dialect (identifiers quoted, the driver's placeholders);
+        # each read expands its parameters into that text and runs it on the driver cursor:
+        # SQLAlchemy's per-execution work (compile-cache lookup, execution context, result
+        # mapping) cost more than the read itself, for every begin and scoring batch.
+        self._compiled_one = self._statement.compile(dialect=engine.dialect)
+        self._compiled_many = (
+            None
+            if self._many_statement is None
+            else self._many_statement.compile(dialect=engine.dialect)
+        )
+        self._driver_errors: tuple[type[BaseException], ...] = (
+            SQLAlchemyError,
+            sqlite3.Error,
+            OSError,
+            engine.dialect.loaded_dbapi.Error,
+        )
 
     @classmethod
     def from_recipe(
@@ -314,7 +331,7 @@ class SqlReader:
         try:
             with self._engine.connect() as conn:
                 rows = self._execute(conn, params, started + self.timeout_seconds)
-        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+        except self._driver_errors as exc:
             # from None: the chained error would print the SQL parameters (identity values).
             raise OracleUnavailable(self._describe(exc, source, started)) from None
         if len(rows) > MAX_RECORDS:
@@ -341,12 +358,9 @@ class SqlReader:
         try:
             with self._engine.connect() as conn:
                 rows = self._execute(
-                    conn,
-                    {"values": values, "cap": cap},
-                    started + self.timeout_seconds,
-                    statement=self._many_statement,
+                    conn, {"values": values, "cap": cap}, started + self.timeout_seconds, many=True
                 )
-        except (SQLAlchemyError, sqlite3.Error, OSError) as exc:
+        except self._driver_errors as exc:
             error = OracleUnavailable(self._describe(exc, source, started))
             return [error for _ in identities]
         if len(rows) >= cap:
@@ -376,16 +390,24 @@ class SqlReader:
         params: Mapping[str, Any],
         deadline: float,
         *,
-        statement: sa.Select[Any] | None = None,
-    ) -> list[Mapping[str, Any]]:
-        raw = conn.connection.driver_connection if self._sqlite else None
+        many: bool = False,
+    ) -> list[dict[str, Any]]:
+        compiled = self._compiled_many if many and self._compiled_many else self._compiled_one
+        state = compiled.construct_expanded_state(dict(params))
+        bound: Any = state.parameters
+        if compiled.positional and state.positiontup is not None:
+            bound = [state.parameters[name] for name in state.positiontup]
+        raw = conn.connection.driver_connection
         if isinstance(raw, sqlite3.Connection):
             # SQLite has no statement timeout: abort the statement from its progress handler.
             raw.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
+        cursor = raw.cursor()  # type: ignore[union-attr]
         try:
-            query = self._statement if statement is None else statement
-            return [dict(row) for row in conn.execute(query, params).mappings()]
+            execute_on_cursor(conn, cursor, state.statement, bound)
+            names = [column[0] for column in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
         finally:
+            cursor.close()
             if isinstance(raw, sqlite3.Connection):
                 raw.set_progress_handler(None, 0)
 

@@ -6,8 +6,9 @@ PostgreSQL (``postgresql+psycopg://...``). Every write is one transaction and is
 method returns.
 
 The store is set-based: a scoring batch costs a constant number of statements, whatever its
-size. Its hot path (the reads before judging and the receipt commit) is prebuilt driver SQL
-where a list of ids is one parameter (:mod:`.hot_sql`); elsewhere lists are bound as ``IN``
+size. Its hot path (the reads before judging, the receipt commit and the registration of
+begins) is prebuilt driver SQL where a list of ids is one parameter (:mod:`.hot_sql`); elsewhere
+lists are bound as ``IN``
 parameters, in chunks of :data:`IN_CHUNK`. The batch
 methods are :meth:`WorkerStore.lookup` (the read before judging: one statement, the
 registrations' credited records included; :meth:`WorkerStore.credited_for` for identities

@@ -7,10 +7,6 @@ one engine and its transaction rules (:class:`~rewardseal_server.sqlstore.StoreE
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from sqlalchemy.engine import Row
-
 from rewardseal_server.sqlstore import StoreEngine
 from rewardseal_worker.store.hot_sql import HotSql
 from rewardseal_worker.store.schema import Inserts
@@ -36,8 +32,3 @@ class StorePart:
         self._outbox = outbox
         self._inserts = Inserts.for_engine(db)
         self._hot = HotSql(db.backend)
-
-
-def as_dict(rows: Iterable[Row[str, str]]) -> dict[str, str]:
-    """Two-column rows as a mapping of the first column to the second."""
-    return {first: second for first, second in rows}

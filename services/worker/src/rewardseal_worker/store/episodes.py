@@ -12,7 +12,7 @@ transaction is run again (:class:`~rewardseal_server.sqlstore.LostRace`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,10 +25,9 @@ from rewardseal.errors import (
     IdentityConflict,
     RewardSealError,
 )
-from rewardseal_server.sqlstore import LostRace, as_utc, chunks
+from rewardseal_server.sqlstore import LostRace, as_utc
 from rewardseal_worker.identity import Identity
-from rewardseal_worker.store import schema
-from rewardseal_worker.store.core import StorePart, as_dict
+from rewardseal_worker.store.core import StorePart
 
 Record = dict[str, Any]
 """A record of the system of record: a string ``"id"`` plus field -> JSON scalar."""
@@ -65,23 +64,6 @@ def open_episode_of(row: Row[*tuple[Any, ...]]) -> OpenEpisode:
     )
 
 
-def pairs_of_chunks(
-    episode_ids: Sequence[str], keys: Sequence[str]
-) -> Iterator[tuple[Sequence[str], Sequence[str]]]:
-    """Chunks of both lists, paired so that every episode id and every key is covered.
-
-    Each pair is one query of :data:`~rewardseal_worker.store.schema.OPEN_FOR_BEGIN`; an empty
-    list binds as an empty ``IN``.
-    """
-    episode_chunks = list(chunks(episode_ids)) or [[]]
-    key_chunks = list(chunks(keys)) or [[]]
-    for number in range(max(len(episode_chunks), len(key_chunks))):
-        yield (
-            episode_chunks[number] if number < len(episode_chunks) else [],
-            key_chunks[number] if number < len(key_chunks) else [],
-        )
-
-
 class EpisodeStore(StorePart):
     """The open-episode part of :class:`~rewardseal_worker.store.WorkerStore`."""
 
@@ -113,28 +95,15 @@ class EpisodeStore(StorePart):
 
         def work(conn: Connection) -> list[RewardSealError | None]:
             results: list[RewardSealError | None] = [None] * len(items)
-            existing: dict[str, str] = {}
-            # Registrations as they stand, updated as the items are applied in order.
+            # Registrations as they stand, updated as the items are applied in order; the
+            # receipts are read after the registrations are locked, so a receipt whose commit
+            # closed one of them before the lock is visible here.
+            found, existing = self._hot.begin_reads(conn, episode_ids, contracts, keys)
             by_slot: dict[tuple[str, str], tuple[str, datetime]] = {}
             by_episode: dict[str, tuple[str, str, datetime]] = {}
-            for episode_chunk, key_chunk in pairs_of_chunks(episode_ids, keys):
-                rows = conn.execute(
-                    schema.OPEN_FOR_BEGIN,
-                    {
-                        "episode_ids": episode_chunk,
-                        "contracts": contracts,
-                        "identity_keys": key_chunk,
-                    },
-                )
-                for contract, key, episode, begun in rows:
-                    by_slot[(contract, key)] = (episode, begun)
-                    by_episode[episode] = (contract, key, begun)
-            # Read after the registrations are locked: a receipt whose commit closed one of
-            # them before the lock is visible here.
-            for chunk in chunks(episode_ids):
-                existing.update(
-                    as_dict(conn.execute(schema.RECEIPT_IDS_OF_EPISODES, {"episode_ids": chunk}))
-                )
+            for contract, key, episode, begun in found:
+                by_slot[(contract, key)] = (episode, begun)
+                by_episode[episode] = (contract, key, begun)
             stored_episodes = set(by_episode)
             to_delete: set[str] = set()
             to_insert: dict[str, dict[str, Any]] = {}
@@ -184,11 +153,11 @@ class EpisodeStore(StorePart):
                     "baseline": entry.baseline,
                     "begun_at": now,
                 }
-            for chunk in chunks(sorted(to_delete)):
-                conn.execute(schema.CLOSE_OPEN_EPISODES, {"episode_ids": chunk})
+            if to_delete:
+                self._hot.close_open(conn, sorted(to_delete))
             if to_insert:
-                inserted = conn.execute(self._inserts.open_episodes, list(to_insert.values())).all()
-                if len(inserted) != len(to_insert):
+                inserted = self._hot.register(conn, list(to_insert.values()))
+                if inserted != len(to_insert):
                     # A registration for one of these slots or episode ids was inserted (by a
                     # PostgreSQL transaction) after our read: read again, it is visible now.
                     raise LostRace("open episode inserted concurrently")

@@ -1,6 +1,7 @@
-"""The scoring hot path's statements, prebuilt as driver SQL and run on the raw DBAPI connection.
+"""The hot path's statements, prebuilt as driver SQL and run on the raw DBAPI connection.
 
-The reads before judging and the receipt commit run for every scoring batch. Through SQLAlchemy
+The reads before judging and the receipt commit run for every scoring batch, the registration
+reads and insert for every batch of begins. Through SQLAlchemy
 Core each statement paid for an execution context, parameter processing and, for every list
 bound into ``IN``, rendering the statement again for that list's length. Here each statement is
 fixed text per backend, prepared once by the driver (sqlite3's statement cache; psycopg's
@@ -13,8 +14,8 @@ statements run on the connection of an ``engine.begin()`` / ``connect()`` block 
 PostgreSQL deadlock are unchanged), and a driver error is raised as SQLAlchemy's wrapper of it
 (so :func:`~rewardseal_server.sqlstore.translated` maps it, parameters hidden, as before).
 
-Values are stored exactly as SQLAlchemy stored them (the begin path and the other reads still
-use it): SQLite timestamps as naive-UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` text, JSON as text;
+Values are stored exactly as SQLAlchemy stored them (the other reads and writes of the store
+still use it): SQLite timestamps as naive-UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` text, JSON as text;
 PostgreSQL ``timestamptz`` and ``json``.
 """
 
@@ -29,7 +30,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 
-from rewardseal_server.sqlstore import Backend, as_utc
+from rewardseal_server.sqlstore import Backend, as_utc, execute_on_cursor
 
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 """How SQLAlchemy's ``DateTime`` stores a timestamp in SQLite (naive UTC)."""
@@ -144,6 +145,36 @@ class HotSql:
         self._owners = (
             f"SELECT receipt_id, episode_id FROM receipts WHERE receipt_id {listed('ids', 1)}"
         )
+        # Begins: the registrations a batch can meet (its episode ids anywhere, its contract x
+        # identity slots), locked on PostgreSQL in key order. FOR UPDATE takes no UNION, so
+        # PostgreSQL reads the episodes' receipts in a second statement, after the lock (READ
+        # COMMITTED: a receipt whose commit closed a registration before the lock is visible);
+        # SQLite's writers are serialized by BEGIN IMMEDIATE, so there one statement reads both.
+        open_for_begin = (
+            f"SELECT {_OPEN}, contract_digest, identity_key, episode_id, begun_at "
+            f"FROM open_episodes WHERE episode_id {listed('ids', 1)} "
+            f"OR (contract_digest {listed('contracts', 2)} AND identity_key {listed('keys', 3)})"
+        )
+        receipts_for_begin = (
+            f"SELECT {_RECEIPT}, NULL, NULL, episode_id, receipt_id FROM receipts "
+            f"WHERE episode_id {listed('ids', 1)}"
+        )
+        all_three = ("ids", "contracts", "keys")
+        self._begin_reads: tuple[tuple[str, tuple[str, ...]], ...] = (
+            ((f"{open_for_begin} UNION ALL {receipts_for_begin}", all_three),)
+            if sqlite
+            else (
+                (f"{open_for_begin} ORDER BY contract_digest, identity_key FOR UPDATE", all_three),
+                (receipts_for_begin, ("ids",)),
+            )
+        )
+        self._insert_open = (
+            "INSERT INTO open_episodes (contract_digest, identity_key, episode_id, identity, "
+            f"baseline, begun_at) VALUES ({param('contract_digest', 1)}, "
+            f"{param('identity_key', 2)}, {param('episode_id', 3)}, "
+            + ("?4, ?5, ?6" if sqlite else "%(identity)s::json, %(baseline)s::json, %(begun_at)s")
+            + ") ON CONFLICT DO NOTHING"
+        )
 
     # ------------------------------------------------------------------ plumbing
 
@@ -185,17 +216,11 @@ class HotSql:
 
     @staticmethod
     def _execute(conn: Connection, cursor: Any, statement: str, params: Any) -> None:
-        # Listeners of the engine's before_cursor_execute (statement logging, tests counting
-        # statements) see these statements as they see SQLAlchemy's own.
-        for listener in conn.dispatch.before_cursor_execute:
-            listener(conn, cursor, statement, params, None, False)
-        cursor.execute(statement, params)
+        execute_on_cursor(conn, cursor, statement, params)
 
     @staticmethod
     def _execute_many(conn: Connection, cursor: Any, statement: str, params: Any) -> None:
-        for listener in conn.dispatch.before_cursor_execute:
-            listener(conn, cursor, statement, params, None, True)
-        cursor.executemany(statement, params)
+        execute_on_cursor(conn, cursor, statement, params, many=True)
 
     # ------------------------------------------------------------------ reads before judging
 
@@ -364,6 +389,75 @@ class HotSql:
                         for contract, value in raised.items()
                     ],
                 )
+
+    # ------------------------------------------------------------------ begins
+
+    def begin_reads(
+        self,
+        conn: Connection,
+        episode_ids: Collection[str],
+        contracts: Collection[str],
+        identity_keys: Collection[str],
+    ) -> tuple[list[tuple[str, str, str, datetime]], dict[str, str]]:
+        """The open registrations a batch of begins can meet, as (contract, identity key,
+        episode id, begun_at aware): those of ``episode_ids`` and of the ``contracts`` x
+        ``identity_keys`` slots (PostgreSQL: locked ``FOR UPDATE``); and the receipts of
+        ``episode_ids`` (episode id -> receipt id), read after the lock."""
+        named = {
+            "ids": self._list(episode_ids),
+            "contracts": self._list(contracts),
+            "keys": self._list(identity_keys),
+        }
+        registrations: list[tuple[str, str, str, datetime]] = []
+        receipts: dict[str, str] = {}
+        with self._cursor(conn) as cursor:
+            for statement, order in self._begin_reads:
+                self._execute(conn, cursor, statement, self._bind(named, order))
+                for kind, contract, key, episode_id, last in cursor.fetchall():
+                    if kind == _OPEN:
+                        begun = datetime.fromisoformat(last) if self._sqlite else last
+                        registrations.append((contract, key, episode_id, as_utc(begun)))
+                    else:
+                        receipts[episode_id] = last
+        return registrations, receipts
+
+    def register(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Insert open registrations (``ON CONFLICT DO NOTHING``): each row's contract_digest,
+        identity_key, episode_id, identity (a mapping), baseline (records or None) and
+        begun_at; how many were inserted."""
+        order = (
+            "contract_digest",
+            "identity_key",
+            "episode_id",
+            "identity",
+            "baseline",
+            "begun_at",
+        )
+        bound = [
+            self._bind(
+                {
+                    **row,
+                    "identity": json.dumps(row["identity"]),
+                    "baseline": None if row["baseline"] is None else json.dumps(row["baseline"]),
+                    "begun_at": self._time(row["begun_at"]),
+                },
+                order,
+            )
+            for row in rows
+        ]
+        with self._cursor(conn) as cursor:
+            self._execute_many(conn, cursor, self._insert_open, bound)
+            return int(cursor.rowcount)
+
+    def close_open(self, conn: Connection, episode_ids: Collection[str]) -> None:
+        """Delete the open registrations of ``episode_ids``."""
+        with self._cursor(conn) as cursor:
+            self._execute(
+                conn,
+                cursor,
+                self._close_open,
+                self._bind({"ids": self._list(episode_ids)}, ("ids",)),
+            )
 
     def owners(self, conn: Connection, receipt_ids: Sequence[str]) -> dict[str, str]:
         """receipt id -> episode id, for those of ``receipt_ids`` that are stored."""

@@ -39,6 +39,15 @@ class OutboxItem:
     """How many forwarding attempts failed so far."""
 
 
+@dataclass(frozen=True)
+class OutboxBacklog:
+    """How much waits in the outbox: its rows and when the oldest was committed."""
+
+    depth: int
+    oldest: datetime | None
+    """None when the outbox is empty."""
+
+
 class OutboxStore(StorePart):
     """The outbox part of :class:`~rewardseal_worker.store.WorkerStore`."""
 
@@ -54,6 +63,11 @@ class OutboxStore(StorePart):
             lambda conn: conn.execute(schema.OUTBOX_DUE, {"now": now, "limit": limit}).all()
         )
         return [OutboxItem(row.receipt_id, bytes(row.envelope), int(row.attempts)) for row in rows]
+
+    def outbox_backlog(self) -> OutboxBacklog:
+        """The number of outbox rows and the commit time of the oldest (one read)."""
+        row = self._db.read(lambda conn: conn.execute(schema.OUTBOX_BACKLOG).one())
+        return OutboxBacklog(int(row.depth), as_utc(row.oldest) if row.oldest else None)
 
     def outbox_done(self, receipt_ids: Collection[str]) -> None:
         """Delete the outbox rows of receipts control has recorded (unknown ids are ignored)."""

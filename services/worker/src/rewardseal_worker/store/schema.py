@@ -7,8 +7,8 @@ update committed per contract), ``outbox`` (receipts waiting for control) and ``
 
 Statements are built here once and shared by the parts of
 :class:`~rewardseal_worker.store.WorkerStore`; the backend-specific ``INSERT ... ON CONFLICT DO
-NOTHING`` statements are built per store by :class:`Inserts`. The scoring hot path (the reads
-before judging and the receipt commit) runs driver SQL instead: :mod:`.hot_sql`.
+NOTHING`` statements are built per store by :class:`Inserts`. The hot path (the reads before
+judging, the receipt commit, the registration of begins) runs driver SQL instead: :mod:`.hot_sql`.
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    and_,
     bindparam,
     delete,
-    or_,
+    func,
     select,
     update,
 )
@@ -134,10 +133,6 @@ RECEIPT_BY_ID = select(
     receipts.c.evidence,
 ).where(receipts.c.receipt_id == bindparam("receipt_id"))
 
-RECEIPT_IDS_OF_EPISODES = select(receipts.c.episode_id, receipts.c.receipt_id).where(
-    receipts.c.episode_id.in_(bindparam("episode_ids", expanding=True))
-)
-
 OPEN_EPISODES = select(
     open_episodes.c.episode_id,
     open_episodes.c.identity_key,
@@ -147,32 +142,6 @@ OPEN_EPISODES = select(
 ).where(
     open_episodes.c.contract_digest == bindparam("contract_digest"),
     open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True)),
-)
-
-# The registrations a batch of begins can meet: its episode ids anywhere, and its (contract,
-# identity) slots (the contract x identity product, filtered in Python), locked in one order.
-OPEN_FOR_BEGIN = (
-    select(
-        open_episodes.c.contract_digest,
-        open_episodes.c.identity_key,
-        open_episodes.c.episode_id,
-        open_episodes.c.begun_at,
-    )
-    .where(
-        or_(
-            open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True)),
-            and_(
-                open_episodes.c.contract_digest.in_(bindparam("contracts", expanding=True)),
-                open_episodes.c.identity_key.in_(bindparam("identity_keys", expanding=True)),
-            ),
-        )
-    )
-    .order_by(open_episodes.c.contract_digest, open_episodes.c.identity_key)
-    .with_for_update()
-)
-
-CLOSE_OPEN_EPISODES = delete(open_episodes).where(
-    open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True))
 )
 
 HIGHEST = select(policy_ledger.c.highest_update).where(
@@ -185,6 +154,10 @@ OUTBOX_DUE = (
     .order_by(outbox.c.created_at, outbox.c.batch_index, outbox.c.receipt_id)
     .limit(bindparam("limit", type_=Integer))
 )
+
+OUTBOX_BACKLOG = select(
+    func.count().label("depth"), func.min(outbox.c.created_at).label("oldest")
+).select_from(outbox)
 
 OUTBOX_DONE = delete(outbox).where(
     outbox.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
@@ -215,20 +188,15 @@ STATE_RAISE = (
 
 @dataclass(frozen=True)
 class Inserts:
-    """The ``INSERT ... ON CONFLICT DO NOTHING`` statements of one store's backend.
+    """The ``INSERT ... ON CONFLICT DO NOTHING`` statements of one store's backend (the hot
+    path's, registrations included, are :mod:`.hot_sql`'s)."""
 
-    Those that return a key return it for the rows actually inserted, so a shortfall names
-    exactly what a concurrent writer won.
-    """
-
-    open_episodes: Insert
     state: Insert
 
     @classmethod
     def for_engine(cls, db: StoreEngine) -> Inserts:
         """Build the statements once for ``db``'s backend."""
         return cls(
-            open_episodes=db.insert_ignore(open_episodes).returning(open_episodes.c.episode_id),
             state=db.insert_ignore(worker_state),
         )
 
