@@ -77,14 +77,20 @@ class Worker:
 
 
 def start_worker(
-    data_dir: Path, *, seed: bool, processes: int = 1, db_url: str | None = None
+    data_dir: Path,
+    *,
+    seed: bool,
+    processes: int = 1,
+    db_url: str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Worker:
     """Start the worker process (``processes`` > 1: a supervisor and its children) and wait for
-    its ready file."""
+    its ready file; ``extra_args`` go to ``serve`` as they are."""
     ready = data_dir.parent / f"ready-{os.getpid()}-{time.monotonic_ns()}.json"
     args = [str(WORKER), "serve", "--data-dir", str(data_dir), "--port", "0"]
     args += ["--ready-file", str(ready)] + (["--seed-mockmed"] if seed else [])
     args += ["--processes", str(processes)] + (["--db-url", db_url] if db_url else [])
+    args += list(extra_args)
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not ready.exists():

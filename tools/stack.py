@@ -467,6 +467,7 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             layout,
             services[CONTROL]["target"],
             organization_key=services[CONTROL]["organization_public_key"],
+            extra=("--http-port", "0"),  # the HTTP/JSON face too (docs/http.md)
         )
         banner = start_service(layout, WORKER, command, service_env(WORKER, tokens))
         services[WORKER] = {
@@ -478,6 +479,7 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             "key_id": banner["key_id"],
             "public_key": banner["public_key"],
             "certificate_id": banner.get("certificate_id"),
+            "http_url": f"http://{HOST}:{banner['http_port']}" if banner.get("http_port") else None,
             "data_dir": str(layout.data(WORKER)),
             "log": str(layout.log_file(WORKER)),
         }
@@ -623,6 +625,19 @@ def usage(state: Mapping[str, Any]) -> str:
         f"    {wt} rewardseal.v1.RewardWorkerService/ScoreEpisode",
         f"  grpcurl -plaintext {auth_c} {ct} rewardseal.v1.ControlPlaneService/ListContracts",
         "",
+    ]
+    if worker.get("http_url"):
+        rewards = json.dumps(
+            {**json.loads(score)["descriptor"], "episode_id": "episode.stack.0002"}
+        )
+        lines += [
+            "HTTP/JSON (docs/http.md; the same worker, an episode of its own):",
+            f"  curl -s {worker['http_url']}/health",
+            f"  curl -s {auth_w} -H 'content-type: application/json' \\",
+            f"    -d '{rewards}' {worker['http_url']}/v1/rewards",
+            "",
+        ]
+    lines += [
         "control CLI:",
         f"  REWARDSEAL_CONTROL_TOKEN={tokens['control']} \\",
         f"    .venv/bin/rewardseal-control receipts summary --target {ct}",

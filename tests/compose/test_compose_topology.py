@@ -143,6 +143,8 @@ class Topology:
                 inside, outside = self.ports[service]
                 assert int(part) == inside, f"{service} listens on {part}, publishes {inside}"
                 part = str(outside)
+            elif flag == "--http-port":
+                part = str(free_port())
             for target, directory in mounts.items():
                 if part == target or part.startswith(target + "/"):
                     part = str(directory) + part[len(target) :]
@@ -320,7 +322,9 @@ def compose_stack(
         for published in spec.get("ports", []):
             address, _, inside = str(published).rpartition(":")
             assert address.startswith("127.0.0.1:"), f"{name} publishes beyond loopback"
-            topology.ports[name] = (int(inside), free_port())
+            # The first published port is the service's own (--port); a later one is another
+            # listener of the same process (the worker's --http-port), mapped where it is named.
+            topology.ports.setdefault(name, (int(inside), free_port()))
     postgres_env = interpolate(services["postgres"]["environment"], values)
     init_postgres(postgres_server, postgres_env)
     # The worker's volume from an earlier start: keys, seeded bundles, calibration, certificates.

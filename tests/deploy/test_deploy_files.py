@@ -51,6 +51,8 @@ LOCK = REPO / "requirements.lock"
 SERVICES = ("control", "worker", "mockmed")
 """The rewardseal services (compose also runs postgres)."""
 PORTS = {"control": 8791, "worker": 8790, "mockmed": 8792}
+HTTP_PORT = 8788
+"""The worker's HTTP/JSON face in the compose file (``--http-port``)."""
 DISTRIBUTIONS = {
     "control": "rewardseal-control",
     "worker": "rewardseal-worker",
@@ -265,8 +267,11 @@ def test_compose_port_is_published_on_loopback_and_served(
 ) -> None:
     spec = compose["services"][service]
     port = PORTS[service]
-    assert spec["ports"] == [f"127.0.0.1:{port}:{port}"]
+    extra = [f"127.0.0.1:{HTTP_PORT}:{HTTP_PORT}"] if service == "worker" else []
+    assert spec["ports"] == [f"127.0.0.1:{port}:{port}", *extra]
     assert flag_value(spec["command"], "--port") == str(port)
+    if extra:  # the worker's HTTP/JSON face (docs/http.md)
+        assert flag_value(spec["command"], "--http-port") == str(HTTP_PORT)
     assert flag_value(spec["command"], "--host") == "0.0.0.0"
     # The published port is also each service's own default.
     needs(service)

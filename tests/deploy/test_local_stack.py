@@ -86,6 +86,10 @@ def test_up_status_score_down(stack: tuple[Path, dict[str, Any], str]) -> None:
     assert "rewardseal.v1.RewardWorkerService/ScoreEpisode" in printed
     assert f'WorkerClient("{worker["target"]}", token="{tokens["worker"]}"' in printed
     assert worker["contract_digest"] in printed
+    # The worker's HTTP/JSON face too (docs/http.md), printed with its curl calls.
+    assert f"curl -s {worker['http_url']}/health" in printed
+    with urllib.request.urlopen(f"{worker['http_url']}/health", timeout=10) as response:
+        assert json.loads(response.read())["reward_contract_digest"] == worker["contract_digest"]
 
     status = run_stack("status", run_dir)
     assert status.returncode == 0, status.stdout + status.stderr

@@ -411,6 +411,50 @@ def validate_descriptor(descriptor: EpisodeDescriptor) -> None:
         _check_enum(descriptor.runtime_signal, RuntimeSignal, "runtime_signal", InvalidEpisode)
     check_identity_values(descriptor.oracle_identity, "oracle_identity")
     check_metadata(descriptor.metadata)
+    runtime_signal_of(descriptor)
+
+
+RUNTIME_SIGNAL_METADATA_KEY = "runtime_signal"
+"""Where HTTP reward clients put the runtime's end-of-episode signal: ``metadata.runtime_signal``,
+a lowercase word (``halted_before_effect``) or the enum's full name."""
+
+
+def runtime_signal_named(word: str | None, field: str) -> RuntimeSignal.ValueType:
+    """The runtime signal a JSON caller names: a lowercase word (``halted_before_effect``) or
+    the enum's full name; ``field`` names where it came from in the error.
+
+    Raises:
+        InvalidEpisode: ``word`` is not a string naming a known signal (UNSPECIFIED is none).
+    """
+    name = "" if word is None else word.upper()
+    if name and not name.startswith("RUNTIME_SIGNAL_"):
+        name = f"RUNTIME_SIGNAL_{name}"
+    names = RuntimeSignal.keys()
+    if name not in names or name == "RUNTIME_SIGNAL_UNSPECIFIED":
+        known = ", ".join(n.removeprefix("RUNTIME_SIGNAL_").lower() for n in names[1:])
+        shown = preview(word) if word is not None else "a non-string value"
+        raise InvalidEpisode(f"{field} must be one of {known}, got {shown}")
+    return RuntimeSignal.Value(name)
+
+
+def runtime_signal_of(descriptor: EpisodeDescriptor) -> RuntimeSignal.ValueType:
+    """The runtime signal a descriptor states (R-MSG-9, R-W-4): the field, else
+    ``metadata.runtime_signal``, else COMPLETED.
+
+    Raises:
+        InvalidEpisode: ``metadata.runtime_signal`` is not a known signal, or it names another
+            signal than the field does (which one the runtime meant cannot be told).
+    """
+    field = descriptor.runtime_signal if descriptor.HasField("runtime_signal") else None
+    fields = descriptor.metadata.fields
+    if RUNTIME_SIGNAL_METADATA_KEY not in fields:
+        return RuntimeSignal.RUNTIME_SIGNAL_COMPLETED if field is None else field
+    raw = fields[RUNTIME_SIGNAL_METADATA_KEY]
+    word = raw.string_value if raw.WhichOneof("kind") == "string_value" else None
+    value = runtime_signal_named(word, "metadata.runtime_signal")
+    if field is not None and field != value:
+        raise InvalidEpisode("metadata.runtime_signal names another signal than runtime_signal")
+    return value
 
 
 def validate_calibration_summary(summary: CalibrationSummary) -> None:

@@ -43,7 +43,7 @@ __all__ = [
     "load_token",
     "make_private_dir",
     "read_token_file",
-    "resolve_metrics_port",
+    "resolve_optional_port",
     "resolve_port",
     "resolve_server_tls",
 ]
@@ -115,23 +115,16 @@ def _bounds_text(minimum: int | None, maximum: int | None) -> str:
     return "" if maximum is None else f" of at most {maximum}"
 
 
-def resolve_metrics_port(port: int | None, env: Mapping[str, str], *, env_name: str) -> int | None:
-    """``--metrics-port``, else ``$env_name``, else None: metrics are off unless asked for.
+def resolve_optional_port(port: int | None, env: Mapping[str, str], *, env_name: str) -> int | None:
+    """``port``, else ``$env_name``, else None: for a listener that is off unless asked for
+    (``--metrics-port``, ``--http-port``); 0 picks a free port.
 
     Raises:
-        ValidationError: not a whole number, or outside 0..65535 (0 picks a free port).
+        ValidationError: as :func:`resolve_port`.
     """
-    if port is None:
-        raw = env.get(env_name) or None
-        if raw is None:
-            return None
-        try:
-            port = int(raw)
-        except ValueError:
-            raise ValidationError(f"{env_name} must be a port number, got {raw[:20]!r}") from None
-    if not 0 <= port <= 65535:
-        raise ValidationError(f"metrics port {port} is out of range (0..65535)")
-    return port
+    if port is None and not (env.get(env_name) or "").strip():
+        return None
+    return resolve_port(port, env, env_name=env_name, default=0)
 
 
 def read_token_file(path: Path) -> str:

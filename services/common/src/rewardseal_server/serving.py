@@ -294,12 +294,13 @@ async def serve_until_signalled(stop: Hook) -> None:
             loop.remove_signal_handler(signum)
 
 
-def bind_listening_socket(host: str, port: int) -> socket.socket:
+def bind_listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
     """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6.
 
     The port is this process's alone: SO_REUSEADDR (a restart need not wait out TIME_WAIT) but
     never SO_REUSEPORT, so a second server on a port in use is refused instead of taking a
-    share of the callers.
+    share of the callers; ``reuse_port`` is the deliberate exception, for the processes of
+    ``rewardseal-worker serve --processes N`` (see :func:`start_grpc_server`).
 
     Raises:
         CannotListen: ``host:port`` cannot be bound (in use by another process, not an address
@@ -311,6 +312,8 @@ def bind_listening_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:

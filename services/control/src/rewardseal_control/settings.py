@@ -151,11 +151,6 @@ def resolve_settings(
         data, env, env_name=WORKER_TOKEN_ENV, file_name=WORKER_TOKEN_FILE
     )
     _check_distinct({"admin": admin_token, "client": token, "worker": worker_token})
-    console_port = None
-    if http_port is not None or env.get(HTTP_PORT_ENV):
-        console_port = service_settings.resolve_port(
-            http_port, env, env_name=HTTP_PORT_ENV, default=0
-        )
     return ControlSettings(
         data_dir=data,
         db_url=url,
@@ -166,14 +161,14 @@ def resolve_settings(
         worker_token=worker_token,
         revocation_ttl=ttl,
         reflection=reflection,
-        http_port=console_port,
+        http_port=service_settings.resolve_optional_port(http_port, env, env_name=HTTP_PORT_ENV),
         tls=service_settings.resolve_server_tls(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
         admin_token_source=admin_source,
         token_source=token_source,
         worker_token_source=worker_source,
-        metrics_port=service_settings.resolve_metrics_port(
+        metrics_port=service_settings.resolve_optional_port(
             metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
         ),
     )

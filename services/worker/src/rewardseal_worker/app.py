@@ -26,6 +26,8 @@ from rewardseal_worker.store import WorkerStore
 _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
+    from rewardseal_worker.http.server import RunningHttp
+
     # Seeding MockMed is a demo feature that needs rewardseal-mockmed and the kit: imported only
     # to seed (the import contracts allow the worker's kit imports on this path alone).
     from rewardseal_worker.seed import SeedResult
@@ -46,6 +48,8 @@ class WorkerApp:
     control: ControlLink | None = None
     health_watch: StoreHealthWatch | None = None
     metrics: MetricsEndpoint | None = None
+    http: RunningHttp | None = None
+    """The HTTP/JSON face (``--http-port``), on this process's event loop; None without it."""
 
     @property
     def port(self) -> int:
@@ -71,12 +75,15 @@ class WorkerApp:
             "processes": 1,
             "pids": [os.getpid()],
             "metrics_url": self.metrics.url if self.metrics is not None else None,
+            "http_port": self.http.port if self.http is not None else None,
         }
 
     async def stop(self) -> None:
         """Stop serving, then release the control link, the reader and the store."""
         if self.health_watch is not None:
             await self.health_watch.stop()
+        if self.http is not None:
+            await self.http.stop()
         await self.running.stop()
         if self.metrics is not None:
             self.metrics.stop()
@@ -146,6 +153,8 @@ async def start_worker(
     if not shared_port:
         # Before seeding and calibrating (minutes): a taken port is refused at once.
         check_port_free(settings.host, settings.port)
+        if settings.http_port is not None:
+            check_port_free(settings.host, settings.http_port)
     key, seeded = prepare_worker(settings, progress=progress)
     # A self-signed certificate verifies against the worker's own key.
     bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
@@ -191,6 +200,9 @@ async def start_worker(
             shared_port=shared_port,
             interceptors=(metrics.interceptor(),) if metrics is not None else (),
         )
+        http = None
+        if settings.http_port is not None:
+            http = await _start_http(settings, scorer, running, shared_port=shared_port)
     except BaseException:
         # The port is taken (or the start was cancelled): release what was opened for it.
         if control is not None:
@@ -200,7 +212,9 @@ async def start_worker(
         raise
     watch = StoreHealthWatch(store.ping, running, interval=settings.health_interval_seconds)
     watch.start()
-    app = WorkerApp(settings, key, bundle, store, reader, scorer, running, seeded, control, watch)
+    app = WorkerApp(
+        settings, key, bundle, store, reader, scorer, running, seeded, control, watch, http=http
+    )
     if metrics is not None and settings.metrics_port is not None:
         port = settings.metrics_port + process_index if settings.metrics_port else 0
         try:
@@ -210,12 +224,35 @@ async def start_worker(
             raise
     # The start as one event for log pipelines (the banner on stdout is for people).
     _log.info(
-        "serving contract %s (tier %d) on %s:%d under certificate %s; metrics %s",
+        "serving contract %s (tier %d) on %s:%d under certificate %s; http %s; metrics %s",
         bundle.contract_digest,
         bundle.tier,
         settings.host,
         app.port,
         app.banner()["certificate_id"] or "none",
+        app.http.port if app.http is not None else "off",
         app.metrics.url if app.metrics is not None else "off",
     )
     return app
+
+
+async def _start_http(
+    settings: WorkerSettings, scorer: Scorer, grpc: RunningServer, *, shared_port: bool
+) -> RunningHttp:
+    """The HTTP face over ``scorer`` (docs/http.md); stops the gRPC server if it cannot start."""
+    # Imported here: FastAPI and uvicorn load only for a worker that serves HTTP.
+    from rewardseal_worker.http.routes import create_app
+    from rewardseal_worker.http.server import start_http_server
+
+    assert settings.http_port is not None
+    try:
+        return await start_http_server(
+            create_app(scorer, token=settings.token),
+            host=settings.host,
+            port=settings.http_port,
+            tls=settings.tls,
+            reuse_port=shared_port,
+        )
+    except BaseException:
+        await grpc.stop()
+        raise

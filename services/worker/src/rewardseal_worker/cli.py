@@ -115,6 +115,12 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         "--processes N, process i serves on this port + i",
     )
     add_logging_options(serve, ENV_PREFIX)
+    serve.add_argument(
+        "--http-port",
+        type=int,
+        help="also serve the HTTP/JSON face on this port (0 picks a free one; docs/http.md; "
+        "or REWARDSEAL_WORKER_HTTP_PORT); off by default",
+    )
     # Internal: set by the supervisor of --processes N on each of its children.
     serve.add_argument("--supervised-by", type=int, help=argparse.SUPPRESS)
     serve.add_argument("--process-index", type=int, default=0, help=argparse.SUPPRESS)
@@ -126,6 +132,7 @@ _NOT_PASSED_TO_CHILDREN = frozenset(
         "calibration_trials",
         "processes",
         "port",  # the supervisor's (a free one for 0)
+        "http_port",  # likewise
         "ready_file",  # each child writes its own; the supervisor writes the one asked for
         "supervised_by",
         "process_index",
@@ -153,7 +160,8 @@ def _child_command(args: argparse.Namespace) -> ChildCommand:
             passed += [flag, str(value)]
     supervisor = os.getpid()
 
-    def command(index: int, port: int, ready: Path) -> list[str]:
+    def command(index: int, port: int, ready: Path, http_port: int | None) -> list[str]:
+        http = [] if http_port is None else ["--http-port", str(http_port)]
         return [
             sys.executable,
             "-m",
@@ -168,6 +176,7 @@ def _child_command(args: argparse.Namespace) -> ChildCommand:
             str(supervisor),
             "--process-index",
             str(index),
+            *http,
         ]
 
     return command
@@ -186,6 +195,8 @@ def _banner_text(info: dict[str, Any]) -> str:
     urls = [url for url in info.get("metrics_urls", [info.get("metrics_url")]) if url]
     if urls:
         lines.append(f"  metrics          {', '.join(urls)}")
+    if info.get("http_port") is not None:
+        lines.append(f"  http             {info['host']}:{info['http_port']}  (docs/http.md)")
     if info["processes"] > 1:
         pids = ", ".join(str(pid) for pid in info["pids"])
         lines.append(f"  processes        {info['processes']} sharing the port (pids {pids})")
@@ -230,6 +241,7 @@ async def _serve(args: argparse.Namespace) -> int:
         # A child serves alone: the count is its supervisor's business.
         processes=1 if args.supervised_by is not None else args.processes,
         metrics_port=args.metrics_port,
+        http_port=args.http_port,
     )
     if args.supervised_by is not None:
         return await _serve_as_child(args, settings)

@@ -42,7 +42,6 @@ from rewardseal.judging import judge_episode
 from rewardseal.receipts import EpisodeFacts, is_unscored, issue_receipt
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import RewardCertificate
-from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.v1.worker_service_pb2 import (
@@ -52,6 +51,7 @@ from rewardseal.v1.worker_service_pb2 import (
 )
 from rewardseal.validation import (
     check_identity_values,
+    runtime_signal_of,
     validate_descriptor,
     validate_digest,
     validate_id,
@@ -409,18 +409,13 @@ class Scorer:
             oracle_error = str(read) or "the system of record could not be read"
         else:
             current = read
-        signal = (
-            descriptor.runtime_signal
-            if descriptor.HasField("runtime_signal")
-            else RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
-        )
         decision = judge_episode(
             self.bundle.required,
             self.bundle.forbidden,
             identity=checked.identity,
             baseline=checked.baseline,
             current=current,
-            runtime_signal=signal,
+            runtime_signal=runtime_signal_of(descriptor),
             credited=credited,
             oracle_error=oracle_error,
         )

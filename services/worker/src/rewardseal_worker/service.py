@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -20,7 +21,7 @@ from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.validation import parse_strict
 from rewardseal_worker import __version__
 from rewardseal_worker.begins import BeginOutcome
@@ -164,13 +165,34 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
             item = json_format.MessageToDict(request.item)
         except ValueError as exc:  # NaN or infinity somewhere: no JSON form, not a descriptor
             raise InvalidEpisode("the grader item has no JSON form (NaN or infinity)") from exc
-        descriptor = descriptor_from_item(item)
-        envelope = await self.scorer.score(ScoreJob(descriptor, commit_unscored=False))
-        receipt = parse_strict(RewardEvidenceReceipt, envelope.payload)
-        if is_unscored(receipt):
-            # The grader schema has no "do not score" value; 0.0 would train on noise (R-W-9).
-            raise Unscored(
-                f"episode {descriptor.episode_id} is unscored; drop the sample",
-                metadata={"reward_outcome": RewardOutcome.Name(receipt.reward_outcome)},
-            )
-        return pb.GradeOpenAIResponse(score=grader_score(receipt), envelope=envelope)
+        graded = await grade_item(self.scorer, item)
+        return pb.GradeOpenAIResponse(score=graded.score, envelope=graded.envelope)
+
+
+@dataclass(frozen=True)
+class Graded:
+    """The grader mirror's answer for one item: its score and the receipt behind it."""
+
+    score: float
+    receipt: RewardEvidenceReceipt
+    envelope: SignedEnvelope
+
+
+async def grade_item(scorer: Scorer, item: Mapping[str, Any]) -> Graded:
+    """Score the episode a grader ``item`` names without burning its id when it is unscored,
+    and grade it (the gRPC GradeOpenAI RPC and ``POST /v1/graders/openai`` alike).
+
+    Raises:
+        Unscored: the episode is unscored; the grader shape cannot say so and 0.0 would train
+            on noise (R-W-9).
+        RewardSealError: the item is not a descriptor, or scoring refused it.
+    """
+    descriptor = descriptor_from_item(item)
+    envelope = await scorer.score(ScoreJob(descriptor, commit_unscored=False))
+    receipt = parse_strict(RewardEvidenceReceipt, envelope.payload)
+    if is_unscored(receipt):
+        raise Unscored(
+            f"episode {descriptor.episode_id} is unscored; drop the sample",
+            metadata={"reward_outcome": RewardOutcome.Name(receipt.reward_outcome)},
+        )
+    return Graded(grader_score(receipt), receipt, envelope)

@@ -99,6 +99,9 @@ class WorkerSettings:
     metrics_port: int | None = None
     """Serve Prometheus ``/metrics`` here (``--metrics-port``, 0: a free port); None: off. With
     ``--processes N`` process ``i`` serves on ``metrics_port + i`` (each has its own counters)."""
+    http_port: int | None = None
+    """Also serve the HTTP/JSON face on this port (``--http-port``, docs/http.md; 0 picks a
+    free one); None, the default, serves gRPC only."""
 
     @property
     def key_path(self) -> Path:
@@ -142,6 +145,7 @@ def resolve_settings(
     control_tls_server_name: str | None = None,
     processes: int | None = None,
     metrics_port: int | None = None,
+    http_port: int | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkerSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -154,7 +158,7 @@ def resolve_settings(
             or non-PEM file).
     """
     env = os.environ if env is None else env
-    # First: a bad count is refused before the data dir or the token is made.
+    # First: a bad count (or HTTP port) is refused before the data dir or the token is made.
     process_count = _process_count(processes, env)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     # Made here, 0700, before the token, the key or the database land in it.
@@ -210,8 +214,11 @@ def resolve_settings(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
         processes=process_count,
-        metrics_port=service_settings.resolve_metrics_port(
+        metrics_port=service_settings.resolve_optional_port(
             metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
+        ),
+        http_port=service_settings.resolve_optional_port(
+            http_port, env, env_name=f"{ENV_PREFIX}HTTP_PORT"
         ),
     )
 

@@ -24,6 +24,8 @@ cores. The ``serve`` process becomes a supervisor that serves nothing itself:
   on it for its whole life, so while a child is being replaced no program that does not ask to
   share (SO_REUSEPORT, same user) can take the port. (One that does ask, run by the same user,
   could join: that is what SO_REUSEPORT means, and why it is off unless ``--processes`` > 1.)
+  With ``--http-port``, the HTTP face's port is reserved the same way and every child serves
+  it too (docs/http.md).
 
 Life cycle, as an operator sees it: one banner (child 0's, plus ``processes`` and ``pids``) and
 one ready file once every child is ready. SIGTERM or SIGINT to the supervisor is forwarded to
@@ -74,8 +76,8 @@ STOP_TIMEOUT_SECONDS = 30.0
 ORPHAN_CHECK_SECONDS = 0.5
 """How often a child checks that its supervisor still runs."""
 
-ChildCommand = Callable[[int, int, Path], Sequence[str]]
-"""``(process index, port, child ready file) -> argv`` of one child."""
+ChildCommand = Callable[[int, int, Path, int | None], Sequence[str]]
+"""``(process index, port, child ready file, HTTP port or None) -> argv`` of one child."""
 Announce = Callable[[dict[str, Any], str | None], None]
 """Told ``(banner, change)``: ``change`` None once all children are ready (print the banner),
 else a line about a replaced child."""
@@ -160,6 +162,8 @@ class Supervisor:
         """Every spawned process not yet reaped, by slot (including one still starting)."""
         self._stopping = False
         self._port = 0
+        self._http_port: int | None = None
+        """The HTTP face's port (``--http-port``), reserved like the gRPC port; None without."""
         self._scratch = Path()
 
     async def run(self, *, progress: Callable[[int, int], None] | None = None) -> int:
@@ -172,8 +176,15 @@ class Supervisor:
         """
         settings = self._settings
         check_port_free(settings.host, settings.port)
+        if settings.http_port is not None:
+            check_port_free(settings.host, settings.http_port)
         held = reserve_port(settings.host, settings.port)
         self._port = held.getsockname()[1]
+        # The HTTP face (docs/http.md): every child serves it too, on one shared port.
+        held_http = None
+        if settings.http_port is not None:
+            held_http = reserve_port(settings.host, settings.http_port)
+            self._http_port = held_http.getsockname()[1]
         self._scratch = Path(tempfile.mkdtemp(prefix="rewardseal-worker-"))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -197,6 +208,8 @@ class Supervisor:
                 loop.remove_signal_handler(signum)
             await self._stop_all()
             held.close()
+            if held_http is not None:
+                held_http.close()
             shutil.rmtree(self._scratch, ignore_errors=True)
 
     async def _watch(self, stop: asyncio.Event) -> int:
@@ -248,7 +261,7 @@ class Supervisor:
         # Its own session: a terminal's Ctrl-C reaches the supervisor, which stops the children
         # in order, instead of every process at once.
         process = await asyncio.create_subprocess_exec(
-            *self._command(index, self._port, ready), start_new_session=True
+            *self._command(index, self._port, ready, self._http_port), start_new_session=True
         )
         self._live[index] = process
         started = time.monotonic()
