@@ -88,8 +88,14 @@ async def start_http_server(
     port: int,
     tls: ServerTls | None = None,
     name: str = "http",
+    reuse_port: bool = False,
+    grace_seconds: int = GRACEFUL_SHUTDOWN_SECONDS,
 ) -> RunningHttpServer:
     """Serve the ASGI ``app`` on ``host:port`` in this event loop; return once it accepts.
+
+    ``reuse_port``: beside the other processes of ``rewardseal-worker serve --processes N``
+    (SO_REUSEPORT, that mode only); ``grace_seconds``: how long :meth:`RunningHttpServer.stop`
+    lets open requests finish.
 
     Raises:
         CannotListen: ``host:port`` cannot be bound.
@@ -103,13 +109,13 @@ async def start_http_server(
             # The embedding service owns SIGINT/SIGTERM and stops this server itself.
             yield
 
-    sock = bind_listening_socket(host, port)
+    sock = bind_listening_socket(host, port, reuse_port=reuse_port)
     bound = int(sock.getsockname()[1])
     options: dict[str, Any] = {
         "log_config": None,
         "access_log": False,
         "server_header": False,
-        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS,
+        "timeout_graceful_shutdown": grace_seconds,
         "lifespan": "off",
     }
     if tls is not None:

@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING, Any
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal_server.metrics import MetricsEndpoint, serve_metrics
-from rewardseal_server.serving import RunningServer, check_port_free, transport
+from rewardseal_server.serving import (
+    RunningServer,
+    address,
+    check_port_free,
+    is_loopback,
+    transport,
+)
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.engine import Scorer
@@ -26,7 +32,7 @@ from rewardseal_worker.store import WorkerStore
 _log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from rewardseal_worker.http.server import RunningHttp
+    from rewardseal_server.embedded_http import RunningHttpServer
 
     # Seeding MockMed is a demo feature that needs rewardseal-mockmed and the kit: imported only
     # to seed (the import contracts allow the worker's kit imports on this path alone).
@@ -48,7 +54,7 @@ class WorkerApp:
     control: ControlLink | None = None
     health_watch: StoreHealthWatch | None = None
     metrics: MetricsEndpoint | None = None
-    http: RunningHttp | None = None
+    http: RunningHttpServer | None = None
     """The HTTP/JSON face (``--http-port``), on this process's event loop; None without it."""
 
     @property
@@ -238,21 +244,32 @@ async def start_worker(
 
 async def _start_http(
     settings: WorkerSettings, scorer: Scorer, grpc: RunningServer, *, shared_port: bool
-) -> RunningHttp:
+) -> RunningHttpServer:
     """The HTTP face over ``scorer`` (docs/http.md); stops the gRPC server if it cannot start."""
     # Imported here: FastAPI and uvicorn load only for a worker that serves HTTP.
+    from rewardseal_server.embedded_http import start_http_server
     from rewardseal_worker.http.routes import create_app
-    from rewardseal_worker.http.server import start_http_server
 
     assert settings.http_port is not None
     try:
-        return await start_http_server(
+        http = await start_http_server(
             create_app(scorer, token=settings.token),
             host=settings.host,
             port=settings.http_port,
             tls=settings.tls,
+            name="http-face",
             reuse_port=shared_port,
+            # A worker stops quickly: a trainer retries a call cut short (episode ids make
+            # that safe), while a long grace would hold a rolling restart.
+            grace_seconds=1,
         )
     except BaseException:
         await grpc.stop()
         raise
+    if settings.tls is None and not is_loopback(settings.host):
+        _log.warning(
+            "HTTP face on %s without TLS: bearer tokens and receipts cross the network in "
+            "plaintext (configure a TLS certificate and key)",
+            address(settings.host, http.port),
+        )
+    return http
