@@ -122,6 +122,9 @@ class Topology:
 
     ports: dict[str, tuple[int, int]]
     volumes: dict[str, Path]
+    listeners: dict[tuple[str, int], int] = field(default_factory=dict)
+    """(service, container port) -> host port of a further listener of a service's process
+    (``--http-port``, ``--metrics-port``), mapped where its flag names it."""
 
     def localize(self, text: str, service: str) -> str:
         """``text`` as ``service`` would see it, with host names, ports and volumes mapped."""
@@ -143,8 +146,10 @@ class Topology:
                 inside, outside = self.ports[service]
                 assert int(part) == inside, f"{service} listens on {part}, publishes {inside}"
                 part = str(outside)
-            elif flag == "--http-port":
-                part = str(free_port())
+            elif flag in {"--http-port", "--metrics-port"}:
+                outside = free_port()
+                self.listeners[(service, int(part))] = outside
+                part = str(outside)
             for target, directory in mounts.items():
                 if part == target or part.startswith(target + "/"):
                     part = str(directory) + part[len(target) :]
@@ -323,7 +328,8 @@ def compose_stack(
             address, _, inside = str(published).rpartition(":")
             assert address.startswith("127.0.0.1:"), f"{name} publishes beyond loopback"
             # The first published port is the service's own (--port); a later one is another
-            # listener of the same process (the worker's --http-port), mapped where it is named.
+            # listener of the same process (--http-port, --metrics-port), mapped where it is
+            # named (Topology.listeners; the test checks each is named).
             topology.ports.setdefault(name, (int(inside), free_port()))
     postgres_env = interpolate(services["postgres"]["environment"], values)
     init_postgres(postgres_server, postgres_env)
@@ -405,10 +411,40 @@ def post(
     return answer
 
 
+def get_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=20) as response:
+        text: str = response.read().decode()
+    return text
+
+
+def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """The values of metric ``name`` in a Prometheus exposition, by their sorted labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name
+    }
+
+
+def published_listeners(stack: ComposeStack, service: str) -> set[int]:
+    """The container ports ``service`` publishes besides its own (``--port``)."""
+    document = yaml.safe_load(COMPOSE_FILE.read_text())
+    published = [int(str(p).rpartition(":")[2]) for p in document["services"][service]["ports"]]
+    assert published[0] == stack.topology.ports[service][0]
+    return set(published[1:])
+
+
 def test_the_compose_stack_pays_the_honest_episode_and_not_the_banner_lie(
     compose_stack: ComposeStack,
 ) -> None:
     stack = compose_stack
+    # Every further published port is a listener the service's command starts.
+    for service in ("control", "worker", "mockmed"):
+        named = {inside for (name, inside) in stack.topology.listeners if name == service}
+        assert published_listeners(stack, service) == named, service
     digest = stack.worker_banner["contract_digest"]
     assert stack.worker_banner["certificate"] != "none"
     worker_key = SigningKey.load_or_create(stack.topology.volumes["worker-data"] / KEY_FILE)
@@ -451,3 +487,18 @@ def test_the_compose_stack_pays_the_honest_episode_and_not_the_banner_lie(
     assert honest.receipt.certified, list(honest.receipt.certification_refusals)
     assert lie.receipt.reward_outcome == RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT
     assert lie.scalar == 0.0
+    # The published listeners serve: the worker's HTTP face and both metrics endpoints, which
+    # counted the two receipts (the worker as it signed them; control as they were forwarded,
+    # so that one is waited for).
+    listener = stack.topology.listeners
+    health = json.loads(get_text(f"http://127.0.0.1:{listener[('worker', 8788)]}/health"))
+    assert health["reward_contract_digest"] == digest
+    worker_metrics = get_text(f"http://127.0.0.1:{listener[('worker', 9464)]}/metrics")
+    receipts = samples(worker_metrics, "rewardseal_worker_receipts_total")
+    assert receipts[(("certified", "true"), ("outcome", "VERIFIED"))] == 1.0
+    assert sum(v for labels, v in receipts.items() if ("outcome", "WRONG_EFFECT") in labels) == 1
+    deadline = time.monotonic() + 60
+    control_url = f"http://127.0.0.1:{listener[('control', 9465)]}/metrics"
+    while "rewardseal_control_receipts_recorded_total{" not in get_text(control_url):
+        assert time.monotonic() < deadline, get_text(control_url)
+        time.sleep(0.5)

@@ -254,6 +254,44 @@ def test_the_worker_numeric_variables(
     assert_one_line(err, f"rewardseal-worker: {name} {expected}")
 
 
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["--metrics-port", "65534"], {}, "--metrics-port 65534 with 4 server processes"),
+        ([], {"REWARDSEAL_WORKER_METRICS_PORT": "65533"}, "REWARDSEAL_WORKER_METRICS_PORT 65533"),
+    ],
+    ids=["flag", "variable"],
+)
+def test_a_metrics_port_range_past_65535_is_refused(
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    argv: list[str],
+    env: dict[str, str],
+    expected: str,
+) -> None:
+    """Process i of ``--processes N`` serves metrics on P + i: P + N - 1 must be a port."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    data_dir = tmp_path / "never-made"
+    serve = ["serve", "--data-dir", str(data_dir), "--port", "0", "--processes", "4", *argv]
+    code, err = run_main(capfd, worker_main, serve)
+    assert code == EXIT_USAGE
+    assert_one_line(err, f"rewardseal-worker: {expected}", "past 65535", "at most 65532")
+    assert not data_dir.exists(), "refused, yet it made the data dir"
+
+
+def test_a_metrics_port_range_that_ends_at_65535_is_accepted(tmp_path: Path) -> None:
+    from rewardseal_worker.settings import resolve_settings
+
+    env = {"REWARDSEAL_WORKER_TOKEN": "t" * 24}
+    settings = resolve_settings(data_dir=tmp_path / "w", processes=4, metrics_port=65532, env=env)
+    assert settings.metrics_port == 65532
+    # 0 (a free port for each process) has no range to check.
+    assert resolve_settings(data_dir=tmp_path / "w", processes=64, metrics_port=0, env=env)
+    assert resolve_settings(data_dir=tmp_path / "w", processes=1, metrics_port=65535, env=env)
+
+
 @pytest.mark.usefixtures("mockmed_token")
 @pytest.mark.parametrize("service", sorted(SERVICES))
 def test_a_host_address_this_host_lacks(

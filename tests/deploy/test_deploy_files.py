@@ -52,7 +52,9 @@ SERVICES = ("control", "worker", "mockmed")
 """The rewardseal services (compose also runs postgres)."""
 PORTS = {"control": 8791, "worker": 8790, "mockmed": 8792}
 HTTP_PORT = 8788
-"""The worker's HTTP/JSON face in the compose file (``--http-port``)."""
+"""The worker's HTTP/JSON face in the compose file and the k8s manifest (``--http-port``)."""
+METRICS_PORTS = {"worker": 9464, "control": 9465}
+"""Prometheus ``/metrics`` in the compose file (``--metrics-port``): one host, so two ports."""
 DISTRIBUTIONS = {
     "control": "rewardseal-control",
     "worker": "rewardseal-worker",
@@ -267,11 +269,17 @@ def test_compose_port_is_published_on_loopback_and_served(
 ) -> None:
     spec = compose["services"][service]
     port = PORTS[service]
-    extra = [f"127.0.0.1:{HTTP_PORT}:{HTTP_PORT}"] if service == "worker" else []
+    # Each further listener of the process: its flag and port.
+    listeners = {
+        "worker": {"--http-port": HTTP_PORT, "--metrics-port": METRICS_PORTS["worker"]},
+        "control": {"--metrics-port": METRICS_PORTS["control"]},
+        "mockmed": {},
+    }[service]
+    extra = [f"127.0.0.1:{p}:{p}" for p in listeners.values()]
     assert spec["ports"] == [f"127.0.0.1:{port}:{port}", *extra]
     assert flag_value(spec["command"], "--port") == str(port)
-    if extra:  # the worker's HTTP/JSON face (docs/http.md)
-        assert flag_value(spec["command"], "--http-port") == str(HTTP_PORT)
+    for flag, listener in listeners.items():  # the HTTP face (docs/http.md), /metrics
+        assert flag_value(spec["command"], flag) == str(listener)
     assert flag_value(spec["command"], "--host") == "0.0.0.0"
     # The published port is also each service's own default.
     needs(service)
@@ -781,7 +789,7 @@ def test_kubectl_kustomize_builds() -> None:
 def test_worker_service_is_headless_over_the_worker_pods() -> None:
     service = k8s_object("Service", "worker")
     assert service["spec"]["clusterIP"] is None or service["spec"]["clusterIP"] == "None"
-    [port] = service["spec"]["ports"]
+    port = {entry["name"]: entry for entry in service["spec"]["ports"]}["grpc"]
     assert port["port"] == PORTS["worker"]
     assert port["targetPort"] == "grpc"
     labels = k8s_object("Deployment", "worker")["spec"]["template"]["metadata"]["labels"]
@@ -789,6 +797,38 @@ def test_worker_service_is_headless_over_the_worker_pods() -> None:
     text = (K8S / "worker.yaml").read_text()
     assert "dns:///worker.<ns>.svc.cluster.local:8790" in text
     assert '("grpc.lb_policy_name", "round_robin")' in text
+
+
+def test_the_k8s_worker_serves_the_http_face_on_the_compose_port(compose: dict[str, Any]) -> None:
+    """``--http-port`` as compose has it, declared on the container and on the Service."""
+    container = k8s_container("worker")
+    port = int(flag_value(container["args"], "--http-port"))
+    assert port == HTTP_PORT
+    assert flag_value(compose["services"]["worker"]["command"], "--http-port") == str(port)
+    assert {"name": "http", "containerPort": port} in container["ports"]
+    ports = {entry["name"]: entry for entry in k8s_object("Service", "worker")["spec"]["ports"]}
+    assert set(ports) == {"grpc", "http"}
+    assert ports["http"] == {
+        "name": "http",
+        "port": port,
+        "targetPort": "http",
+        "appProtocol": "http",
+    }
+    # Every port the container declares is a distinct one.
+    declared = [entry["containerPort"] for entry in container["ports"]]
+    assert len(declared) == len(set(declared))
+
+
+def test_compose_metrics_ports_match_the_k8s_scrape_port(compose: dict[str, Any]) -> None:
+    """The worker's metrics port is k8s's; control's differs from it only because compose
+    publishes both on one host."""
+    for service in ("worker", "control"):
+        compose_port = int(flag_value(compose["services"][service]["command"], "--metrics-port"))
+        assert compose_port == METRICS_PORTS[service]
+        assert compose_port not in PORTS.values()
+        assert compose_port != HTTP_PORT
+    k8s_port = int(flag_value(k8s_container("worker")["args"], "--metrics-port"))
+    assert k8s_port == METRICS_PORTS["worker"]
 
 
 def test_worker_runs_several_replicas() -> None:

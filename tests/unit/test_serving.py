@@ -46,7 +46,7 @@ async def test_a_started_server_is_serving_and_hooks_run_in_order() -> None:
 
     async def on_stop() -> None:
         # NOT_SERVING is set before the hook runs; the server still answers.
-        events.append(f"stop:{await _health(ports[0], '')}")
+        events.append(f"stop:{await _health(ports[0], '')}:{running.serving}")
 
     running = await start_grpc_server(
         add_servicers=added.append,
@@ -61,9 +61,18 @@ async def test_a_started_server_is_serving_and_hooks_run_in_order() -> None:
         assert events == ["start"]
         assert await _health(running.port, "") == SERVING
         assert await _health(running.port, SERVICE) == SERVING
+        assert running.serving is True
+        # `serving` says what the health service says (the worker's HTTP /health reads it).
+        await running.set_serving(False)
+        assert (await _health(running.port, ""), running.serving) == (NOT_SERVING, False)
+        await running.set_serving(True)
+        assert (await _health(running.port, ""), running.serving) == (SERVING, True)
     finally:
         await running.stop(grace=None)
-    assert events == ["start", f"stop:{NOT_SERVING}"]
+    assert events == ["start", f"stop:{NOT_SERVING}:False"]
+    # Stopped: a late set_serving(True) (a store watch) changes neither.
+    await running.set_serving(True)
+    assert running.serving is False
 
 
 @pytest.mark.parametrize("reflection", [True, False])

@@ -16,9 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 from google.protobuf import json_format
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.http_worker import HttpWorker, http_worker
 from support.mockmed_episodes import CHECKPOINT, descriptor, write_triage
 
@@ -31,6 +33,7 @@ from rewardseal.v1.enums_pb2 import (
     Uncertainty,
 )
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+from rewardseal_worker.health_watch import StoreHealthWatch
 from rewardseal_worker.http.guards import MAX_BODY_BYTES
 from rewardseal_worker.http.responses import error_response
 from rewardseal_worker.http.shapes import WITHHELD_PRODUCTION, ReceiptView, reward_view
@@ -161,6 +164,42 @@ def test_health_needs_no_token_and_matches_the_health_rpc(
     assert health["oracle_channel"] == "db"
     assert health["certificate_state"] == "current"
     assert health["certificate_id"] == rpc.certificate_id
+
+
+def grpc_health(worker: HttpWorker) -> int:
+    """What the worker's grpc.health.v1 says for the whole server, over real gRPC."""
+    with grpc.insecure_channel(worker.target) as channel:
+        answer = health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=10
+        )
+    status: int = answer.status
+    return status
+
+
+def test_health_reports_the_serving_state_grpc_health_reports(
+    worker: HttpWorker, anon: httpx.Client
+) -> None:
+    """A store watch that finds the store down turns both faces' health NOT_SERVING (HTTP 503),
+    even between its probes when a read of the store would still succeed; and both SERVING
+    again once it answers."""
+    store_down = True
+
+    def probe() -> None:
+        if store_down:
+            raise Unavailable("the store does not answer")
+
+    watch = StoreHealthWatch(probe, worker.app.running, interval=3600)
+    try:
+        assert worker.run(watch.check()) is False
+        assert grpc_health(worker) == health_pb2.HealthCheckResponse.NOT_SERVING
+        document = refused(anon.get("/health"), 503, "unavailable")
+        assert "NOT_SERVING" in document["detail"]
+        store_down = False
+        assert worker.run(watch.check()) is True
+        assert grpc_health(worker) == health_pb2.HealthCheckResponse.SERVING
+        assert anon.get("/health").status_code == 200
+    finally:
+        worker.run(worker.app.running.set_serving(True))
 
 
 # --- POST /v1/rewards and GET /v1/rewards/{id} ---

@@ -126,7 +126,9 @@ def test_metrics_port_from_the_environment(tmp_path: Path) -> None:
     env = {"REWARDSEAL_WORKER_METRICS_PORT": "9464"}
     assert resolve_settings(data_dir=tmp_path, env=env).metrics_port == 9464
     assert resolve_settings(data_dir=tmp_path, env={}).metrics_port is None
-    with pytest.raises(ValidationError, match="REWARDSEAL_WORKER_METRICS_PORT must be a whole number"):
+    with pytest.raises(
+        ValidationError, match="REWARDSEAL_WORKER_METRICS_PORT must be a whole number"
+    ):
         resolve_settings(data_dir=tmp_path, env={"REWARDSEAL_WORKER_METRICS_PORT": "abc"})
     with pytest.raises(ValidationError, match="out of range"):
         resolve_settings(data_dir=tmp_path, metrics_port=70000, env={})

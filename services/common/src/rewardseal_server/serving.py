@@ -31,7 +31,7 @@ import os
 import signal
 import socket
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -78,12 +78,21 @@ class RunningServer:
     to end streams that never end on their own, so that the stop need not wait for them)."""
     service_names: tuple[str, ...] = ()
     """The services the health service reports on (besides ``""``, the whole server)."""
+    _serving: bool = field(default=False, init=False, repr=False)
+    _stopping: bool = field(default=False, init=False, repr=False)
+
+    @property
+    def serving(self) -> bool:
+        """What the health service reports for ``""`` now: SERVING (True) or NOT_SERVING, so
+        another face of the same server (the worker's HTTP ``/health``) can report the same."""
+        return self._serving and not self._stopping
 
     async def set_serving(self, serving: bool) -> None:
         """Report SERVING or NOT_SERVING for the whole server and each of its services
         (for example while a dependency the services cannot work without is down)."""
         from grpc_health.v1 import health_pb2
 
+        self._serving = serving
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
@@ -95,6 +104,8 @@ class RunningServer:
     async def stop(self, grace: float | None = 1.0) -> None:
         """Mark NOT_SERVING, run ``on_stop``, then stop, letting in-flight calls finish within
         ``grace`` seconds (None: wait for them)."""
+        # The health servicer ignores set() from here on; so does :attr:`serving`.
+        self._stopping = True
         await self.health.enter_graceful_shutdown()
         if self.on_stop is not None:
             await self.on_stop()

@@ -253,7 +253,7 @@ async def _start_http(
     assert settings.http_port is not None
     try:
         http = await start_http_server(
-            create_app(scorer, token=settings.token),
+            create_app(scorer, token=settings.token, serving=lambda: grpc.serving),
             host=settings.host,
             port=settings.http_port,
             tls=settings.tls,

@@ -158,8 +158,9 @@ def resolve_settings(
             or non-PEM file).
     """
     env = os.environ if env is None else env
-    # First: a bad count (or HTTP port) is refused before the data dir or the token is made.
+    # First: a bad count (or metrics port) is refused before the data dir or the token is made.
     process_count = _process_count(processes, env)
+    resolved_metrics_port = _metrics_port(metrics_port, process_count, env)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     # Made here, 0700, before the token, the key or the database land in it.
     service_settings.make_private_dir(data)
@@ -214,9 +215,7 @@ def resolve_settings(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
         processes=process_count,
-        metrics_port=service_settings.resolve_optional_port(
-            metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
-        ),
+        metrics_port=resolved_metrics_port,
         http_port=service_settings.resolve_optional_port(
             http_port, env, env_name=f"{ENV_PREFIX}HTTP_PORT"
         ),
@@ -239,6 +238,27 @@ def _process_count(flag: int | None, env: Mapping[str, str]) -> int:
     if not 1 <= count <= MAX_PROCESSES:
         raise ValidationError(f"{name} must be from 1 to {MAX_PROCESSES}, got {count}")
     return count
+
+
+def _metrics_port(flag: int | None, processes: int, env: Mapping[str, str]) -> int | None:
+    """``--metrics-port``, else ``$REWARDSEAL_WORKER_METRICS_PORT``, else None (off).
+
+    Process ``i`` of ``--processes N`` serves on ``port + i``, so the last, ``port + N - 1``,
+    must be a port too: refused here, in one line, rather than by the last child at start-up.
+    0 (a free port for each process) is never refused.
+
+    Raises:
+        ValidationError: as :func:`service_settings.resolve_port`, or the range runs past 65535.
+    """
+    name = "--metrics-port" if flag is not None else f"{ENV_PREFIX}METRICS_PORT"
+    port = service_settings.resolve_optional_port(flag, env, env_name=f"{ENV_PREFIX}METRICS_PORT")
+    if port and port + processes - 1 > 65535:
+        raise ValidationError(
+            f"{name} {port} with {processes} server processes needs ports {port}.."
+            f"{port + processes - 1} (process i serves on port + i), past 65535: "
+            f"use a metrics port of at most {65536 - processes}"
+        )
+    return port
 
 
 def _control_tls(

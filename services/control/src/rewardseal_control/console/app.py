@@ -36,6 +36,7 @@ from rewardseal_control.console.sessions import (
     Session,
     SessionStore,
 )
+from rewardseal_control.console.throttle import SignInThrottle
 from rewardseal_control.service import ADMIN_ROLE, TRAINER_ROLE, ControlPlaneServicer
 
 __all__ = ["CONSOLE_ACTOR", "SECURITY_HEADERS", "create_console_app"]
@@ -105,15 +106,18 @@ def create_console_app(
     *,
     secure_cookies: bool = True,
     sessions: SessionStore | None = None,
+    throttle: SignInThrottle | None = None,
 ) -> FastAPI:
     """The console over ``servicer``'s store, credentials (its ``role_for``) and revocation.
 
     ``secure_cookies``: mark cookies Secure (keep True; browsers accept Secure cookies from
     ``http://localhost`` and ``http://127.0.0.1``, and over anything else the console serves
-    HTTPS only).
+    HTTPS only). ``throttle``: the limit on failed sign-ins per client address (default:
+    :class:`SignInThrottle`'s, 10 in 5 minutes).
     """
     store = servicer.store
     sessions = sessions or SessionStore()
+    throttle = throttle or SignInThrottle()
     templates = _templates()
     stylesheet = resources.files("rewardseal_control.console").joinpath("static/console.css")
     css = stylesheet.read_bytes()
@@ -218,10 +222,13 @@ def create_console_app(
 
     # ------------------------------------------------------------------ sign-in
 
-    def login_page(status: int = 200, error: str = "") -> Response:
+    def login_page(
+        status: int = 200, error: str = "", headers: Mapping[str, str] | None = None
+    ) -> Response:
         cookie, csrf = sessions.login_form()
         response = render("login.html", None, status, csrf_token=csrf, error=error)
         set_cookie(response, LOGIN_COOKIE, cookie, LOGIN_LIFETIME_SECONDS)
+        response.headers.update(headers or {})
         return response
 
     @app.get("/login")
@@ -232,6 +239,16 @@ def create_console_app(
 
     @app.post("/login")
     async def login(request: Request) -> Response:
+        client = request.client.host if request.client is not None else "unknown"
+        wait = throttle.retry_after(client)
+        if wait is not None:
+            # Before the form is read: a throttled client costs no token lookup.
+            _log.warning("console sign-in throttled from %s (retry after %d s)", client, wait)
+            return login_page(
+                429,
+                f"too many failed sign-ins from this address: try again in {wait} s",
+                {"Retry-After": str(wait)},
+            )
         form = await read_form(request)
         if not sessions.login_form_ok(
             request.cookies.get(LOGIN_COOKIE), form.get("csrf_token", "")
@@ -240,8 +257,8 @@ def create_console_app(
         token = form.get("token", "").strip()
         role_for = servicer.role_for
         role = role_for(f"Bearer {token}") if role_for is not None and token else None
-        client = request.client.host if request.client is not None else "unknown"
         if role not in CONSOLE_ROLES:
+            throttle.failed(client)
             # Who tried, never what they typed.
             _log.warning("console sign-in refused from %s", client)
             return login_page(401, "that token does not sign in to the console")

@@ -8,6 +8,7 @@ the answer into JSON (:mod:`.shapes`) or the error into its status (:mod:`.respo
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC
 from typing import Any, cast
 
@@ -16,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from rewardseal.errors import RewardSealError
+from rewardseal.errors import RewardSealError, Unavailable
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_worker import __version__
@@ -41,6 +42,11 @@ from rewardseal_worker.http.shapes import (
 from rewardseal_worker.service import grade_item
 
 TITLE = "rewardseal worker"
+NOT_SERVING = (
+    "the worker is not serving (grpc.health.v1 NOT_SERVING): its store does not answer, "
+    "or it is stopping"
+)
+"""The detail of ``GET /health``'s 503 while the gRPC health service says NOT_SERVING."""
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorView, "description": text}
     for status, text in (
@@ -67,9 +73,20 @@ def _document(envelope: SignedEnvelope) -> dict[str, Any]:
     return reward_view(RewardEvidenceReceipt.FromString(envelope.payload), envelope)
 
 
-def create_app(scorer: Scorer, *, token: str, max_body: int = MAX_BODY_BYTES) -> FastAPI:
+def create_app(
+    scorer: Scorer,
+    *,
+    token: str,
+    max_body: int = MAX_BODY_BYTES,
+    serving: Callable[[], bool] | None = None,
+) -> FastAPI:
     """The HTTP face of ``scorer``; every route but ``/health`` and ``/openapi.json`` needs
-    ``Authorization: Bearer <token>`` (R-W-10)."""
+    ``Authorization: Bearer <token>`` (R-W-10).
+
+    ``serving``: what the gRPC server's ``grpc.health.v1`` reports now (the worker passes
+    :attr:`RunningServer.serving`, which its store watch keeps truthful); ``GET /health`` answers
+    503 while it is False, so an HTTP probe and a gRPC probe agree. None: always serving.
+    """
     app = FastAPI(
         title=TITLE,
         version=__version__,
@@ -140,6 +157,8 @@ def create_app(scorer: Scorer, *, token: str, max_body: int = MAX_BODY_BYTES) ->
         summary="Key, contract, tier and certificate of this worker (no token)",
     )
     async def health() -> Response:
+        if serving is not None and not serving():
+            raise Unavailable(NOT_SERVING)
         answer = await asyncio.to_thread(scorer.health)
         answer.version = __version__
         return json_response(health_view(answer))
