@@ -16,6 +16,10 @@ KIT    := clients/python/kit
 DISTS  := clients/python services/common services/worker services/control services/mockmed $(KIT) $(ENVDIST)
 SRC    := clients/python/src services/common/src services/worker/src services/control/src \
 	services/mockmed/src $(KIT)/src $(ENVDIST)
+# The second worked example (a synthetic helpdesk; examples/helpdesk/README.md).
+HELPDESK := examples/helpdesk
+DISTS  += $(HELPDESK)
+SRC    += $(HELPDESK)/src
 HAND   := $(SRC) tests tools bench deploy
 
 .PHONY: setup proto proto-check lint test demo up down status bench lock clean

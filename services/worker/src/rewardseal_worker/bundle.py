@@ -305,10 +305,14 @@ def _assemble(
         # With nothing required, rule 5 of R-W-4 would verify every completed episode.
         problems.add(f"{REQUIRED_EFFECTS_FILE}: the contract has no required effect")
     for spec in forbidden or ():
-        if spec.new_records is not None or spec.allowed_fields is not None:
+        if (
+            spec.new_records is not None
+            or spec.changed_records is not None
+            or spec.allowed_fields is not None
+        ):
             problems.add(
-                f"{FORBIDDEN_EFFECTS_FILE}: effect {spec.name!r} declares new_records or "
-                "allowed_fields, which only required effects use"
+                f"{FORBIDDEN_EFFECTS_FILE}: effect {spec.name!r} declares new_records, "
+                "changed_records or allowed_fields, which only required effects use"
             )
 
     contract_keys = set(contract.oracle.identity_keys) if contract is not None else None

@@ -15,6 +15,8 @@ verifiers environment that pays through the kit judge their in-memory store with
 from __future__ import annotations
 
 from rewardseal.judging.effects import (
+    CHANGE_CREATE,
+    CHANGE_UPDATE,
     EFFECT_NAME_PATTERN,
     IDENTIFIER_PATTERN,
     RECORD_ID_FIELD,
@@ -31,6 +33,10 @@ from rewardseal.judging.verdicts import (
     EffectVerdict,
     Record,
     Verdict,
+    change_findings,
+    change_token,
+    changed_fields,
+    changed_records,
     judge_forbidden,
     judge_required,
     new_records,
@@ -38,6 +44,8 @@ from rewardseal.judging.verdicts import (
 )
 
 __all__ = [
+    "CHANGE_CREATE",
+    "CHANGE_UPDATE",
     "EFFECT_NAME_PATTERN",
     "EVIDENCE_SCHEMA",
     "EXPECTED_FAULTS",
@@ -52,6 +60,10 @@ __all__ = [
     "Record",
     "SnapshotJudgement",
     "Verdict",
+    "change_findings",
+    "change_token",
+    "changed_fields",
+    "changed_records",
     "decide",
     "identity_equals",
     "judge_episode",

@@ -15,6 +15,22 @@ Document shape::
                   "new_records": 1,
                   "allowed_fields": ["patient_id", "type", "note", "status", "created_at"]}]}
 
+An effect is about records the episode creates (``"change": "create"``, the default) or about
+records that existed before it and that it changes (``"change": "update"``): a status change on
+another record, for instance::
+
+    {"name": "previous_ticket_closed", "collection": "tickets", "change": "update",
+     "select": {"customer_id": {"identity": "customer_id"}},
+     "before": {"status": "open"},
+     "expect": {"status": "closed"},
+     "changed_records": 1,
+     "allowed_fields": ["status", "resolution", "updated_at"]}
+
+An update effect's records are those of the baseline read that match ``select`` and ``before`` and
+differ in the current read; ``expect`` and ``required_fields`` hold for their new version, and
+``allowed_fields`` names the fields that may change. A forbidden update effect is present when
+such a record changed at all (``expect`` narrowing what counts) or vanished.
+
 A record is ``dict[str, Any]`` with a string ``"id"`` plus field name -> JSON scalar. A field whose
 value is None counts as absent.
 """
@@ -25,6 +41,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from types import MappingProxyType
 from typing import Any
 
@@ -39,8 +56,25 @@ EFFECT_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}\Z")
 RECORD_ID_FIELD = "id"
 """The key every record carries its string id under."""
 
+CHANGE_CREATE = "create"
+"""The effect is about new records (the default)."""
+CHANGE_UPDATE = "update"
+"""The effect is about records that existed at the baseline and changed."""
+CHANGES = frozenset({CHANGE_CREATE, CHANGE_UPDATE})
+
 _EFFECT_KEYS = frozenset(
-    {"name", "collection", "select", "expect", "required_fields", "new_records", "allowed_fields"}
+    {
+        "name",
+        "collection",
+        "select",
+        "expect",
+        "required_fields",
+        "new_records",
+        "allowed_fields",
+        "change",
+        "before",
+        "changed_records",
+    }
 )
 _MAX_NEW_RECORDS = 1000
 
@@ -96,6 +130,12 @@ class EffectSpec:
             value; None allows any field.
         required_fields: fields every matching new record must carry with some non-empty value
             (a note must be written, whatever it says); an omitted one refutes the effect.
+        change: :data:`CHANGE_CREATE` (new records) or :data:`CHANGE_UPDATE` (records of the
+            baseline that changed; ``allowed_fields`` then names the fields that may change).
+        before: for update effects, the values a record must carry in the baseline read to be
+            one of the effect's records (a ticket that was ``open``).
+        changed_records: for required update effects, the exact number of changed records;
+            None means "at least one".
     """
 
     name: str
@@ -105,6 +145,21 @@ class EffectSpec:
     new_records: int | None
     allowed_fields: frozenset[str] | None
     required_fields: frozenset[str] = frozenset()
+    change: str = CHANGE_CREATE
+    before: Mapping[str, Any] = dataclass_field(default_factory=lambda: MappingProxyType({}))
+    changed_records: int | None = None
+
+    @property
+    def updates(self) -> bool:
+        """True for an effect about existing records that changed."""
+        return self.change == CHANGE_UPDATE
+
+    def matches_before(self, record: Mapping[str, Any], identity: Mapping[str, str]) -> bool:
+        """True when a baseline record is one of this update effect's: selected, and carrying
+        every ``before`` value."""
+        return self.matches(record, identity) and all(
+            same_value(record.get(field), value) for field, value in self.before.items()
+        )
 
     def matches(self, record: Mapping[str, Any], identity: Mapping[str, str]) -> bool:
         """True when ``record`` carries every selected value (identity refs resolved).
@@ -168,12 +223,32 @@ def _parse_effect(entry: Any, index: int) -> EffectSpec:
     if not isinstance(collection, str) or not IDENTIFIER_PATTERN.match(collection):
         raise ValidationError(f"{where}: collection must match {IDENTIFIER_PATTERN.pattern}")
 
+    change = entry.get("change", CHANGE_CREATE)
+    if not isinstance(change, str) or change not in CHANGES:
+        raise ValidationError(f"{where}: change must be one of {sorted(CHANGES)}")
     select = _parse_select(entry.get("select"), where)
     expect = _parse_expect(entry.get("expect", {}), where)
-    new_records = _parse_new_records(entry.get("new_records"), where)
+    new_records = _parse_new_records(entry.get("new_records"), where, "new_records")
+    changed_records = _parse_new_records(entry.get("changed_records"), where, "changed_records")
+    before = _parse_expect(entry.get("before", {}), where, "before")
     allowed = _parse_allowed(entry.get("allowed_fields"), where)
     required = _parse_required(entry.get("required_fields", []), where)
-    if allowed is not None:
+    # Each count and the baseline filter belong to one kind of change: a misplaced one would
+    # silently not count.
+    misplaced = ["changed_records", "before"] if change == CHANGE_CREATE else ["new_records"]
+    present = [key for key in misplaced if key in entry]
+    if present:
+        raise ValidationError(f"{where}: {present} do not apply to change {change!r}")
+    if change == CHANGE_UPDATE:
+        # allowed_fields names the fields that may change; only an expected value outside them
+        # is unsatisfiable (selected and required fields may stay as they were).
+        outside = sorted(set(expect) - allowed) if allowed is not None else []
+        if outside:
+            raise ValidationError(
+                f"{where}: expected fields {outside} are not in allowed_fields (the fields "
+                "an update may change)"
+            )
+    elif allowed is not None:
         # A selected, expected or required field outside allowed_fields could never be
         # satisfied without also being an extra field: the effect would be unsatisfiable.
         outside = sorted((set(select) | set(expect) | required) - allowed - {RECORD_ID_FIELD})
@@ -190,6 +265,9 @@ def _parse_effect(entry: Any, index: int) -> EffectSpec:
         new_records=new_records,
         allowed_fields=allowed,
         required_fields=required,
+        change=change,
+        before=MappingProxyType(before),
+        changed_records=changed_records,
     )
 
 
@@ -232,26 +310,26 @@ def _parse_select(raw: Any, where: str) -> dict[str, str | IdentityRef]:
     return select
 
 
-def _parse_expect(raw: Any, where: str) -> dict[str, Any]:
+def _parse_expect(raw: Any, where: str, what: str = "expect") -> dict[str, Any]:
     if not isinstance(raw, Mapping):
-        raise ValidationError(f"{where}: expect must be a JSON object")
+        raise ValidationError(f"{where}: {what} must be a JSON object")
     expect: dict[str, Any] = {}
     for field, value in raw.items():
-        _check_field(field, where, "expect")
+        _check_field(field, where, what)
         # None would mean "absent", which no record can be required to carry.
         if value is None or not isinstance(value, str | int | float | bool):
-            raise ValidationError(f"{where}: expect.{field} must be a string, number or boolean")
+            raise ValidationError(f"{where}: {what}.{field} must be a string, number or boolean")
         if isinstance(value, float) and not math.isfinite(value):
-            raise ValidationError(f"{where}: expect.{field} must be finite")
+            raise ValidationError(f"{where}: {what}.{field} must be finite")
         expect[field] = value
     return expect
 
 
-def _parse_new_records(raw: Any, where: str) -> int | None:
+def _parse_new_records(raw: Any, where: str, what: str) -> int | None:
     if raw is None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= _MAX_NEW_RECORDS:
-        raise ValidationError(f"{where}: new_records must be an integer in 1..{_MAX_NEW_RECORDS}")
+        raise ValidationError(f"{where}: {what} must be an integer in 1..{_MAX_NEW_RECORDS}")
     return raw
 
 

@@ -70,8 +70,13 @@ def judge_snapshots(
     """Judge ``effect`` from whole-collection snapshots taken before and after one trial.
 
     Raises:
-        ValidationError: when a snapshot holds a record without a string id, or one id twice.
+        ValidationError: when a snapshot holds a record without a string id, or one id twice,
+            or when ``effect`` is an update effect (this judge looks at created records).
     """
+    if effect.updates:
+        raise ValidationError(
+            f"effect {effect.name!r} is an update effect; snapshots judge creates"
+        )
     before_ids = _index("before", before)
     after_ids = _index("after", after)
     fresh = new_records(effect, identity, before, after, frozenset())

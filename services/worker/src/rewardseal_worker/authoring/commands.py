@@ -264,14 +264,22 @@ def _effect_words(spec: EffectSpec) -> str:
 
     where = ", ".join(f"{f} = {shown(v)}" for f, v in spec.select.items())
     parts = [f"{spec.name}: in {spec.collection} where {where}"]
+    if spec.updates:
+        # An update effect: records of the baseline read that changed (a status change, say).
+        was = ", ".join(f"{f} = {v!r}" for f, v in spec.before.items())
+        parts.append(f"records that existed before{f' with {was}' if was else ''} and changed")
+        if spec.changed_records is not None:
+            parts.append(f"exactly {spec.changed_records} changed record(s)")
     if spec.new_records is not None:
         parts.append(f"exactly {spec.new_records} new record(s)")
     if spec.expect:
-        parts.append("with " + ", ".join(f"{f} = {v!r}" for f, v in spec.expect.items()))
+        now = "now with " if spec.updates else "with "
+        parts.append(now + ", ".join(f"{f} = {v!r}" for f, v in spec.expect.items()))
     if spec.required_fields:
         parts.append(f"fields {sorted(spec.required_fields)} set")
     if spec.allowed_fields is not None:
-        parts.append(f"nothing outside {sorted(spec.allowed_fields)}")
+        what = "no change outside" if spec.updates else "nothing outside"
+        parts.append(f"{what} {sorted(spec.allowed_fields)}")
     return "; ".join(parts)
 
 

@@ -72,6 +72,12 @@ required effects only, `new_records` (exactly this many new records) and `allowe
 (anything else on a new record is an extra field, WRONG_EFFECT). Every contract identity key
 must be selected by some effect.
 
+An effect is about new records unless it says `"change": "update"`: then it is about records
+that existed at the baseline read and changed (a status change on another record). `before`
+(field -> value) says what such a record was, `expect` what it must be now, `changed_records`
+how many must change (required effects only), and `allowed_fields` which fields may change.
+A forbidden update effect is present when such a record changed at all, or vanished.
+
 ## Recipe ({kind})
 
 {_RECIPE_NOTES[kind]}

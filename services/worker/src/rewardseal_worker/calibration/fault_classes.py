@@ -54,7 +54,7 @@ def _select_fields(effect: EffectSpec) -> set[str]:
 
 
 def _generic_classes(required: Sequence[EffectSpec], forbidden: Sequence[EffectSpec]) -> list[str]:
-    counted = any(e.new_records is not None for e in required)
+    counted = any(e.new_records is not None or e.changed_records is not None for e in required)
     fielded = any(e.expect or e.allowed_fields is not None for e in required)
     subject = any(e.identity_keys() for e in required)
     applicable = {
@@ -108,7 +108,7 @@ def setup_for(bundle: ContractBundle, families: FaultFamilies | None) -> Calibra
     identity_fields = recipe_identity_fields(bundle.recipe)
     columns: set[str] = set(identity_fields.values())
     for effect in (*required, *forbidden):
-        columns |= _select_fields(effect) | set(effect.expect)
+        columns |= _select_fields(effect) | set(effect.expect) | set(effect.before)
         if effect.allowed_fields is not None:
             columns |= effect.allowed_fields
     columns.discard(RECORD_ID_FIELD)

@@ -34,7 +34,7 @@ import json
 import os
 import secrets
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -45,7 +45,7 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchTableError, SQLAlchemyError
 
 from rewardseal.errors import ValidationError
-from rewardseal.judging import RECORD_ID_FIELD, Decision, judge_episode
+from rewardseal.judging import RECORD_ID_FIELD, Decision, change_token, judge_episode
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup
@@ -375,16 +375,19 @@ class SandboxJudge:
             ids |= self.store.insert(trial.baseline)
             baseline = self._read(trial.identity)
             before = {str(r[RECORD_ID_FIELD]): r for r in trial.baseline}
+            after = {str(r[RECORD_ID_FIELD]) for r in trial.after}
             fresh = [r for r in trial.after if str(r[RECORD_ID_FIELD]) not in before]
             for record in trial.after:
                 old = before.get(str(record[RECORD_ID_FIELD]))
                 if old is not None and old != record:
                     self.store.update(ids[str(record[RECORD_ID_FIELD])], record)
+            # A record of the baseline missing after the trial was deleted by it.
+            self.store.delete([ids[rid] for rid in before if rid not in after])
             ids |= self.store.insert(fresh)
             current = self._read(trial.identity)
         finally:
             self.store.delete(list(ids.values()))
-        credited = frozenset(ids[c] for c in trial.credited if c in ids)
+        credited = _sandbox_credits(trial.credited, ids, baseline)
         # Exactly the engine's call: the bundle's specs, COMPLETED (the only signal that pays).
         return judge_episode(
             setup.required,
@@ -409,6 +412,24 @@ class SandboxJudge:
         """Close the reader and the store."""
         self.reader.close()
         self.store.close()
+
+
+def _sandbox_credits(
+    credited: Set[str], ids: Mapping[str, str], baseline: Sequence[Mapping[str, Any]]
+) -> frozenset[str]:
+    """The trial's credited ids in the sandbox's terms: a record id as the sandbox gave it, a
+    change token (``<id>@<version>``, R-W-3) made again from the sandbox's read of that record."""
+    read = {str(r[RECORD_ID_FIELD]): r for r in baseline}
+    found: set[str] = set()
+    for credit in credited:
+        if credit in ids:
+            found.add(ids[credit])
+            continue
+        rid, at, _ = credit.rpartition("@")
+        record = read.get(ids.get(rid, "")) if at else None
+        if record is not None:
+            found.add(change_token(record))
+    return frozenset(found)
 
 
 def open_sandbox(

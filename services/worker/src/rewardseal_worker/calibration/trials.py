@@ -23,6 +23,8 @@ from rewardseal.judging import (
     Decision,
     EffectSpec,
     IdentityRef,
+    change_token,
+    changed_fields,
     identity_equals,
     judge_episode,
 )
@@ -215,12 +217,170 @@ def _concurrent_writes(
 def _gold_writes(
     setup: CalibrationSetup, rng: random.Random, identity: Mapping[str, str], world: World
 ) -> dict[str, list[Record]]:
-    """The correct effect: for each required effect, exactly the records it asks for."""
+    """The correct effect: for each required create effect, exactly the records it asks for."""
     writes: dict[str, list[Record]] = {}
     for effect in setup.required:
+        if effect.updates:
+            continue
         count = effect.new_records if effect.new_records is not None else rng.randint(1, 2)
         writes[effect.name] = [_gold_record(rng, effect, identity, world) for _ in range(count)]
     return writes
+
+
+Change = tuple[Record, Record]
+"""One record of an update effect: its baseline version and its version after the episode."""
+
+
+def _changed(
+    setup: CalibrationSetup,
+    rng: random.Random,
+    effect: EffectSpec,
+    before: Record,
+    values: Mapping[str, Any],
+) -> Record:
+    """``before`` with ``values`` written, and some change whatever they are (an update that
+    changes nothing is no update): a field the effect allows to change, else one the contract
+    names (a real column, which a sandbox copy of the SoR holds)."""
+    after = {**before, **values}
+    if not changed_fields(before, after):
+        pool = effect.allowed_fields if effect.allowed_fields is not None else setup.columns
+        names = sorted(set(pool) - set(effect.select) - set(effect.before))
+        name = names[0] if names else "comment"
+        after[name] = filler(rng, name)
+    return after
+
+
+def _gold_change(
+    setup: CalibrationSetup,
+    rng: random.Random,
+    effect: EffectSpec,
+    identity: Mapping[str, str],
+    world: World,
+) -> Change:
+    """A baseline record an update effect selects, and the change it asks for."""
+    before: Record = {RECORD_ID_FIELD: world.mint(), **_resolved_select(effect, identity)}
+    before.update(effect.before)
+    for name in sorted(effect.required_fields - set(before)):
+        before[name] = filler(rng, name)
+    return before, _changed(setup, rng, effect, before, effect.expect)
+
+
+def _gold_changes(
+    setup: CalibrationSetup, rng: random.Random, identity: Mapping[str, str], world: World
+) -> dict[str, list[Change]]:
+    """The correct effect: for each required update effect, exactly the changes it asks for."""
+    changes: dict[str, list[Change]] = {}
+    for effect in setup.required:
+        if effect.updates:
+            count = effect.changed_records or rng.randint(1, 2)
+            changes[effect.name] = [
+                _gold_change(setup, rng, effect, identity, world) for _ in range(count)
+            ]
+    return changes
+
+
+def _count(effect: EffectSpec) -> int | None:
+    return effect.changed_records if effect.updates else effect.new_records
+
+
+def _extra_field(setup: CalibrationSetup, rng: random.Random, effect: EffectSpec) -> str:
+    """A field outside ``effect``'s allowed fields: first one the contract names elsewhere (a
+    real column, which a sandbox copy of the SoR holds), else an invented one."""
+    allowed = effect.allowed_fields or frozenset()
+    named = [c for c in setup.columns if c not in allowed and c not in effect.select]
+    names = named + [n for n in _EXTRA_FIELD_CANDIDATES if n not in allowed]
+    return names[0] if names else f"extra_{rng.getrandbits(16):04x}"
+
+
+def _fault_applies(effect: EffectSpec, fault: str) -> bool:
+    if fault in ("duplicate_record", "extra_record"):
+        return _count(effect) is not None
+    if fault == "wrong_field":
+        return bool(effect.expect) or effect.allowed_fields is not None
+    return fault in ("missing_record", "forbidden_present")
+
+
+def _update_target(setup: CalibrationSetup, rng: random.Random, fault: str) -> EffectSpec | None:
+    """The update effect this trial's ``fault`` hits, or None for a create effect's turn.
+
+    A bundle without an update effect the fault applies to draws nothing here, so the trials of
+    create-only bundles stay what they were for a seed.
+    """
+    pool = setup.forbidden if fault == "forbidden_present" else setup.required
+    eligible = [e for e in pool if _fault_applies(e, fault)]
+    if not any(e.updates for e in eligible):
+        return None
+    chosen = rng.choice(eligible)
+    return chosen if chosen.updates else None
+
+
+def _change_fault(
+    setup: CalibrationSetup,
+    rng: random.Random,
+    fault: str,
+    effect: EffectSpec,
+    identity: Mapping[str, str],
+    world: World,
+    changes: dict[str, list[Change]],
+    credited: set[str],
+) -> str:
+    """Apply ``fault`` to the update effect ``effect``; return the variant played."""
+    if fault == "forbidden_present":
+        before: Record = {RECORD_ID_FIELD: world.mint(), **_subject_columns(setup, identity)}
+        before.update(_resolved_select(effect, identity))
+        before.update(effect.before)
+        options = ["touched_record"] if effect.expect else ["touched_record", "deleted_record"]
+        variant = rng.choice(options)
+        after = (
+            {}
+            if variant == "deleted_record"
+            else _changed(setup, rng, effect, before, effect.expect)
+        )
+        changes.setdefault(f"forbidden:{effect.name}", []).append((before, after))
+        return variant
+    own = changes[effect.name]
+    if fault == "missing_record":
+        options = ["nothing_changed", "change_credited_elsewhere"]
+        if len(own) > 1 and effect.changed_records is not None:
+            options.append("one_short")
+        variant = rng.choice(options)
+        if variant == "change_credited_elsewhere":
+            # Another receipt already paid for these very changes (R-W-3).
+            credited |= {change_token(before) for before, _ in own}
+        else:
+            undone = own if variant == "nothing_changed" else [rng.choice(own)]
+            for before, changed in undone:
+                changed.clear()
+                changed.update(before)
+        return variant
+    if fault in ("duplicate_record", "extra_record"):
+        variant = "changed_one_more" if fault == "duplicate_record" else "changed_another"
+        own.append(_gold_change(setup, rng, effect, identity, world))
+        return variant
+    # wrong_field
+    options = []
+    if effect.expect:
+        options += ["changed_value", "omitted_field", "null_field", "type_confused"]
+    if effect.allowed_fields is not None:
+        options.append("extra_field")
+    variant = rng.choice(options)
+    _, target = rng.choice(own)
+    if variant == "extra_field":
+        name = _extra_field(setup, rng, effect)
+        target[name] = filler(rng, name)
+        return variant
+    field = rng.choice(sorted(effect.expect))
+    if variant == "changed_value":
+        target[field] = _other_value(rng, effect.expect[field])
+    elif variant in ("omitted_field", "null_field"):
+        target[field] = None
+    else:
+        confused = _type_confused(effect.expect[field])
+        if confused is None:
+            variant = "changed_value"
+            confused = _other_value(rng, effect.expect[field])
+        target[field] = confused
+    return variant
 
 
 def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tuple[Trial, str]:
@@ -230,11 +390,15 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
     baseline, credited, others = _background(setup, rng, identity, world)
     after = [dict(r) for r in baseline]
     writes = _gold_writes(setup, rng, identity, world)
+    changes = _gold_changes(setup, rng, identity, world)
     extra: list[Record] = []
     variant = "correct_effect"
 
-    if fault == "missing_record":
-        effect = rng.choice(setup.required)
+    updated = _update_target(setup, rng, fault)
+    if updated is not None:
+        variant = _change_fault(setup, rng, fault, updated, identity, world, changes, credited)
+    elif fault == "missing_record":
+        effect = rng.choice([e for e in setup.required if not e.updates])
         own = writes[effect.name]
         options = ["nothing_written", "credited_elsewhere", "updated_existing"]
         if len(own) > 1 and effect.new_records is not None:
@@ -276,7 +440,13 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
                 record[field] = _other_value(rng, effect.expect[field])
             own.append(record)
     elif fault == "wrong_field":
-        effect = rng.choice([e for e in setup.required if e.expect or e.allowed_fields is not None])
+        effect = rng.choice(
+            [
+                e
+                for e in setup.required
+                if not e.updates and (e.expect or e.allowed_fields is not None)
+            ]
+        )
         options = []
         if effect.expect:
             options += ["changed_value", "omitted_field", "null_field", "type_confused"]
@@ -285,9 +455,7 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
         variant = rng.choice(options)
         target = rng.choice(writes[effect.name])
         if variant == "extra_field":
-            assert effect.allowed_fields is not None
-            names = [n for n in _EXTRA_FIELD_CANDIDATES if n not in effect.allowed_fields]
-            name = names[0] if names else f"extra_{rng.getrandbits(16):04x}"
+            name = _extra_field(setup, rng, effect)
             target[name] = filler(rng, name) if rng.random() < 0.5 else "stat"
         else:
             field = rng.choice(sorted(effect.expect))
@@ -315,11 +483,16 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             decoy = dict(rng.choice(others))
         for effect in setup.required:
             if effect.identity_keys():
-                for record in writes[effect.name]:
+                for record in writes.get(effect.name, ()):
                     record.update(_resolved_select(effect, decoy))
+                for before, changed in changes.get(effect.name, ()):
+                    # The decoy's record, changed: nothing of the subject's changed.
+                    before.update(_resolved_select(effect, decoy))
+                    changed.update(_resolved_select(effect, decoy))
     elif fault == "forbidden_present":
-        effect = rng.choice(setup.forbidden)
-        variant = rng.choice(["merged_into_record", "separate_record"])
+        effect = rng.choice([e for e in setup.forbidden if not e.updates])
+        variant = rng.choice(["merged_into_record", "separate_record"] if writes else ["separate"])
+        variant = "separate_record" if variant == "separate" else variant
         if variant == "merged_into_record":
             name = rng.choice(sorted(writes))
             rng.choice(writes[name]).update(_forbidden_fields(effect, identity))
@@ -332,6 +505,11 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
 
     for own in writes.values():
         after.extend(own)
+    for pairs in changes.values():
+        for before, changed in pairs:
+            baseline.append(before)
+            if changed:  # an empty version: the record vanished
+                after.append(changed)
     after.extend(extra)
     after.extend(_concurrent_writes(setup, rng, identity, world))
     return Trial(identity, baseline, after, credited), variant
