@@ -48,8 +48,13 @@ lint: setup
 	$(VENV)/bin/mypy $(SRC) tools deploy/docker/healthcheck.py
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
+## Two pytest processes by default (pytest-xdist): most tests wait on servers, databases and child
+## processes, so a second process keeps the other core busy. A file stays on one process
+## (--dist loadfile), so its module-scoped servers start once. PYTEST_PROCS=0 runs in one process.
+PYTEST_PROCS ?= 2
+
 test: setup lint proto-check
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(PYTEST_PROCS) --dist loadfile
 
 ## The operator console in a real browser (tests/browser, left out of `make test`): Debian's
 ## chromium and chromium-driver, installed here when missing (apt-get, as root), driven headless
