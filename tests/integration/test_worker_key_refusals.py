@@ -94,8 +94,10 @@ async def test_a_worker_key_control_forgot_is_registered_again(
         assert "registered it again" in said[0]
 
         async def resent() -> bool:
+            # The link's own forwarding task runs beside these calls: the receipt may go out
+            # twice (control records the repeat as a duplicate), so "at least once".
             await link.forward_once()
-            return link.forwarded == 1
+            return link.forwarded >= 1
 
         await eventually(resent, within=30)
         assert not lines(caplog, logging.ERROR, key_id)
