@@ -132,3 +132,22 @@ def test_an_unreachable_sqlite_file_is_unavailable(tmp_path: Any) -> None:
             db.read_on_driver(lambda conn: None)
     finally:
         db.dispose()
+
+
+@pytest.mark.parametrize("kind", ["read", "write"])
+def test_a_lost_postgresql_connection_is_unavailable_and_not_reused(
+    db: StoreEngine, kind: str
+) -> None:
+    if db.backend != "postgresql":
+        pytest.skip("a server-side disconnect is PostgreSQL's")
+
+    def work(conn: DriverConnection) -> None:
+        with conn.cursor() as cursor:
+            conn.execute(cursor, "SELECT pg_terminate_backend(pg_backend_pid())", ())
+
+    run = db.read_on_driver if kind == "read" else db.write_on_driver
+    with pytest.raises(Unavailable, match="test store unavailable"):
+        run(work)
+    # The dead connection went nowhere near the pool: the next transactions work.
+    db.write_on_driver(lambda conn: insert(conn, "after"))
+    assert names(db) == ["after"]

@@ -312,6 +312,11 @@ class DriverConnection:
         else:
             cursor.execute(statement, params)
 
+    def invalidate(self, exc: BaseException) -> None:
+        """Close the connection for good: the pool will not hand it out again."""
+        if self._proxied.is_valid:
+            self._proxied.invalidate(exc)
+
     @contextmanager
     def cursor(self) -> Iterator[Any]:
         """A driver cursor; driver errors leave as SQLAlchemy's wrappers of them."""
@@ -442,30 +447,12 @@ class StoreEngine:
         (other processes still wait on the database lock), so ``work`` must not itself call
         :meth:`write`.
         """
-        transient_failures = lost_races = 0
-        with translated(self.what):
-            while True:
-                try:
-                    # SQLite has one writer at a time; threads of this process queue on a Python
-                    # lock (woken at once) rather than on SQLite's busy handler, which sleeps
-                    # in growing steps and turned contention into long tail latencies.
-                    with self._write_gate, self.engine.begin() as conn:
-                        return work(conn)
-                except LostRace as exc:
-                    # Each lost race means another writer committed: progress, and the next
-                    # run reads what it wrote. The bound only guards against a bug.
-                    lost_races += 1
-                    if lost_races >= RACE_RETRIES:
-                        raise Unavailable(
-                            f"{self.what}: concurrent writers kept winning the same rows"
-                        ) from exc
-                except sa_exc.DBAPIError as exc:
-                    transient_failures += 1
-                    if (
-                        sqlstate(exc) not in TRANSIENT_SQLSTATES
-                        or transient_failures >= TRANSIENT_RETRIES
-                    ):
-                        raise
+
+        def attempt() -> _T:
+            with self.engine.begin() as conn:
+                return work(conn)
+
+        return self._write_retrying(attempt)
 
     def write_on_driver(self, work: Callable[[DriverConnection], _T]) -> _T:
         """:meth:`write` for driver SQL: ``work`` runs in one write transaction on a pooled
@@ -473,13 +460,28 @@ class StoreEngine:
         write gate and ``BEGIN IMMEDIATE`` on SQLite (WAL, ``synchronous=FULL`` as every
         connection of this engine), READ COMMITTED on PostgreSQL, re-runs after a deadlock, a
         serialization failure or :class:`LostRace`, rollback on any error."""
+
+        def attempt() -> _T:
+            with self._driver_connection() as conn:
+                return self._in_transaction(conn, work)
+
+        return self._write_retrying(attempt)
+
+    def _write_retrying(self, attempt: Callable[[], _T]) -> _T:
+        """Run ``attempt`` (one write transaction) under the write gate; again after a
+        PostgreSQL deadlock or serialization failure or a :class:`LostRace`."""
         transient_failures = lost_races = 0
         with translated(self.what):
             while True:
                 try:
-                    with self._write_gate, self._driver_connection() as conn:
-                        return self._in_transaction(conn, work)
+                    # SQLite has one writer at a time; threads of this process queue on a Python
+                    # lock (woken at once) rather than on SQLite's busy handler, which sleeps
+                    # in growing steps and turned contention into long tail latencies.
+                    with self._write_gate:
+                        return attempt()
                 except LostRace as exc:
+                    # Each lost race means another writer committed: progress, and the next
+                    # run reads what it wrote. The bound only guards against a bug.
                     lost_races += 1
                     if lost_races >= RACE_RETRIES:
                         raise Unavailable(
@@ -504,8 +506,10 @@ class StoreEngine:
             try:
                 return work(conn)
             finally:
-                with suppress(Exception):  # a dead connection: invalidated already
+                try:
                     driver.autocommit = False
+                except Exception as exc:  # never back to the pool in autocommit
+                    conn.invalidate(exc)
 
     @contextmanager
     def _driver_connection(self) -> Iterator[DriverConnection]:
@@ -538,8 +542,10 @@ class StoreEngine:
             with conn.wrapped():
                 driver.commit()
         except BaseException:
-            with suppress(Exception):  # a dead connection: the pool discards it
+            try:
                 driver.rollback()
+            except Exception as exc:  # never back to the pool mid-transaction
+                conn.invalidate(exc)
             raise
         return result
 
