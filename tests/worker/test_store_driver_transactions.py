@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from support.postgres import PostgresServer
 
 from rewardseal.errors import RewardSealError, Unavailable
 from rewardseal_server.sqlstore import DriverConnection, LostRace, StoreEngine
@@ -136,18 +137,25 @@ def test_an_unreachable_sqlite_file_is_unavailable(tmp_path: Any) -> None:
 
 @pytest.mark.parametrize("kind", ["read", "write"])
 def test_a_lost_postgresql_connection_is_unavailable_and_not_reused(
-    db: StoreEngine, kind: str
+    postgres_server: PostgresServer, kind: str
 ) -> None:
-    if db.backend != "postgresql":
-        pytest.skip("a server-side disconnect is PostgreSQL's")
+    # A server-side disconnect is PostgreSQL's.
+    name = postgres_server.fresh_database()
+    db = StoreEngine(postgres_server.url(name), what="test store")
+    try:
+        with db.engine.begin() as conn:
+            conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
 
-    def work(conn: DriverConnection) -> None:
-        with conn.cursor() as cursor:
-            conn.execute(cursor, "SELECT pg_terminate_backend(pg_backend_pid())", ())
+        def work(conn: DriverConnection) -> None:
+            with conn.cursor() as cursor:
+                conn.execute(cursor, "SELECT pg_terminate_backend(pg_backend_pid())", ())
 
-    run = db.read_on_driver if kind == "read" else db.write_on_driver
-    with pytest.raises(Unavailable, match="test store unavailable"):
-        run(work)
-    # The dead connection went nowhere near the pool: the next transactions work.
-    db.write_on_driver(lambda conn: insert(conn, "after"))
-    assert names(db) == ["after"]
+        run = db.read_on_driver if kind == "read" else db.write_on_driver
+        with pytest.raises(Unavailable, match="test store unavailable"):
+            run(work)
+        # The dead connection is not handed out again: the next transactions work.
+        db.write_on_driver(lambda conn: insert(conn, "after"))
+        assert names(db) == ["after"]
+    finally:
+        db.dispose()
+        postgres_server.discard_database(name)
