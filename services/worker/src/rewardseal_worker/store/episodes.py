@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Row
 
 from rewardseal.errors import (
     DuplicateEpisode,
@@ -25,7 +25,7 @@ from rewardseal.errors import (
     IdentityConflict,
     RewardSealError,
 )
-from rewardseal_server.sqlstore import LostRace, as_utc
+from rewardseal_server.sqlstore import DriverConnection, LostRace, as_utc
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store.core import StorePart
 
@@ -93,7 +93,7 @@ class EpisodeStore(StorePart):
         contracts = sorted({entry.contract_digest for entry in items})
         keys = sorted({entry.identity.key for entry in items})
 
-        def work(conn: Connection) -> list[RewardSealError | None]:
+        def work(conn: DriverConnection) -> list[RewardSealError | None]:
             results: list[RewardSealError | None] = [None] * len(items)
             # Registrations as they stand, updated as the items are applied in order; the
             # receipts are read after the registrations are locked, so a receipt whose commit
@@ -163,4 +163,4 @@ class EpisodeStore(StorePart):
                     raise LostRace("open episode inserted concurrently")
             return results
 
-        return self._db.write(work)
+        return self._db.write_on_driver(work)

@@ -8,11 +8,12 @@ fixed text per backend, prepared once by the driver (sqlite3's statement cache; 
 automatic server-side prepare), and a list is ONE parameter whatever its length: a JSON array
 read with ``json_each`` on SQLite, an array compared with ``= ANY`` on PostgreSQL. No chunking.
 
-The transaction rules stay those of :class:`~rewardseal_server.sqlstore.StoreEngine`: the
-statements run on the connection of an ``engine.begin()`` / ``connect()`` block (so SQLite's
-``BEGIN IMMEDIATE``, the write gate, the commit and the re-runs after a lost race or a
-PostgreSQL deadlock are unchanged), and a driver error is raised as SQLAlchemy's wrapper of it
-(so :func:`~rewardseal_server.sqlstore.translated` maps it, parameters hidden, as before).
+The transactions are :class:`~rewardseal_server.sqlstore.StoreEngine`'s, begun and committed
+on the pooled driver connection itself (``StoreEngine.write_on_driver``, ``read_on_driver``):
+SQLite's ``BEGIN IMMEDIATE``, the write gate, the durable commit and the re-runs after a lost
+race or a PostgreSQL deadlock are the rules of ``StoreEngine.write``, with no SQLAlchemy
+``Connection`` or ``Transaction`` per batch. A driver error is raised as SQLAlchemy's wrapper of
+it (so :func:`~rewardseal_server.sqlstore.translated` maps it, parameters hidden).
 
 Values are stored exactly as SQLAlchemy stored them (the other reads and writes of the store
 still use it): SQLite timestamps as naive-UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` text, JSON as text;
@@ -22,15 +23,11 @@ PostgreSQL ``timestamptz`` and ``json``.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import Connection
-
-from rewardseal_server.sqlstore import Backend, as_utc, execute_on_cursor
+from rewardseal_server.sqlstore import Backend, DriverConnection, as_utc
 
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 """How SQLAlchemy's ``DateTime`` stores a timestamp in SQLite (naive UTC)."""
@@ -56,9 +53,8 @@ _OPEN, _RECEIPT, _HIGHEST, _TAKEN, _CREDITED = 0, 1, 2, 3, 4
 class HotSql:
     """The hot path's statements for one backend, and the code that runs them.
 
-    Every method takes the :class:`~sqlalchemy.engine.Connection` of a transaction the caller
-    opened with :class:`~rewardseal_server.sqlstore.StoreEngine` and runs on its driver
-    connection.
+    Every method takes the :class:`~rewardseal_server.sqlstore.DriverConnection` of a
+    transaction the caller opened with :class:`~rewardseal_server.sqlstore.StoreEngine`.
     """
 
     def __init__(self, backend: Backend) -> None:
@@ -189,43 +185,18 @@ class HotSql:
     def _time(self, value: datetime) -> Any:
         return as_utc(value).strftime(SQLITE_TIME_FORMAT) if self._sqlite else as_utc(value)
 
-    @contextmanager
-    def _cursor(self, conn: Connection) -> Iterator[Any]:
-        """A driver cursor of ``conn``; driver errors leave as SQLAlchemy's wrappers of them."""
-        raw = conn.connection.driver_connection
-        dbapi_error: type[Exception] = conn.dialect.loaded_dbapi.Error
-        cursor = raw.cursor()  # type: ignore[union-attr]
-        try:
-            yield cursor
-        except dbapi_error as exc:
-            disconnected = conn.dialect.is_disconnect(exc, raw, cursor)  # type: ignore[arg-type]
-            if disconnected:
-                conn.invalidate(exc)
-            raise sa_exc.DBAPIError.instance(
-                None,
-                None,
-                exc,
-                dbapi_error,
-                hide_parameters=True,
-                connection_invalidated=disconnected,
-                dialect=conn.dialect,
-            ) from exc
-        finally:
-            with suppress(dbapi_error):  # closing a cursor of a dead connection
-                cursor.close()
+    @staticmethod
+    def _execute(conn: DriverConnection, cursor: Any, statement: str, params: Any) -> None:
+        conn.execute(cursor, statement, params)
 
     @staticmethod
-    def _execute(conn: Connection, cursor: Any, statement: str, params: Any) -> None:
-        execute_on_cursor(conn, cursor, statement, params)
-
-    @staticmethod
-    def _execute_many(conn: Connection, cursor: Any, statement: str, params: Any) -> None:
-        execute_on_cursor(conn, cursor, statement, params, many=True)
+    def _execute_many(conn: DriverConnection, cursor: Any, statement: str, params: Any) -> None:
+        conn.execute(cursor, statement, params, many=True)
 
     # ------------------------------------------------------------------ reads before judging
 
     def lookup(
-        self, conn: Connection, contract_digest: str, episode_ids: Sequence[str]
+        self, conn: DriverConnection, contract_digest: str, episode_ids: Sequence[str]
     ) -> tuple[dict[str, str], dict[str, Registration], int | None, list[tuple[str | None, str]]]:
         """In ONE statement (one snapshot): the episodes' receipts (episode id -> receipt id,
         any contract), their open registrations on ``contract_digest``, the contract's
@@ -239,7 +210,7 @@ class HotSql:
         params = self._bind(
             {"contract": contract_digest, "ids": self._list(episode_ids)}, ("contract", "ids")
         )
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute(conn, cursor, self._lookup, params)
             rows = cursor.fetchall()
         for kind, episode_id, key, identity, baseline, begun_at in rows:
@@ -261,24 +232,26 @@ class HotSql:
         return identity, None if baseline is None else list(baseline), as_utc(begun_at)
 
     def credited(
-        self, conn: Connection, contract_digest: str, identity_keys: Collection[str]
+        self, conn: DriverConnection, contract_digest: str, identity_keys: Collection[str]
     ) -> list[tuple[str | None, str]]:
         """(identity key, record id) of every record credited for the contract to one of
         ``identity_keys`` or to no identity (key None)."""
         params = self._bind(
             {"contract": contract_digest, "keys": self._list(identity_keys)}, ("contract", "keys")
         )
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute(conn, cursor, self._credited, params)
             return [(key, record) for key, record in cursor.fetchall()]
 
     # ------------------------------------------------------------------ the commit
 
-    def lock_ledgers(self, conn: Connection, contracts: Sequence[str]) -> dict[str, int | None]:
+    def lock_ledgers(
+        self, conn: DriverConnection, contracts: Sequence[str]
+    ) -> dict[str, int | None]:
         """Lock (PostgreSQL: ``FOR UPDATE``, sorted; creating missing rows) the ledger rows of
         ``contracts``; their highest committed updates."""
         params = self._bind({"contracts": self._list(contracts)}, ("contracts",))
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute(conn, cursor, self._lock_ledgers, params)
             values = {c: None if v is None else int(v) for c, v in cursor.fetchall()}
             missing = [c for c in contracts if c not in values]
@@ -295,7 +268,7 @@ class HotSql:
 
     def existing_and_taken(
         self,
-        conn: Connection,
+        conn: DriverConnection,
         episode_ids: Sequence[str],
         contracts: Sequence[str],
         record_ids: Sequence[str],
@@ -312,7 +285,7 @@ class HotSql:
         )
         existing: dict[str, str] = {}
         taken: set[tuple[str, str]] = set()
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute(conn, cursor, self._existing_and_taken, params)
             for kind, first, second in cursor.fetchall():
                 if kind == _RECEIPT:
@@ -322,7 +295,7 @@ class HotSql:
         return existing, taken
 
     def insert_receipts(
-        self, conn: Connection, rows: Sequence[Mapping[str, Any]], *, outbox: bool
+        self, conn: DriverConnection, rows: Sequence[Mapping[str, Any]], *, outbox: bool
     ) -> int:
         """Insert receipt rows (``ON CONFLICT DO NOTHING``) and, with ``outbox``, their outbox
         rows (due at once, in batch order); how many receipts were inserted."""
@@ -332,7 +305,7 @@ class HotSql:
             self._bind({**row, "created_at": times[row["created_at"]]}, _RECEIPT_COLUMNS)
             for row in rows
         ]
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute_many(conn, cursor, self._insert_receipt, bound)
             inserted = int(cursor.rowcount)
             if outbox and inserted == len(rows):
@@ -355,21 +328,21 @@ class HotSql:
                 )
         return inserted
 
-    def insert_credits(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
+    def insert_credits(self, conn: DriverConnection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert credit rows (``ON CONFLICT DO NOTHING``); how many were inserted."""
         order = ("contract_digest", "record_id", "receipt_id", "identity_key")
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute_many(
                 conn, cursor, self._insert_credit, [self._bind(row, order) for row in rows]
             )
             return int(cursor.rowcount)
 
     def close_and_raise(
-        self, conn: Connection, episode_ids: Sequence[str], raised: Mapping[str, int]
+        self, conn: DriverConnection, episode_ids: Sequence[str], raised: Mapping[str, int]
     ) -> None:
         """Delete the episodes' open registrations; set the ledgers of ``raised`` (contract ->
         new highest update)."""
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             if episode_ids:
                 self._execute(
                     conn,
@@ -394,7 +367,7 @@ class HotSql:
 
     def begin_reads(
         self,
-        conn: Connection,
+        conn: DriverConnection,
         episode_ids: Collection[str],
         contracts: Collection[str],
         identity_keys: Collection[str],
@@ -410,7 +383,7 @@ class HotSql:
         }
         registrations: list[tuple[str, str, str, datetime]] = []
         receipts: dict[str, str] = {}
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             for statement, order in self._begin_reads:
                 self._execute(conn, cursor, statement, self._bind(named, order))
                 for kind, contract, key, episode_id, last in cursor.fetchall():
@@ -421,7 +394,7 @@ class HotSql:
                         receipts[episode_id] = last
         return registrations, receipts
 
-    def register(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> int:
+    def register(self, conn: DriverConnection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert open registrations (``ON CONFLICT DO NOTHING``): each row's contract_digest,
         identity_key, episode_id, identity (a mapping), baseline (records or None) and
         begun_at; how many were inserted."""
@@ -445,13 +418,13 @@ class HotSql:
             )
             for row in rows
         ]
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute_many(conn, cursor, self._insert_open, bound)
             return int(cursor.rowcount)
 
-    def close_open(self, conn: Connection, episode_ids: Collection[str]) -> None:
+    def close_open(self, conn: DriverConnection, episode_ids: Collection[str]) -> None:
         """Delete the open registrations of ``episode_ids``."""
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute(
                 conn,
                 cursor,
@@ -459,9 +432,9 @@ class HotSql:
                 self._bind({"ids": self._list(episode_ids)}, ("ids",)),
             )
 
-    def owners(self, conn: Connection, receipt_ids: Sequence[str]) -> dict[str, str]:
+    def owners(self, conn: DriverConnection, receipt_ids: Sequence[str]) -> dict[str, str]:
         """receipt id -> episode id, for those of ``receipt_ids`` that are stored."""
-        with self._cursor(conn) as cursor:
+        with conn.cursor() as cursor:
             self._execute(
                 conn, cursor, self._owners, self._bind({"ids": self._list(receipt_ids)}, ("ids",))
             )

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Row
 
 from rewardseal.errors import RewardSealError
-from rewardseal_server.sqlstore import LostRace
+from rewardseal_server.sqlstore import DriverConnection, LostRace
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import evidence_codec, schema
 from rewardseal_worker.store.core import StorePart
@@ -149,7 +149,7 @@ class ReceiptStore(StorePart):
         identities. Advisory: :meth:`commit_receipts` checks again under its lock.
         """
         wanted = list(dict.fromkeys(episode_ids))
-        found, rows, highest, credits = self._db.read(
+        found, rows, highest, credits = self._db.read_on_driver(
             lambda conn: self._hot.lookup(conn, contract_digest, wanted)
         )
         registered = {
@@ -179,7 +179,7 @@ class ReceiptStore(StorePart):
         keys = sorted(set(identity_keys))
         if not keys:
             return {}
-        rows = self._db.read(lambda conn: self._hot.credited(conn, contract_digest, keys))
+        rows = self._db.read_on_driver(lambda conn: self._hot.credited(conn, contract_digest, keys))
         return group_credits(keys, rows)
 
     def receipt_by_episode(self, episode_id: str) -> StoredReceipt | None:
@@ -246,7 +246,7 @@ class ReceiptStore(StorePart):
         episode_ids = list(dict.fromkeys(entry.episode_id for entry in batch))
         record_ids = sorted({r for entry in batch for r in entry.credited_record_ids})
 
-        def work(conn: Connection) -> list[CommitResult]:
+        def work(conn: DriverConnection) -> list[CommitResult]:
             highest = self._hot.lock_ledgers(conn, contracts)
             before = dict(highest)
             # Where each contract's ledger stood when this transaction began (see 2b).
@@ -320,9 +320,9 @@ class ReceiptStore(StorePart):
             )
             return results
 
-        return self._db.write(work)
+        return self._db.write_on_driver(work)
 
-    def _write_receipts(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
+    def _write_receipts(self, conn: DriverConnection, rows: list[dict[str, Any]]) -> None:
         """Insert the decided receipts (and their outbox rows); all of them, or roll the
         transaction back."""
         if self._hot.insert_receipts(conn, rows, outbox=self._outbox) == len(rows):
