@@ -159,3 +159,32 @@ def test_a_lost_postgresql_connection_is_unavailable_and_not_reused(
     finally:
         db.dispose()
         postgres_server.discard_database(name)
+
+
+def test_stores_opening_one_new_sqlite_file_together_all_open_it(tmp_path: Any) -> None:
+    """Replicas (or migrations) opening one new SQLite file at the same moment: the switch to
+    WAL needs the file alone, and SQLite can refuse it at once ("database is locked") without
+    waiting; each store retries within its busy timeout. Without the retry about one round in
+    ten loses an opener here."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    openers = 6
+    for index in range(100):
+        url = f"sqlite:///{tmp_path / f'fresh-{index}.sqlite'}"
+        together = Barrier(openers)
+
+        def open_store(url: str = url, together: Barrier = together) -> str:
+            together.wait()
+            engine = StoreEngine(url, what="test store")
+            try:
+                with engine.engine.connect() as conn:
+                    return str(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+            finally:
+                engine.dispose()
+
+        with ThreadPoolExecutor(openers) as pool:
+            modes = [
+                future.result() for future in [pool.submit(open_store) for _ in range(openers)]
+            ]
+        assert modes == ["wal"] * openers

@@ -35,8 +35,10 @@ What lives here, once:
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from datetime import UTC, datetime
@@ -365,11 +367,31 @@ def sqlite_on_connect(dbapi_connection: Any, connection_record: ConnectionPoolEn
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode=WAL")
+        _enter_wal(cursor)
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
     finally:
         cursor.close()
+
+
+def _enter_wal(cursor: Any) -> None:
+    """``PRAGMA journal_mode=WAL``, retried within the busy timeout while the file is locked.
+
+    Switching a fresh database to WAL needs an exclusive lock, and SQLite can answer "database is
+    locked" at once, without waiting in its busy handler, when other connections open the same
+    new file at that moment (replicas or migrations starting together).
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def sqlite_on_begin(conn: Connection) -> None:
