@@ -82,6 +82,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=0, help="per size (default 30 or 300)")
     parser.add_argument("--store-url", default="", help="default: a fresh SQLite file")
     parser.add_argument("--profile", default="", help="cProfile sort key; first size only")
+    parser.add_argument("--callers", default="", help="with --profile: who calls these")
     options = parser.parse_args()
     sizes = [int(size) for size in options.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="rewardseal-micro-") as scratch:
@@ -95,7 +96,10 @@ def main() -> None:
                     profile = cProfile.Profile(time.thread_time)
                     for _ in range(batches):
                         profile.runcall(bench.round, size)
-                    pstats.Stats(profile).sort_stats(options.profile).print_stats(40)
+                    stats = pstats.Stats(profile).sort_stats(options.profile)
+                    stats.print_stats(40)
+                    if options.callers:
+                        stats.print_callers(options.callers)
                     return
                 rounds = [bench.round(size) for _ in range(batches)]
                 begin = statistics.median(b for b, _ in rounds) * 1000
