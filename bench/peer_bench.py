@@ -60,9 +60,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 
-from rewardseal.client import AsyncWorkerClient, make_begin, make_descriptor
+from rewardseal.client import (
+    AsyncWorkerClient,
+    make_begin,
+    make_descriptor,
+    message_size_options,
+)
 from rewardseal.errors import RewardSealError
 from rewardseal.signing import TrustSet
 from rewardseal.v1.enums_pb2 import RewardOutcome
@@ -82,6 +88,8 @@ POLICY_UPDATE = 1
 BATCH = 64
 BATCH_CLIENTS = 8
 UNARY = (8, 64)
+MODES = ("unary_c8", "unary_c64", "batched")
+POSTGRES_SIDE = "rewardseal_postgresql"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CALL_TIMEOUT_S = 60.0
 
@@ -202,19 +210,23 @@ def _wait(process: subprocess.Popen[bytes], ready: Callable[[], bool], log: Path
         time.sleep(0.1)
 
 
-def start_rewardseal(workdir: Path) -> Server:
-    """``rewardseal-worker serve --seed-mockmed`` on port 0; its ready file gives the rest."""
-    data_dir, ready, log = workdir / "rewardseal", workdir / "rewardseal.ready", workdir / "rs.log"
+def start_rewardseal(
+    workdir: Path, *, name: str = "rewardseal", processes: int = 1, db_url: str | None = None
+) -> Server:
+    """``rewardseal-worker serve --seed-mockmed`` on port 0 (``--processes N``; the receipt
+    store in ``db_url`` when given, else the data dir's SQLite); its ready file gives the rest."""
+    data_dir, ready, log = workdir / name, workdir / f"{name}.ready", workdir / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDSEAL_WORKER_")}
     command = [str(WORKER_CLI), "serve", "--seed-mockmed", "--data-dir", str(data_dir)]
-    command += ["--port", "0", "--ready-file", str(ready)]
+    command += ["--port", "0", "--ready-file", str(ready), "--processes", str(processes)]
+    command += ["--db-url", db_url] if db_url else []
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     _wait(process, ready.exists, log)
     time.sleep(0.2)  # the ready file is written whole, but give a slow disk a moment
     info = json.loads(ready.read_text())
     return Server(
-        name="rewardseal",
+        name=name,
         process=process,
         target=f"127.0.0.1:{info['port']}",
         token=str(info["token"]),
@@ -285,14 +297,28 @@ class Side(abc.ABC):
 
 
 class RewardsealSide(Side):
-    """rewardseal's worker through the verifying asyncio client."""
+    """rewardseal's worker through the verifying asyncio client.
 
-    def __init__(self, server: Server) -> None:
-        self.name, self.server = "rewardseal", server
+    ``connections`` clients, each on its own TCP connection (a local subchannel pool: channels
+    to one target otherwise share one connection); callers take them in turn. Several are
+    needed to reach every process of ``serve --processes N``: the kernel hands each
+    *connection* to one process.
+    """
+
+    def __init__(self, server: Server, *, connections: int = 1) -> None:
+        self.name, self.server = server.name, server
         trust = TrustSet([bytes.fromhex(server.public_key)])
-        self.client = AsyncWorkerClient(
-            server.target, token=server.token, trust=trust, timeout=CALL_TIMEOUT_S
-        )
+        options = [("grpc.use_local_subchannel_pool", 1), *message_size_options()]
+        self.clients = [
+            AsyncWorkerClient(
+                server.target,
+                token=server.token,
+                trust=trust,
+                timeout=CALL_TIMEOUT_S,
+                channel=grpc.aio.insecure_channel(server.target, options=options),
+            )
+            for _ in range(connections)
+        ]
         self.counter = 0
 
     def next_id(self) -> str:
@@ -307,12 +333,12 @@ class RewardsealSide(Side):
             reward_contract_digest=self.server.digest,
         )
 
-    async def episode(self, window: Window, patient: str) -> None:
+    async def episode(self, window: Window, patient: str, client: AsyncWorkerClient) -> None:
         episode_id = self.next_id()
         started = time.perf_counter()
         try:
-            await self.client.begin(episode_id, self.server.digest, {"patient_id": patient})
-            receipt = await self.client.score(self.descriptor(episode_id))
+            await client.begin(episode_id, self.server.digest, {"patient_id": patient})
+            receipt = await client.score(self.descriptor(episode_id))
         except RewardSealError as exc:
             window.error(exc)
             return
@@ -326,8 +352,9 @@ class RewardsealSide(Side):
 
         async def slot(index: int) -> None:
             patient = f"patient-peer-c{concurrency}-{index:03d}"  # one identity per slot
+            client = self.clients[index % len(self.clients)]
             while time.perf_counter() < deadline:
-                await self.episode(window, patient)
+                await self.episode(window, patient, client)
 
         await asyncio.gather(*(slot(i) for i in range(concurrency)))
         return window
@@ -338,17 +365,18 @@ class RewardsealSide(Side):
 
         async def client(index: int) -> None:
             patients = [f"patient-peer-b{index}-{i:02d}" for i in range(BATCH)]
+            worker = self.clients[index % len(self.clients)]
             while time.perf_counter() < deadline:
                 ids = [self.next_id() for _ in range(BATCH)]
                 started = time.perf_counter()
-                begun = await self.client.begin_many(
+                begun = await worker.begin_many(
                     make_begin(e, self.server.digest, {"patient_id": p})
                     for e, p in zip(ids, patients, strict=True)
                 )
                 ok = [e for e, b in zip(ids, begun, strict=True) if not isinstance(b, Exception)]
                 for failed in (b for b in begun if isinstance(b, RewardSealError)):
                     window.error(failed)
-                results = await self.client.score_many(self.descriptor(e) for e in ok)
+                results = await worker.score_many(self.descriptor(e) for e in ok)
                 elapsed = time.perf_counter() - started
                 for result in results:
                     if isinstance(result, RewardSealError):
@@ -362,7 +390,8 @@ class RewardsealSide(Side):
         return window
 
     async def close(self) -> None:
-        await self.client.close()
+        for client in self.clients:
+            await client.close()
 
 
 class HttpConnection:
@@ -607,30 +636,58 @@ def machine_facts(peer: dict[str, str]) -> dict[str, Any]:
 
 
 @contextmanager
-def servers(workdir: Path, venv: Path) -> Iterator[tuple[Server, Server]]:
+def servers(workdir: Path, venv: Path, options: argparse.Namespace) -> Iterator[list[Server]]:
+    """rewardseal's worker, the reference, and (``--postgres``) a second rewardseal worker
+    whose receipt store is a throwaway PostgreSQL cluster (``tests/support/postgres.py``)."""
     started: list[Server] = []
+    postgres = None
     try:
-        started.append(start_rewardseal(workdir))
+        started.append(start_rewardseal(workdir, processes=options.processes))
         started.append(start_reference(workdir, venv))
-        yield started[0], started[1]
+        if options.postgres:
+            sys.path.insert(0, str(ROOT / "tests"))
+            from support.postgres import PostgresServer
+
+            postgres = PostgresServer()
+            postgres.start()
+            url = postgres.url(postgres.create_database())
+            started.append(
+                start_rewardseal(
+                    workdir, name=POSTGRES_SIDE, processes=options.processes, db_url=url
+                )
+            )
+        yield started
     finally:
         for server in started:
             server.stop()
+        if postgres is not None:
+            postgres.stop()
 
 
 async def drive(
-    ours: RewardsealSide, theirs: ReferenceSide, rounds: int, seconds: float
+    ours: RewardsealSide,
+    theirs: ReferenceSide,
+    rounds: int,
+    seconds: float,
+    *,
+    modes: Sequence[str],
+    postgres: RewardsealSide | None = None,
 ) -> dict[str, Any]:
     """Warm both sides, then alternate them over ``rounds`` rounds of every mode.
 
     The warm-up runs every mode once for a full window (not reported): the reference's first
-    windows ran at about half its later throughput with a one-second warm-up.
+    windows ran at about half its later throughput with a one-second warm-up. ``postgres``
+    (rewardseal over PostgreSQL) runs the batched mode after rewardseal's in every round.
     """
+    unary = [c for c in UNARY if f"unary_c{c}" in modes]
     warm: Side
     for warm in (ours, theirs):
-        for concurrency in UNARY:
-            await warm.unary(concurrency, seconds)
-    await ours.batched(seconds)
+        for concurrency in UNARY:  # the reference's best unary figure needs both, always
+            if warm is theirs or concurrency in unary:
+                await warm.unary(concurrency, seconds)
+    batched = [s for s in (ours, postgres) if s is not None and "batched" in modes]
+    for each in batched:
+        await each.batched(seconds)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = collections.defaultdict(
         lambda: collections.defaultdict(list)
     )
@@ -638,49 +695,57 @@ async def drive(
         order: list[Side] = [ours, theirs] if index % 2 == 0 else [theirs, ours]
         for concurrency in UNARY:
             for side in order:
+                if side is ours and concurrency not in unary:
+                    continue
                 result = await measure(side, functools.partial(side.unary, concurrency, seconds))
                 runs[f"unary_c{concurrency}"][side.name].append(result)
-        result = await measure(ours, functools.partial(ours.batched, seconds))
-        runs["batched"]["rewardseal"].append(result)
+        for each in batched:
+            result = await measure(each, functools.partial(each.batched, seconds))
+            mode = "batched" if each is ours else "batched_postgresql"
+            runs[mode][each.name].append(result)
         print(f"round {index + 1}/{rounds} done", file=sys.stderr)
-    modes: dict[str, Any] = {}
+    report: dict[str, Any] = {}
     for mode, sides in runs.items():
-        modes[mode] = {name: medians(results) for name, results in sides.items()}
-        if "reference" in sides:
-            modes[mode]["ratio_rewardseal_over_reference"] = ratios(
-                modes[mode]["rewardseal"], modes[mode]["reference"]
+        report[mode] = {name: medians(results) for name, results in sides.items()}
+        if "reference" in sides and ours.name in sides:
+            report[mode]["ratio_rewardseal_over_reference"] = ratios(
+                report[mode][ours.name], report[mode]["reference"]
             )
             # Each round's two windows ran back to back, so their ratio sees the same background
             # load; the median of those ratios is steadier than the ratio of the medians.
-            modes[mode]["paired_throughput_ratio_median"] = round(
+            report[mode]["paired_throughput_ratio_median"] = round(
                 statistics.median(
                     a["episodes_per_second"] / b["episodes_per_second"]
-                    for a, b in zip(sides["rewardseal"], sides["reference"], strict=True)
+                    for a, b in zip(sides[ours.name], sides["reference"], strict=True)
                 ),
                 3,
             )
-    modes["batched"]["reference"] = None
-    modes["batched"]["paired_ratio_over_reference_best_unary_median"] = round(
-        statistics.median(
-            batched["episodes_per_second"]
-            / max(runs[f"unary_c{c}"]["reference"][index]["episodes_per_second"] for c in UNARY)
-            for index, batched in enumerate(runs["batched"]["rewardseal"])
-        ),
-        3,
-    )
-    best = max(modes[f"unary_c{c}"]["reference"]["episodes_per_second"] for c in UNARY)
-    ours_batched = modes["batched"]["rewardseal"]
-    modes["batched"]["reference_note"] = "no batch route: compared with its best unary mode"
-    modes["batched"]["reference_best_unary_episodes_per_second"] = best
-    modes["batched"]["ratio_over_reference_best_unary"] = round(
-        ours_batched["episodes_per_second"] / best, 3
-    )
-    modes["batched"]["ratio_cpu_over_reference_unary_c8"] = round(
-        ours_batched["server_cpu_ms_per_episode"]
-        / modes["unary_c8"]["reference"]["server_cpu_ms_per_episode"],
-        3,
-    )
-    return {"modes": modes, "raw": {m: dict(s) for m, s in runs.items()}}
+    best = max(report[f"unary_c{c}"]["reference"]["episodes_per_second"] for c in UNARY)
+    for mode in ("batched", "batched_postgresql"):
+        if mode not in runs:
+            continue
+        (name, results), *_ = runs[mode].items()
+        figures = report[mode]
+        figures["reference"] = None
+        figures["reference_note"] = "no batch route: compared with its best unary mode"
+        figures["paired_ratio_over_reference_best_unary_median"] = round(
+            statistics.median(
+                result["episodes_per_second"]
+                / max(runs[f"unary_c{c}"]["reference"][i]["episodes_per_second"] for c in UNARY)
+                for i, result in enumerate(results)
+            ),
+            3,
+        )
+        figures["reference_best_unary_episodes_per_second"] = best
+        figures["ratio_over_reference_best_unary"] = round(
+            figures[name]["episodes_per_second"] / best, 3
+        )
+        figures["ratio_cpu_over_reference_unary_c8"] = round(
+            figures[name]["server_cpu_ms_per_episode"]
+            / report["unary_c8"]["reference"]["server_cpu_ms_per_episode"],
+            3,
+        )
+    return {"modes": report, "raw": {m: dict(s) for m, s in runs.items()}}
 
 
 async def sample_profile(
@@ -711,6 +776,11 @@ async def main(options: argparse.Namespace) -> dict[str, Any]:
     want_profile = not (quick or options.no_profile)
     venv = options.peer_venv
     peer = ensure_peer_venv(venv, profiler=want_profile)
+    connections = options.connections or (1 if options.processes == 1 else 4 * options.processes)
+    modes = options.modes.split(",") if options.modes else list(MODES)
+    unknown = sorted(set(modes) - set(MODES))
+    if unknown:
+        raise SystemExit(f"unknown modes {unknown}; known: {', '.join(MODES)}")
     report: dict[str, Any] = {
         "what": (
             "rewardseal-worker vs the reference serve-reward: per episode one begin with a "
@@ -718,7 +788,10 @@ async def main(options: argparse.Namespace) -> dict[str, Any]:
             "to the SoR; medians over alternating rounds"
         ),
         "reference": f"{PEER_CLI} serve-reward --seed-mockmed (HTTP, uvicorn, one process)",
-        "rewardseal": "rewardseal-worker serve --seed-mockmed (gRPC, SQLite WAL synchronous=FULL)",
+        "rewardseal": (
+            f"rewardseal-worker serve --seed-mockmed --processes {options.processes} (gRPC, "
+            f"SQLite WAL synchronous=FULL), {connections} client connection(s)"
+        ),
         "machine": machine_facts(peer),
         "rounds": rounds,
         "seconds_per_window": seconds,
@@ -726,15 +799,22 @@ async def main(options: argparse.Namespace) -> dict[str, Any]:
     }
     workdir = Path(tempfile.mkdtemp(prefix="rewardseal-peer-"))
     try:
-        with servers(workdir, venv) as (rs_server, ref_server):
-            ours, theirs = RewardsealSide(rs_server), ReferenceSide(ref_server)
+        with servers(workdir, venv, options) as started:
+            ours = RewardsealSide(started[0], connections=connections)
+            theirs = ReferenceSide(started[1])
+            postgres = (
+                RewardsealSide(started[2], connections=connections) if len(started) > 2 else None
+            )
             try:
-                report.update(await drive(ours, theirs, rounds, seconds))
+                report.update(
+                    await drive(ours, theirs, rounds, seconds, modes=modes, postgres=postgres)
+                )
                 if want_profile:
                     report["profile"] = await sample_profile(ours, venv, 8.0, workdir)
             finally:
-                await ours.close()
-                await theirs.close()
+                for side in (ours, theirs, postgres):
+                    if side is not None:
+                        await side.close()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     report["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -753,6 +833,21 @@ def cli() -> None:
         default=Path(os.environ.get("REWARDSEAL_PEER_VENV", PEER_VENV_DEFAULT)),
         help="scratch virtual environment for the reference (outside the repository)",
     )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="rewardseal-worker serve --processes N"
+    )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=0,
+        help="rewardseal client connections (default 1, or 4 per process with --processes)",
+    )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="also run rewardseal's batched mode with its store on a throwaway PostgreSQL",
+    )
+    parser.add_argument("--modes", default="", help=f"a subset of {','.join(MODES)}")
     parser.add_argument("--out", type=Path, default=RESULTS)
     options = parser.parse_args()
     if options.peer_venv.resolve().is_relative_to(ROOT):
