@@ -53,7 +53,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -65,6 +65,8 @@ import httpx
 
 from rewardseal.client import (
     AsyncWorkerClient,
+    StreamItem,
+    VerifiedReceipt,
     make_begin,
     make_descriptor,
     message_size_options,
@@ -88,7 +90,7 @@ POLICY_UPDATE = 1
 BATCH = 64
 BATCH_CLIENTS = 8
 UNARY = (8, 64)
-MODES = ("unary_c8", "unary_c64", "batched")
+MODES = ("unary_c8", "unary_c64", "streamed_c8", "streamed_c64", "batched")
 POSTGRES_SIDE = "rewardseal_postgresql"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CALL_TIMEOUT_S = 60.0
@@ -355,6 +357,49 @@ class RewardsealSide(Side):
             client = self.clients[index % len(self.clients)]
             while time.perf_counter() < deadline:
                 await self.episode(window, patient, client)
+
+        await asyncio.gather(*(slot(i) for i in range(concurrency)))
+        return window
+
+    async def streamed(self, concurrency: int, seconds: float) -> Window:
+        """``concurrency`` callers, each on its own ``StreamEpisodes`` stream: send a begin,
+        wait for its answer, send the descriptor, wait for the receipt, repeat (the unary
+        work, one message per step instead of one call)."""
+        window = Window()
+        deadline = time.perf_counter() + seconds
+
+        async def slot(index: int) -> None:
+            patient = f"patient-peer-s{concurrency}-{index:03d}"  # one identity per slot
+            client = self.clients[index % len(self.clients)]
+            outbox: asyncio.Queue[StreamItem | None] = asyncio.Queue()
+
+            async def items() -> AsyncIterator[StreamItem]:
+                while (item := await outbox.get()) is not None:
+                    yield item
+
+            answers = client.stream(items())
+            try:
+                while time.perf_counter() < deadline:
+                    episode_id = self.next_id()
+                    started = time.perf_counter()
+                    outbox.put_nowait(
+                        make_begin(episode_id, self.server.digest, {"patient_id": patient})
+                    )
+                    begun = await anext(answers)
+                    outbox.put_nowait(self.descriptor(episode_id))
+                    scored = await anext(answers)
+                    failed = next((e for e in (begun, scored) if isinstance(e, Exception)), None)
+                    if failed is not None or not isinstance(scored, VerifiedReceipt):
+                        window.error(failed or scored)
+                        continue
+                    window.latencies.append(time.perf_counter() - started)
+                    window.episodes += 1
+                    window.outcomes[RewardOutcome.Name(scored.receipt.reward_outcome)] += 1
+            finally:
+                outbox.put_nowait(None)
+                close = getattr(answers, "aclose", None)  # an async generator: end its call
+                if close is not None:
+                    await close()
 
         await asyncio.gather(*(slot(i) for i in range(concurrency)))
         return window
@@ -685,6 +730,9 @@ async def drive(
         for concurrency in UNARY:  # the reference's best unary figure needs both, always
             if warm is theirs or concurrency in unary:
                 await warm.unary(concurrency, seconds)
+    for concurrency in UNARY:
+        if f"streamed_c{concurrency}" in modes:
+            await ours.streamed(concurrency, seconds)
     batched = [s for s in (ours, postgres) if s is not None and "batched" in modes]
     for each in batched:
         await each.batched(seconds)
@@ -699,6 +747,10 @@ async def drive(
                     continue
                 result = await measure(side, functools.partial(side.unary, concurrency, seconds))
                 runs[f"unary_c{concurrency}"][side.name].append(result)
+        for concurrency in UNARY:
+            if f"streamed_c{concurrency}" in modes:
+                call = functools.partial(ours.streamed, concurrency, seconds)
+                runs[f"streamed_c{concurrency}"][ours.name].append(await measure(ours, call))
         for each in batched:
             result = await measure(each, functools.partial(each.batched, seconds))
             mode = "batched" if each is ours else "batched_postgresql"
@@ -717,6 +769,19 @@ async def drive(
                 statistics.median(
                     a["episodes_per_second"] / b["episodes_per_second"]
                     for a, b in zip(sides[ours.name], sides["reference"], strict=True)
+                ),
+                3,
+            )
+    for concurrency in UNARY:
+        mode = f"streamed_c{concurrency}"
+        if mode in runs:
+            # The reference has no stream: its unary window of the same round, same concurrency.
+            theirs_unary = runs[f"unary_c{concurrency}"]["reference"]
+            report[mode]["reference_note"] = f"the reference's unary_c{concurrency} windows"
+            report[mode]["paired_throughput_ratio_median"] = round(
+                statistics.median(
+                    a["episodes_per_second"] / b["episodes_per_second"]
+                    for a, b in zip(runs[mode][ours.name], theirs_unary, strict=True)
                 ),
                 3,
             )
