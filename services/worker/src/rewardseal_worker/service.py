@@ -6,6 +6,7 @@ domain error reaches the wire through ``rewardseal.rpc_status`` (one mapping).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -45,6 +46,77 @@ def _begin_result(episode_id: str, outcome: BeginOutcome) -> pb.BeginResult:
     if isinstance(outcome, RewardSealError):
         return pb.BeginResult(episode_id=episode_id, error=to_episode_error(outcome))
     return pb.BeginResult(episode_id=episode_id, begun=outcome)
+
+
+STREAM_WINDOW = 2 * MAX_BATCH
+"""Requests of one stream read ahead of its answers; past that, gRPC flow control holds the
+client back."""
+
+
+@dataclass(frozen=True)
+class _StreamEnd:
+    """The end of a stream's requests; ``error`` when reading them failed (an undecodable
+    request aborts the call, a cancelled client ends it)."""
+
+    error: BaseException | None = None
+
+
+async def _read_stream(
+    requests: AsyncIterator[pb.StreamEpisodesRequest],
+    inbox: asyncio.Queue[pb.StreamEpisodesRequest | _StreamEnd],
+) -> None:
+    """Move a stream's requests into ``inbox`` as they arrive, then its end."""
+    try:
+        async for request in requests:
+            await inbox.put(request)
+    except Exception as exc:  # handed to the answering side, raised after earlier answers
+        await inbox.put(_StreamEnd(exc))
+    else:
+        await inbox.put(_StreamEnd())
+
+
+class _Runs:
+    """Cuts a stream's requests into runs: the next request, and every request of the same
+    kind for another episode already waiting behind it (at most MAX_BATCH)."""
+
+    def __init__(self, inbox: asyncio.Queue[pb.StreamEpisodesRequest | _StreamEnd]) -> None:
+        self._inbox = inbox
+        self._held: pb.StreamEpisodesRequest | _StreamEnd | None = None
+        self.end: _StreamEnd | None = None
+
+    async def next(self) -> list[pb.StreamEpisodesRequest] | None:
+        """The next run, or None once the stream ended (see :attr:`end`)."""
+        first = self._held if self._held is not None else await self._inbox.get()
+        self._held = None
+        if isinstance(first, _StreamEnd):
+            self.end = first
+            return None
+        kind = _kind(first)
+        run = [first]
+        episodes = {_episode_id(first)}
+        while len(run) < MAX_BATCH and not self._inbox.empty():
+            waiting = self._inbox.get_nowait()
+            # A repeated episode id starts the next run: a batch refuses a repeat as such, while
+            # one after the other a re-begin is idempotent. The answer may not depend on timing.
+            if (
+                isinstance(waiting, _StreamEnd)
+                or _kind(waiting) != kind
+                or _episode_id(waiting) in episodes
+            ):
+                self._held = waiting
+                break
+            run.append(waiting)
+            episodes.add(_episode_id(waiting))
+        return run
+
+
+def _episode_id(request: pb.StreamEpisodesRequest) -> str:
+    return request.begin.episode_id if _kind(request) == "begin" else request.descriptor.episode_id
+
+
+def _kind(request: pb.StreamEpisodesRequest) -> str:
+    """``begin`` or ``descriptor`` (a request with neither set is an empty descriptor)."""
+    return "begin" if request.WhichOneof("request") == "begin" else "descriptor"
 
 
 def descriptor_from_item(item: Mapping[str, Any]) -> EpisodeDescriptor:
@@ -124,29 +196,69 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
     async def StreamEpisodes(  # noqa: N802
         self, request_iterator: AsyncIterator[pb.StreamEpisodesRequest], context: Context
     ) -> AsyncIterator[pb.StreamEpisodesResponse]:
-        # Each request goes through the same batchers as unary calls, so a pipelining trainer
-        # still gets group commits. One request is answered before the next is taken: answers
-        # keep the order of the requests, and a begin is stored before a later descriptor of
-        # the same episode is scored.
-        async for request in request_iterator:
-            if request.WhichOneof("request") == "begin":
-                yield pb.StreamEpisodesResponse(begin=await self._stream_begin(request.begin))
-                continue
-            # A request with neither set is an empty descriptor: refused as one.
-            descriptor = request.descriptor
-            try:
-                outcome: ScoreOutcome = await self.scorer.score(ScoreJob(descriptor))
-            except RewardSealError as exc:
-                outcome = exc
-            yield pb.StreamEpisodesResponse(result=_result(descriptor.episode_id, outcome))
-
-    async def _stream_begin(self, request: pb.BeginEpisodeRequest) -> pb.BeginResult:
-        outcome: BeginOutcome
+        # Answers keep the order of the requests, and each request sees every earlier one's
+        # effect (a begin is stored before a later descriptor of the same episode is scored).
+        # Requests already waiting when the stream is free again form a *run* of one kind
+        # (begins, or descriptors) for distinct episodes, taken as one batch call: one thread,
+        # one transaction, in order, like BeginEpisodes/ScoreEpisodes. A lone request goes
+        # through the unary batchers instead, which group it with other callers' requests. So a
+        # trainer that pipelines a rollout (64 begins, act, 64 descriptors) pays two batches,
+        # not 128 round trips.
+        inbox: asyncio.Queue[pb.StreamEpisodesRequest | _StreamEnd] = asyncio.Queue(
+            maxsize=STREAM_WINDOW
+        )
+        reader = asyncio.create_task(_read_stream(request_iterator, inbox))
+        runs = _Runs(inbox)
         try:
-            outcome = await self.scorer.begin(request)
+            while (run := await runs.next()) is not None:
+                for answer in await self._answer_run(run):
+                    yield answer
+            end = runs.end
+            if end is not None and end.error is not None:
+                raise end.error  # the stream broke after every earlier request was answered
+        finally:
+            reader.cancel()
+
+    async def _answer_run(
+        self, run: list[pb.StreamEpisodesRequest]
+    ) -> list[pb.StreamEpisodesResponse]:
+        """The answers to a run of same-kind requests, in order."""
+        if run[0].WhichOneof("request") == "begin":
+            begins = [request.begin for request in run]
+            if len(begins) == 1:
+                outcomes: list[BeginOutcome] = [await self._begin_outcome(begins[0])]
+            else:
+                try:
+                    outcomes = await self.scorer.begin_many(begins)
+                except RewardSealError as exc:
+                    outcomes = [exc] * len(begins)
+            return [
+                pb.StreamEpisodesResponse(begin=_begin_result(b.episode_id, o))
+                for b, o in zip(begins, outcomes, strict=True)
+            ]
+        # A request with neither set is an empty descriptor: refused as one.
+        jobs = [ScoreJob(request.descriptor) for request in run]
+        scored: list[ScoreOutcome]
+        if len(jobs) == 1:
+            try:
+                scored = [await self.scorer.score(jobs[0])]
+            except RewardSealError as exc:
+                scored = [exc]
+        else:
+            try:
+                scored = await self.scorer.score_jobs(jobs)
+            except RewardSealError as exc:
+                scored = [exc] * len(jobs)
+        return [
+            pb.StreamEpisodesResponse(result=_result(job.descriptor.episode_id, outcome))
+            for job, outcome in zip(jobs, scored, strict=True)
+        ]
+
+    async def _begin_outcome(self, request: pb.BeginEpisodeRequest) -> BeginOutcome:
+        try:
+            return await self.scorer.begin(request)
         except RewardSealError as exc:
-            outcome = exc
-        return _begin_result(request.episode_id, outcome)
+            return exc
 
     @maps_errors
     async def GetReceipt(  # noqa: N802
