@@ -203,6 +203,11 @@ class _Undecodable:
 _UNDECODABLE = _Undecodable()
 
 
+class _UndecodableRequest(Exception):
+    """A streamed request was undecodable: raised to the servicer's read, turned into the
+    abort by the guard's wrapper."""
+
+
 def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
     if deserializer is None:
         return None
@@ -248,7 +253,10 @@ def guard_decoding(handler: _MethodHandler | None) -> _MethodHandler | None:
     async def checked(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         async for request in requests:
             if request is _UNDECODABLE:
-                await abort(context, _undecodable_error())
+                # Raised where the servicer reads; the wrapper below aborts, in the handler's
+                # own task (a servicer may read its requests in another task: an abort from
+                # there could race the handler's pending send).
+                raise _UndecodableRequest
             yield request
 
     def prepare(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -260,15 +268,21 @@ def guard_decoding(handler: _MethodHandler | None) -> _MethodHandler | None:
         async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             if request is _UNDECODABLE:
                 return await abort(context, _undecodable_error())
-            return await behavior(prepare(request, context), context)
+            try:
+                return await behavior(prepare(request, context), context)
+            except _UndecodableRequest:
+                return await abort(context, _undecodable_error())
 
     elif inspect.isasyncgenfunction(behavior):
 
         async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             if request is _UNDECODABLE:
                 await abort(context, _undecodable_error())
-            async for answer in behavior(prepare(request, context), context):
-                yield answer
+            try:
+                async for answer in behavior(prepare(request, context), context):
+                    yield answer
+            except _UndecodableRequest:
+                await abort(context, _undecodable_error())
 
     else:  # a synchronous behaviour (grpc runs it in a thread with a blocking iterator)
         return handler
