@@ -3,6 +3,7 @@ request order, every request seeing the effects of the ones before it."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +19,7 @@ from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal_worker.engine import Scorer
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
+LONE_DELAY = 0.3
 
 
 def begin(stack: RunningStack, episode_id: str, patient: str) -> pb.StreamEpisodesRequest:
@@ -54,6 +56,23 @@ class BatchCalls:
         monkeypatch.setattr(scorer, "score_jobs", counted_scores)
 
 
+def slow_lone_requests(scorer: Scorer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone request (the unary batchers' path) takes LONE_DELAY longer, so every request the
+    client sent at once is waiting when it is answered: the grouping is then certain."""
+    begin, score_one = scorer.begin, scorer.score
+
+    async def slow_begin(request: Any) -> Any:
+        await asyncio.sleep(LONE_DELAY)
+        return await begin(request)
+
+    async def slow_score(job: Any) -> Any:
+        await asyncio.sleep(LONE_DELAY)
+        return await score_one(job)
+
+    monkeypatch.setattr(scorer, "begin", slow_begin)
+    monkeypatch.setattr(scorer, "score", slow_score)
+
+
 async def stream(stack: RunningStack, requests: list[pb.StreamEpisodesRequest]) -> list[Any]:
     """Send every request at once (the client does not wait for answers) and read all answers."""
     channel, stub = raw_stub(stack)
@@ -68,6 +87,7 @@ async def test_a_pipelined_rollout_takes_one_batch_per_kind(
     stack: RunningStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = BatchCalls(stack.app.scorer, monkeypatch)
+    slow_lone_requests(stack.app.scorer, monkeypatch)
     ids = [f"episode.run.{i:04d}" for i in range(16)]
     begins = [begin(stack, e, f"patient-run-{i:04d}") for i, e in enumerate(ids)]
     answers = await stream(stack, begins)
@@ -81,14 +101,9 @@ async def test_a_pipelined_rollout_takes_one_batch_per_kind(
         opened = open_receipt(answer.result.envelope, stack.trust)
         check_receipt_answers(opened.receipt, expected)
         assert opened.receipt.reward_outcome == VERIFIED
-    # Requests that were waiting went as batches (the first request of a stream may be taken
-    # alone, before the rest arrived): far fewer batch calls than requests.
-    begin_sizes = [n for kind, n in calls.sizes if kind == "begin"]
-    score_sizes = [n for kind, n in calls.sizes if kind == "score"]
-    assert sum(begin_sizes) <= 16, calls.sizes
-    assert len(begin_sizes) <= 3, calls.sizes
-    assert sum(score_sizes) <= 16, calls.sizes
-    assert len(score_sizes) <= 3, calls.sizes
+    # The first request of each stream was taken alone (nothing waited behind it yet); the 15
+    # that waited behind it went as one batch.
+    assert calls.sizes == [("begin", 15), ("score", 15)]
 
 
 async def test_each_request_sees_the_effects_of_earlier_ones(stack: RunningStack) -> None:
@@ -119,6 +134,7 @@ async def test_a_failing_run_answers_every_request_and_the_stream_goes_on(
     stack: RunningStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     scorer = stack.app.scorer
+    slow_lone_requests(scorer, monkeypatch)
 
     async def down(requests: Sequence[Any]) -> list[Any]:
         raise RewardSealError("the store went away")
