@@ -29,6 +29,14 @@ def timestamp(moment: datetime, field: str = "time") -> Timestamp:
     """
     if moment.tzinfo is None:
         raise ValidationError(f"{field} must be timezone-aware (UTC)")
-    stamp = Timestamp()
-    stamp.FromDatetime(moment.astimezone(UTC))
-    return stamp
+    # What Timestamp.FromDatetime(moment.astimezone(UTC)) gives (whole seconds since the epoch,
+    # rounded down, and the microseconds), by exact timedelta arithmetic at a fraction of its
+    # cost: the worker stamps every receipt.
+    since = moment - _EPOCH
+    return Timestamp(
+        seconds=since.days * _SECONDS_PER_DAY + since.seconds, nanos=since.microseconds * 1000
+    )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECONDS_PER_DAY = 86_400
