@@ -156,6 +156,8 @@ class Scorer:
         self.revoked = revoked
         self.in_use = CertificateInUse(bundle.certificate, bundle.certificate_digest)
         """Replaced whole (one attribute store), never changed in place: see use_certificate."""
+        self._identity_keys = frozenset(bundle.contract.oracle.identity_keys)
+        """The contract's identity key names (R-W-2), as a set once, not per identity."""
         self._issuer: tuple[CertificateInUse, ReceiptIssuer] | None = None
         """The receipt issuer of one :attr:`in_use` value (see _issuer_for)."""
         self.on_commit: Callable[[], None] | None = None
@@ -534,8 +536,8 @@ class Scorer:
         if not identity:
             raise IdentityMissing("no oracle identity was given")
         check_identity_values(identity, field)
-        expected = set(self.bundle.contract.oracle.identity_keys)
-        if set(identity) != expected:
+        expected = self._identity_keys
+        if identity.keys() != expected:
             given = preview(", ".join(sorted(identity)), 128, quoted=False)
             raise IdentityMismatch(
                 f"oracle identity keys [{given}] differ from the contract's {sorted(expected)}"
