@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -624,3 +624,15 @@ def test_timestamp_equals_protobufs_conversion(moment):
     expected = Timestamp()
     expected.FromDatetime(moment.astimezone(UTC))
     assert timestamp(moment) == expected
+
+
+class _NoOffset(tzinfo):
+    """A tzinfo that names no offset: the datetime stays naive."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+def test_timestamp_refuses_a_datetime_whose_tzinfo_gives_no_offset():
+    with pytest.raises(ValidationError, match="timezone"):
+        timestamp(datetime(2026, 12, 1, 12, 0, tzinfo=_NoOffset()), "issued_at")
