@@ -1,13 +1,16 @@
 """Build a receipt from a judged outcome by the shared rules (R-MSG-7, R-SCORE-*, R-VAL-*).
 
-The worker calls ``issue_receipt`` (``build_receipt``, then the signature) for every episode;
+The worker issues every episode's receipt through a :class:`ReceiptIssuer` (``build_receipt``,
+then the signature, with what the certificate and outcome decide made once per certificate);
 anyone can call ``build_receipt`` to see what a correct receipt for an outcome looks like. Time,
 nonce and the certificate's revocation are arguments, so the function stays pure and testable at
 its boundaries.
 
-A receipt is validated once where it is made (``build_receipt``) and once where it is read
-(``open_receipt``, the trust boundary of every reader); what ``open_receipt`` returns, an
-:class:`OpenedReceipt`, is passed on as it is and never parsed or validated again.
+A receipt is validated once where it is made (``build_receipt``; a receipt stamped from an
+issuer's template has its facts checked, its claims having been checked on the template) and
+once where it is read (``open_receipt``, the trust boundary of every reader); what
+``open_receipt`` returns, an :class:`OpenedReceipt`, is passed on as it is and never parsed or
+validated again.
 """
 
 from __future__ import annotations
@@ -121,8 +124,8 @@ def seal_receipt(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvel
     """Sign a validated receipt into a DSSE envelope over its exact serialized bytes (R-MSG-8).
 
     ``receipt`` may come from anywhere (and a protobuf message can be changed after it was
-    built), so it is validated here; the worker, which signs what it has just built, calls
-    :func:`issue_receipt` instead and validates once.
+    built), so it is validated here; the worker, which signs what it has just built, uses a
+    :class:`ReceiptIssuer` (or :func:`issue_receipt`) instead and validates once.
     """
     validate_receipt(receipt)
     if receipt.issuer_key_id != key.key_id:
@@ -132,7 +135,8 @@ def seal_receipt(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvel
 
 @dataclass(frozen=True)
 class IssuedReceipt:
-    """A receipt :func:`issue_receipt` built and validated, and its envelope over its bytes."""
+    """A receipt :class:`ReceiptIssuer` (or :func:`issue_receipt`) built and validated, and its
+    envelope over its bytes."""
 
     receipt: RewardEvidenceReceipt
     envelope: SignedEnvelope
