@@ -432,7 +432,8 @@ def validate_descriptor(descriptor: EpisodeDescriptor) -> None:
         validate_id(descriptor.environment_id, "environment_id", error=InvalidEpisode)
     if descriptor.HasField("runtime_signal"):
         _check_enum(descriptor.runtime_signal, RuntimeSignal, "runtime_signal", InvalidEpisode)
-    check_identity_values(descriptor.oracle_identity, "oracle_identity")
+    if descriptor.oracle_identity:  # most descriptors name none (BeginEpisode did)
+        check_identity_values(descriptor.oracle_identity, "oracle_identity")
     check_metadata(descriptor.metadata)
     runtime_signal_of(descriptor)
 

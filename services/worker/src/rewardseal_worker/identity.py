@@ -86,9 +86,9 @@ def _key_of(values: dict[str, str]) -> str:
     point and by RFC 8785's UTF-16 units; an ASCII value has a UTF-8 form), anything else takes
     canonical_json. A property test holds the two to rfc8785.
     """
-    if all(
-        type(name) is str and name.isascii() and type(value) is str and value.isascii()
-        for name, value in values.items()
-    ):
-        return "{" + ",".join(f"{quote(n)}:{quote(v)}" for n, v in values.items()) + "}"
-    return canonical_json(values).decode()
+    members = []
+    for name, value in values.items():
+        if not (type(name) is str and type(value) is str and name.isascii() and value.isascii()):
+            return canonical_json(values).decode()
+        members.append(f"{quote(name)}:{quote(value)}")
+    return "{" + ",".join(members) + "}"
