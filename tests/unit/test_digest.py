@@ -28,7 +28,14 @@ from rewardseal.contract import (
     contract_digest,
     normalize_contract,
 )
-from rewardseal.digest import canonical_json, digest_bytes, digest_json, is_digest
+from rewardseal.digest import (
+    canonical_bytes,
+    canonical_json,
+    canonical_string,
+    digest_bytes,
+    digest_json,
+    is_digest,
+)
 from rewardseal.errors import ValidationError
 from rewardseal.v1.contract_pb2 import RewardComponent, RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
@@ -509,3 +516,27 @@ def test_values_outside_the_fast_path_still_canonical(value):
             canonical_json(value)
         return
     assert canonical_json(value) == expected
+
+
+# --- canonical_string: the string form callers that write canonical text themselves use ---
+
+
+@given(st.text())
+@settings(max_examples=300, deadline=None)
+def test_canonical_string_equals_rfc8785(text):
+    assert canonical_bytes(canonical_string(text)) == rfc8785.dumps(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\x00\x1f\x7f", '"\\/', "\u2028\u2029", "é\U0001f600", "\ud800"],
+    ids=["controls", "quote-backslash-solidus", "line-separators", "non-ascii", "lone-surrogate"],
+)
+def test_canonical_string_edge_cases(text):
+    try:
+        expected = rfc8785.dumps(text)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError):
+        with pytest.raises(ValidationError, match="canonical"):
+            canonical_bytes(canonical_string(text))
+        return
+    assert canonical_bytes(canonical_string(text)) == expected

@@ -6,6 +6,9 @@ Rows name the rule they exercise; the interplay rows pin the order (1 beats 2 be
 from __future__ import annotations
 
 import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.builders import TEST_KEY, make_facts
 
 from rewardseal.digest import canonical_json
@@ -613,3 +616,94 @@ class TestEvidence:
             "sql table 'encounters': read timed out after 2s"
         )
         assert decision.verdicts == ()
+
+
+# --- evidence_json: the worker's bytes of the document, written without a generic walk ---
+
+
+def reference_evidence(decision: Decision) -> dict[str, object]:
+    """The evidence layout, built here independently of Decision.evidence_json."""
+    counts = {verdict.value.lower(): 0 for verdict in Verdict}
+    for item in decision.verdicts:
+        counts[item.verdict.value.lower()] += 1
+    return {
+        "schema": "rewardseal.evidence.v1",
+        "outcome": RewardOutcome.Name(decision.outcome),
+        "uncertainty": Uncertainty.Name(decision.uncertainty),
+        "rule": decision.rule,
+        "reason": decision.reason,
+        "runtime_signal": RuntimeSignal.Name(decision.runtime_signal),
+        "oracle_error": decision.oracle_error,
+        "verdicts": [
+            {
+                "effect": item.effect,
+                "kind": "forbidden" if item.forbidden else "required",
+                "verdict": item.verdict.value,
+                "reason": item.reason,
+                "record_ids": list(item.record_ids),
+            }
+            for item in decision.verdicts
+        ],
+        "credited_record_ids": list(decision.credited_record_ids),
+        "counts": {
+            "required": sum(1 for item in decision.verdicts if not item.forbidden),
+            "forbidden": sum(1 for item in decision.verdicts if item.forbidden),
+            **counts,
+            "new_records": len({r for item in decision.verdicts for r in item.record_ids}),
+            "credited_records": len(decision.credited_record_ids),
+        },
+    }
+
+
+_record_ids = st.lists(st.text(max_size=12), max_size=4).map(tuple)
+_verdicts = st.builds(
+    EffectVerdict,
+    effect=st.text(max_size=12),
+    verdict=st.sampled_from(Verdict),
+    reason=st.text(max_size=20),
+    record_ids=_record_ids,
+    forbidden=st.booleans(),
+)
+_decisions = st.builds(
+    Decision,
+    outcome=st.sampled_from([v for v in RewardOutcome.values() if v]),
+    uncertainty=st.sampled_from([v for v in Uncertainty.values() if v]),
+    reason=st.text(max_size=30),
+    verdicts=st.lists(_verdicts, max_size=4).map(tuple),
+    credited_record_ids=_record_ids,
+    rule=st.integers(min_value=0, max_value=7),
+    runtime_signal=st.sampled_from([v for v in RuntimeSignal.values() if v]),
+    oracle_error=st.none() | st.text(max_size=20),
+)
+
+
+@given(_decisions, st.none() | st.text(max_size=40))
+@settings(max_examples=150, deadline=None)
+def test_evidence_json_equals_rfc8785_of_the_layout(decision, salt):
+    """Non-ASCII, astral and control characters in every string: effect names, reasons, record
+    ids, the oracle error and the salt; the bytes are RFC 8785's of the documented layout."""
+    document = reference_evidence(decision)
+    if salt is not None:
+        document["salt"] = salt
+    assert decision.evidence_json(salt) == rfc8785.dumps(document)
+    assert decision.evidence() == reference_evidence(decision)
+
+
+@pytest.mark.parametrize("decision", ALL_DECISIONS)
+def test_evidence_json_of_the_judged_episodes_is_canonical_json_of_evidence(decision):
+    expected = canonical_json({"salt": "00ff" * 8, **decision.evidence()})
+    assert decision.evidence_json("00ff" * 8) == expected
+    assert decision.evidence_json() == rfc8785.dumps(reference_evidence(decision))
+
+
+def test_evidence_json_refuses_a_lone_surrogate_as_canonical_json_does():
+    decision = decide(
+        S.RUNTIME_SIGNAL_COMPLETED,
+        oracle_error=None,
+        required=[EffectVerdict("triage", Verdict.CONFIRMED, "confirmed", ("enc-\ud800",))],
+        forbidden=[],
+    )
+    with pytest.raises(ValidationError, match="canonical"):
+        decision.evidence_json("salt")
+    with pytest.raises(ValidationError, match="canonical"):
+        canonical_json(reference_evidence(decision))

@@ -7,17 +7,22 @@ checks that the envelope's unsigned flags only repeat what the signed receipt sa
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from support.builders import FIXED_TIME, ISSUED_AT_UPDATE, TEST_KEY, make_certificate, make_facts
 
+from rewardseal.clock import timestamp
 from rewardseal.contract import UNSCORED_OUTCOMES
 from rewardseal.errors import SignatureError, ValidationError
 from rewardseal.receipts import (
+    MAX_TEMPLATES,
     EpisodeFacts,
     OpenedReceipt,
+    ReceiptIssuer,
     build_receipt,
     is_unscored,
     issue_receipt,
@@ -26,7 +31,7 @@ from rewardseal.receipts import (
 )
 from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
 from rewardseal.v1.contract_pb2 import RewardComponent, ScoringPolicy
-from rewardseal.v1.enums_pb2 import RewardOutcome
+from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_kit.mockmed import mockmed_contract
 
@@ -497,3 +502,137 @@ def test_build_receipt_converts_an_aware_datetime_to_utc():
         for f in (facts, shifted)
     ]
     assert receipts[0] == receipts[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# ReceiptIssuer: many receipts of one contract and certificate, issue_receipt's bytes
+# ---------------------------------------------------------------------------------------------
+
+
+def sealed_bytes(facts: EpisodeFacts, certificate: object, **flags: bool) -> tuple[bytes, bytes]:
+    """The reference: build_receipt then seal_receipt, each receipt on its own."""
+    receipt = build_receipt(
+        facts,
+        contract=mockmed_contract(),
+        certificate=certificate,  # type: ignore[arg-type]
+        issuer_key_id=TEST_KEY.key_id,
+        **flags,
+    )
+    envelope = seal_receipt(receipt, TEST_KEY)
+    return receipt.SerializeToString(deterministic=True), envelope.SerializeToString(
+        deterministic=True
+    )
+
+
+def other_facts(facts: EpisodeFacts, n: int) -> EpisodeFacts:
+    """Facts of another episode with the same claims: every fact field differs."""
+    return dataclasses.replace(
+        facts,
+        receipt_id=f"rcpt.other-{n:04d}",
+        episode_id=f"episode.other-{n:04d}",
+        policy_checkpoint_id=f"policy.checkpoint.{n:04d}",
+        evidence_digest="sha256:" + f"{n:02x}" * 32,
+        nonce=f"{n:032x}",
+        issued_at=FIXED_TIME + timedelta(seconds=n, microseconds=n * 7),
+    )
+
+
+@pytest.mark.parametrize("outcome", ALL_OUTCOMES, ids=short)
+@pytest.mark.parametrize("with_certificate", [True, False], ids=["certificate", "none"])
+@pytest.mark.parametrize(
+    "flags",
+    [{}, {"revoked": True}, {"revocation_unknown": True}],
+    ids=["not-revoked", "revoked", "revocation-unknown"],
+)
+def test_issuer_gives_build_then_seal_bytes_for_every_receipt(outcome, with_certificate, flags):
+    """The first receipt of a combination is built, the next are stamped from its template:
+    all are byte for byte what build_receipt + seal_receipt make, and they open."""
+    contract = mockmed_contract()
+    certificate = make_certificate(contract) if with_certificate else None
+    issuer = ReceiptIssuer(contract=contract, certificate=certificate, key=TEST_KEY)
+    # Below, inside and past the certificate's schedule: NOT_YET_VALID, CURRENT, EXPIRED.
+    for update in (ISSUED_AT_UPDATE - 1, ISSUED_AT_UPDATE, ISSUED_AT_UPDATE + 50):
+        for n in range(3):
+            facts = other_facts(make_facts(outcome, policy_update=update), n)
+            issued = issuer.issue(facts, **flags)
+            expected = sealed_bytes(facts, certificate, **flags)
+            assert (
+                issued.receipt.SerializeToString(deterministic=True),
+                issued.envelope.SerializeToString(deterministic=True),
+            ) == expected
+            assert open_receipt(issued.envelope, TRUST).receipt == issued.receipt
+
+
+def test_issuer_checks_the_facts_of_every_receipt():
+    issuer = ReceiptIssuer(
+        contract=mockmed_contract(), certificate=make_certificate(), key=TEST_KEY
+    )
+    good = make_facts()
+    issuer.issue(good)  # the template of these claims now exists
+    bad = [
+        ("receipt_id", "rcpt"),
+        ("episode_id", "episode\n0001"),
+        ("policy_checkpoint_id", ""),
+        ("evidence_digest", "sha256:" + "E" * 64),
+        ("nonce", ""),
+    ]
+    for field, value in bad:
+        with pytest.raises(ValidationError, match=field):
+            issuer.issue(dataclasses.replace(good, **{field: value}))
+    with pytest.raises(ValidationError, match="timezone"):
+        issuer.issue(naive_facts())
+
+
+def test_issuer_refuses_what_build_receipt_refuses_after_a_template_exists():
+    issuer = ReceiptIssuer(contract=mockmed_contract(), certificate=None, key=TEST_KEY)
+    issuer.issue(make_facts(policy_update=1))
+    with pytest.raises(ValidationError, match="policy update"):
+        issuer.issue(dataclasses.replace(make_facts(), policy_update=True))  # equal to 1 as a key
+    with pytest.raises(ValidationError):
+        issuer.issue(make_facts(policy_update=-1))
+    with pytest.raises(ValidationError, match="cannot carry uncertainty"):
+        issuer.issue(
+            make_facts(
+                Outcome.REWARD_OUTCOME_VERIFIED, uncertainty=Uncertainty.UNCERTAINTY_NONE + 2
+            )
+        )
+
+
+def test_issuer_keeps_a_bounded_number_of_templates():
+    issuer = ReceiptIssuer(contract=mockmed_contract(), certificate=None, key=TEST_KEY)
+    for update in range(MAX_TEMPLATES + 5):
+        facts = make_facts(policy_update=update)
+        assert (
+            issuer.issue(facts).receipt.SerializeToString(deterministic=True)
+            == sealed_bytes(facts, None)[0]
+        )
+    assert len(issuer._templates) <= MAX_TEMPLATES
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        FIXED_TIME,
+        datetime(2026, 12, 1, 19, 30, 1, 999_999, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 500_000, tzinfo=UTC),  # before the epoch
+        datetime(2026, 3, 29, 1, 30, 0, 123_456, tzinfo=timezone(timedelta(hours=-7, minutes=-30))),
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC),
+    ],
+)
+def test_timestamp_equals_protobufs_conversion(moment):
+    expected = Timestamp()
+    expected.FromDatetime(moment.astimezone(UTC))
+    assert timestamp(moment) == expected
+
+
+class _NoOffset(tzinfo):
+    """A tzinfo that names no offset: the datetime stays naive."""
+
+    def utcoffset(self, dt: datetime | None) -> timedelta | None:
+        return None
+
+
+def test_timestamp_refuses_a_datetime_whose_tzinfo_gives_no_offset():
+    with pytest.raises(ValidationError, match="timezone"):
+        timestamp(datetime(2026, 12, 1, 12, 0, tzinfo=_NoOffset()), "issued_at")

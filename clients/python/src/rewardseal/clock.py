@@ -27,8 +27,18 @@ def timestamp(moment: datetime, field: str = "time") -> Timestamp:
         ValidationError: ``moment`` is naive; ``Timestamp.FromDatetime`` would silently read it
             as UTC, so a local time would be signed as the wrong instant. ``field`` names it.
     """
-    if moment.tzinfo is None:
+    # A tzinfo that gives no offset leaves the datetime naive (astimezone would read it as
+    # local time): refused like a naive one.
+    if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValidationError(f"{field} must be timezone-aware (UTC)")
-    stamp = Timestamp()
-    stamp.FromDatetime(moment.astimezone(UTC))
-    return stamp
+    # What Timestamp.FromDatetime(moment.astimezone(UTC)) gives (whole seconds since the epoch,
+    # rounded down, and the microseconds), by exact timedelta arithmetic at a fraction of its
+    # cost: the worker stamps every receipt.
+    since = moment - _EPOCH
+    return Timestamp(
+        seconds=since.days * _SECONDS_PER_DAY + since.seconds, nanos=since.microseconds * 1000
+    )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SECONDS_PER_DAY = 86_400

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
@@ -69,6 +70,26 @@ def _plain(value: Any) -> bool:
     return True
 
 
+canonical_string: Callable[[str], str] = json.encoder.encode_basestring
+"""The RFC 8785 text of one JSON string, quotes included (the C function ``json.dumps`` uses
+with ``ensure_ascii=False``; a property test holds it to rfc8785).
+
+For a caller that writes a document whose shape it built, member by member in canonical order,
+without :func:`canonical_json`'s walk; :func:`canonical_bytes` encodes the text."""
+
+
+def canonical_bytes(text: str) -> bytes:
+    """The UTF-8 bytes of canonical JSON text.
+
+    Raises:
+        ValidationError: the text holds a lone surrogate (which has no UTF-8 form).
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValidationError(f"value has no canonical JSON form: {exc}") from exc
+
+
 def canonical_json(value: Any) -> bytes:
     """RFC 8785 canonical JSON bytes of a JSON-compatible value or a protobuf message."""
     if isinstance(value, Message):
@@ -76,12 +97,9 @@ def canonical_json(value: Any) -> bytes:
     if _plain(value):
         # The common case on the worker's hot path, at C speed; equal to rfc8785.dumps (a
         # property test holds the two together).
-        try:
-            return json.dumps(
-                value, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-            ).encode("utf-8")
-        except UnicodeEncodeError as exc:  # a lone surrogate has no UTF-8 form
-            raise ValidationError(f"value has no canonical JSON form: {exc}") from exc
+        return canonical_bytes(
+            json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        )
     try:
         return rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:

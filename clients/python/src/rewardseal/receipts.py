@@ -1,19 +1,23 @@
 """Build a receipt from a judged outcome by the shared rules (R-MSG-7, R-SCORE-*, R-VAL-*).
 
-The worker calls ``issue_receipt`` (``build_receipt``, then the signature) for every episode;
+The worker issues every episode's receipt through a :class:`ReceiptIssuer` (``build_receipt``,
+then the signature, with what the certificate and outcome decide made once per certificate);
 anyone can call ``build_receipt`` to see what a correct receipt for an outcome looks like. Time,
 nonce and the certificate's revocation are arguments, so the function stays pure and testable at
 its boundaries.
 
-A receipt is validated once where it is made (``build_receipt``) and once where it is read
-(``open_receipt``, the trust boundary of every reader); what ``open_receipt`` returns, an
-:class:`OpenedReceipt`, is passed on as it is and never parsed or validated again.
+A receipt is validated once where it is made (``build_receipt``; a receipt stamped from an
+issuer's template has its facts checked, its claims having been checked on the template) and
+once where it is read (``open_receipt``, the trust boundary of every reader); what
+``open_receipt`` returns, an :class:`OpenedReceipt`, is passed on as it is and never parsed or
+validated again.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from rewardseal.certificates import certificate_state
 from rewardseal.clock import timestamp
@@ -37,7 +41,7 @@ from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import parse_strict, validate_receipt
+from rewardseal.validation import parse_strict, validate_receipt, validate_receipt_facts
 
 
 @dataclass(frozen=True)
@@ -120,8 +124,8 @@ def seal_receipt(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvel
     """Sign a validated receipt into a DSSE envelope over its exact serialized bytes (R-MSG-8).
 
     ``receipt`` may come from anywhere (and a protobuf message can be changed after it was
-    built), so it is validated here; the worker, which signs what it has just built, calls
-    :func:`issue_receipt` instead and validates once.
+    built), so it is validated here; the worker, which signs what it has just built, uses a
+    :class:`ReceiptIssuer` (or :func:`issue_receipt`) instead and validates once.
     """
     validate_receipt(receipt)
     if receipt.issuer_key_id != key.key_id:
@@ -131,7 +135,8 @@ def seal_receipt(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvel
 
 @dataclass(frozen=True)
 class IssuedReceipt:
-    """A receipt :func:`issue_receipt` built and validated, and its envelope over its bytes."""
+    """A receipt :class:`ReceiptIssuer` (or :func:`issue_receipt`) built and validated, and its
+    envelope over its bytes."""
 
     receipt: RewardEvidenceReceipt
     envelope: SignedEnvelope
@@ -153,19 +158,129 @@ def issue_receipt(
     The same receipt and envelope bytes as ``seal_receipt(build_receipt(...), key)``: the
     receipt names ``key`` as its issuer and never leaves this function between its validation
     and its signature, so the second validation ``seal_receipt`` does for a receipt handed in
-    is not needed. Arguments as :func:`build_receipt`'s.
+    is not needed. Arguments as :func:`build_receipt`'s. An issuer of many receipts under one
+    contract and certificate uses a :class:`ReceiptIssuer`.
     """
-    receipt = build_receipt(
-        facts,
+    issuer = ReceiptIssuer(
         contract=contract,
         certificate=certificate,
-        issuer_key_id=key.key_id,
-        revoked=revoked,
-        revocation_unknown=revocation_unknown,
+        key=key,
         digest_of_contract=digest_of_contract,
         digest_of_certificate=digest_of_certificate,
     )
-    return IssuedReceipt(receipt, _sign(receipt, key))
+    return issuer.issue(facts, revoked=revoked, revocation_unknown=revocation_unknown)
+
+
+_FactField = Literal[
+    "receipt_id", "episode_id", "policy_checkpoint_id", "evidence_digest", "nonce", "issued_at"
+]
+_FACT_FIELDS: tuple[_FactField, ...] = (
+    "receipt_id",
+    "episode_id",
+    "policy_checkpoint_id",
+    "evidence_digest",
+    "nonce",
+    "issued_at",
+)
+"""The receipt fields :func:`~rewardseal.validation.validate_receipt_facts` checks: the ones
+that differ between receipts of equal claims."""
+
+MAX_TEMPLATES = 64
+"""Templates one :class:`ReceiptIssuer` keeps (one per outcome, uncertainty, tier, policy
+update and revocation state seen); a training run meets a handful at a time."""
+
+
+class ReceiptIssuer:
+    """Issues the receipts of one contract, certificate and key: :func:`issue_receipt`'s
+    receipts and envelopes, byte for byte, at a fraction of its cost.
+
+    What a receipt claims beside its facts (scalar, components, certification, certificate
+    state and references, issuer) depends only on the contract, the certificate, the key and
+    the outcome, uncertainty, tier, policy update and revocation state. The first receipt of
+    each such combination is made by :func:`build_receipt` (``score()`` and every check of
+    :func:`~rewardseal.validation.validate_receipt`); it is kept without its facts as a
+    template, and the next receipts of the combination are that template with their facts
+    filled in, the facts checked (:func:`~rewardseal.validation.validate_receipt_facts`) and
+    the receipt signed. No rule relates a fact to a claim, so each receipt is one
+    ``build_receipt`` would make and pass.
+
+    An issuer holds one certificate: the worker makes a new one when it changes. Safe to use
+    from several threads (templates are complete before they are shared, and never changed).
+    """
+
+    def __init__(
+        self,
+        *,
+        contract: RewardContract,
+        certificate: RewardCertificate | None,
+        key: SigningKey,
+        digest_of_contract: str | None = None,
+        digest_of_certificate: str | None = None,
+    ) -> None:
+        """Arguments as :func:`build_receipt`'s; the digests are computed here when not given."""
+        self.contract = contract
+        self.certificate = certificate
+        self.key = key
+        self._digest_of_contract = digest_of_contract or contract_digest(contract)
+        self._digest_of_certificate = (
+            None
+            if certificate is None
+            else digest_of_certificate or certificate_digest(certificate)
+        )
+        self._templates: dict[tuple[int, int, int, int, bool, bool], RewardEvidenceReceipt] = {}
+
+    def issue(
+        self, facts: EpisodeFacts, *, revoked: bool = False, revocation_unknown: bool = False
+    ) -> IssuedReceipt:
+        """The receipt of ``facts``, validated, and its envelope signed with the issuer's key.
+
+        ``revoked`` and ``revocation_unknown`` as :func:`build_receipt`'s.
+
+        Raises:
+            ValidationError: the facts, or the claims they lead to, break a rule.
+        """
+        claims = (
+            facts.outcome,
+            facts.uncertainty,
+            facts.tier,
+            facts.policy_update,
+            revoked,
+            revocation_unknown,
+        )
+        # A bool is an int to a dict, but no policy update (check_policy_update): such facts
+        # take build_receipt every time, which refuses them.
+        exact = type(facts.policy_update) is int
+        template = self._templates.get(claims) if exact else None
+        if template is None:
+            receipt = build_receipt(
+                facts,
+                contract=self.contract,
+                certificate=self.certificate,
+                issuer_key_id=self.key.key_id,
+                revoked=revoked,
+                revocation_unknown=revocation_unknown,
+                digest_of_contract=self._digest_of_contract,
+                digest_of_certificate=self._digest_of_certificate,
+            )
+            template = RewardEvidenceReceipt()
+            template.CopyFrom(receipt)
+            for name in _FACT_FIELDS:
+                template.ClearField(name)
+            if exact:
+                if len(self._templates) >= MAX_TEMPLATES:
+                    self._templates.clear()
+                self._templates[claims] = template
+        else:
+            receipt = RewardEvidenceReceipt()
+            receipt.CopyFrom(template)
+            receipt.receipt_id = facts.receipt_id
+            receipt.episode_id = facts.episode_id
+            receipt.policy_checkpoint_id = facts.policy_checkpoint_id
+            receipt.evidence_digest = facts.evidence_digest
+            receipt.nonce = facts.nonce
+            receipt.issued_at.CopyFrom(timestamp(facts.issued_at, "issued_at"))
+            validate_receipt_facts(receipt)
+        return IssuedReceipt(receipt, _sign(receipt, self.key))
 
 
 def _sign(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvelope:

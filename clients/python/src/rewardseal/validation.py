@@ -24,6 +24,7 @@ from rewardseal.errors import CertificationRefused, InvalidEpisode, ValidationEr
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import (
+    RUNTIME_SIGNAL_COMPLETED,
     CalibrationScope,
     CertificateIssuer,
     CertificateState,
@@ -255,23 +256,43 @@ _UNCERTAINTY_BY_OUTCOME: Mapping[int, frozenset[int]] = {
 
 
 def validate_receipt(receipt: RewardEvidenceReceipt) -> None:
-    """R-MSG-7, R-VAL-1..6: the receipt is internally consistent."""
+    """R-MSG-7, R-VAL-1..6: the receipt is internally consistent.
+
+    :func:`validate_receipt_facts` and then :func:`validate_receipt_claims`."""
+    validate_receipt_facts(receipt)
+    validate_receipt_claims(receipt)
+
+
+def validate_receipt_facts(receipt: RewardEvidenceReceipt) -> None:
+    """R-MSG-7, R-MSG-10: the fields that name one episode's receipt (its ids, evidence
+    digest, nonce and issue time), each well formed.
+
+    The fields no rule relates to any other: a receipt that passed
+    :func:`validate_receipt_claims` still does with other values in them. An issuer that
+    stamps many receipts from one validated template checks only these per receipt
+    (:class:`rewardseal.receipts.ReceiptIssuer`).
+    """
     validate_id(receipt.receipt_id, "receipt_id")
-    validate_digest(receipt.reward_contract_digest, "reward_contract_digest")
     validate_id(receipt.policy_checkpoint_id, "policy_checkpoint_id")
-    check_policy_update_field(receipt.policy_update, "policy_update")
     validate_id(receipt.episode_id, "episode_id")
-    if receipt.oracle_tier > 3:
-        raise ValidationError(f"oracle_tier {receipt.oracle_tier} is not one of 0, 1, 2, 3")
-    _check_enum(receipt.reward_outcome, RewardOutcome, "reward_outcome", ValidationError)
     validate_digest(receipt.evidence_digest, "evidence_digest")
-    _check_enum(receipt.uncertainty, Uncertainty, "uncertainty", ValidationError)
-    _check_enum(receipt.certificate_state, CertificateState, "certificate_state", ValidationError)
-    validate_key_id(receipt.issuer_key_id)
     if not receipt.nonce:
         raise ValidationError("nonce is required")
     if not receipt.HasField("issued_at"):
         raise ValidationError("issued_at is required")
+
+
+def validate_receipt_claims(receipt: RewardEvidenceReceipt) -> None:
+    """R-MSG-7, R-VAL-1..6: everything but :func:`validate_receipt_facts`: contract, update,
+    tier, outcome, scalar, certificate and issuer, alone and together."""
+    validate_digest(receipt.reward_contract_digest, "reward_contract_digest")
+    check_policy_update_field(receipt.policy_update, "policy_update")
+    if receipt.oracle_tier > 3:
+        raise ValidationError(f"oracle_tier {receipt.oracle_tier} is not one of 0, 1, 2, 3")
+    _check_enum(receipt.reward_outcome, RewardOutcome, "reward_outcome", ValidationError)
+    _check_enum(receipt.uncertainty, Uncertainty, "uncertainty", ValidationError)
+    _check_enum(receipt.certificate_state, CertificateState, "certificate_state", ValidationError)
+    validate_key_id(receipt.issuer_key_id)
 
     # R-VAL-1
     if receipt.development_only != (receipt.oracle_tier < CERTIFIABLE_TIER):
@@ -353,6 +374,8 @@ def check_metadata(metadata: Struct) -> None:
     keys longer than :data:`MAX_METADATA_KEY_LENGTH` (no reader needs them; they only bloat)."""
     from google.protobuf.json_format import MessageToDict
 
+    if not metadata.fields:  # most descriptors: nothing to convert or walk
+        return
     try:
         document = MessageToDict(metadata)
     except ValueError:  # NaN or infinity: no JSON form, and every failure is invalid_episode
@@ -409,7 +432,8 @@ def validate_descriptor(descriptor: EpisodeDescriptor) -> None:
         validate_id(descriptor.environment_id, "environment_id", error=InvalidEpisode)
     if descriptor.HasField("runtime_signal"):
         _check_enum(descriptor.runtime_signal, RuntimeSignal, "runtime_signal", InvalidEpisode)
-    check_identity_values(descriptor.oracle_identity, "oracle_identity")
+    if descriptor.oracle_identity:  # most descriptors name none (BeginEpisode did)
+        check_identity_values(descriptor.oracle_identity, "oracle_identity")
     check_metadata(descriptor.metadata)
     runtime_signal_of(descriptor)
 
@@ -448,7 +472,7 @@ def runtime_signal_of(descriptor: EpisodeDescriptor) -> RuntimeSignal.ValueType:
     field = descriptor.runtime_signal if descriptor.HasField("runtime_signal") else None
     fields = descriptor.metadata.fields
     if RUNTIME_SIGNAL_METADATA_KEY not in fields:
-        return RuntimeSignal.RUNTIME_SIGNAL_COMPLETED if field is None else field
+        return RUNTIME_SIGNAL_COMPLETED if field is None else field
     raw = fields[RUNTIME_SIGNAL_METADATA_KEY]
     word = raw.string_value if raw.WhichOneof("kind") == "string_value" else None
     value = runtime_signal_named(word, "metadata.runtime_signal")

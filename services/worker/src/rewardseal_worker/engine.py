@@ -22,7 +22,7 @@ from google.protobuf import json_format
 from rewardseal.accepting import CertificateInUse
 from rewardseal.certificates import certificate_state
 from rewardseal.clock import utc_now
-from rewardseal.digest import canonical_json, digest_bytes
+from rewardseal.digest import digest_bytes
 from rewardseal.errors import (
     ContractMismatch,
     DuplicateEpisode,
@@ -39,7 +39,7 @@ from rewardseal.errors import (
     preview,
 )
 from rewardseal.judging import judge_episode
-from rewardseal.receipts import EpisodeFacts, is_unscored, issue_receipt
+from rewardseal.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
 from rewardseal.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
@@ -156,6 +156,10 @@ class Scorer:
         self.revoked = revoked
         self.in_use = CertificateInUse(bundle.certificate, bundle.certificate_digest)
         """Replaced whole (one attribute store), never changed in place: see use_certificate."""
+        self._identity_keys = frozenset(bundle.contract.oracle.identity_keys)
+        """The contract's identity key names (R-W-2), as a set once, not per identity."""
+        self._issuer: tuple[CertificateInUse, ReceiptIssuer] | None = None
+        """The receipt issuer of one :attr:`in_use` value (see _issuer_for)."""
         self.on_commit: Callable[[], None] | None = None
         """Called (in the scoring thread) after receipts were committed: wakes the forwarder."""
         self.on_receipts: Callable[[Sequence[RewardEvidenceReceipt]], None] | None = None
@@ -421,13 +425,13 @@ class Scorer:
         )
         # The salt keeps the evidence digest from being guessed from low-entropy contents
         # (record ids, counts): the trainer gets the digest, never the document.
-        evidence = canonical_json({"salt": random[:16].hex(), **decision.evidence()})
+        evidence = decision.evidence_json(salt=random[:16].hex())
         in_use = self.in_use  # read once: the certificate and digest of one moment
         certificate = in_use.certificate
         revocation = (
             self.revoked(certificate.certificate_id) if certificate else Revocation.NOT_REVOKED
         )
-        issued = issue_receipt(
+        issued = self._issuer_for(in_use).issue(
             EpisodeFacts(
                 receipt_id=new_receipt_id(random[32:48]),
                 episode_id=descriptor.episode_id,
@@ -440,13 +444,8 @@ class Scorer:
                 nonce=random[16:32].hex(),
                 issued_at=self.clock(),
             ),
-            contract=self.bundle.contract,
-            certificate=certificate,
-            key=self.key,
             revoked=revocation is Revocation.REVOKED,
             revocation_unknown=revocation is Revocation.UNKNOWN,
-            digest_of_contract=self.bundle.contract_digest,
-            digest_of_certificate=in_use.digest,
         )
         receipt, envelope = issued.receipt, issued.envelope
         commit = None
@@ -462,6 +461,23 @@ class Scorer:
                 credited_record_ids=decision.credited_record_ids,
             )
         return _Prepared(index=checked.index, envelope=envelope, receipt=receipt, commit=commit)
+
+    def _issuer_for(self, in_use: CertificateInUse) -> ReceiptIssuer:
+        """The issuer of receipts under ``in_use``: kept while it is the value in use, so the
+        parts of a receipt that only the certificate and the outcome decide are made (and
+        checked) once; a new one when :meth:`use_certificate` replaced it."""
+        held = self._issuer
+        if held is None or held[0] is not in_use:
+            issuer = ReceiptIssuer(
+                contract=self.bundle.contract,
+                certificate=in_use.certificate,
+                key=self.key,
+                digest_of_contract=self.bundle.contract_digest,
+                digest_of_certificate=in_use.digest,
+            )
+            held = (in_use, issuer)
+            self._issuer = held  # one attribute store: threads see an old or a new pair
+        return held[1]
 
     def observe_batches(self, observe: Callable[[str, int], None]) -> None:
         """Tell ``observe(name, size)`` of every micro-batch of unary calls as it starts."""
@@ -520,8 +536,8 @@ class Scorer:
         if not identity:
             raise IdentityMissing("no oracle identity was given")
         check_identity_values(identity, field)
-        expected = set(self.bundle.contract.oracle.identity_keys)
-        if set(identity) != expected:
+        expected = self._identity_keys
+        if identity.keys() != expected:
             given = preview(", ".join(sorted(identity)), 128, quoted=False)
             raise IdentityMismatch(
                 f"oracle identity keys [{given}] differ from the contract's {sorted(expected)}"

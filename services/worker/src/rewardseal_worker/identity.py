@@ -9,9 +9,11 @@ side or turns a key back into an identity.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from typing import Any
 
 from rewardseal.digest import canonical_json
+from rewardseal.digest import canonical_string as quote
 
 
 class Identity(Mapping[str, str]):
@@ -31,7 +33,7 @@ class Identity(Mapping[str, str]):
             ValidationError: a value has no canonical JSON form.
         """
         self._values: dict[str, str] = dict(sorted(values.items()))
-        self._key = canonical_json(self._values).decode()
+        self._key = _key_of(self._values)
 
     @property
     def key(self) -> str:
@@ -47,6 +49,23 @@ class Identity(Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._values)
 
+    # The dict's own views and lookups: Mapping's generic ones call back into Python per item,
+    # and the checks and the judge read every identity several times per episode.
+    def __contains__(self, name: object) -> bool:
+        return name in self._values
+
+    def keys(self) -> KeysView[str]:
+        return self._values.keys()
+
+    def items(self) -> ItemsView[str, str]:
+        return self._values.items()
+
+    def values(self) -> ValuesView[str]:
+        return self._values.values()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._values.get(name, default)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Identity):
             return self._key == other._key
@@ -57,3 +76,19 @@ class Identity(Mapping[str, str]):
 
     def __repr__(self) -> str:
         return f"Identity({self._values!r})"
+
+
+def _key_of(values: dict[str, str]) -> str:
+    """``canonical_json(values).decode()`` for ``values`` in name order.
+
+    Identities are short maps of ASCII names to (mostly ASCII) strings, and the worker makes two
+    per episode: those are written here member by member (ASCII names sort the same by code
+    point and by RFC 8785's UTF-16 units; an ASCII value has a UTF-8 form), anything else takes
+    canonical_json. A property test holds the two to rfc8785.
+    """
+    members = []
+    for name, value in values.items():
+        if not (type(name) is str and type(value) is str and name.isascii() and value.isascii()):
+            return canonical_json(values).decode()
+        members.append(f"{quote(name)}:{quote(value)}")
+    return "{" + ",".join(members) + "}"

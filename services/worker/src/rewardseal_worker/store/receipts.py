@@ -245,6 +245,9 @@ class ReceiptStore(StorePart):
         contracts = sorted({entry.contract_digest for entry in batch})
         episode_ids = list(dict.fromkeys(entry.episode_id for entry in batch))
         record_ids = sorted({r for entry in batch for r in entry.credited_record_ids})
+        # Packed before the transaction: the write lock is not held while deflating, and a
+        # transaction run again (LostRace) does not deflate again.
+        packed = [evidence_codec.pack(entry.evidence) for entry in batch]
 
         def work(conn: DriverConnection) -> list[CommitResult]:
             highest = self._hot.lock_ledgers(conn, contracts)
@@ -256,7 +259,7 @@ class ReceiptStore(StorePart):
             results: list[CommitResult] = []
             receipt_rows: list[dict[str, Any]] = []
             credit_rows: list[dict[str, Any]] = []
-            for entry in batch:
+            for entry, evidence in zip(batch, packed, strict=True):
                 contract = entry.contract_digest
                 duplicate_of = existing.get(entry.episode_id)
                 if duplicate_of is not None:
@@ -293,7 +296,7 @@ class ReceiptStore(StorePart):
                         "contract_digest": contract,
                         "policy_update": entry.policy_update,
                         "envelope": entry.envelope,
-                        "evidence": evidence_codec.pack(entry.evidence),
+                        "evidence": evidence,
                         "created_at": now,
                     }
                 )
