@@ -247,11 +247,12 @@ class ReceiptStore(StorePart):
         record_ids = sorted({r for entry in batch for r in entry.credited_record_ids})
 
         def work(conn: DriverConnection) -> list[CommitResult]:
-            highest = self._hot.lock_ledgers(conn, contracts)
+            highest, existing, taken = self._hot.lock_and_check(
+                conn, contracts, episode_ids, record_ids
+            )
             before = dict(highest)
             # Where each contract's ledger stood when this transaction began (see 2b).
             base = dict(before)
-            existing, taken = self._hot.existing_and_taken(conn, episode_ids, contracts, record_ids)
             now = datetime.now(UTC)
             results: list[CommitResult] = []
             receipt_rows: list[dict[str, Any]] = []
