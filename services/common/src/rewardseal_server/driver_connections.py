@@ -81,7 +81,7 @@ class DriverConnection:
             for listener in self._engine.dispatch.before_cursor_execute:
                 listener(None, cursor, statement, params, None, False)
             cursor.execute(statement, params)
-            rows = list(cursor.fetchall())
+            rows = cursor.fetchall()
             return [column[0] for column in cursor.description or ()], rows
         except self.dbapi_error as exc:
             raise self.wrap_error(exc, cursor) from exc

@@ -56,8 +56,9 @@ from rewardseal_worker.oracles.base import (
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _PROGRESS_STEPS = 1000
 """SQLite virtual-machine steps between deadline checks."""
-_CACHED_COUNTS = 1024
-"""Batched reads' texts are kept for up to this many identity values (a batch's most)."""
+_CACHED_COUNTS = 64
+"""Batched reads' texts are kept for up to this many identity values (the micro-batches of
+unary calls); a longer text is written again, a cost spread over its many identities."""
 
 
 def check_database_spec(raw: Any) -> None:
@@ -300,7 +301,6 @@ class SqlReader:
         for key, column in self._identity_fields.items():
             check_identifier(column, f"identity_fields.{key}")
         self.timeout_seconds = timeout_seconds
-        self._sqlite = sqlite
         self._keys = sorted(self._identity_fields)
         self._source = f"sql table {self._table_name!r}"
         # The statements are driver SQL, written once from validated identifiers quoted by the
@@ -320,8 +320,10 @@ class SqlReader:
             f"{quote(self._identity_fields[key])} = {self._marks.mark(index)}"
             for index, key in enumerate(self._keys)
         )
-        # One more than allowed, so "too many" is detectable without reading everything.
-        self._select_one = f"{self._head}{conditions}{self._tail}{MAX_RECORDS + 1}"
+        # LIMIT one more than allowed, so "too many" is detectable without reading everything.
+        self._select_one = (
+            f"{self._head}{conditions}{self._tail}{self._marks.mark(len(self._keys))}"
+        )
         self._select_in: dict[int, str] = {}
         self._held = HeldConnections(
             engine,
@@ -379,7 +381,7 @@ class SqlReader:
             return result
         check_identity(identity, self._identity_fields)
         values = [identity[key] for key in self._keys]
-        rows = self._fetch(self._select_one, values)
+        rows = self._fetch(self._select_one, [*values, MAX_RECORDS + 1])
         if len(rows) > MAX_RECORDS:
             raise self._too_many()
         return [self._record(row) for row in rows]
@@ -416,13 +418,20 @@ class SqlReader:
         if len(values) == 1:
             # Every row is the identity's (the database matched it): nothing to group, so a
             # batch of one reads exactly as read() always did.
+            if len(identities) == 1:
+                return [records]
             return [[dict(r) for r in records] for _ in identities]
-        grouped: dict[str, list[dict[str, Any]]] = {}
+        grouped: dict[str, list[dict[str, Any]]] = {value: [] for value in values}
         for row, record in zip(rows, records, strict=True):
-            grouped.setdefault(str(row[column]), []).append(record)
+            found = grouped.get(str(row[column]))
+            if found is None:
+                # The database matched a value that the row does not spell alike (a REAL column
+                # read as "42.0" for "42", a NOCASE column): only single reads can say whose.
+                return read_each(self, identities)
+            found.append(record)
         results: list[list[dict[str, Any]] | OracleUnavailable] = []
         for identity in identities:
-            found = grouped.get(identity[key], [])
+            found = grouped[identity[key]]
             if len(found) > MAX_RECORDS:
                 results.append(self._too_many())
             else:
