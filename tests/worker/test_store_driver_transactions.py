@@ -32,15 +32,12 @@ def db(store_url: str) -> Iterator[StoreEngine]:
 
 def insert(conn: DriverConnection, name: str) -> None:
     placeholder = "?" if conn.dialect.name == "sqlite" else "%s"
-    with conn.cursor() as cursor:
-        conn.execute(cursor, f"INSERT INTO items (name) VALUES ({placeholder})", (name,))
+    conn.run(f"INSERT INTO items (name) VALUES ({placeholder})", (name,))
 
 
 def names(db: StoreEngine) -> list[str]:
     def work(conn: DriverConnection) -> list[str]:
-        with conn.cursor() as cursor:
-            conn.execute(cursor, "SELECT name FROM items ORDER BY name", ())
-            return [row[0] for row in cursor.fetchall()]
+        return [row[0] for row in conn.fetch("SELECT name FROM items ORDER BY name", ())]
 
     return db.read_on_driver(work)
 
@@ -148,8 +145,7 @@ def test_a_lost_postgresql_connection_is_unavailable_and_not_reused(
             conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
 
         def work(conn: DriverConnection) -> None:
-            with conn.cursor() as cursor:
-                conn.execute(cursor, "SELECT pg_terminate_backend(pg_backend_pid())", ())
+            conn.fetch("SELECT pg_terminate_backend(pg_backend_pid())", ())
 
         run = db.read_on_driver if kind == "read" else db.write_on_driver
         with pytest.raises(Unavailable, match="test store unavailable"):

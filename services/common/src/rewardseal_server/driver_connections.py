@@ -21,8 +21,8 @@ calls (unary callers), that fixed cost was most of the CPU a batch took.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, Final, TypeVar
 
 from sqlalchemy import exc as sa_exc
@@ -67,77 +67,36 @@ class DriverConnection:
 
     def fetch(self, statement: str, params: Any) -> list[Any]:
         """Run driver SQL and return every row (tuples)."""
-        return self._fetch(statement, params)[1]
+        return self._execute(statement, params, False, _rows)
 
     def fetch_named(self, statement: str, params: Any) -> tuple[list[str], list[Any]]:
-        """:meth:`fetch`, with the names of the result's columns."""
-        return self._fetch(statement, params)
+        """:meth:`fetch`, with the names of the result's columns first."""
+        return self._execute(statement, params, False, _named_rows)
 
-    def _fetch(self, statement: str, params: Any) -> tuple[list[str], list[Any]]:
+    def run(self, statement: str, params: Any, *, many: bool = False) -> int:
+        """Run driver SQL (``executemany`` with ``many``); the rows it changed."""
+        return self._execute(statement, params, many, _rowcount)
+
+    def _execute(self, statement: str, params: Any, many: bool, result: Callable[[Any], _T]) -> _T:
+        """Run a statement on a fresh cursor and take ``result`` of that cursor, in one call:
+        no context manager per statement (the hot path runs several per batch)."""
         cursor = None
         try:
             cursor = self.driver.cursor()
             # Looked up each time: listeners may be added while connections are kept.
-            for listener in self._engine.dispatch.before_cursor_execute:
-                listener(None, cursor, statement, params, None, False)
-            cursor.execute(statement, params)
-            rows = cursor.fetchall()
-            return [column[0] for column in cursor.description or ()], rows
-        except self.dbapi_error as exc:
-            raise self.wrap_error(exc, cursor) from exc
-        finally:
-            if cursor is not None:
-                with suppress(self.dbapi_error):  # closing a cursor of a dead connection
-                    cursor.close()
-
-    def run(self, statement: str, params: Any, *, many: bool = False) -> int:
-        """Run driver SQL (``executemany`` with ``many``); the rows it changed."""
-        cursor = None
-        try:
-            cursor = self.driver.cursor()
             for listener in self._engine.dispatch.before_cursor_execute:
                 listener(None, cursor, statement, params, None, many)
             if many:
                 cursor.executemany(statement, params)
             else:
                 cursor.execute(statement, params)
-            return int(cursor.rowcount)
+            return result(cursor)
         except self.dbapi_error as exc:
             raise self.wrap_error(exc, cursor) from exc
         finally:
             if cursor is not None:
-                with suppress(self.dbapi_error):
+                with suppress(self.dbapi_error):  # closing a cursor of a dead connection
                     cursor.close()
-
-    def execute(self, cursor: Any, statement: str, params: Any, *, many: bool = False) -> None:
-        """Run driver SQL on ``cursor`` (``executemany`` with ``many``), a cursor of
-        :meth:`cursor`. The engine's ``before_cursor_execute`` listeners see it."""
-        for listener in self._engine.dispatch.before_cursor_execute:
-            listener(None, cursor, statement, params, None, many)
-        if many:
-            cursor.executemany(statement, params)
-        else:
-            cursor.execute(statement, params)
-
-    @contextmanager
-    def cursor(self) -> Iterator[Any]:
-        """A driver cursor; driver errors leave as SQLAlchemy's wrappers of them."""
-        with self.wrapped():
-            cursor = self.driver.cursor()
-        try:
-            with self.wrapped(cursor):
-                yield cursor
-        finally:
-            with suppress(self.dbapi_error):
-                cursor.close()
-
-    @contextmanager
-    def wrapped(self, cursor: Any = None) -> Iterator[None]:
-        """Raise a driver error as SQLAlchemy's wrapper of it (see :meth:`fetch`)."""
-        try:
-            yield
-        except self.dbapi_error as exc:
-            raise self.wrap_error(exc, cursor) from exc
 
     def wrap_error(self, exc: Exception, cursor: Any = None) -> sa_exc.StatementError:
         """SQLAlchemy's wrapper of a driver error, parameters hidden; a lost connection is
@@ -163,6 +122,18 @@ class DriverConnection:
     def release(self) -> None:
         """Hand the connection back to the engine's pool (an invalidated one is discarded)."""
         self._proxied.close()
+
+
+def _rows(cursor: Any) -> list[Any]:
+    return cursor.fetchall()  # type: ignore[no-any-return]
+
+
+def _named_rows(cursor: Any) -> tuple[list[str], list[Any]]:
+    return [column[0] for column in cursor.description or ()], cursor.fetchall()
+
+
+def _rowcount(cursor: Any) -> int:
+    return int(cursor.rowcount)
 
 
 def ping(conn: DriverConnection) -> bool:
