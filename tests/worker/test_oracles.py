@@ -76,6 +76,17 @@ def sql_recipe(**changes):
     return recipe
 
 
+def visits_recipe(sqlite_path: str, identity_column: str) -> dict[str, object]:
+    """A recipe reading the ``visits`` table (id column ``vid``) by ``identity_column``."""
+    return {
+        "kind": "sql",
+        "database": {"sqlite_path": sqlite_path},
+        "table": "visits",
+        "id_column": "vid",
+        "identity_fields": {"patient_id": identity_column},
+    }
+
+
 def file_recipe(kind="json_file", **changes):
     recipe = {
         "kind": kind,
@@ -216,16 +227,25 @@ class TestSqlReader:
         with sqlite3.connect(db) as conn:
             conn.execute("CREATE TABLE visits (vid INTEGER PRIMARY KEY, patient INTEGER, n REAL)")
             conn.executemany("INSERT INTO visits VALUES (?, ?, ?)", [(7, 42, 1.5), (8, 43, 2)])
-        recipe = {
-            "kind": "sql",
-            "database": {"sqlite_path": "ints.sqlite"},
-            "table": "visits",
-            "id_column": "vid",
-            "identity_fields": {"patient_id": "patient"},
-        }
+        recipe = visits_recipe("ints.sqlite", "patient")
         assert make_reader(recipe, tmp_path).read({"patient_id": "42"}) == [
             {"id": "7", "patient": 42, "n": 1.5}
         ]
+
+    def test_batched_reads_equal_single_reads_where_values_are_spelled_otherwise(self, tmp_path):
+        # The batched read groups rows by their identity column; a REAL column reads 42.0 for
+        # the identity "42" (and a NOCASE column matches other spellings). Whatever the batch,
+        # each identity gets what its own read gives.
+        db = tmp_path / "reals.sqlite"
+        with sqlite3.connect(db) as conn:
+            conn.execute("CREATE TABLE visits (vid TEXT PRIMARY KEY, score REAL)")
+            conn.executemany("INSERT INTO visits VALUES (?, ?)", [("v1", 42), ("v2", 43.5)])
+        reader = make_reader(visits_recipe("reals.sqlite", "score"), tmp_path)
+        identities = [{"patient_id": "42"}, {"patient_id": "43.5"}, {"patient_id": "7"}]
+        singles = [reader.read(identity) for identity in identities]
+        assert singles == [[{"id": "v1", "score": 42.0}], [{"id": "v2", "score": 43.5}], []]
+        assert reader.read_many(identities) == singles
+        assert reader.read_many(identities[:1]) == singles[:1]
 
     def test_a_second_id_field_is_refused(self, tmp_path):
         db = tmp_path / "ids.sqlite"

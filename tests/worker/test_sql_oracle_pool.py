@@ -114,3 +114,47 @@ def test_the_pooled_connection_stays_read_only(reader):
     ):
         conn.execute(sa.text("DELETE FROM encounters"))
     assert notes(reader) == ["first"]
+
+
+def test_a_timed_out_read_leaves_the_kept_connection_reading(tmp_path):
+    # SQLite's read deadline is a progress handler on the connection, and the connection is kept
+    # between reads: each read must run under its own deadline (the reader's timeout as it is
+    # then), never under one a timed-out read left behind.
+    path = tmp_path / "contracts" / "big" / "big.sqlite"
+    path.parent.mkdir(parents=True)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE encounters (id TEXT PRIMARY KEY, patient_id TEXT, note TEXT)")
+        conn.executemany(
+            "INSERT INTO encounters VALUES (?, ?, 'n')",
+            ((f"e{i}", f"p-{i}") for i in range(3_000)),
+        )
+    recipe = {
+        "kind": "sql",
+        "database": {"sqlite_path": "big.sqlite"},
+        "table": "encounters",
+        # Unindexed: the read is a full scan, thousands of VM steps past a 1 µs deadline.
+        "identity_fields": {"patient_id": "note"},
+        "timeout_seconds": 1e-6,
+    }
+    reader = make_reader(recipe, path.parent)
+    try:
+        with pytest.raises(OracleUnavailable, match="timed out"):
+            reader.read({"patient_id": "missing"})
+        (failed,) = reader.read_many([{"patient_id": "missing"}])
+        assert isinstance(failed, OracleUnavailable)
+        assert "timed out" in str(failed)
+        opened = count_connects(reader)
+        reader.timeout_seconds = 30.0
+        assert reader.read({"patient_id": "missing"}) == []
+        assert reader.read_many([{"patient_id": "n"}, {"patient_id": "x"}])[1] == []
+        assert opened == []  # the same kept connection read, with the new deadline only
+    finally:
+        reader.close()
+
+
+def test_close_hands_back_the_kept_connections(reader):
+    notes(reader)
+    pool = reader.engine.pool
+    assert pool.checkedout() == 1
+    reader.close()
+    assert pool.checkedout() == 0

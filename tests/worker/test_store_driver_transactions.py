@@ -10,8 +10,9 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from support.postgres import PostgresServer
 
 from rewardseal.errors import RewardSealError, Unavailable
@@ -31,15 +32,12 @@ def db(store_url: str) -> Iterator[StoreEngine]:
 
 def insert(conn: DriverConnection, name: str) -> None:
     placeholder = "?" if conn.dialect.name == "sqlite" else "%s"
-    with conn.cursor() as cursor:
-        conn.execute(cursor, f"INSERT INTO items (name) VALUES ({placeholder})", (name,))
+    conn.run(f"INSERT INTO items (name) VALUES ({placeholder})", (name,))
 
 
 def names(db: StoreEngine) -> list[str]:
     def work(conn: DriverConnection) -> list[str]:
-        with conn.cursor() as cursor:
-            conn.execute(cursor, "SELECT name FROM items ORDER BY name", ())
-            return [row[0] for row in cursor.fetchall()]
+        return [row[0] for row in conn.fetch("SELECT name FROM items ORDER BY name", ())]
 
     return db.read_on_driver(work)
 
@@ -147,8 +145,7 @@ def test_a_lost_postgresql_connection_is_unavailable_and_not_reused(
             conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
 
         def work(conn: DriverConnection) -> None:
-            with conn.cursor() as cursor:
-                conn.execute(cursor, "SELECT pg_terminate_backend(pg_backend_pid())", ())
+            conn.fetch("SELECT pg_terminate_backend(pg_backend_pid())", ())
 
         run = db.read_on_driver if kind == "read" else db.write_on_driver
         with pytest.raises(Unavailable, match="test store unavailable"):
@@ -188,3 +185,48 @@ def test_stores_opening_one_new_sqlite_file_together_all_open_it(tmp_path: Any) 
                 future.result() for future in [pool.submit(open_store) for _ in range(openers)]
             ]
         assert modes == ["wal"] * openers
+
+
+def test_hot_path_connections_are_kept_between_transactions(db: StoreEngine) -> None:
+    # The hot path takes a kept driver connection, not a pool checkout per transaction (the
+    # checkout and checkin were most of the CPU a small batch cost).
+    checkouts: list[int] = []
+    event.listen(db.engine, "checkout", lambda *_: checkouts.append(1))
+    for index in range(10):
+        db.write_on_driver(lambda conn, index=index: insert(conn, f"item-{index:02d}"))
+        assert len(names(db)) == index + 1
+    assert len(checkouts) <= 1
+    # Handed back at dispose: nothing stays checked out of the pool.
+    pool: Any = db.engine.pool
+    assert pool.checkedout() == 1
+    db.dispose()
+    assert pool.checkedout() == 0
+
+
+def test_a_kept_postgresql_connection_that_died_is_replaced_before_use(
+    postgres_server: PostgresServer,
+) -> None:
+    # The pool's pre-ping, for kept connections: a connection the server dropped between two
+    # transactions (a restart, an idle timeout) is pinged, found dead and replaced; the
+    # transaction itself never fails for it.
+    name = postgres_server.fresh_database()
+    db = StoreEngine(postgres_server.url(name), what="test store")
+    try:
+        with db.engine.begin() as conn:
+            conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
+        db.write_on_driver(lambda conn: insert(conn, "before"))
+        with psycopg.connect(
+            postgres_server.url(name).replace("+psycopg", ""), autocommit=True
+        ) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (name,),
+            ).fetchone()
+        assert killed is not None
+        assert killed[0] >= 1
+        db.write_on_driver(lambda conn: insert(conn, "after"))
+        assert names(db) == ["after", "before"]
+    finally:
+        db.dispose()
+        postgres_server.discard_database(name)

@@ -23,8 +23,8 @@ What lives here, once:
   transaction, committed before return, re-run after a PostgreSQL deadlock or serialization
   failure or when the work raises :class:`LostRace`. :meth:`StoreEngine.write_on_driver` and
   :meth:`StoreEngine.read_on_driver` are the same transactions for a hot path's driver SQL,
-  run on the pooled driver connection itself (:class:`DriverConnection`) without SQLAlchemy's
-  per-transaction objects.
+  run on a driver connection kept between them (:mod:`rewardseal_server.driver_connections`)
+  without SQLAlchemy's per-transaction objects or a pool checkout each time.
 * Error mapping (:func:`translated`): a database that cannot be reached becomes
   :class:`~rewardseal.errors.Unavailable`, any other database failure a plain
   :class:`~rewardseal.errors.RewardSealError`; messages name only the error class and
@@ -40,7 +40,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar
@@ -50,9 +50,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from rewardseal.errors import RewardSealError, Unavailable, ValidationError
+from rewardseal_server.driver_connections import DriverConnection, HeldConnections, ping
 
 __all__ = [
     "AUTOCOMMIT_READ_OPTION",
@@ -70,8 +71,8 @@ __all__ = [
     "chunks",
     "create_private_file",
     "create_private_sqlite_file",
+    "database_error",
     "error_name",
-    "execute_on_cursor",
     "normalize_url",
     "sqlite_on_begin",
     "sqlite_on_connect",
@@ -251,6 +252,14 @@ def error_name(error: sa_exc.SQLAlchemyError) -> str:
     return type(error).__name__
 
 
+def database_error(exc: sa_exc.SQLAlchemyError, what: str) -> RewardSealError:
+    """The rewardseal error for a database failure of the store ``what`` (see
+    :func:`translated`)."""
+    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError):
+        return Unavailable(f"{what} unavailable ({error_name(exc)})")
+    return RewardSealError(f"{what} error ({error_name(exc)})")
+
+
 @contextmanager
 def translated(what: str) -> Iterator[None]:
     """Map database failures onto rewardseal errors; let rewardseal errors through.
@@ -260,97 +269,12 @@ def translated(what: str) -> Iterator[None]:
     """
     try:
         yield
-    except RewardSealError:
-        raise
-    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError) as exc:
-        raise Unavailable(f"{what} unavailable ({error_name(exc)})") from exc
     except sa_exc.SQLAlchemyError as exc:
-        raise RewardSealError(f"{what} error ({error_name(exc)})") from exc
-
-
-def execute_on_cursor(
-    conn: Connection, cursor: Any, statement: str, params: Any, *, many: bool = False
-) -> None:
-    """Run driver SQL on ``cursor``, a driver cursor of ``conn`` (``executemany`` with
-    ``many``). The engine's ``before_cursor_execute`` listeners (statement logging, tests that
-    count or inspect statements) see it as they see SQLAlchemy's own statements."""
-    for listener in conn.dispatch.before_cursor_execute:
-        listener(conn, cursor, statement, params, None, many)
-    if many:
-        cursor.executemany(statement, params)
-    else:
-        cursor.execute(statement, params)
+        raise database_error(exc, what) from exc
 
 
 class LostRace(Exception):
     """A concurrent writer won a row this transaction counted on: roll back and run again."""
-
-
-class DriverConnection:
-    """A pooled driver (DBAPI) connection of a :class:`StoreEngine`, held for one transaction
-    of a hot path (:meth:`StoreEngine.write_on_driver`, :meth:`StoreEngine.read_on_driver`).
-
-    Through a SQLAlchemy ``Connection`` every transaction paid for that object, its
-    ``Transaction``, the ``begin`` event and an execution context for ``BEGIN IMMEDIATE``:
-    about 0.4 ms of CPU per small batch, more than its statements. Here the transaction is
-    begun and committed on the driver connection, under the same rules.
-    """
-
-    def __init__(self, engine: Engine, proxied: PoolProxiedConnection) -> None:
-        self._engine = engine
-        self._proxied = proxied
-        self.dialect = engine.dialect
-        self.driver = proxied.driver_connection
-        """The driver's own connection (``sqlite3.Connection``, ``psycopg.Connection``)."""
-        self._dbapi_error: type[Exception] = engine.dialect.loaded_dbapi.Error
-
-    def execute(self, cursor: Any, statement: str, params: Any, *, many: bool = False) -> None:
-        """Run driver SQL on ``cursor`` (``executemany`` with ``many``). The engine's
-        ``before_cursor_execute`` listeners see it (with no SQLAlchemy connection: None)."""
-        for listener in self._engine.dispatch.before_cursor_execute:
-            listener(None, cursor, statement, params, None, many)
-        if many:
-            cursor.executemany(statement, params)
-        else:
-            cursor.execute(statement, params)
-
-    def invalidate(self, exc: BaseException) -> None:
-        """Close the connection for good: the pool will not hand it out again."""
-        if self._proxied.is_valid:
-            self._proxied.invalidate(exc)
-
-    @contextmanager
-    def cursor(self) -> Iterator[Any]:
-        """A driver cursor; driver errors leave as SQLAlchemy's wrappers of them."""
-        with self.wrapped():
-            cursor = self.driver.cursor()  # type: ignore[union-attr]
-        try:
-            with self.wrapped(cursor):
-                yield cursor
-        finally:
-            with suppress(self._dbapi_error):  # closing a cursor of a dead connection
-                cursor.close()
-
-    @contextmanager
-    def wrapped(self, cursor: Any = None) -> Iterator[None]:
-        """Raise a driver error as SQLAlchemy's wrapper of it (parameters hidden), so
-        :func:`translated` and the retry rules of :meth:`StoreEngine.write` see what they see
-        from SQLAlchemy; a lost connection is invalidated (never returned to the pool)."""
-        try:
-            yield
-        except self._dbapi_error as exc:
-            disconnected = self.dialect.is_disconnect(exc, self.driver, cursor)  # type: ignore[arg-type]
-            if disconnected:
-                self._proxied.invalidate(exc)
-            raise sa_exc.DBAPIError.instance(
-                None,
-                None,
-                exc,
-                self._dbapi_error,
-                hide_parameters=True,
-                connection_invalidated=disconnected,
-                dialect=self.dialect,
-            ) from exc
 
 
 # ---------------------------------------------------------------------- SQLite connections
@@ -449,6 +373,11 @@ class StoreEngine:
             event.listen(self.engine, "begin", sqlite_on_begin)
             self.snapshot_reader = self.engine.execution_options(**{READ_ONLY_OPTION: True})
             self.statement_reader = self.engine.execution_options(**{AUTOCOMMIT_READ_OPTION: True})
+        # The hot path's driver connections, kept between its transactions; on PostgreSQL each
+        # is pinged before it is used again, as the pool's pre-ping did at every checkout.
+        self._held = HeldConnections(
+            self.engine, usable=ping if self.backend == "postgresql" else None
+        )
 
     def _create(self, url: URL, options: dict[str, Any]) -> Engine:
         try:
@@ -477,96 +406,78 @@ class StoreEngine:
         return self._write_retrying(attempt)
 
     def write_on_driver(self, work: Callable[[DriverConnection], _T]) -> _T:
-        """:meth:`write` for driver SQL: ``work`` runs in one write transaction on a pooled
-        driver connection, committed (durably) before returning, with the same rules: the
-        write gate and ``BEGIN IMMEDIATE`` on SQLite (WAL, ``synchronous=FULL`` as every
-        connection of this engine), READ COMMITTED on PostgreSQL, re-runs after a deadlock, a
-        serialization failure or :class:`LostRace`, rollback on any error."""
+        """:meth:`write` for driver SQL: ``work`` runs in one write transaction on a driver
+        connection kept between transactions (:class:`HeldConnections`), committed (durably)
+        before returning, with the same rules: the write gate and ``BEGIN IMMEDIATE`` on
+        SQLite (WAL, ``synchronous=FULL`` as every connection of this engine), READ COMMITTED
+        on PostgreSQL, re-runs after a deadlock, a serialization failure or
+        :class:`LostRace`, rollback on any error."""
 
         def attempt() -> _T:
-            with self._driver_connection() as conn:
+            conn = self._held.take()
+            try:
                 return self._in_transaction(conn, work)
+            finally:
+                self._held.give(conn)
 
         return self._write_retrying(attempt)
 
     def _write_retrying(self, attempt: Callable[[], _T]) -> _T:
         """Run ``attempt`` (one write transaction) under the write gate; again after a
-        PostgreSQL deadlock or serialization failure or a :class:`LostRace`."""
+        PostgreSQL deadlock or serialization failure or a :class:`LostRace`. Database
+        failures leave as :func:`translated` maps them."""
         transient_failures = lost_races = 0
-        with translated(self.what):
-            while True:
-                try:
-                    # SQLite has one writer at a time; threads of this process queue on a Python
-                    # lock (woken at once) rather than on SQLite's busy handler, which sleeps
-                    # in growing steps and turned contention into long tail latencies.
-                    with self._write_gate:
-                        return attempt()
-                except LostRace as exc:
-                    # Each lost race means another writer committed: progress, and the next
-                    # run reads what it wrote. The bound only guards against a bug.
-                    lost_races += 1
-                    if lost_races >= RACE_RETRIES:
-                        raise Unavailable(
-                            f"{self.what}: concurrent writers kept winning the same rows"
-                        ) from exc
-                except sa_exc.DBAPIError as exc:
-                    transient_failures += 1
-                    if (
-                        sqlstate(exc) not in TRANSIENT_SQLSTATES
-                        or transient_failures >= TRANSIENT_RETRIES
-                    ):
-                        raise
+        while True:
+            try:
+                # SQLite has one writer at a time; threads of this process queue on a Python
+                # lock (woken at once) rather than on SQLite's busy handler, which sleeps in
+                # growing steps and turned contention into long tail latencies.
+                with self._write_gate:
+                    return attempt()
+            except LostRace as exc:
+                # Each lost race means another writer committed: progress, and the next run
+                # reads what it wrote. The bound only guards against a bug.
+                lost_races += 1
+                if lost_races >= RACE_RETRIES:
+                    raise Unavailable(
+                        f"{self.what}: concurrent writers kept winning the same rows"
+                    ) from exc
+            except sa_exc.DBAPIError as exc:
+                transient_failures += 1
+                if (
+                    sqlstate(exc) not in TRANSIENT_SQLSTATES
+                    or transient_failures >= TRANSIENT_RETRIES
+                ):
+                    raise database_error(exc, self.what) from exc
+            except sa_exc.SQLAlchemyError as exc:
+                raise database_error(exc, self.what) from exc
 
     def read_on_driver(self, work: Callable[[DriverConnection], _T]) -> _T:
         """:meth:`read` (not ``snapshot``) for driver SQL: ``work`` runs one statement (or
-        statements that need not agree) in autocommit on a pooled driver connection."""
-        with translated(self.what), self._driver_connection() as conn:
-            if self.backend == "sqlite":
-                return work(conn)  # no BEGIN: each statement is its own snapshot
-            driver: Any = conn.driver
-            driver.autocommit = True  # as the AUTOCOMMIT option of read(): no BEGIN/ROLLBACK
-            try:
-                return work(conn)
-            finally:
-                try:
-                    driver.autocommit = False
-                except Exception as exc:  # never back to the pool in autocommit
-                    conn.invalidate(exc)
-
-    @contextmanager
-    def _driver_connection(self) -> Iterator[DriverConnection]:
-        """A driver connection checked out of the pool (PostgreSQL: pre-pinged) and returned
-        to it (rolled back by the pool's reset) after the block."""
+        statements that need not agree) in autocommit on a kept driver connection."""
         try:
-            proxied = self.engine.raw_connection()
-        except self.engine.dialect.loaded_dbapi.Error as exc:
-            raise sa_exc.DBAPIError.instance(
-                None,
-                None,
-                exc,
-                self.engine.dialect.loaded_dbapi.Error,
-                hide_parameters=True,
-                dialect=self.engine.dialect,
-            ) from exc
-        try:
-            yield DriverConnection(self.engine, proxied)
-        finally:
-            proxied.close()
+            return self._held.read(work)
+        except sa_exc.SQLAlchemyError as exc:
+            raise database_error(exc, self.what) from exc
 
     def _in_transaction(self, conn: DriverConnection, work: Callable[[DriverConnection], _T]) -> _T:
-        driver: Any = conn.driver
-        with conn.wrapped():
-            if self.backend == "sqlite":
-                # The driver runs in autocommit (sqlite_on_connect); take the write lock now.
+        driver = conn.driver
+        if self.backend == "sqlite":
+            # The driver runs in autocommit (sqlite_on_connect); take the write lock now.
+            try:
                 driver.execute("BEGIN IMMEDIATE")
+            except conn.dbapi_error as exc:
+                raise conn.wrap_error(exc) from exc
         try:
             result = work(conn)
-            with conn.wrapped():
+            try:
                 driver.commit()
+            except conn.dbapi_error as exc:
+                raise conn.wrap_error(exc) from exc
         except BaseException:
             try:
                 driver.rollback()
-            except Exception as exc:  # never back to the pool mid-transaction
+            except Exception as exc:  # never kept or pooled mid-transaction
                 conn.invalidate(exc)
             raise
         return result
@@ -600,6 +511,7 @@ class StoreEngine:
 
     def dispose(self) -> None:
         """Close every pooled connection. The engine must not be used afterwards."""
+        self._held.clear()
         self.engine.dispose()
 
     def __repr__(self) -> str:

@@ -1,4 +1,4 @@
-"""The ``sql`` oracle: SQLite or PostgreSQL through SQLAlchemy Core, read-only (R-W-6).
+"""The ``sql`` oracle: SQLite or PostgreSQL, read-only (R-W-6).
 
 Recipe::
 
@@ -7,8 +7,11 @@ Recipe::
      "table": "encounters", "id_column": "id",
      "identity_fields": {"patient_id": "patient_id"}, "timeout_seconds": 2.0}
 
-The statement is ``SELECT * FROM <table> WHERE <col> = :param ... LIMIT n`` with the identity in
-bound parameters, so the cost of a read follows the identity's index, not the table's size.
+The statement is ``SELECT * FROM <table> WHERE <col> IN (:params) ... LIMIT n`` (one value per
+identity of a batch; ``<col> = :param AND ...`` for identities of several keys) with the identity
+in bound parameters, so the cost of a read follows the identity's index, not the table's size.
+SQLAlchemy makes the engine (URL, pool, the file checks below); the reads are driver SQL on
+connections kept between reads (:mod:`rewardseal_server.driver_connections`).
 Read-only is enforced by the database, not by trusting the statement: SQLite opens the file in
 URI ``mode=ro``; PostgreSQL sessions start with ``default_transaction_read_only=on``.
 """
@@ -22,7 +25,7 @@ import re
 import sqlite3
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,7 +37,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, QueuePoo
 
 from rewardseal.errors import ValidationError
 from rewardseal.judging import RECORD_ID_FIELD
-from rewardseal_server.sqlstore import execute_on_cursor
+from rewardseal_server.driver_connections import DriverConnection, HeldConnections, ping
 from rewardseal_worker.oracles.base import (
     KIND_SQL,
     MAX_RECORDS,
@@ -53,6 +56,9 @@ from rewardseal_worker.oracles.base import (
 ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _PROGRESS_STEPS = 1000
 """SQLite virtual-machine steps between deadline checks."""
+_CACHED_COUNTS = 64
+"""Batched reads' texts are kept for up to this many identity values (the micro-batches of
+unary calls); a longer text is written again, a cost spread over its many identities."""
 
 
 def check_database_spec(raw: Any) -> None:
@@ -95,7 +101,11 @@ def sqlite_readonly_url(path: Path) -> URL:
     )
 
 
-def _engine_from_env(name: str, environ: Mapping[str, str], timeout: float) -> tuple[Engine, bool]:
+def _engine_from_env(
+    name: str, environ: Mapping[str, str], timeout: float
+) -> tuple[Engine, Path | None]:
+    """The engine of the URL in ``environ[name]``, and the SQLite file it reads (None for
+    PostgreSQL)."""
     raw = environ.get(name)
     if not raw:
         raise ValidationError(f"environment variable {name} named by the oracle recipe is not set")
@@ -113,7 +123,7 @@ def _engine_from_env(name: str, environ: Mapping[str, str], timeout: float) -> t
             raise ValidationError(
                 f"environment variable {name} must name a SQLite file by plain path"
             )
-        return _sqlite_engine(Path(database), timeout), True
+        return _sqlite_engine(Path(database), timeout), Path(database)
     if backend == "postgresql":
         driver = url.get_driver_name()
         if url.drivername == "postgresql":
@@ -143,7 +153,7 @@ def _engine_from_env(name: str, environ: Mapping[str, str], timeout: float) -> t
             raise ValidationError(
                 f"environment variable {name} does not hold a usable PostgreSQL URL"
             ) from None
-        return engine, False
+        return engine, None
     raise ValidationError(
         f"environment variable {name} names backend {backend!r}; only sqlite and postgresql"
     )
@@ -165,6 +175,11 @@ def _file_identity(path: Path) -> tuple[int, int] | None:
     return found.st_dev, found.st_ino
 
 
+def _same_file(stamp: tuple[int, int] | None, path: Path) -> bool:
+    """True when a connection stamped ``stamp`` still reads the file at ``path``."""
+    return stamp is not None and _file_identity(path) == stamp
+
+
 def _sqlite_engine(path: Path, timeout: float) -> Engine:
     """A read-only engine on ``path`` whose pooled connections never outlive the file.
 
@@ -172,9 +187,10 @@ def _sqlite_engine(path: Path, timeout: float) -> Engine:
     moved or replaced. So the file's (device, inode) is taken just before each connection opens
     it (taken before, a swap in between can only make the stamp stale, never the handle), and a
     checkout whose stamp differs from the path's file now discards the connection; the pool then
-    opens the file anew (or fails as "could not be opened" when it is gone). Every read is its own
-    transaction, so a kept connection sees every commit. "timeout" is SQLite's busy timeout: how
-    long to wait on a writer's lock (the read deadline is enforced apart, see ``_execute``).
+    opens the file anew (or fails as "could not be opened" when it is gone). The reader checks the
+    connections it keeps between reads the same way (:func:`_keeps_reading`). Every read is its
+    own transaction, so a kept connection sees every commit. "timeout" is SQLite's busy timeout:
+    how long to wait on a writer's lock (the read deadline is enforced apart, see ``_fetch``).
     """
     engine = sa.create_engine(
         sqlite_readonly_url(path),
@@ -194,11 +210,17 @@ def _sqlite_engine(path: Path, timeout: float) -> Engine:
     def still_the_file(
         dbapi_connection: Any, record: ConnectionPoolEntry, proxy: PoolProxiedConnection
     ) -> None:
-        stamped = record.info.get(_FILE_IDENTITY)
-        if stamped is None or _file_identity(resolved) != stamped:
+        if not _same_file(record.info.get(_FILE_IDENTITY), resolved):
             raise DisconnectionError("the system of record file was replaced")
 
     return engine
+
+
+def _keeps_reading(path: Path) -> Callable[[DriverConnection], bool]:
+    """The check on a connection kept between reads of the SQLite file ``path``: still that
+    file (one ``stat`` per read, as the pool's checkout made)."""
+    resolved = path.resolve()
+    return lambda conn: _same_file(conn.info.get(_FILE_IDENTITY), resolved)
 
 
 def _to_json_scalar(value: Any) -> Any:
@@ -212,6 +234,41 @@ def _to_json_scalar(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     return value
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""Types :func:`_to_json_scalar` returns unchanged (most SoR values): no call for them."""
+
+
+class _Placeholders:
+    """The driver's parameter markers (its DBAPI ``paramstyle``) and how values are bound."""
+
+    def __init__(self, paramstyle: str) -> None:
+        if paramstyle not in ("qmark", "format", "numeric", "pyformat", "named"):
+            raise ValidationError(
+                f"the database driver's paramstyle {paramstyle!r} is not supported"
+            )
+        self._style = paramstyle
+        self.named = paramstyle in ("pyformat", "named")
+
+    def mark(self, index: int) -> str:
+        """The marker of the ``index``-th parameter (from 0)."""
+        style = self._style
+        if style == "qmark":
+            return "?"
+        if style == "format":
+            return "%s"
+        if style == "numeric":
+            return f":{index + 1}"
+        if style == "pyformat":
+            return f"%(p{index})s"
+        return f":p{index}"
+
+    def bind(self, values: Sequence[Any]) -> Any:
+        """``values`` as the driver takes them for markers 0..n-1."""
+        if self.named:
+            return {f"p{index}": value for index, value in enumerate(values)}
+        return tuple(values)
 
 
 class SqlReader:
@@ -229,10 +286,13 @@ class SqlReader:
         identity_fields: Mapping[str, str],
         timeout_seconds: float,
         sqlite: bool,
+        usable: Callable[[DriverConnection], bool] | None = None,
     ) -> None:
         """Wrap ``engine`` (made once, reused for every read).
 
-        Prefer :meth:`from_recipe`; identifiers are validated here as well.
+        ``usable`` checks a connection kept between reads before it reads again (default: a
+        ping on PostgreSQL, nothing on SQLite; :meth:`from_recipe` passes the SQLite file
+        check). Prefer :meth:`from_recipe`; identifiers are validated here as well.
         """
         self._engine = engine
         self._table_name = check_identifier(table, "table")
@@ -241,45 +301,34 @@ class SqlReader:
         for key, column in self._identity_fields.items():
             check_identifier(column, f"identity_fields.{key}")
         self.timeout_seconds = timeout_seconds
-        self._sqlite = sqlite
         self._keys = sorted(self._identity_fields)
-        columns = {self._id_column, *self._identity_fields.values()}
-        # A lightweight table built from validated identifiers: no reflection round trip, and
-        # SQLAlchemy quotes every name.
-        tbl = sa.table(self._table_name, *(sa.column(c) for c in sorted(columns)))
-        conditions = [
-            tbl.c[self._identity_fields[key]] == sa.bindparam(f"identity_{index}")
-            for index, key in enumerate(self._keys)
-        ]
-        self._statement: sa.Select[Any] = (
-            sa.select(sa.literal_column("*"))
-            .select_from(tbl)
-            .where(sa.and_(*conditions))
-            .order_by(tbl.c[self._id_column])
-            # One more than allowed, so "too many" is detectable without reading everything.
-            .limit(MAX_RECORDS + 1)
-        )
-        # The batched read: one indexed IN lookup for many identities (single-key identities;
-        # anything else reads one identity at a time).
+        self._source = f"sql table {self._table_name!r}"
+        # The statements are driver SQL, written once from validated identifiers quoted by the
+        # dialect: SQLAlchemy's per-execution work (expanding the IN list into a new text for
+        # every read, the execution context) cost more than the read itself.
+        quote = engine.dialect.identifier_preparer.quote
+        self._marks = _Placeholders(engine.dialect.paramstyle)
+        self._head = f"SELECT * FROM {quote(self._table_name)} WHERE "
+        self._tail = f" ORDER BY {quote(self._id_column)} LIMIT "
+        # Single-key identities (the usual case) are read for a whole batch with one indexed
+        # IN lookup, one identity being a batch of one; others one identity at a time.
         self._batch_column = self._identity_fields[self._keys[0]] if len(self._keys) == 1 else None
-        self._many_statement: sa.Select[Any] | None = None
-        if self._batch_column is not None:
-            self._many_statement = (
-                sa.select(sa.literal_column("*"))
-                .select_from(tbl)
-                .where(tbl.c[self._batch_column].in_(sa.bindparam("values", expanding=True)))
-                .order_by(tbl.c[self._id_column])
-                .limit(sa.bindparam("cap"))
-            )
-        # Compiled once for the engine's dialect (identifiers quoted, the driver's placeholders);
-        # each read expands its parameters into that text and runs it on the driver cursor:
-        # SQLAlchemy's per-execution work (compile-cache lookup, execution context, result
-        # mapping) cost more than the read itself, for every begin and scoring batch.
-        self._compiled_one = self._statement.compile(dialect=engine.dialect)
-        self._compiled_many = (
-            None
-            if self._many_statement is None
-            else self._many_statement.compile(dialect=engine.dialect)
+        self._quoted_batch_column = (
+            None if self._batch_column is None else quote(self._batch_column)
+        )
+        conditions = " AND ".join(
+            f"{quote(self._identity_fields[key])} = {self._marks.mark(index)}"
+            for index, key in enumerate(self._keys)
+        )
+        # LIMIT one more than allowed, so "too many" is detectable without reading everything.
+        self._select_one = (
+            f"{self._head}{conditions}{self._tail}{self._marks.mark(len(self._keys))}"
+        )
+        self._select_in: dict[int, str] = {}
+        self._held = HeldConnections(
+            engine,
+            keep=SQLITE_POOL_SIZE,
+            usable=usable if usable is not None or sqlite else ping,
         )
         self._driver_errors: tuple[type[BaseException], ...] = (
             SQLAlchemyError,
@@ -298,17 +347,18 @@ class SqlReader:
         timeout = recipe_timeout(recipe)
         database = recipe["database"]
         if "url_env" in database:
-            engine, sqlite = _engine_from_env(database["url_env"], environ, timeout)
+            engine, path = _engine_from_env(database["url_env"], environ, timeout)
         else:
             path = resolve_relative(database["sqlite_path"], bundle_dir, "database.sqlite_path")
-            engine, sqlite = _sqlite_engine(path, timeout), True
+            engine = _sqlite_engine(path, timeout)
         return cls(
             engine,
             table=recipe["table"],
             id_column=recipe.get("id_column", RECORD_ID_FIELD),
             identity_fields=recipe_identity_fields(recipe),
             timeout_seconds=timeout,
-            sqlite=sqlite,
+            sqlite=path is not None,
+            usable=None if path is None else _keeps_reading(path),
         )
 
     @property
@@ -324,92 +374,124 @@ class SqlReader:
             OracleUnavailable: for any database error or timeout; the message names the table
                 and the error class, never the URL, the SQL parameters or a row.
         """
+        if self._batch_column is not None:
+            (result,) = self.read_many([identity])
+            if isinstance(result, OracleUnavailable):
+                raise result
+            return result
         check_identity(identity, self._identity_fields)
-        params = {f"identity_{index}": identity[key] for index, key in enumerate(self._keys)}
-        source = f"sql table {self._table_name!r}"
-        started = time.monotonic()
-        try:
-            with self._engine.connect() as conn:
-                rows = self._execute(conn, params, started + self.timeout_seconds)
-        except self._driver_errors as exc:
-            # from None: the chained error would print the SQL parameters (identity values).
-            raise OracleUnavailable(self._describe(exc, source, started)) from None
+        values = [identity[key] for key in self._keys]
+        rows = self._fetch(self._select_one, [*values, MAX_RECORDS + 1])
         if len(rows) > MAX_RECORDS:
-            raise OracleUnavailable(f"{source}: more than {MAX_RECORDS} records for one identity")
-        return [
-            make_record({k: _to_json_scalar(v) for k, v in row.items()}, self._id_column, source)
-            for row in rows
-        ]
+            raise self._too_many()
+        return [self._record(row) for row in rows]
 
     def read_many(
         self, identities: Sequence[Mapping[str, str]]
     ) -> list[list[dict[str, Any]] | OracleUnavailable]:
         """Every identity's rows with one indexed query; same answer as one ``read`` each."""
         column = self._batch_column
-        if self._many_statement is None or column is None or len(identities) < 2:
+        if column is None:
             return read_each(self, identities)
         for identity in identities:
             check_identity(identity, self._identity_fields)
+        if not identities:
+            return []
         key = self._keys[0]
         values = sorted({identity[key] for identity in identities})
         cap = (MAX_RECORDS + 1) * len(values)
-        source = f"sql table {self._table_name!r}"
-        started = time.monotonic()
         try:
-            with self._engine.connect() as conn:
-                rows = self._execute(
-                    conn, {"values": values, "cap": cap}, started + self.timeout_seconds, many=True
-                )
-        except self._driver_errors as exc:
-            error = OracleUnavailable(self._describe(exc, source, started))
+            rows = self._fetch(self._select_for(len(values)), [*values, cap])
+        except OracleUnavailable as error:
             return [error for _ in identities]
         if len(rows) >= cap:
+            if len(values) == 1:
+                return [self._too_many() for _ in identities]
             # Some identity may exceed the per-identity cap: let the single reads say which.
             return read_each(self, identities)
-        grouped: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
-            record = make_record(
-                {k: _to_json_scalar(v) for k, v in row.items()}, self._id_column, source
-            )
-            grouped.setdefault(str(row[column]), []).append(record)
+        try:
+            records = [self._record(row) for row in rows]
+        except OracleUnavailable as error:
+            if len(values) == 1:
+                return [error for _ in identities]
+            return read_each(self, identities)  # the identities whose rows are unusable
+        if len(values) == 1:
+            # Every row is the identity's (the database matched it): nothing to group, so a
+            # batch of one reads exactly as read() always did.
+            if len(identities) == 1:
+                return [records]
+            return [[dict(r) for r in records] for _ in identities]
+        grouped: dict[str, list[dict[str, Any]]] = {value: [] for value in values}
+        for row, record in zip(rows, records, strict=True):
+            found = grouped.get(str(row[column]))
+            if found is None:
+                # The database matched a value that the row does not spell alike (a REAL column
+                # read as "42.0" for "42", a NOCASE column): only single reads can say whose.
+                return read_each(self, identities)
+            found.append(record)
         results: list[list[dict[str, Any]] | OracleUnavailable] = []
         for identity in identities:
-            records = grouped.get(identity[key], [])
-            if len(records) > MAX_RECORDS:
-                results.append(
-                    OracleUnavailable(f"{source}: more than {MAX_RECORDS} records for one identity")
-                )
+            found = grouped[identity[key]]
+            if len(found) > MAX_RECORDS:
+                results.append(self._too_many())
             else:
                 # Each identity gets its own copies: the judge may not share mutable records.
-                results.append([dict(r) for r in records])
+                results.append([dict(r) for r in found])
         return results
 
-    def _execute(
-        self,
-        conn: sa.Connection,
-        params: Mapping[str, Any],
-        deadline: float,
-        *,
-        many: bool = False,
-    ) -> list[dict[str, Any]]:
-        compiled = self._compiled_many if many and self._compiled_many else self._compiled_one
-        state = compiled.construct_expanded_state(dict(params))
-        bound: Any = state.parameters
-        if compiled.positional and state.positiontup is not None:
-            bound = [state.parameters[name] for name in state.positiontup]
-        raw = conn.connection.driver_connection
-        if isinstance(raw, sqlite3.Connection):
+    def _select_for(self, count: int) -> str:
+        """The batched read's text for ``count`` identity values (made once per count)."""
+        statement = self._select_in.get(count)
+        if statement is None:
+            marks = ", ".join(self._marks.mark(index) for index in range(count))
+            statement = (
+                f"{self._head}{self._quoted_batch_column} IN ({marks})"
+                f"{self._tail}{self._marks.mark(count)}"
+            )
+            if count <= _CACHED_COUNTS:
+                self._select_in[count] = statement
+        return statement
+
+    def _fetch(self, statement: str, values: Sequence[Any]) -> list[dict[str, Any]]:
+        """Run one read on a kept connection: rows as column -> value.
+
+        Raises:
+            OracleUnavailable: any database error or timeout (see :meth:`_describe`).
+        """
+        started = time.monotonic()
+        deadline = started + self.timeout_seconds
+        params = self._marks.bind(values)
+
+        def work(conn: DriverConnection) -> list[dict[str, Any]]:
+            driver = conn.driver
+            if not isinstance(driver, sqlite3.Connection):
+                return self._rows(conn, statement, params)
             # SQLite has no statement timeout: abort the statement from its progress handler.
-            raw.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
-        cursor = raw.cursor()  # type: ignore[union-attr]
+            driver.set_progress_handler(lambda: int(time.monotonic() > deadline), _PROGRESS_STEPS)
+            try:
+                return self._rows(conn, statement, params)
+            finally:
+                driver.set_progress_handler(None, 0)
+
         try:
-            execute_on_cursor(conn, cursor, state.statement, bound)
-            names = [column[0] for column in cursor.description]
-            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        finally:
-            cursor.close()
-            if isinstance(raw, sqlite3.Connection):
-                raw.set_progress_handler(None, 0)
+            return self._held.read(work)
+        except self._driver_errors as exc:
+            # from None: the chained error would print the SQL parameters (identity values).
+            raise OracleUnavailable(self._describe(exc, self._source, started)) from None
+
+    @staticmethod
+    def _rows(conn: DriverConnection, statement: str, params: Any) -> list[dict[str, Any]]:
+        names, rows = conn.fetch_named(statement, params)
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def _record(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        fields = {k: v if type(v) in _PLAIN else _to_json_scalar(v) for k, v in row.items()}
+        return make_record(fields, self._id_column, self._source)
+
+    def _too_many(self) -> OracleUnavailable:
+        return OracleUnavailable(
+            f"{self._source}: more than {MAX_RECORDS} records for one identity"
+        )
 
     def _describe(self, exc: BaseException, source: str, started: float) -> str:
         if time.monotonic() - started >= self.timeout_seconds:
@@ -426,5 +508,6 @@ class SqlReader:
         return f"{source}: read failed ({type(orig).__name__})"
 
     def close(self) -> None:
-        """Dispose of the engine's connection pool."""
+        """Hand back the kept connections and dispose of the engine's connection pool."""
+        self._held.clear()
         self._engine.dispose()

@@ -9,11 +9,14 @@ automatic server-side prepare), and a list is ONE parameter whatever its length:
 read with ``json_each`` on SQLite, an array compared with ``= ANY`` on PostgreSQL. No chunking.
 
 The transactions are :class:`~rewardseal_server.sqlstore.StoreEngine`'s, begun and committed
-on the pooled driver connection itself (``StoreEngine.write_on_driver``, ``read_on_driver``):
+on a driver connection kept between them (``StoreEngine.write_on_driver``, ``read_on_driver``):
 SQLite's ``BEGIN IMMEDIATE``, the write gate, the durable commit and the re-runs after a lost
 race or a PostgreSQL deadlock are the rules of ``StoreEngine.write``, with no SQLAlchemy
 ``Connection`` or ``Transaction`` per batch. A driver error is raised as SQLAlchemy's wrapper of
-it (so :func:`~rewardseal_server.sqlstore.translated` maps it, parameters hidden).
+it (so :func:`~rewardseal_server.sqlstore.translated` maps it, parameters hidden). Each
+statement is one call (``DriverConnection.fetch``/``run``); on SQLite a commit's checks under
+the lock (ledgers, existing receipts, taken credits) are one statement
+(:meth:`HotSql.lock_and_check`).
 
 Values are stored exactly as SQLAlchemy stored them (the other reads and writes of the store
 still use it): SQLite timestamps as naive-UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` text, JSON as text;
@@ -28,6 +31,11 @@ from datetime import datetime
 from typing import Any
 
 from rewardseal_server.sqlstore import Backend, DriverConnection, as_utc
+
+_json_string: Any = getattr(json.encoder, "c_encode_basestring", None) or (
+    json.encoder.encode_basestring
+)
+"""A str as a JSON string literal (json's C implementation where there is one)."""
 
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 """How SQLAlchemy's ``DateTime`` stores a timestamp in SQLite (naive UTC)."""
@@ -117,6 +125,12 @@ class HotSql:
             f"UNION ALL SELECT {_TAKEN}, contract_digest, record_id FROM credited_records "
             f"WHERE contract_digest {listed('contracts', 2)} AND record_id {listed('records', 3)}"
         )
+        # SQLite's BEGIN IMMEDIATE already holds the lock the ledger read takes on PostgreSQL:
+        # there, the ledgers come in the same statement (see lock_and_check).
+        self._ledgers_existing_and_taken = (
+            f"{self._existing_and_taken} UNION ALL SELECT {_HIGHEST}, contract_digest, "
+            f"highest_update FROM policy_ledger WHERE contract_digest {listed('contracts', 2)}"
+        )
         self._insert_receipt = (
             f"INSERT INTO receipts ({', '.join(_RECEIPT_COLUMNS)}) VALUES ("
             + ", ".join(param(name, n) for n, name in enumerate(_RECEIPT_COLUMNS, start=1))
@@ -176,22 +190,21 @@ class HotSql:
 
     def _list(self, values: Collection[str]) -> Any:
         """A list bound as one parameter: JSON text for ``json_each``, else a Python list."""
-        return json.dumps(list(values)) if self._sqlite else list(values)
+        if self._sqlite:
+            # A JSON array of strings, each encoded by json's own C function: json.dumps built
+            # an encoder object per call, for lists that are mostly one id long.
+            return "[" + ",".join(map(_json_string, values)) + "]"
+        return list(values)
 
     def _bind(self, named: Mapping[str, Any], order: Sequence[str]) -> Any:
         """Parameters for a statement: positional for SQLite (``?1`` is ``order[0]``)."""
         return tuple(named[name] for name in order) if self._sqlite else dict(named)
 
     def _time(self, value: datetime) -> Any:
-        return as_utc(value).strftime(SQLITE_TIME_FORMAT) if self._sqlite else as_utc(value)
-
-    @staticmethod
-    def _execute(conn: DriverConnection, cursor: Any, statement: str, params: Any) -> None:
-        conn.execute(cursor, statement, params)
-
-    @staticmethod
-    def _execute_many(conn: DriverConnection, cursor: Any, statement: str, params: Any) -> None:
-        conn.execute(cursor, statement, params, many=True)
+        if self._sqlite:
+            # SQLITE_TIME_FORMAT, as isoformat writes it (strftime is several times slower).
+            return as_utc(value).replace(tzinfo=None).isoformat(" ", "microseconds")
+        return as_utc(value)
 
     # ------------------------------------------------------------------ reads before judging
 
@@ -210,10 +223,7 @@ class HotSql:
         params = self._bind(
             {"contract": contract_digest, "ids": self._list(episode_ids)}, ("contract", "ids")
         )
-        with conn.cursor() as cursor:
-            self._execute(conn, cursor, self._lookup, params)
-            rows = cursor.fetchall()
-        for kind, episode_id, key, identity, baseline, begun_at in rows:
+        for kind, episode_id, key, identity, baseline, begun_at in conn.fetch(self._lookup, params):
             if kind == _OPEN:
                 registered[episode_id] = self._registration(identity, baseline, begun_at)
             elif kind == _RECEIPT:
@@ -239,9 +249,7 @@ class HotSql:
         params = self._bind(
             {"contract": contract_digest, "keys": self._list(identity_keys)}, ("contract", "keys")
         )
-        with conn.cursor() as cursor:
-            self._execute(conn, cursor, self._credited, params)
-            return [(key, record) for key, record in cursor.fetchall()]
+        return [(key, record) for key, record in conn.fetch(self._credited, params)]
 
     # ------------------------------------------------------------------ the commit
 
@@ -251,20 +259,50 @@ class HotSql:
         """Lock (PostgreSQL: ``FOR UPDATE``, sorted; creating missing rows) the ledger rows of
         ``contracts``; their highest committed updates."""
         params = self._bind({"contracts": self._list(contracts)}, ("contracts",))
-        with conn.cursor() as cursor:
-            self._execute(conn, cursor, self._lock_ledgers, params)
-            values = {c: None if v is None else int(v) for c, v in cursor.fetchall()}
-            missing = [c for c in contracts if c not in values]
-            if missing:
-                self._execute_many(
-                    conn,
-                    cursor,
-                    self._insert_ledger,
-                    [self._bind({"contract": c}, ("contract",)) for c in missing],
-                )
-                self._execute(conn, cursor, self._lock_ledgers, params)
-                values = {c: None if v is None else int(v) for c, v in cursor.fetchall()}
+        values = {
+            c: None if v is None else int(v) for c, v in conn.fetch(self._lock_ledgers, params)
+        }
+        missing = [c for c in contracts if c not in values]
+        if missing:
+            conn.run(
+                self._insert_ledger,
+                [self._bind({"contract": c}, ("contract",)) for c in missing],
+                many=True,
+            )
+            values = {
+                c: None if v is None else int(v) for c, v in conn.fetch(self._lock_ledgers, params)
+            }
         return {contract: values[contract] for contract in contracts}
+
+    def lock_and_check(
+        self,
+        conn: DriverConnection,
+        contracts: Sequence[str],
+        episode_ids: Sequence[str],
+        record_ids: Sequence[str],
+    ) -> tuple[dict[str, int | None], dict[str, str], set[tuple[str, str]]]:
+        """:meth:`lock_ledgers`, then :meth:`existing_and_taken`: what a commit checks, read
+        under the contracts' locks. On SQLite, whose writers are serialized by ``BEGIN
+        IMMEDIATE``, one statement reads all three (the ledger rows are created, and read
+        again, only for contracts that have none yet)."""
+        if not self._sqlite:
+            highest = self.lock_ledgers(conn, contracts)
+            return highest, *self.existing_and_taken(conn, episode_ids, contracts, record_ids)
+        params = (self._list(episode_ids), self._list(contracts), self._list(record_ids))
+        values: dict[str, int | None] = {}
+        existing: dict[str, str] = {}
+        taken: set[tuple[str, str]] = set()
+        for kind, first, second in conn.fetch(self._ledgers_existing_and_taken, params):
+            if kind == _HIGHEST:
+                values[first] = None if second is None else int(second)
+            elif kind == _RECEIPT:
+                existing[first] = second
+            else:
+                taken.add((first, second))
+        missing = [c for c in contracts if c not in values]
+        if missing:
+            values.update(self.lock_ledgers(conn, missing))
+        return {contract: values[contract] for contract in contracts}, existing, taken
 
     def existing_and_taken(
         self,
@@ -285,13 +323,11 @@ class HotSql:
         )
         existing: dict[str, str] = {}
         taken: set[tuple[str, str]] = set()
-        with conn.cursor() as cursor:
-            self._execute(conn, cursor, self._existing_and_taken, params)
-            for kind, first, second in cursor.fetchall():
-                if kind == _RECEIPT:
-                    existing[first] = second
-                else:
-                    taken.add((first, second))
+        for kind, first, second in conn.fetch(self._existing_and_taken, params):
+            if kind == _RECEIPT:
+                existing[first] = second
+            else:
+                taken.add((first, second))
         return existing, taken
 
     def insert_receipts(
@@ -305,63 +341,47 @@ class HotSql:
             self._bind({**row, "created_at": times[row["created_at"]]}, _RECEIPT_COLUMNS)
             for row in rows
         ]
-        with conn.cursor() as cursor:
-            self._execute_many(conn, cursor, self._insert_receipt, bound)
-            inserted = int(cursor.rowcount)
-            if outbox and inserted == len(rows):
-                self._execute_many(
-                    conn,
-                    cursor,
-                    self._insert_outbox,
-                    [
-                        self._bind(
-                            {
-                                "receipt_id": row["receipt_id"],
-                                "envelope": row["envelope"],
-                                "created_at": times[row["created_at"]],
-                                "batch_index": index,
-                            },
-                            ("receipt_id", "envelope", "created_at", "batch_index"),
-                        )
-                        for index, row in enumerate(rows)
-                    ],
-                )
+        inserted = conn.run(self._insert_receipt, bound, many=True)
+        if outbox and inserted == len(rows):
+            conn.run(
+                self._insert_outbox,
+                [
+                    self._bind(
+                        {
+                            "receipt_id": row["receipt_id"],
+                            "envelope": row["envelope"],
+                            "created_at": times[row["created_at"]],
+                            "batch_index": index,
+                        },
+                        ("receipt_id", "envelope", "created_at", "batch_index"),
+                    )
+                    for index, row in enumerate(rows)
+                ],
+                many=True,
+            )
         return inserted
 
     def insert_credits(self, conn: DriverConnection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert credit rows (``ON CONFLICT DO NOTHING``); how many were inserted."""
         order = ("contract_digest", "record_id", "receipt_id", "identity_key")
-        with conn.cursor() as cursor:
-            self._execute_many(
-                conn, cursor, self._insert_credit, [self._bind(row, order) for row in rows]
-            )
-            return int(cursor.rowcount)
+        return conn.run(self._insert_credit, [self._bind(row, order) for row in rows], many=True)
 
     def close_and_raise(
         self, conn: DriverConnection, episode_ids: Sequence[str], raised: Mapping[str, int]
     ) -> None:
         """Delete the episodes' open registrations; set the ledgers of ``raised`` (contract ->
         new highest update)."""
-        with conn.cursor() as cursor:
-            if episode_ids:
-                self._execute(
-                    conn,
-                    cursor,
-                    self._close_open,
-                    self._bind({"ids": self._list(episode_ids)}, ("ids",)),
-                )
-            if raised:
-                self._execute_many(
-                    conn,
-                    cursor,
-                    self._raise_ledger,
-                    [
-                        self._bind(
-                            {"highest": value, "contract": contract}, ("highest", "contract")
-                        )
-                        for contract, value in raised.items()
-                    ],
-                )
+        if episode_ids:
+            self.close_open(conn, episode_ids)
+        if raised:
+            conn.run(
+                self._raise_ledger,
+                [
+                    self._bind({"highest": value, "contract": contract}, ("highest", "contract"))
+                    for contract, value in raised.items()
+                ],
+                many=True,
+            )
 
     # ------------------------------------------------------------------ begins
 
@@ -383,15 +403,15 @@ class HotSql:
         }
         registrations: list[tuple[str, str, str, datetime]] = []
         receipts: dict[str, str] = {}
-        with conn.cursor() as cursor:
-            for statement, order in self._begin_reads:
-                self._execute(conn, cursor, statement, self._bind(named, order))
-                for kind, contract, key, episode_id, last in cursor.fetchall():
-                    if kind == _OPEN:
-                        begun = datetime.fromisoformat(last) if self._sqlite else last
-                        registrations.append((contract, key, episode_id, as_utc(begun)))
-                    else:
-                        receipts[episode_id] = last
+        for statement, order in self._begin_reads:
+            for kind, contract, key, episode_id, last in conn.fetch(
+                statement, self._bind(named, order)
+            ):
+                if kind == _OPEN:
+                    begun = datetime.fromisoformat(last) if self._sqlite else last
+                    registrations.append((contract, key, episode_id, as_utc(begun)))
+                else:
+                    receipts[episode_id] = last
         return registrations, receipts
 
     def register(self, conn: DriverConnection, rows: Sequence[Mapping[str, Any]]) -> int:
@@ -418,24 +438,13 @@ class HotSql:
             )
             for row in rows
         ]
-        with conn.cursor() as cursor:
-            self._execute_many(conn, cursor, self._insert_open, bound)
-            return int(cursor.rowcount)
+        return conn.run(self._insert_open, bound, many=True)
 
     def close_open(self, conn: DriverConnection, episode_ids: Collection[str]) -> None:
         """Delete the open registrations of ``episode_ids``."""
-        with conn.cursor() as cursor:
-            self._execute(
-                conn,
-                cursor,
-                self._close_open,
-                self._bind({"ids": self._list(episode_ids)}, ("ids",)),
-            )
+        conn.run(self._close_open, self._bind({"ids": self._list(episode_ids)}, ("ids",)))
 
     def owners(self, conn: DriverConnection, receipt_ids: Sequence[str]) -> dict[str, str]:
         """receipt id -> episode id, for those of ``receipt_ids`` that are stored."""
-        with conn.cursor() as cursor:
-            self._execute(
-                conn, cursor, self._owners, self._bind({"ids": self._list(receipt_ids)}, ("ids",))
-            )
-            return {receipt_id: episode_id for receipt_id, episode_id in cursor.fetchall()}
+        rows = conn.fetch(self._owners, self._bind({"ids": self._list(receipt_ids)}, ("ids",)))
+        return {receipt_id: episode_id for receipt_id, episode_id in rows}

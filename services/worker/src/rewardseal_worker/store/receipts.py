@@ -250,11 +250,12 @@ class ReceiptStore(StorePart):
         packed = [evidence_codec.pack(entry.evidence) for entry in batch]
 
         def work(conn: DriverConnection) -> list[CommitResult]:
-            highest = self._hot.lock_ledgers(conn, contracts)
+            highest, existing, taken = self._hot.lock_and_check(
+                conn, contracts, episode_ids, record_ids
+            )
             before = dict(highest)
             # Where each contract's ledger stood when this transaction began (see 2b).
             base = dict(before)
-            existing, taken = self._hot.existing_and_taken(conn, episode_ids, contracts, record_ids)
             now = datetime.now(UTC)
             results: list[CommitResult] = []
             receipt_rows: list[dict[str, Any]] = []
