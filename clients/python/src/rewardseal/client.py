@@ -98,8 +98,9 @@ def make_descriptor(
         policy_checkpoint_id=policy_checkpoint_id,
         policy_update=policy_update,
         reward_contract_digest=reward_contract_digest,
-        oracle_identity=dict(oracle_identity or {}),
     )
+    if oracle_identity:  # most descriptors name none (their BeginEpisode did): no map to fill
+        descriptor.oracle_identity.update(oracle_identity)
     if runtime_signal is not None:
         descriptor.runtime_signal = runtime_signal
     if task_id is not None:

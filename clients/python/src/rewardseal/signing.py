@@ -96,15 +96,8 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     """
     type_bytes = payload_type.encode("utf-8")
     body = bytes(payload)
-    return b" ".join(
-        (
-            b"DSSEv1",
-            str(len(type_bytes)).encode("ascii"),
-            type_bytes,
-            str(len(body)).encode("ascii"),
-            body,
-        )
-    )
+    # One bytes formatting (C): every reader of a receipt builds these bytes once.
+    return b"DSSEv1 %d %b %d %b" % (len(type_bytes), type_bytes, len(body), body)
 
 
 class SigningKey:
@@ -275,16 +268,20 @@ def verify_detached(public_key: bytes, data: bytes, sig: bytes) -> bool:
         SignatureError: if ``public_key`` is not 32 bytes (a configuration error, not a forgery).
     """
     key_id_for(public_key)  # validates the length
-    return _verify_raw(nacl.signing.VerifyKey(bytes(public_key)), data, sig)
+    return _verify_raw(bytes(public_key), data, sig)
 
 
-def _verify_raw(verify_key: nacl.signing.VerifyKey, data: bytes, sig: bytes) -> bool:
+def _verify_raw(public_key: bytes, data: bytes, sig: bytes) -> bool:
+    """Whether ``sig`` is ``public_key``'s Ed25519 signature of ``data``; the key is 32 bytes
+    (checked by the caller, once per key)."""
     raw_sig = bytes(sig)
     # Check the length ourselves so that a short signature is "invalid", never a library error.
     if len(raw_sig) != SIGNATURE_SIZE:
         return False
     try:
-        verify_key.verify(bytes(data), raw_sig)
+        # libsodium directly, as VerifyKey.verify calls it (signature + message, raw key),
+        # without its per-call checks and encoder: every receipt a reader opens pays this.
+        nacl.bindings.crypto_sign_open(raw_sig + bytes(data), public_key)
     except nacl.exceptions.BadSignatureError:
         return False
     return True
@@ -308,7 +305,8 @@ class TrustSet:
 
     __slots__ = ("_keys",)
 
-    _keys: Mapping[str, nacl.signing.VerifyKey]
+    _keys: Mapping[str, bytes]
+    """Key id -> the raw 32-byte public key (an immutable copy, checked once here)."""
 
     def __init__(self, public_keys: Iterable[bytes]) -> None:
         """Trust each raw 32-byte public key in ``public_keys`` (repeats collapse).
@@ -316,10 +314,10 @@ class TrustSet:
         Raises:
             SignatureError: if any key is not 32 bytes.
         """
-        keys: dict[str, nacl.signing.VerifyKey] = {}
+        keys: dict[str, bytes] = {}
         for public_key in public_keys:
-            key_id = key_id_for(public_key)  # validates before PyNaCl sees it
-            keys[key_id] = nacl.signing.VerifyKey(bytes(public_key))
+            key_id = key_id_for(public_key)  # validates before libsodium sees it
+            keys[key_id] = bytes(public_key)
         object.__setattr__(self, "_keys", MappingProxyType(keys))
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -358,8 +356,8 @@ class TrustSet:
 
         An unknown ``key_id`` or a signature of the wrong length gives False.
         """
-        verify_key = self._keys.get(key_id)
-        return verify_key is not None and _verify_raw(verify_key, data, sig)
+        public_key = self._keys.get(key_id)
+        return public_key is not None and _verify_raw(public_key, data, sig)
 
     def verify(
         self,
@@ -405,13 +403,13 @@ class TrustSet:
         signed = pae(claimed_type, payload)
         verified: list[str] = []
         for signature in envelope.signatures:
-            verify_key = self._keys.get(signature.keyid)
-            if verify_key is None:  # step 2
+            public_key = self._keys.get(signature.keyid)
+            if public_key is None:  # step 2
                 continue
             if signature.keyid in verified:  # step 3
                 continue
             # steps 4 and 5
-            if _verify_raw(verify_key, signed, signature.sig):
+            if _verify_raw(public_key, signed, signature.sig):
                 verified.append(signature.keyid)
 
         if len(verified) < threshold:  # step 6

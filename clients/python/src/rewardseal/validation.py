@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
+from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
 from google.protobuf.struct_pb2 import Struct
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -119,8 +120,13 @@ def check_float(
     value: float, field: str, *, error: type[ValidationError] = ValidationError
 ) -> None:
     """Refuse a non-finite float or one with |x| > 1e6 (R-VAL-6)."""
-    if not math.isfinite(value) or abs(value) > MAX_ABS_FLOAT:
+    if not is_bounded_float(value):
         raise error(f"{field} must be finite with |x| <= 1e6, got {value!r}")
+
+
+def is_bounded_float(value: float) -> bool:
+    """The rule :func:`check_float` enforces, as a test: finite with |x| <= 1e6 (R-VAL-6)."""
+    return math.isfinite(value) and abs(value) <= MAX_ABS_FLOAT
 
 
 def check_policy_update_field(
@@ -282,59 +288,72 @@ def validate_receipt_facts(receipt: RewardEvidenceReceipt) -> None:
         raise ValidationError("issued_at is required")
 
 
+# Enum members read once here: the wrappers look each name up in Python on every access, and
+# every reader of a receipt (each trainer's client, control) runs these checks.
+_VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
+_STATE_ABSENT = CertificateState.CERTIFICATE_STATE_ABSENT
+_STATE_CURRENT = CertificateState.CERTIFICATE_STATE_CURRENT
+_UNCERTAINTY_NONE_ONLY = frozenset({Uncertainty.UNCERTAINTY_NONE})
+
+
 def validate_receipt_claims(receipt: RewardEvidenceReceipt) -> None:
     """R-MSG-7, R-VAL-1..6: everything but :func:`validate_receipt_facts`: contract, update,
     tier, outcome, scalar, certificate and issuer, alone and together."""
+    # Each field is read from the message once (a protobuf read is not free) and the rules run
+    # in the order below, so a receipt that breaks several is told the first.
     validate_digest(receipt.reward_contract_digest, "reward_contract_digest")
     check_policy_update_field(receipt.policy_update, "policy_update")
-    if receipt.oracle_tier > 3:
-        raise ValidationError(f"oracle_tier {receipt.oracle_tier} is not one of 0, 1, 2, 3")
-    _check_enum(receipt.reward_outcome, RewardOutcome, "reward_outcome", ValidationError)
-    _check_enum(receipt.uncertainty, Uncertainty, "uncertainty", ValidationError)
-    _check_enum(receipt.certificate_state, CertificateState, "certificate_state", ValidationError)
+    tier = receipt.oracle_tier
+    if tier > 3:
+        raise ValidationError(f"oracle_tier {tier} is not one of 0, 1, 2, 3")
+    outcome, uncertainty = receipt.reward_outcome, receipt.uncertainty
+    state = receipt.certificate_state
+    _check_enum(outcome, RewardOutcome, "reward_outcome", ValidationError)
+    _check_enum(uncertainty, Uncertainty, "uncertainty", ValidationError)
+    _check_enum(state, CertificateState, "certificate_state", ValidationError)
     validate_key_id(receipt.issuer_key_id)
 
     # R-VAL-1
-    if receipt.development_only != (receipt.oracle_tier < CERTIFIABLE_TIER):
+    if receipt.development_only != (tier < CERTIFIABLE_TIER):
         raise ValidationError("development_only must be true exactly at oracle tier 0 or 1")
 
     # R-VAL-3 and R-VAL-6
-    unscored = receipt.reward_outcome in UNSCORED_OUTCOMES
-    if unscored:
-        if receipt.HasField("scalar_reward") or receipt.reward_components:
+    components = receipt.reward_components
+    has_scalar = receipt.HasField("scalar_reward")
+    if outcome in UNSCORED_OUTCOMES:
+        if has_scalar or components:
             raise ValidationError("an unscored outcome carries no scalar and no components")
     else:
-        if not receipt.HasField("scalar_reward") or not receipt.reward_components:
+        if not has_scalar or not components:
             raise ValidationError("a scored outcome requires a scalar and components")
-        check_float(receipt.scalar_reward, "scalar_reward")
-        verified = receipt.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
-        if verified and receipt.scalar_reward <= 0:
+        scalar = receipt.scalar_reward
+        check_float(scalar, "scalar_reward")
+        verified = outcome == _VERIFIED
+        if verified and scalar <= 0:
             raise ValidationError("a VERIFIED scalar must be > 0")
-        if not verified and receipt.scalar_reward > 0:
+        if not verified and scalar > 0:
             raise ValidationError("a scored outcome other than VERIFIED must be <= 0")
-    if len(receipt.reward_components) > MAX_COMPONENTS:
+    if len(components) > MAX_COMPONENTS:
         raise ValidationError(f"at most {MAX_COMPONENTS} reward components")
-    for name, value in receipt.reward_components.items():
-        check_float(value, f"reward component {preview(name, quoted=False)}")
+    for name, value in components.items():
+        if not is_bounded_float(value):  # the field's name is only formatted for the error
+            check_float(value, f"reward component {preview(name, quoted=False)}")
 
     # R-VAL-4
-    allowed = _UNCERTAINTY_BY_OUTCOME.get(
-        receipt.reward_outcome, frozenset({Uncertainty.UNCERTAINTY_NONE})
-    )
-    if receipt.uncertainty not in allowed:
+    if uncertainty not in _UNCERTAINTY_BY_OUTCOME.get(outcome, _UNCERTAINTY_NONE_ONLY):
         raise ValidationError(
-            f"{RewardOutcome.Name(receipt.reward_outcome)} cannot carry uncertainty "
-            f"{Uncertainty.Name(receipt.uncertainty)}"
+            f"{RewardOutcome.Name(outcome)} cannot carry uncertainty "
+            f"{Uncertainty.Name(uncertainty)}"
         )
 
     # R-VAL-5
-    references = (
-        receipt.certificate_id,
-        receipt.certificate_digest,
-        receipt.calibration_corpus_digest,
-    )
-    if receipt.certificate_state == CertificateState.CERTIFICATE_STATE_ABSENT:
-        if any(references) or receipt.calibration_scope:
+    if state == _STATE_ABSENT:
+        if (
+            receipt.certificate_id
+            or receipt.certificate_digest
+            or receipt.calibration_corpus_digest
+            or receipt.calibration_scope
+        ):
             raise ValidationError("an ABSENT certificate state carries no certificate reference")
     else:
         validate_id(receipt.certificate_id, "certificate_id")
@@ -345,16 +364,15 @@ def validate_receipt_claims(receipt: RewardEvidenceReceipt) -> None:
         )
 
     # R-VAL-2 and R-SCORE-4: certified is exactly "no refusals".
+    refusals = receipt.certification_refusals
     if receipt.certified:
-        if receipt.oracle_tier < CERTIFIABLE_TIER:
-            raise CertificationRefused(
-                f"a receipt at oracle tier {receipt.oracle_tier} cannot be certified"
-            )
-        if receipt.certificate_state != CertificateState.CERTIFICATE_STATE_CURRENT:
+        if tier < CERTIFIABLE_TIER:
+            raise CertificationRefused(f"a receipt at oracle tier {tier} cannot be certified")
+        if state != _STATE_CURRENT:
             raise CertificationRefused("a certified receipt needs a CURRENT certificate")
-        if receipt.certification_refusals:
+        if refusals:
             raise CertificationRefused("a certified receipt carries no certification refusals")
-    elif not receipt.certification_refusals:
+    elif not refusals:
         raise ValidationError("an uncertified receipt must say why (certification_refusals)")
 
 
@@ -526,19 +544,39 @@ def parse_strict(message_type: type[_Msg], data: bytes) -> _Msg:
     return message
 
 
-def _refuse_unknown_fields(message: Message, path: str) -> None:
-    if len(UnknownFieldSet(message)):
-        raise ValidationError(f"{path} carries fields this schema does not know")
-    for field, value in message.ListFields():
+_SINGLE, _REPEATED, _MAP = 0, 1, 2
+"""How a field holds messages (see :func:`_message_fields`)."""
+
+
+@functools.cache
+def _message_fields(descriptor: Descriptor) -> tuple[tuple[str, int], ...]:
+    """The fields of a message type that can hold messages with fields of their own: each
+    one's name and whether it holds one, a list or a map of them (a map of scalars holds
+    none). Known per type once, so a parse reads only those fields, not every set one."""
+    fields: list[tuple[str, int]] = []
+    for field in descriptor.fields:
         if field.message_type is None:
             continue
         if field.message_type.GetOptions().map_entry:
-            entry_value = field.message_type.fields_by_name["value"]
-            if entry_value.message_type is not None:
-                for key, inner in value.items():
-                    _refuse_unknown_fields(inner, f"{path}.{field.name}[{key}]")
+            if field.message_type.fields_by_name["value"].message_type is not None:
+                fields.append((field.name, _MAP))
         elif field.is_repeated:
-            for index, inner in enumerate(value):
-                _refuse_unknown_fields(inner, f"{path}.{field.name}[{index}]")
+            fields.append((field.name, _REPEATED))
         else:
-            _refuse_unknown_fields(value, f"{path}.{field.name}")
+            fields.append((field.name, _SINGLE))
+    return tuple(fields)
+
+
+def _refuse_unknown_fields(message: Message, path: str) -> None:
+    if len(UnknownFieldSet(message)):
+        raise ValidationError(f"{path} carries fields this schema does not know")
+    for name, kind in _message_fields(message.DESCRIPTOR):
+        if kind == _SINGLE:
+            if message.HasField(name):
+                _refuse_unknown_fields(getattr(message, name), f"{path}.{name}")
+        elif kind == _REPEATED:
+            for index, inner in enumerate(getattr(message, name)):
+                _refuse_unknown_fields(inner, f"{path}.{name}[{index}]")
+        else:
+            for key, inner in getattr(message, name).items():
+                _refuse_unknown_fields(inner, f"{path}.{name}[{key}]")
