@@ -219,6 +219,18 @@ class PostgresServer:
             host="127.0.0.1", port=self.port, user=SUPERUSER, dbname="postgres", autocommit=True
         )
 
+    def drop_connections(self, dbname: str) -> int:
+        """Terminate every connection to ``dbname`` (as a restart or an idle timeout would);
+        how many there were."""
+        with self._admin() as admin:
+            row = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (dbname,),
+            ).fetchone()
+        assert row is not None
+        return int(str(row[0]))
+
     def fresh_database(self, spares: int = 4) -> str:
         """The name of a new, empty database nobody has used, made ahead in the background."""
         if self._maker is None:

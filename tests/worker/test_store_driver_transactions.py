@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import psycopg
 import pytest
 from sqlalchemy import event, text
 from support.postgres import PostgresServer
@@ -21,13 +21,22 @@ from rewardseal_server.sqlstore import DriverConnection, LostRace, StoreEngine
 SECRET = "P-secret-value"
 
 
+@contextmanager
+def items_store(url: str) -> Iterator[StoreEngine]:
+    """A store over ``url`` whose database has the ``items`` table; disposed at the end."""
+    engine = StoreEngine(url, what="test store")
+    try:
+        with engine.engine.begin() as conn:
+            conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
+        yield engine
+    finally:
+        engine.dispose()
+
+
 @pytest.fixture
 def db(store_url: str) -> Iterator[StoreEngine]:
-    engine = StoreEngine(store_url, what="test store")
-    with engine.engine.begin() as conn:
-        conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
-    yield engine
-    engine.dispose()
+    with items_store(store_url) as engine:
+        yield engine
 
 
 def insert(conn: DriverConnection, name: str) -> None:
@@ -100,10 +109,7 @@ def test_a_driver_error_is_the_store_error_and_names_no_parameter(db: StoreEngin
 
 def test_sqlite_takes_the_write_lock_before_the_work_runs(tmp_path: Any) -> None:
     path = tmp_path / "locked.db"
-    db = StoreEngine(f"sqlite:///{path}", what="test store")
-    try:
-        with db.engine.begin() as conn:
-            conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
+    with items_store(f"sqlite:///{path}") as db:
         other = sqlite3.connect(path, timeout=0, isolation_level=None)
         seen: list[str] = []
 
@@ -118,8 +124,6 @@ def test_sqlite_takes_the_write_lock_before_the_work_runs(tmp_path: Any) -> None
         other.execute("BEGIN IMMEDIATE")  # released at the commit
         other.execute("ROLLBACK")
         other.close()
-    finally:
-        db.dispose()
 
 
 def test_an_unreachable_sqlite_file_is_unavailable(tmp_path: Any) -> None:
@@ -139,22 +143,19 @@ def test_a_lost_postgresql_connection_is_unavailable_and_not_reused(
 ) -> None:
     # A server-side disconnect is PostgreSQL's.
     name = postgres_server.fresh_database()
-    db = StoreEngine(postgres_server.url(name), what="test store")
     try:
-        with db.engine.begin() as conn:
-            conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
+        with items_store(postgres_server.url(name)) as db:
 
-        def work(conn: DriverConnection) -> None:
-            conn.fetch("SELECT pg_terminate_backend(pg_backend_pid())", ())
+            def work(conn: DriverConnection) -> None:
+                conn.fetch("SELECT pg_terminate_backend(pg_backend_pid())", ())
 
-        run = db.read_on_driver if kind == "read" else db.write_on_driver
-        with pytest.raises(Unavailable, match="test store unavailable"):
-            run(work)
-        # The dead connection is not handed out again: the next transactions work.
-        db.write_on_driver(lambda conn: insert(conn, "after"))
-        assert names(db) == ["after"]
+            run = db.read_on_driver if kind == "read" else db.write_on_driver
+            with pytest.raises(Unavailable, match="test store unavailable"):
+                run(work)
+            # The dead connection is not handed out again: the next transactions work.
+            db.write_on_driver(lambda conn: insert(conn, "after"))
+            assert names(db) == ["after"]
     finally:
-        db.dispose()
         postgres_server.discard_database(name)
 
 
@@ -210,23 +211,11 @@ def test_a_kept_postgresql_connection_that_died_is_replaced_before_use(
     # transactions (a restart, an idle timeout) is pinged, found dead and replaced; the
     # transaction itself never fails for it.
     name = postgres_server.fresh_database()
-    db = StoreEngine(postgres_server.url(name), what="test store")
     try:
-        with db.engine.begin() as conn:
-            conn.execute(text("CREATE TABLE items (name TEXT PRIMARY KEY)"))
-        db.write_on_driver(lambda conn: insert(conn, "before"))
-        with psycopg.connect(
-            postgres_server.url(name).replace("+psycopg", ""), autocommit=True
-        ) as admin:
-            killed = admin.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (name,),
-            ).fetchone()
-        assert killed is not None
-        assert killed[0] >= 1
-        db.write_on_driver(lambda conn: insert(conn, "after"))
-        assert names(db) == ["after", "before"]
+        with items_store(postgres_server.url(name)) as db:
+            db.write_on_driver(lambda conn: insert(conn, "before"))
+            assert postgres_server.drop_connections(name) >= 1
+            db.write_on_driver(lambda conn: insert(conn, "after"))
+            assert names(db) == ["after", "before"]
     finally:
-        db.dispose()
         postgres_server.discard_database(name)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -34,6 +34,7 @@ MAX_BATCH = 1024
 """The most descriptors one ScoreEpisodes call, or items one BeginEpisodes call, may carry."""
 
 Context = grpc.aio.ServicerContext[Any, Any]
+_T = TypeVar("_T")
 
 
 def _result(episode_id: str, outcome: ScoreOutcome) -> pb.EpisodeResult:
@@ -108,6 +109,20 @@ class _Runs:
             run.append(waiting)
             episodes.add(_episode_id(waiting))
         return run
+
+
+async def _each(
+    one: Awaitable[_T] | None, many: Awaitable[Sequence[_T | RewardSealError]] | None, count: int
+) -> list[_T | RewardSealError]:
+    """The outcomes of a lone call (``one``) or a batch call (``many``) for ``count`` requests;
+    an error raised by the call is every request's outcome."""
+    try:
+        if one is not None:
+            return [await one]
+        assert many is not None
+        return list(await many)
+    except RewardSealError as exc:
+        return [exc] * count
 
 
 def _episode_id(request: pb.StreamEpisodesRequest) -> str:
@@ -222,43 +237,31 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
     async def _answer_run(
         self, run: list[pb.StreamEpisodesRequest]
     ) -> list[pb.StreamEpisodesResponse]:
-        """The answers to a run of same-kind requests, in order."""
+        """The answers to a run of same-kind requests, in order. A lone request goes through
+        the unary batchers; a run as one batch call. An error of the whole call is each
+        request's answer."""
         if run[0].WhichOneof("request") == "begin":
             begins = [request.begin for request in run]
-            if len(begins) == 1:
-                outcomes: list[BeginOutcome] = [await self._begin_outcome(begins[0])]
-            else:
-                try:
-                    outcomes = await self.scorer.begin_many(begins)
-                except RewardSealError as exc:
-                    outcomes = [exc] * len(begins)
+            outcomes: list[BeginOutcome] = await _each(
+                self.scorer.begin(begins[0]) if len(begins) == 1 else None,
+                self.scorer.begin_many(begins) if len(begins) > 1 else None,
+                len(begins),
+            )
             return [
                 pb.StreamEpisodesResponse(begin=_begin_result(b.episode_id, o))
                 for b, o in zip(begins, outcomes, strict=True)
             ]
         # A request with neither set is an empty descriptor: refused as one.
         jobs = [ScoreJob(request.descriptor) for request in run]
-        scored: list[ScoreOutcome]
-        if len(jobs) == 1:
-            try:
-                scored = [await self.scorer.score(jobs[0])]
-            except RewardSealError as exc:
-                scored = [exc]
-        else:
-            try:
-                scored = await self.scorer.score_jobs(jobs)
-            except RewardSealError as exc:
-                scored = [exc] * len(jobs)
+        scored: list[ScoreOutcome] = await _each(
+            self.scorer.score(jobs[0]) if len(jobs) == 1 else None,
+            self.scorer.score_jobs(jobs) if len(jobs) > 1 else None,
+            len(jobs),
+        )
         return [
             pb.StreamEpisodesResponse(result=_result(job.descriptor.episode_id, outcome))
             for job, outcome in zip(jobs, scored, strict=True)
         ]
-
-    async def _begin_outcome(self, request: pb.BeginEpisodeRequest) -> BeginOutcome:
-        try:
-            return await self.scorer.begin(request)
-        except RewardSealError as exc:
-            return exc
 
     @maps_errors
     async def GetReceipt(  # noqa: N802
