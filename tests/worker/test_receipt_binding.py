@@ -436,3 +436,22 @@ async def test_grade_with_a_score_that_is_not_the_receipts_is_refused(
     with pytest.raises(ReceiptMismatch) as caught:
         await client.call("grade_openai", *grader_args(stack.digest, "episode.bind.grade.zero"))
     assert caught.value.metadata["field"] == "score"
+
+
+async def test_a_unary_begin_answer_naming_another_episode_is_refused(
+    stack: RunningStack, mitm: Mitm, client: Either
+) -> None:
+    def rename(method: str, request: Any, answer: Any) -> Any:
+        if method == "BeginEpisode":
+            answer.episode_id = "episode.bind.other.9"
+        return answer
+
+    mitm.tamper.answer = rename
+    with pytest.raises(ReceiptMismatch) as caught:
+        await client.call("begin", "episode.bind.one.0", stack.digest, {"patient_id": "patient-b1"})
+    assert caught.value.metadata["field"] == "episode_id"
+    mitm.tamper.answer = lambda method, request, answer: answer
+    got = await client.call(
+        "begin", "episode.bind.one.1", stack.digest, {"patient_id": "patient-b2"}
+    )
+    assert got.episode_id == "episode.bind.one.1"

@@ -233,7 +233,7 @@ class WorkerClient(_FromConnection):
     ) -> pb.BeginEpisodeResponse:
         """Record the baseline read for ``oracle_identity`` before the rollout (R-W-1)."""
         request = make_begin(episode_id, reward_contract_digest, oracle_identity)
-        return self._call(self._stub.BeginEpisode, request)
+        return self._protocol.begun_one(self._call(self._stub.BeginEpisode, request), request)
 
     def begin_many(self, items: Iterable[pb.BeginEpisodeRequest]) -> list[BeginOrError]:
         """Begin many episodes (:func:`make_begin`); one entry per item, in order: the
@@ -412,7 +412,8 @@ class AsyncWorkerClient(_FromConnection):
     ) -> pb.BeginEpisodeResponse:
         """Record the baseline read for ``oracle_identity`` before the rollout (R-W-1)."""
         request = make_begin(episode_id, reward_contract_digest, oracle_identity)
-        return await self._call(self._stub.BeginEpisode, request)
+        answer = await self._call(self._stub.BeginEpisode, request)
+        return self._protocol.begun_one(answer, request)
 
     async def begin_many(self, items: Iterable[pb.BeginEpisodeRequest]) -> list[BeginOrError]:
         """Begin many episodes; see :meth:`WorkerClient.begin_many`."""

@@ -182,6 +182,18 @@ class WorkerProtocol:
             return result.begun
         return from_episode_error(result.error)
 
+    @staticmethod
+    def begun_one(
+        answer: pb.BeginEpisodeResponse, request: pb.BeginEpisodeRequest
+    ) -> pb.BeginEpisodeResponse:
+        """A unary BeginEpisode answer, bound to its request like a batch entry.
+
+        Raises ReceiptMismatch when it names another episode.
+        """
+        if answer.episode_id != request.episode_id:
+            raise receipt_mismatch("episode_id", request.episode_id, answer.episode_id)
+        return answer
+
     def begun_many(
         self, answer: pb.BeginEpisodesResponse, requests: Sequence[pb.BeginEpisodeRequest]
     ) -> list[BeginOrError]:
