@@ -112,17 +112,19 @@ class _Runs:
 
 
 async def _each(
-    one: Awaitable[_T] | None, many: Awaitable[Sequence[_T | RewardSealError]] | None, count: int
+    call: Awaitable[Sequence[_T | RewardSealError]], count: int
 ) -> list[_T | RewardSealError]:
-    """The outcomes of a lone call (``one``) or a batch call (``many``) for ``count`` requests;
-    an error raised by the call is every request's outcome."""
+    """The outcomes of a call made for ``count`` requests; an error raised by the call as a
+    whole is every request's outcome."""
     try:
-        if one is not None:
-            return [await one]
-        assert many is not None
-        return list(await many)
+        return list(await call)
     except RewardSealError as exc:
         return [exc] * count
+
+
+async def _alone(call: Awaitable[_T]) -> list[_T]:
+    """A lone request's outcome as a run of one."""
+    return [await call]
 
 
 def _episode_id(request: pb.StreamEpisodesRequest) -> str:
@@ -240,11 +242,12 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
         """The answers to a run of same-kind requests, in order. A lone request goes through
         the unary batchers; a run as one batch call. An error of the whole call is each
         request's answer."""
-        if run[0].WhichOneof("request") == "begin":
+        if _kind(run[0]) == "begin":
             begins = [request.begin for request in run]
             outcomes: list[BeginOutcome] = await _each(
-                self.scorer.begin(begins[0]) if len(begins) == 1 else None,
-                self.scorer.begin_many(begins) if len(begins) > 1 else None,
+                _alone(self.scorer.begin(begins[0]))
+                if len(begins) == 1
+                else self.scorer.begin_many(begins),
                 len(begins),
             )
             return [
@@ -254,8 +257,7 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
         # A request with neither set is an empty descriptor: refused as one.
         jobs = [ScoreJob(request.descriptor) for request in run]
         scored: list[ScoreOutcome] = await _each(
-            self.scorer.score(jobs[0]) if len(jobs) == 1 else None,
-            self.scorer.score_jobs(jobs) if len(jobs) > 1 else None,
+            _alone(self.scorer.score(jobs[0])) if len(jobs) == 1 else self.scorer.score_jobs(jobs),
             len(jobs),
         )
         return [
