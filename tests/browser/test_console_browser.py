@@ -88,10 +88,13 @@ def visit(browser: Any, url: str, heading: str) -> None:
 
 
 def wait_for_heading(browser: Any, heading: str) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    WebDriverWait(browser, 20).until(
+    # A heading found on the page being left (a form's redirect still in flight) is gone by the
+    # time its text is read: that is "not there yet", so the wait goes on.
+    WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(
         lambda b: heading in " ".join(h.text for h in b.find_elements(By.TAG_NAME, "h1"))
     )
 
