@@ -11,7 +11,8 @@ from collections.abc import Sequence
 import pytest
 
 from rewardseal.errors import InvalidEpisode, RewardSealError, Unavailable
-from rewardseal_worker.batching import MicroBatcher
+from rewardseal_worker import batching
+from rewardseal_worker.batching import CallCount, MicroBatcher
 
 WAIT = 30.0
 """A bound on waits that should end at once (a hang fails the test instead of blocking it)."""
@@ -144,17 +145,23 @@ async def test_one_call_under_light_load_runs_alone_at_once() -> None:
     assert run.sizes == [1, 1, 1]
 
 
-async def test_a_burst_sent_together_is_one_batch() -> None:
+@pytest.mark.parametrize("inline_max", [0, 64], ids=["thread", "loop"])
+async def test_a_burst_sent_together_is_one_batch(inline_max: int) -> None:
     run = Recorder()
-    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, in_flight=3, name="t")
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=64, in_flight=3, name="t", inline_max=inline_max
+    )
     tasks = await submit_all(batcher, [2 * i for i in range(20)])
     assert await asyncio.gather(*tasks) == [20 * i for i in range(20)]
     assert run.sizes == [20]
 
 
-async def test_each_call_gets_its_own_error() -> None:
+@pytest.mark.parametrize("inline_max", [0, 64], ids=["thread", "loop"])
+async def test_each_call_gets_its_own_error(inline_max: int) -> None:
     run = Recorder()
-    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, name="t")
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=64, name="t", inline_max=inline_max
+    )
     tasks = await submit_all(batcher, [1, 2, 3])
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert isinstance(results[0], InvalidEpisode)
@@ -164,7 +171,10 @@ async def test_each_call_gets_its_own_error() -> None:
     assert "odd 3" in str(results[2])
 
 
-async def test_a_failed_batch_fails_its_calls_only_and_the_batcher_goes_on() -> None:
+@pytest.mark.parametrize("inline_max", [0, 64], ids=["thread", "loop"])
+async def test_a_failed_batch_fails_its_calls_only_and_the_batcher_goes_on(
+    inline_max: int,
+) -> None:
     calls = 0
 
     def flaky(jobs: Sequence[int]) -> list[int | RewardSealError]:
@@ -174,7 +184,9 @@ async def test_a_failed_batch_fails_its_calls_only_and_the_batcher_goes_on() -> 
             raise OSError("disk gone")
         return list(jobs)
 
-    batcher: MicroBatcher[int, int] = MicroBatcher(flaky, max_batch=64, in_flight=2, name="t")
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        flaky, max_batch=64, in_flight=2, name="t", inline_max=inline_max
+    )
     tasks = await submit_all(batcher, [1, 2, 3])
     results = await asyncio.gather(*tasks, return_exceptions=True)
     assert all(isinstance(r, Unavailable) for r in results)
@@ -198,8 +210,83 @@ async def test_cancelled_calls_are_not_run() -> None:
     assert run.sizes == [1, 1]
 
 
+class Threads:
+    """A ``run_batch`` that records the thread each batch ran in."""
+
+    def __init__(self) -> None:
+        self.ran_in: list[tuple[int, int]] = []
+
+    def __call__(self, jobs: Sequence[int]) -> list[int | RewardSealError]:
+        self.ran_in.append((len(jobs), threading.get_ident()))
+        return [job * 10 for job in jobs]
+
+
+async def test_small_batches_run_on_the_loop_and_large_ones_in_a_thread() -> None:
+    run = Threads()
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=64, in_flight=1, name="t", inline_max=3
+    )
+    for jobs in ([2, 4, 6], [2 * i for i in range(4)], [8]):
+        tasks = await submit_all(batcher, jobs)
+        assert await asyncio.gather(*tasks) == [10 * job for job in jobs]
+    loop_thread = threading.get_ident()
+    assert [size for size, _ in run.ran_in] == [3, 4, 1]
+    assert [thread == loop_thread for _, thread in run.ran_in] == [True, False, True]
+
+
+async def test_without_inline_batches_every_batch_runs_in_a_thread() -> None:
+    run = Threads()
+    batcher: MicroBatcher[int, int] = MicroBatcher(run, max_batch=64, name="t")
+    assert await batcher.submit(1) == 10
+    assert run.ran_in[0][1] != threading.get_ident()
+
+
+async def test_under_load_a_call_waits_for_company(monkeypatch: pytest.MonkeyPatch) -> None:
+    # "Moments ago" made long, so that a slow test machine still counts as under load.
+    monkeypatch.setattr(batching, "LOADED_FOR", WAIT)
+    calls = CallCount()
+    run = Recorder()
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=64, name="t", inline_max=64, gather_seconds=0.5, calls=calls
+    )
+    # Another call is in the worker: held in a batch of a second batcher that shares the count.
+    other_run = Recorder(hold_above=0)
+    other: MicroBatcher[int, int] = MicroBatcher(other_run, max_batch=64, name="o", calls=calls)
+    held = await submit_all(other, [0])
+    await other_run.wait_held(1)
+    # Idle, but not alone: the first call goes at once (no batch ended moments ago).
+    assert await asyncio.wait_for(batcher.submit(2), WAIT) == 20
+    # A batch just ended and another call is in the worker: the next call waits for company,
+    # and a call that arrives turns of the loop later (alone it would have gone already) joins.
+    first = await submit_all(batcher, [4])
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert run.sizes == [1]
+    second = await submit_all(batcher, [6])
+    assert await asyncio.wait_for(asyncio.gather(*first, *second), WAIT) == [40, 60]
+    assert run.sizes == [1, 2]
+    other_run.release()
+    assert await asyncio.gather(*held) == [0]
+
+
+async def test_a_lone_caller_never_waits_for_company(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batching, "LOADED_FOR", WAIT)
+    run = Recorder()
+    # A window far longer than the test's bound: a call that waited in it would time out.
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        run, max_batch=64, name="t", inline_max=64, gather_seconds=10 * WAIT
+    )
+    for job in (2, 4, 6, 8):
+        assert await asyncio.wait_for(batcher.submit(job), WAIT) == job * 10
+    assert run.sizes == [1, 1, 1, 1]
+
+
 def test_sizes_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         MicroBatcher(Recorder(), max_batch=0, name="t")
     with pytest.raises(ValueError, match="at least 1"):
         MicroBatcher(Recorder(), max_batch=8, in_flight=0, name="t")
+    with pytest.raises(ValueError, match="0 or more"):
+        MicroBatcher(Recorder(), max_batch=8, name="t", inline_max=-1)
+    with pytest.raises(ValueError, match="0 or more"):
+        MicroBatcher(Recorder(), max_batch=8, name="t", gather_seconds=-0.1)

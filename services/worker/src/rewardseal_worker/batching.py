@@ -17,6 +17,20 @@ whose cores are busy, that fixed cost is what throughput and latency are made of
   are queued. Large batches therefore never fill every slot, and a call that arrives while they
   run starts at once beside them. A long queue is load, not a lone call: it waits for a large
   slot and goes as one batch, so a burst (a trainer's rollout sent at once) stays one batch.
+
+Where the store and the oracle are files on this host (SQLite, no network round trip), small
+batches run **on the event loop** instead (``inline_max``). A hand-off to a worker thread and
+back, and the two threads taking the GIL from each other at every driver and libsodium call,
+cost more CPU than a small batch's own work: at 8 unary callers, about a third of the server's
+CPU per episode (``bench/peer_bench.py``). Large batches still go to a thread, so a lone call
+is never held behind one.
+
+An inline batch stops the loop from taking in calls while it runs; they wait in gRPC's buffers
+and arrive in a flood spread over the next few turns of the loop. A batch started at the first
+of them would carry one call, and so would the next (one-call batches, each a transaction and a
+commit). So, **under load** (a batch ended moments ago and other calls are in the worker), a
+call that finds the batcher idle waits ``gather_seconds`` for company before its batch starts.
+A lone caller never waits: no other call is in the worker.
 """
 
 from __future__ import annotations
@@ -36,13 +50,30 @@ Outcome = TypeVar("Outcome")
 DEFAULT_LONE_BATCH = 8
 """The longest queue the last free slot takes (see the module docstring)."""
 
+LOADED_FOR = 0.005
+"""Seconds after a batch ends during which the batcher counts as under load (with other calls
+in the worker): long enough to span a caller's round trip between two calls on loopback."""
+
+
+class CallCount:
+    """Calls queued in, or being answered by, a worker's batchers; shared by those batchers so
+    that each can tell a lone caller from load (see the module docstring)."""
+
+    __slots__ = ("active",)
+
+    def __init__(self) -> None:
+        self.active = 0
+
 
 class MicroBatcher(Generic[Job, Outcome]):
-    """Runs ``run_batch`` (blocking, in a worker thread) over whatever calls are queued.
+    """Runs ``run_batch`` (blocking) over whatever calls are queued: in a worker thread, or on
+    the event loop for batches of at most ``inline_max`` calls (0: never).
 
     At most ``in_flight`` batches run at once, more than one only beside a large batch (more
     than ``lone_batch`` calls), and the last free slot only for lone calls (a queue of at most
-    ``lone_batch``). All state is touched on the event loop only.
+    ``lone_batch``). Under load a call waits up to ``gather_seconds`` for company (0: never;
+    ``calls`` is the count shared with the worker's other batchers). All state is touched on
+    the event loop only.
     """
 
     def __init__(
@@ -53,14 +84,23 @@ class MicroBatcher(Generic[Job, Outcome]):
         name: str,
         in_flight: int = 1,
         lone_batch: int = DEFAULT_LONE_BATCH,
+        inline_max: int = 0,
+        gather_seconds: float = 0.0,
+        calls: CallCount | None = None,
     ) -> None:
         if max_batch < 1 or in_flight < 1 or lone_batch < 1:
             raise ValueError("max_batch, in_flight and lone_batch must be at least 1")
+        if inline_max < 0 or gather_seconds < 0:
+            raise ValueError("inline_max and gather_seconds must be 0 or more")
         self._run_batch = run_batch
         self._max_batch = max_batch
         self._in_flight = in_flight
         self._lone_batch = min(lone_batch, max_batch)
         self._name = name
+        self._inline_max = inline_max
+        self._gather_seconds = gather_seconds
+        self._calls = calls if calls is not None else CallCount()
+        self._last_end = float("-inf")
         self._queue: list[tuple[Job, asyncio.Future[Outcome | RewardSealError]]] = []
         self._running = 0
         self._large_running = 0
@@ -86,14 +126,25 @@ class MicroBatcher(Generic[Job, Outcome]):
         future: asyncio.Future[Outcome | RewardSealError] = loop.create_future()
         self._queue.append((job, future))
         if not self._dispatch_scheduled:
-            # Dispatch on the next turn of the loop: calls that arrive in this one (a burst a
-            # client sent together) join the same batch.
             self._dispatch_scheduled = True
-            loop.call_soon(self._dispatch)
-        outcome = await future
+            if self._gather_seconds and self._loaded(loop.time()):
+                loop.call_later(self._gather_seconds, self._dispatch)
+            else:
+                # Dispatch on the next turn of the loop: calls that arrive in this one (a burst
+                # a client sent together) join the same batch.
+                loop.call_soon(self._dispatch)
+        self._calls.active += 1
+        try:
+            outcome = await future
+        finally:
+            self._calls.active -= 1
         if isinstance(outcome, RewardSealError):
             raise outcome
         return outcome
+
+    def _loaded(self, now: float) -> bool:
+        """Under load: a batch ended moments ago and other calls are in the worker."""
+        return now - self._last_end < LOADED_FOR and self._calls.active > 0
 
     def batch_size(self) -> int:
         """How many queued calls the next batch may take, given the batches in flight."""
@@ -129,9 +180,11 @@ class MicroBatcher(Generic[Job, Outcome]):
     ) -> None:
         jobs = [job for job, _ in items]
         try:
-            outcomes: Sequence[Outcome | RewardSealError] = await asyncio.to_thread(
-                self._run_batch, jobs
-            )
+            outcomes: Sequence[Outcome | RewardSealError]
+            if len(jobs) <= self._inline_max:
+                outcomes = self._run_batch(jobs)
+            else:
+                outcomes = await asyncio.to_thread(self._run_batch, jobs)
         except Exception as exc:
             # The batch failed as a whole (e.g. the store is down): every call gets UNAVAILABLE,
             # and the store's single transaction guarantees nothing partial was kept.
@@ -142,6 +195,7 @@ class MicroBatcher(Generic[Job, Outcome]):
         finally:
             self._running -= 1
             self._large_running -= len(items) > self._lone_batch
+            self._last_end = asyncio.get_running_loop().time()
             # Calls that queued while this batch ran form the next one.
             self._dispatch()
         for (_, future), outcome in zip(items, outcomes, strict=True):

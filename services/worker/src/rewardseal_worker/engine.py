@@ -1,9 +1,10 @@
 """The scoring pipeline: identity, ledger, oracle read, judge, receipt, signature, durable commit.
 
 R-W-1..8. Every RPC that scores goes through ``Scorer.score_jobs`` so the unary, batched,
-streamed and grader paths cannot disagree. A batch runs in one worker thread (blocking reads
-never touch the event loop) and ends in one store transaction, so the fsync that makes receipts
-durable is paid once per batch; ``Scorer.score`` groups concurrent unary calls into such batches.
+streamed and grader paths cannot disagree. A batch runs in one worker thread (or, small and with
+nothing across a network to wait for, on the event loop: ``Scorer.inline_batch``) and ends in one
+store transaction, so the fsync that makes receipts durable is paid once per batch;
+``Scorer.score`` groups concurrent unary calls into such batches.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 
@@ -56,7 +57,7 @@ from rewardseal.validation import (
     validate_digest,
     validate_id,
 )
-from rewardseal_worker.batching import MicroBatcher
+from rewardseal_worker.batching import CallCount, MicroBatcher
 from rewardseal_worker.begins import BeginJob, BeginOutcome, begin_batch, repeat_of_earlier
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.identity import Identity
@@ -66,6 +67,9 @@ from rewardseal_worker.store import BatchLookup, ReceiptToCommit, WorkerStore
 
 _log = logging.getLogger(__name__)
 
+_Job = TypeVar("_Job")
+_Outcome = TypeVar("_Outcome")
+
 MAX_CREDIT_ROUNDS = 3
 """How often one batch re-judges a job whose records a concurrent commit credited first."""
 
@@ -74,6 +78,15 @@ UNARY_IN_FLIGHT = 3
 
 DEFAULT_BATCH_CALLS = {"sqlite": 1, "postgresql": 2}
 """Batch calls that run at once by store dialect (see ``Scorer.__init__``)."""
+
+INLINE_BATCH = 64
+"""The largest batch run on the event loop when the store and the oracle are files on this host
+(see rewardseal_worker.batching): about 15-20 ms of work on a 2-core machine, the longest a call
+waits behind one. Larger batches, and every batch over a network store or oracle, run in a
+worker thread."""
+
+GATHER_SECONDS = 0.002
+"""How long, under load, a unary call waits for company when batches run on the event loop."""
 
 RANDOM_BYTES_PER_RECEIPT = 48
 """Fresh random bytes one receipt takes: evidence salt, nonce, receipt id (16 each)."""
@@ -148,6 +161,7 @@ class Scorer:
         max_policy_update_jump: int = DEFAULT_MAX_POLICY_UPDATE_JUMP,
         max_batch: int = 256,
         max_concurrent_batches: int | None = None,
+        inline_batch: int | None = None,
     ) -> None:
         if max_policy_update_jump < 0:
             raise ValidationError("max_policy_update_jump must be 0 or more")
@@ -182,14 +196,37 @@ class Scorer:
         if max_concurrent_batches is None:
             max_concurrent_batches = DEFAULT_BATCH_CALLS.get(store.dialect, 2)
         self._slots = asyncio.Semaphore(max_concurrent_batches)
+        # Batches of at most inline_batch calls run on the event loop where nothing they wait
+        # for is across a network (SQLite store, a local-file oracle): cheaper than a worker
+        # thread (see rewardseal_worker.batching). Never over a network: a slow database or API
+        # would stop every call.
+        if inline_batch is None:
+            inline_batch = INLINE_BATCH if store.dialect == "sqlite" and reader.local else 0
+        if inline_batch < 0:
+            raise ValidationError("inline_batch must be 0 or more")
+        self.inline_batch = inline_batch
         # Unary calls: one batch at a time under light load; beside a large batch up to
         # UNARY_IN_FLIGHT, the last slot kept for lone calls, so a lone call never waits for a
         # large batch to finish (see MicroBatcher).
+        calls = CallCount()
+        gather = GATHER_SECONDS if inline_batch else 0.0
         self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = MicroBatcher(
-            self.score_jobs_sync, max_batch=max_batch, in_flight=UNARY_IN_FLIGHT, name="scoring"
+            self.score_jobs_sync,
+            max_batch=max_batch,
+            in_flight=UNARY_IN_FLIGHT,
+            name="scoring",
+            inline_max=inline_batch,
+            gather_seconds=gather,
+            calls=calls,
         )
         self._begins: MicroBatcher[BeginJob, BeginEpisodeResponse] = MicroBatcher(
-            self._begin_batch, max_batch=max_batch, in_flight=UNARY_IN_FLIGHT, name="begin"
+            self._begin_batch,
+            max_batch=max_batch,
+            in_flight=UNARY_IN_FLIGHT,
+            name="begin",
+            inline_max=inline_batch,
+            gather_seconds=gather,
+            calls=calls,
         )
 
     # --- BeginEpisode (R-W-1, R-W-3; the batch itself is rewardseal_worker.begins) ---
@@ -199,8 +236,8 @@ class Scorer:
         return await self._begins.submit(self.begin_job(request))
 
     async def begin_many(self, requests: Sequence[BeginEpisodeRequest]) -> list[BeginOutcome]:
-        """Begin a batch in one worker thread and ONE store transaction; one outcome per
-        request, in order.
+        """Begin a batch in one worker thread (or on the loop: see ``inline_batch``) and ONE
+        store transaction; one outcome per request, in order.
 
         A request refused by its checks or by the store, or repeating an earlier request's
         episode id, is refused alone. A store failure fails the whole call and stores nothing.
@@ -217,8 +254,7 @@ class Scorer:
             except RewardSealError as exc:
                 outcomes[index] = exc
         if jobs:
-            async with self._slots:
-                begun = await asyncio.to_thread(self._begin_batch, list(jobs.values()))
+            begun = await self._batch_call(self._begin_batch, list(jobs.values()))
             outcomes.update(zip(jobs, begun, strict=True))
         return [outcomes[index] for index in range(len(requests))]
 
@@ -249,19 +285,28 @@ class Scorer:
         """Score a batch in one thread and one commit; one outcome per job, in order."""
         if not jobs:
             return []
+        try:
+            return await self._batch_call(self.score_jobs_sync, list(jobs))
+        except RewardSealError:
+            raise
+        except Exception as exc:
+            _log.exception("scoring batch failed")
+            raise Unavailable(
+                f"the worker could not score the batch: {type(exc).__name__}"
+            ) from exc
+
+    async def _batch_call(
+        self, run: Callable[[Sequence[_Job]], list[_Outcome]], jobs: Sequence[_Job]
+    ) -> list[_Outcome]:
+        """``run(jobs)`` for a batch call: in its slot, on the loop or in a worker thread."""
         async with self._slots:
-            try:
-                return await asyncio.to_thread(self.score_jobs_sync, list(jobs))
-            except RewardSealError:
-                raise
-            except Exception as exc:
-                _log.exception("scoring batch failed")
-                raise Unavailable(
-                    f"the worker could not score the batch: {type(exc).__name__}"
-                ) from exc
+            if len(jobs) <= self.inline_batch:
+                return run(jobs)
+            return await asyncio.to_thread(run, jobs)
 
     def score_jobs_sync(self, jobs: Sequence[ScoreJob]) -> list[ScoreOutcome]:
-        """The blocking pipeline for a batch (runs in a worker thread)."""
+        """The blocking pipeline for a batch (in a worker thread, or on the loop: see
+        ``inline_batch``)."""
         outcomes: list[ScoreOutcome | None] = [None] * len(jobs)
         first_index_of: dict[str, int] = {}
         repeats: dict[int, int] = {}

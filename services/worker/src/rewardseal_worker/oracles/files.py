@@ -48,6 +48,7 @@ class JsonFileReader:
 
     kind: str
     timeout_seconds: float
+    local = True
 
     def __init__(
         self,

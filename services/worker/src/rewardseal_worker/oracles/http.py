@@ -232,6 +232,7 @@ class HttpReader:
 
     kind: str
     timeout_seconds: float
+    local = False
 
     def __init__(
         self,

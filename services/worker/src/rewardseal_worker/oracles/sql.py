@@ -295,6 +295,8 @@ class SqlReader:
         check). Prefer :meth:`from_recipe`; identifiers are validated here as well.
         """
         self._engine = engine
+        self.local = sqlite
+        """A SQLite file (on this host); PostgreSQL is across a network."""
         self._table_name = check_identifier(table, "table")
         self._id_column = check_identifier(id_column, "id_column")
         self._identity_fields = dict(identity_fields)
