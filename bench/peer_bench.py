@@ -13,9 +13,11 @@ reference with a scratch HOME), and driven from this one process:
   ``wrong_effect`` (a certified 0);
 - the reference reuses one patient identity for every episode (it has no one-open-episode rule);
   rewardseal uses one identity per in-flight slot (an identity is free again once scored);
-- modes: unary at concurrency 8 and 64 on both sides; rewardseal batched (8 concurrent clients,
-  each one ``begin_many`` of 64, one ``BeginEpisodes`` call, then one ``score_many`` of 64). The
-  reference has no batch route, so its best unary figure stands against rewardseal's batched one;
+- modes: unary at concurrency 1 (a lone caller: its latency), 8 and 64 on both sides; rewardseal
+  streamed at 8 and 64 (unary-style, one stream per caller); rewardseal batched (8 concurrent
+  clients, each one ``begin_many`` of 64, one ``BeginEpisodes`` call, then one ``score_many`` of
+  64). The reference has no batch route, so its best unary figure (at 8 or 64) stands against
+  rewardseal's batched one;
 - the two sides alternate in short rounds (which side goes first flips every round) and each
   figure is the median over rounds: these machines are noisy.
 
@@ -89,8 +91,10 @@ CHECKPOINT = "policy_checkpoint_mockmed_0"
 POLICY_UPDATE = 1
 BATCH = 64
 BATCH_CLIENTS = 8
-UNARY = (8, 64)
-MODES = ("unary_c8", "unary_c64", "streamed_c8", "streamed_c64", "batched")
+UNARY = (1, 8, 64)
+BEST_OF = (8, 64)
+"""The unary concurrencies the reference's best figure is taken from (it always runs them)."""
+MODES = ("unary_c1", "unary_c8", "unary_c64", "streamed_c8", "streamed_c64", "batched")
 POSTGRES_SIDE = "rewardseal_postgresql"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CALL_TIMEOUT_S = 60.0
@@ -213,12 +217,20 @@ def _wait(process: subprocess.Popen[bytes], ready: Callable[[], bool], log: Path
 
 
 def start_rewardseal(
-    workdir: Path, *, name: str = "rewardseal", processes: int = 1, db_url: str | None = None
+    workdir: Path,
+    *,
+    name: str = "rewardseal",
+    processes: int = 1,
+    db_url: str | None = None,
+    inline_batch: int | None = None,
 ) -> Server:
     """``rewardseal-worker serve --seed-mockmed`` on port 0 (``--processes N``; the receipt
-    store in ``db_url`` when given, else the data dir's SQLite); its ready file gives the rest."""
+    store in ``db_url`` when given, else the data dir's SQLite; ``inline_batch``:
+    ``REWARDSEAL_WORKER_INLINE_BATCH``); its ready file gives the rest."""
     data_dir, ready, log = workdir / name, workdir / f"{name}.ready", workdir / f"{name}.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("REWARDSEAL_WORKER_")}
+    if inline_batch is not None:
+        env["REWARDSEAL_WORKER_INLINE_BATCH"] = str(inline_batch)
     command = [str(WORKER_CLI), "serve", "--seed-mockmed", "--data-dir", str(data_dir)]
     command += ["--port", "0", "--ready-file", str(ready), "--processes", str(processes)]
     command += ["--db-url", db_url] if db_url else []
@@ -687,7 +699,11 @@ def servers(workdir: Path, venv: Path, options: argparse.Namespace) -> Iterator[
     started: list[Server] = []
     postgres = None
     try:
-        started.append(start_rewardseal(workdir, processes=options.processes))
+        started.append(
+            start_rewardseal(
+                workdir, processes=options.processes, inline_batch=options.inline_batch
+            )
+        )
         started.append(start_reference(workdir, venv))
         if options.postgres:
             sys.path.insert(0, str(ROOT / "tests"))
@@ -698,7 +714,11 @@ def servers(workdir: Path, venv: Path, options: argparse.Namespace) -> Iterator[
             url = postgres.url(postgres.create_database())
             started.append(
                 start_rewardseal(
-                    workdir, name=POSTGRES_SIDE, processes=options.processes, db_url=url
+                    workdir,
+                    name=POSTGRES_SIDE,
+                    processes=options.processes,
+                    db_url=url,
+                    inline_batch=options.inline_batch,
                 )
             )
         yield started
@@ -727,8 +747,8 @@ async def drive(
     unary = [c for c in UNARY if f"unary_c{c}" in modes]
     warm: Side
     for warm in (ours, theirs):
-        for concurrency in UNARY:  # the reference's best unary figure needs both, always
-            if warm is theirs or concurrency in unary:
+        for concurrency in UNARY:  # the reference's best unary figure needs BEST_OF, always
+            if concurrency in unary or (warm is theirs and concurrency in BEST_OF):
                 await warm.unary(concurrency, seconds)
     for concurrency in UNARY:
         if f"streamed_c{concurrency}" in modes:
@@ -743,7 +763,7 @@ async def drive(
         order: list[Side] = [ours, theirs] if index % 2 == 0 else [theirs, ours]
         for concurrency in UNARY:
             for side in order:
-                if side is ours and concurrency not in unary:
+                if concurrency not in unary and (side is ours or concurrency not in BEST_OF):
                     continue
                 result = await measure(side, functools.partial(side.unary, concurrency, seconds))
                 runs[f"unary_c{concurrency}"][side.name].append(result)
@@ -785,7 +805,7 @@ async def drive(
                 ),
                 3,
             )
-    best = max(report[f"unary_c{c}"]["reference"]["episodes_per_second"] for c in UNARY)
+    best = max(report[f"unary_c{c}"]["reference"]["episodes_per_second"] for c in BEST_OF)
     for mode in ("batched", "batched_postgresql"):
         if mode not in runs:
             continue
@@ -796,7 +816,7 @@ async def drive(
         figures["paired_ratio_over_reference_best_unary_median"] = round(
             statistics.median(
                 result["episodes_per_second"]
-                / max(runs[f"unary_c{c}"]["reference"][i]["episodes_per_second"] for c in UNARY)
+                / max(runs[f"unary_c{c}"]["reference"][i]["episodes_per_second"] for c in BEST_OF)
                 for i, result in enumerate(results)
             ),
             3,
@@ -857,6 +877,9 @@ async def main(options: argparse.Namespace) -> dict[str, Any]:
             f"rewardseal-worker serve --seed-mockmed --processes {options.processes} (gRPC, "
             f"SQLite WAL synchronous=FULL), {connections} client connection(s)"
         ),
+        "inline_batch": (
+            "worker's choice" if options.inline_batch is None else options.inline_batch
+        ),
         "machine": machine_facts(peer),
         "rounds": rounds,
         "seconds_per_window": seconds,
@@ -911,6 +934,13 @@ def cli() -> None:
         "--postgres",
         action="store_true",
         help="also run rewardseal's batched mode with its store on a throwaway PostgreSQL",
+    )
+    parser.add_argument(
+        "--inline-batch",
+        type=int,
+        default=None,
+        help="REWARDSEAL_WORKER_INLINE_BATCH for rewardseal's workers (default: unset, the "
+        "worker's choice; 0: every batch in a worker thread)",
     )
     parser.add_argument("--modes", default="", help=f"a subset of {','.join(MODES)}")
     parser.add_argument("--out", type=Path, default=RESULTS)

@@ -237,6 +237,7 @@ def test_a_port_variable_that_is_no_port(
         ("REWARDSEAL_WORKER_MAX_POLICY_UPDATE_JUMP", "-3", "must be a whole number of at least 0"),
         ("REWARDSEAL_WORKER_EPISODE_TTL_SECONDS", "soon", "must be a number"),
         ("REWARDSEAL_WORKER_PROCESSES", "two", "must be a whole number"),
+        ("REWARDSEAL_WORKER_INLINE_BATCH", "-1", "must be a whole number from 0 to 1024"),
     ],
 )
 def test_the_worker_numeric_variables(

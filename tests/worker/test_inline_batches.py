@@ -16,13 +16,14 @@ import httpx
 import pytest
 
 from rewardseal.client import make_begin, make_descriptor
+from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.engine import INLINE_BATCH, ScoreJob, Scorer
 from rewardseal_worker.oracles.http import HttpReader
 from rewardseal_worker.oracles.registry import make_reader
-from rewardseal_worker.settings import KEY_FILE
+from rewardseal_worker.settings import KEY_FILE, resolve_settings
 from rewardseal_worker.store import WorkerStore
 
 BUNDLE = Path("contracts") / "mockmed"
@@ -43,11 +44,11 @@ def store(tmp_path: Path) -> Iterator[WorkerStore]:
 
 
 def make_scorer(
-    bundle: ContractBundle, store: WorkerStore, data_dir: Path, **options: int
+    bundle: ContractBundle, store: WorkerStore, data_dir: Path, inline_batch: int | None = None
 ) -> Scorer:
     key = SigningKey.load_or_create(data_dir / KEY_FILE)
     reader = make_reader(bundle.recipe, bundle.path)
-    return Scorer(bundle=bundle, store=store, reader=reader, key=key, **options)
+    return Scorer(bundle=bundle, store=store, reader=reader, key=key, inline_batch=inline_batch)
 
 
 def test_sqlite_store_and_sqlite_oracle_run_small_batches_on_the_loop(
@@ -79,10 +80,19 @@ def test_an_oracle_across_a_network_keeps_every_batch_in_a_thread(
         reader.close()
 
 
+def test_the_setting_is_read_from_the_environment(tmp_path: Path) -> None:
+    name = "REWARDSEAL_WORKER_INLINE_BATCH"
+    assert resolve_settings(data_dir=tmp_path / "unset", env={}).inline_batch is None
+    assert resolve_settings(data_dir=tmp_path / "off", env={name: "0"}).inline_batch == 0
+    assert resolve_settings(data_dir=tmp_path / "some", env={name: "16"}).inline_batch == 16
+    with pytest.raises(ValidationError, match=name):
+        resolve_settings(data_dir=tmp_path / "bad", env={name: "many"})
+
+
 def test_inline_batch_must_not_be_negative(
     bundle: ContractBundle, store: WorkerStore, data_dir: Path
 ) -> None:
-    with pytest.raises(Exception, match="inline_batch must be 0 or more"):
+    with pytest.raises(ValidationError, match="inline_batch must be 0 or more"):
         make_scorer(bundle, store, data_dir, inline_batch=-1)
 
 
@@ -95,6 +105,7 @@ def begun_jobs(scorer: Scorer, count: int) -> list[ScoreJob]:
         for n, episode_id in enumerate(ids)
     ]
     assert not any(isinstance(outcome, Exception) for outcome in scorer._begin_batch(begins))
+    assert scorer.bundle.certificate is not None
     update = scorer.bundle.certificate.issued_at_policy_update
     return [
         ScoreJob(

@@ -173,6 +173,7 @@ async def start_worker(
         key=key,
         episode_ttl_seconds=settings.episode_ttl_seconds,
         max_policy_update_jump=settings.max_policy_update_jump,
+        inline_batch=settings.inline_batch,
     )
     control = None
     if settings.control_target is not None and settings.control_token is not None:

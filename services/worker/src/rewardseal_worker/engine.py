@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence, Set
@@ -208,25 +209,19 @@ class Scorer:
         # Unary calls: one batch at a time under light load; beside a large batch up to
         # UNARY_IN_FLIGHT, the last slot kept for lone calls, so a lone call never waits for a
         # large batch to finish (see MicroBatcher).
-        calls = CallCount()
-        gather = GATHER_SECONDS if inline_batch else 0.0
-        self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = MicroBatcher(
-            self.score_jobs_sync,
+        unary = functools.partial(
+            MicroBatcher,
             max_batch=max_batch,
             in_flight=UNARY_IN_FLIGHT,
-            name="scoring",
             inline_max=inline_batch,
-            gather_seconds=gather,
-            calls=calls,
+            gather_seconds=GATHER_SECONDS if inline_batch else 0.0,
+            calls=CallCount(),
         )
-        self._begins: MicroBatcher[BeginJob, BeginEpisodeResponse] = MicroBatcher(
-            self._begin_batch,
-            max_batch=max_batch,
-            in_flight=UNARY_IN_FLIGHT,
-            name="begin",
-            inline_max=inline_batch,
-            gather_seconds=gather,
-            calls=calls,
+        self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = unary(
+            self.score_jobs_sync, name="scoring"
+        )
+        self._begins: MicroBatcher[BeginJob, BeginEpisodeResponse] = unary(
+            self._begin_batch, name="begin"
         )
 
     # --- BeginEpisode (R-W-1, R-W-3; the batch itself is rewardseal_worker.begins) ---

@@ -78,6 +78,9 @@ class WorkerSettings:
     max_policy_update_jump: int = DEFAULT_MAX_POLICY_UPDATE_JUMP
     """How far above the contract's highest policy update one call may score
     (``$REWARDSEAL_WORKER_MAX_POLICY_UPDATE_JUMP``); further is ``policy_update_jump``."""
+    inline_batch: int | None = None
+    """The largest batch run on the event loop (``$REWARDSEAL_WORKER_INLINE_BATCH``; 0: every
+    batch in a worker thread); unset: the engine's choice by store and oracle (engine.Scorer)."""
     health_interval_seconds: float = 5.0
     """How often the store is probed to keep grpc.health.v1 truthful (see health_watch)."""
     control_target: str | None = None
@@ -201,6 +204,7 @@ def resolve_settings(
         max_policy_update_jump=service_settings.env_int(
             env, f"{ENV_PREFIX}MAX_POLICY_UPDATE_JUMP", DEFAULT_MAX_POLICY_UPDATE_JUMP, minimum=0
         ),
+        inline_batch=_inline_batch(env),
         health_interval_seconds=_positive(env, "HEALTH_INTERVAL_SECONDS", 5.0),
         control_target=control,
         control_token=control_token,
@@ -220,6 +224,14 @@ def resolve_settings(
             http_port, env, env_name=f"{ENV_PREFIX}HTTP_PORT"
         ),
     )
+
+
+def _inline_batch(env: Mapping[str, str]) -> int | None:
+    """``$REWARDSEAL_WORKER_INLINE_BATCH`` (0..1024), or None when unset or empty."""
+    name = f"{ENV_PREFIX}INLINE_BATCH"
+    if not env.get(name, "").strip():
+        return None
+    return service_settings.env_int(env, name, 0, minimum=0, maximum=1024)
 
 
 def _process_count(flag: int | None, env: Mapping[str, str]) -> int:
