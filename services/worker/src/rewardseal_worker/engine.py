@@ -277,7 +277,8 @@ class Scorer:
         return await self._scores.submit(job)
 
     async def score_jobs(self, jobs: Sequence[ScoreJob]) -> list[ScoreOutcome]:
-        """Score a batch in one thread and one commit; one outcome per job, in order."""
+        """Score a batch in one thread (or on the loop: see ``inline_batch``) and one commit;
+        one outcome per job, in order."""
         if not jobs:
             return []
         try:
