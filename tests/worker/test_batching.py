@@ -281,6 +281,19 @@ async def test_a_lone_caller_never_waits_for_company(monkeypatch: pytest.MonkeyP
     assert run.sizes == [1, 1, 1, 1]
 
 
+@pytest.mark.parametrize(
+    ("active", "steps"), [(0, 1), (15, 1), (16, 2), (47, 3), (64, 4), (999, 4)]
+)
+def test_the_wait_for_company_grows_with_the_calls_in_the_worker(active: int, steps: int) -> None:
+    calls = CallCount()
+    calls.active = active
+    batcher: MicroBatcher[int, int] = MicroBatcher(
+        Recorder(), max_batch=64, name="t", gather_seconds=0.002, calls=calls
+    )
+    assert batcher._gather_wait() == pytest.approx(0.002 * steps)
+    assert (batching.GATHER_STEP, batching.GATHER_STEPS) == (16, 4)
+
+
 def test_sizes_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         MicroBatcher(Recorder(), max_batch=0, name="t")

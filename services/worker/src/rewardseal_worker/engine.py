@@ -87,7 +87,8 @@ waits behind one. Larger batches, and every batch over a network store or oracle
 worker thread."""
 
 GATHER_SECONDS = 0.002
-"""How long, under load, a unary call waits for company when batches run on the event loop."""
+"""How long, under load, a unary call waits for company when batches run on the event loop: a
+step of the wait, which grows with the calls in the worker (MicroBatcher._gather_wait)."""
 
 RANDOM_BYTES_PER_RECEIPT = 48
 """Fresh random bytes one receipt takes: evidence salt, nonce, receipt id (16 each)."""
