@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from google.protobuf import json_format
@@ -483,9 +483,10 @@ class Scorer:
         revocation = (
             self.revoked(certificate.certificate_id) if certificate else Revocation.NOT_REVOKED
         )
+        issued_at = self.clock()
         issued = self._issuer_for(in_use).issue(
             EpisodeFacts(
-                receipt_id=new_receipt_id(random[32:48]),
+                receipt_id=new_receipt_id(random[32:48], issued_at),
                 episode_id=descriptor.episode_id,
                 policy_checkpoint_id=descriptor.policy_checkpoint_id,
                 policy_update=descriptor.policy_update,
@@ -494,7 +495,7 @@ class Scorer:
                 tier=self.bundle.tier,
                 evidence_digest=digest_bytes(evidence),
                 nonce=random[16:32].hex(),
-                issued_at=self.clock(),
+                issued_at=issued_at,
             ),
             revoked=revocation is Revocation.REVOKED,
             revocation_unknown=revocation is Revocation.UNKNOWN,
@@ -661,10 +662,25 @@ class Scorer:
         )
 
 
-def new_receipt_id(random: bytes | None = None) -> str:
-    """A fresh receipt id that satisfies R-MSG-10: ``rcpt.`` and 16 random bytes in hex
-    (``random``, when the caller drew them already, else fresh ones)."""
-    return f"rcpt.{(os.urandom(16) if random is None else random[:16]).hex()}"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+def new_receipt_id(random: bytes | None = None, issued_at: datetime | None = None) -> str:
+    """A fresh receipt id that satisfies R-MSG-10: ``rcpt.``, the issue time in milliseconds
+    since the epoch (12 hex digits; ``issued_at``, an aware datetime, else now) and 16 random
+    bytes in hex (``random``, when the caller drew them already, else fresh ones).
+
+    The time comes first so that ids sort by issue time: a batch's ids land together at the
+    end of the receipts' primary-key index. Random ids scattered every insert over the whole
+    index, so each commit rewrote (and later checkpointed) a leaf page per receipt: at 60,000
+    receipts about 5x the commit's CPU and its wait on the disk (bench/README.md). The
+    receipt states its issue time anyway; the random part keeps ids unguessable and unique.
+    """
+    since = (issued_at or utc_now()) - _EPOCH
+    # 12 hex digits hold every datetime (year 9999 < 10889); a clock before 1970 counts as 0.
+    millis = max(since // _MILLISECOND, 0)
+    return f"rcpt.{millis:012x}{(os.urandom(16) if random is None else random[:16]).hex()}"
 
 
 def _duplicate(episode_id: str, receipt_id: str) -> DuplicateEpisode:
