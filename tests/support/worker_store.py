@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine, bindparam, func, or_, select
 
+from rewardseal.errors import RewardSealError
 from rewardseal_server.sqlstore import AUTOCOMMIT_READ_OPTION, as_utc
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import BeginItem, OpenEpisode, WorkerStore
@@ -51,13 +52,14 @@ def begin_episode(
     begun_at: datetime,
     ttl_seconds: float,
 ) -> None:
-    """Register one episode (a batch of one :class:`BeginItem`); raise its refusal, if any.
+    """Register one episode (a batch of one :class:`BeginItem`; an idempotent re-begin keeps
+    the first registration); raise its refusal, if any.
 
     Raises:
         DuplicateEpisode, IdentityBusy, IdentityConflict: as
             :meth:`WorkerStore.begin_episodes` reports them for the item.
     """
-    [error] = store.begin_episodes(
+    [decision] = store.begin_episodes(
         [
             BeginItem(
                 contract_digest=contract_digest,
@@ -69,8 +71,8 @@ def begin_episode(
             )
         ]
     )
-    if error is not None:
-        raise error
+    if isinstance(decision, RewardSealError):
+        raise decision
 
 
 def open_episode(store: WorkerStore, contract_digest: str, episode_id: str) -> OpenEpisode | None:

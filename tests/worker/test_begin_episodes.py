@@ -149,7 +149,9 @@ async def test_an_episode_twice_in_one_batch_is_refused_for_the_repeat_only(
 async def test_beginning_again_in_a_later_call_is_idempotent_and_keeps_the_baseline(
     stack: RunningStack,
 ) -> None:
-    await stack.client.begin("episode.again.0001", stack.digest, {"patient_id": "patient-again"})
+    begun = await stack.client.begin(
+        "episode.again.0001", stack.digest, {"patient_id": "patient-again"}
+    )
     first = open_episode(stack.app.store, stack.digest, "episode.again.0001")
     assert first is not None
     # A record written after the first begin: a second baseline would contain it.
@@ -158,8 +160,13 @@ async def test_beginning_again_in_a_later_call_is_idempotent_and_keeps_the_basel
         begin_item(stack, "episode.again.0001", "patient-again"),
         begin_item(stack, "episode.again.0002", "patient-again-2"),
     ]
-    assert reasons(await begin_episodes(stack, items)) == ["begun", "begun"]
-    assert reasons(await begin_episodes(stack, items)) == ["begun", "begun"]
+    once = await begin_episodes(stack, items)
+    await asyncio.sleep(0.01)  # a later moment: a fresh time would differ
+    twice = await begin_episodes(stack, items)
+    assert reasons(once) == reasons(twice) == ["begun", "begun"]
+    # Each answer is the registration that stands: the first begin's time, in every call.
+    assert once[0].begun == twice[0].begun == begun
+    assert once[1].begun == twice[1].begun
     again = open_episode(stack.app.store, stack.digest, "episode.again.0001")
     assert again == first
     # The first baseline decides: the record written after it is the episode's effect.

@@ -41,6 +41,7 @@ from rewardseal_worker.store import (
     OUTBOX_ERROR_MAX,
     BeginItem,
     CommitResult,
+    KeptRegistration,
     OpenEpisode,
     OutboxItem,
     ReceiptToCommit,
@@ -203,6 +204,23 @@ def test_rebegin_same_episode_is_idempotent_and_keeps_baseline(store: WorkerStor
     assert open_episode(store, CONTRACT, "ep-1") == OpenEpisode(
         identity=Identity(PATIENT), baseline=BASELINE, begun_at=T0
     )
+
+
+def test_a_rebegin_is_told_what_the_first_registration_holds(store: WorkerStore) -> None:
+    # The first begin could not read a baseline; the re-begin could. The episode is judged
+    # against the first (none: it will be unscored), so the re-begin must not say "recorded".
+    assert store.begin_episodes([begin_item("ep-1", baseline=None)]) == [None]
+    later = T0 + timedelta(seconds=30)
+    assert store.begin_episodes([begin_item("ep-1", at=later, baseline=BASELINE)]) == [
+        KeptRegistration(begun_at=T0, baseline_recorded=False)
+    ]
+    # And within one batch: the second item meets the first's registration.
+    assert store.begin_episodes(
+        [
+            begin_item("ep-2", identity=OTHER_PATIENT, at=later, baseline=[]),
+            begin_item("ep-2", identity=OTHER_PATIENT, at=later, baseline=None),
+        ]
+    ) == [None, KeptRegistration(begun_at=later, baseline_recorded=True)]
 
 
 def test_same_episode_on_another_identity_conflicts_until_stale(store: WorkerStore) -> None:
@@ -590,17 +608,21 @@ def test_begin_episodes_mixed_outcomes_in_one_batch(store: WorkerStore) -> None:
         None,
         DuplicateEpisode,
         IdentityBusy,
-        None,
+        KeptRegistration,
         None,
         IdentityConflict,
         IdentityConflict,
         IdentityBusy,
-        None,
+        KeptRegistration,
         None,
         None,
         None,
         None,
     ]
+    # An idempotent re-begin says what the registration that stands holds: ep-holder's from
+    # before this batch, ep-new's from item 0 of it (not the re-begins' own time).
+    assert outcomes[3] == KeptRegistration(begun_at=T0, baseline_recorded=True)
+    assert outcomes[8] == KeptRegistration(begun_at=T0, baseline_recorded=True)
     assert isinstance(outcomes[1], DuplicateEpisode)
     assert outcomes[1].metadata == {"receipt_id": "rid-done"}
 

@@ -20,7 +20,7 @@ from rewardseal.errors import InvalidEpisode, RewardSealError, preview
 from rewardseal.v1.worker_service_pb2 import BeginEpisodeResponse
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
-from rewardseal_worker.store import BeginItem, WorkerStore
+from rewardseal_worker.store import BeginDecision, BeginItem, KeptRegistration, WorkerStore
 
 _log = logging.getLogger(__name__)
 
@@ -91,8 +91,20 @@ def begin_batch(
         )
     # An already scored episode is refused by the store too (its receipt is read inside the
     # transaction): no separate lookup round trip before the read.
-    refusals = store.begin_episodes(items)
-    return [
-        answer if refusal is None else refusal
-        for answer, refusal in zip(answers, refusals, strict=True)
-    ]
+    decisions = store.begin_episodes(items)
+    return [_answer(answer, decision) for answer, decision in zip(answers, decisions, strict=True)]
+
+
+def _answer(answer: BeginEpisodeResponse, decision: BeginDecision) -> BeginOutcome:
+    """The outcome of one begin: ``answer`` as prepared, or what the store decided instead."""
+    if decision is None:
+        return answer
+    if isinstance(decision, KeptRegistration):
+        # An idempotent re-begin answers the registration that stands: the episode is judged
+        # against the first baseline, so "baseline_recorded" must be the first begin's.
+        return BeginEpisodeResponse(
+            episode_id=answer.episode_id,
+            begun_at=timestamp(decision.begun_at, "begun_at"),
+            baseline_recorded=decision.baseline_recorded,
+        )
+    return decision

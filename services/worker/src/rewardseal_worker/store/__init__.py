@@ -51,7 +51,13 @@ from sqlalchemy.engine import Engine
 
 from rewardseal_server.sqlstore import IN_CHUNK, StoreEngine
 from rewardseal_worker.store.core import STORE_NAME
-from rewardseal_worker.store.episodes import BeginItem, EpisodeStore, OpenEpisode
+from rewardseal_worker.store.episodes import (
+    BeginDecision,
+    BeginItem,
+    EpisodeStore,
+    KeptRegistration,
+    OpenEpisode,
+)
 from rewardseal_worker.store.outbox import OUTBOX_ERROR_MAX, OutboxItem, OutboxStore
 from rewardseal_worker.store.receipts import (
     BatchLookup,
@@ -68,8 +74,10 @@ __all__ = [
     "OUTBOX_ERROR_MAX",
     "REVOCATION_VERSION",
     "BatchLookup",
+    "BeginDecision",
     "BeginItem",
     "CommitResult",
+    "KeptRegistration",
     "OpenEpisode",
     "OutboxItem",
     "ReceiptToCommit",

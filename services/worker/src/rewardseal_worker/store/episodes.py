@@ -55,6 +55,22 @@ class BeginItem:
     ttl_seconds: float
 
 
+@dataclass(frozen=True)
+class KeptRegistration:
+    """A begin of an episode already open on the same contract and identity (an idempotent
+    re-begin): the first registration stands, and this is what it holds."""
+
+    begun_at: datetime
+    """When the first begin registered the episode (aware)."""
+    baseline_recorded: bool
+    """Whether the first begin recorded a baseline (the one the episode is judged against)."""
+
+
+BeginDecision = RewardSealError | KeptRegistration | None
+"""What :meth:`EpisodeStore.begin_episodes` decided for one item: None, registered as given;
+a :class:`KeptRegistration`, already registered so; else the refusal."""
+
+
 def open_episode_of(row: Row[*tuple[Any, ...]]) -> OpenEpisode:
     """An :class:`OpenEpisode` from a row of ``open_episodes`` (identity, baseline, begun_at)."""
     return OpenEpisode(
@@ -67,17 +83,18 @@ def open_episode_of(row: Row[*tuple[Any, ...]]) -> OpenEpisode:
 class EpisodeStore(StorePart):
     """The open-episode part of :class:`~rewardseal_worker.store.WorkerStore`."""
 
-    def begin_episodes(self, items: Sequence[BeginItem]) -> list[RewardSealError | None]:
+    def begin_episodes(self, items: Sequence[BeginItem]) -> list[BeginDecision]:
         """Register a batch of episodes in ONE transaction; one outcome per item, in order.
 
         Each item registers an open episode for ``(contract_digest, identity.key)`` (R-W-1,
         R-W-3). Its ``begun_at`` is also "now" for the TTL: an open episode whose ``begun_at``
         is at least ``ttl_seconds`` older is stale and is reclaimed (deleted). Re-beginning the
         same episode id on the same contract and identity is idempotent and keeps the first
-        baseline.
+        registration (its baseline and ``begun_at``).
 
-        Items are applied in order; an item's outcome is None when it is registered (or already
-        was: an idempotent re-begin), else its error:
+        Items are applied in order; an item's outcome is None when it is registered, a
+        :class:`KeptRegistration` when it already was (an idempotent re-begin: what the first
+        registration holds, for the answer), else its error:
 
         - DuplicateEpisode: the episode already has a receipt (metadata ``receipt_id``);
         - IdentityBusy: the identity has another, non-stale open episode;
@@ -93,17 +110,19 @@ class EpisodeStore(StorePart):
         contracts = sorted({entry.contract_digest for entry in items})
         keys = sorted({entry.identity.key for entry in items})
 
-        def work(conn: DriverConnection) -> list[RewardSealError | None]:
-            results: list[RewardSealError | None] = [None] * len(items)
+        def work(conn: DriverConnection) -> list[BeginDecision]:
+            results: list[BeginDecision] = [None] * len(items)
             # Registrations as they stand, updated as the items are applied in order; the
             # receipts are read after the registrations are locked, so a receipt whose commit
             # closed one of them before the lock is visible here.
             found, existing = self._hot.begin_reads(conn, episode_ids, contracts, keys)
             by_slot: dict[tuple[str, str], tuple[str, datetime]] = {}
             by_episode: dict[str, tuple[str, str, datetime]] = {}
-            for contract, key, episode, begun in found:
+            recorded: dict[str, bool] = {}  # episode -> a baseline is recorded
+            for contract, key, episode, begun, has_baseline in found:
                 by_slot[(contract, key)] = (episode, begun)
                 by_episode[episode] = (contract, key, begun)
+                recorded[episode] = has_baseline
             stored_episodes = set(by_episode)
             to_delete: set[str] = set()
             to_insert: dict[str, dict[str, Any]] = {}
@@ -127,7 +146,10 @@ class EpisodeStore(StorePart):
                 holder = by_slot.get((entry.contract_digest, key))
                 if holder is not None:
                     if holder[0] == entry.episode_id:
-                        continue  # idempotent re-begin: keep the first registration
+                        # Idempotent re-begin: the first registration stands, and the answer
+                        # says what it holds (not this begin's time and baseline read).
+                        results[index] = KeptRegistration(holder[1], recorded[holder[0]])
+                        continue
                     if (now - holder[1]).total_seconds() < entry.ttl_seconds:
                         results[index] = IdentityBusy(
                             "the oracle identity already has an open episode for this contract"
@@ -145,6 +167,7 @@ class EpisodeStore(StorePart):
                     release(entry.episode_id)
                 by_slot[(entry.contract_digest, key)] = (entry.episode_id, now)
                 by_episode[entry.episode_id] = (entry.contract_digest, key, now)
+                recorded[entry.episode_id] = entry.baseline is not None
                 to_insert[entry.episode_id] = {
                     "contract_digest": entry.contract_digest,
                     "identity_key": key,

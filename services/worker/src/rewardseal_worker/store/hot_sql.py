@@ -161,12 +161,13 @@ class HotSql:
         # COMMITTED: a receipt whose commit closed a registration before the lock is visible);
         # SQLite's writers are serialized by BEGIN IMMEDIATE, so there one statement reads both.
         open_for_begin = (
-            f"SELECT {_OPEN}, contract_digest, identity_key, episode_id, begun_at "
+            f"SELECT {_OPEN}, contract_digest, identity_key, episode_id, begun_at, "
+            "baseline IS NOT NULL "
             f"FROM open_episodes WHERE episode_id {listed('ids', 1)} "
             f"OR (contract_digest {listed('contracts', 2)} AND identity_key {listed('keys', 3)})"
         )
         receipts_for_begin = (
-            f"SELECT {_RECEIPT}, NULL, NULL, episode_id, receipt_id FROM receipts "
+            f"SELECT {_RECEIPT}, NULL, NULL, episode_id, receipt_id, NULL FROM receipts "
             f"WHERE episode_id {listed('ids', 1)}"
         )
         all_three = ("ids", "contracts", "keys")
@@ -391,25 +392,26 @@ class HotSql:
         episode_ids: Collection[str],
         contracts: Collection[str],
         identity_keys: Collection[str],
-    ) -> tuple[list[tuple[str, str, str, datetime]], dict[str, str]]:
+    ) -> tuple[list[tuple[str, str, str, datetime, bool]], dict[str, str]]:
         """The open registrations a batch of begins can meet, as (contract, identity key,
-        episode id, begun_at aware): those of ``episode_ids`` and of the ``contracts`` x
-        ``identity_keys`` slots (PostgreSQL: locked ``FOR UPDATE``); and the receipts of
-        ``episode_ids`` (episode id -> receipt id), read after the lock."""
+        episode id, begun_at aware, whether a baseline is recorded): those of ``episode_ids``
+        and of the ``contracts`` x ``identity_keys`` slots (PostgreSQL: locked ``FOR
+        UPDATE``); and the receipts of ``episode_ids`` (episode id -> receipt id), read after
+        the lock."""
         named = {
             "ids": self._list(episode_ids),
             "contracts": self._list(contracts),
             "keys": self._list(identity_keys),
         }
-        registrations: list[tuple[str, str, str, datetime]] = []
+        registrations: list[tuple[str, str, str, datetime, bool]] = []
         receipts: dict[str, str] = {}
         for statement, order in self._begin_reads:
-            for kind, contract, key, episode_id, last in conn.fetch(
+            for kind, contract, key, episode_id, last, recorded in conn.fetch(
                 statement, self._bind(named, order)
             ):
                 if kind == _OPEN:
                     begun = datetime.fromisoformat(last) if self._sqlite else last
-                    registrations.append((contract, key, episode_id, as_utc(begun)))
+                    registrations.append((contract, key, episode_id, as_utc(begun), bool(recorded)))
                 else:
                     receipts[episode_id] = last
         return registrations, receipts
