@@ -249,6 +249,64 @@ def test_credited_for_many_keys_and_anonymous_credits(store: WorkerStore) -> Non
         assert credited[identity_key] == expected
 
 
+# Record ids come from the system of record: any text. Identity keys are canonical JSON (quotes,
+# and backslashes for some values). A list of them is bound as ONE parameter (a JSON array on
+# SQLite, the text of an array literal on PostgreSQL), so each must arrive exactly as it is.
+AWKWARD = (
+    'say "hi"',
+    "back\\slash",
+    'end\\"',
+    "{braced,comma}",
+    "NULL",
+    "",
+    " padded ",
+    "ünï-cödé ✓",
+    "tab\there",
+    "'single'",
+)
+
+
+def test_list_parameters_match_awkward_strings_exactly(store: WorkerStore) -> None:
+    identities = [{"patient_id": f"p{value}"} for value in AWKWARD]
+    keys = [canonical_json(identity).decode() for identity in identities]
+    items = [
+        ReceiptToCommit(
+            receipt_id=f"rcpt-awkward-{n}",
+            episode_id=f"ep-awkward-{n}",
+            contract_digest=CONTRACT,
+            policy_update=1,
+            identity_key=identity_key,
+            envelope=b"e",
+            evidence=b"{}",
+            credited_record_ids=(record,),
+        )
+        for n, (identity_key, record) in enumerate(zip(keys, AWKWARD, strict=True))
+    ]
+    assert all(r.stored for r in store.commit_receipts(items))
+    credited = store.credited_for(CONTRACT, [*keys, key(999)])
+    assert credited == {
+        **{k: {record} for k, record in zip(keys, AWKWARD, strict=True)},
+        key(999): set(),
+    }
+    # Each record is taken (found by the commit's check under the lock), and only it: a
+    # near miss of an escaped form is a record of its own.
+    again = [
+        ReceiptToCommit(
+            receipt_id=f"rcpt-again-{n}",
+            episode_id=f"ep-again-{n}",
+            contract_digest=CONTRACT,
+            policy_update=1,
+            identity_key=None,
+            envelope=b"e",
+            evidence=b"{}",
+            credited_record_ids=(record,),
+        )
+        for n, record in enumerate([*AWKWARD, 'say \\"hi\\"', "back\\\\slash"])
+    ]
+    results = store.commit_receipts(again)
+    assert [r.credit_conflicts for r in results] == [(record,) for record in AWKWARD] + [(), ()]
+
+
 def test_lookup_reads_the_registrations_credits_in_its_snapshot(store: WorkerStore) -> None:
     """The lookup's credited records are what ``credited_for`` gives for the open
     registrations' identities: their own credits on the contract plus anonymous ones; credits
