@@ -419,11 +419,12 @@ def begin_item(
 
 @contextmanager
 def counting_statements(store: WorkerStore) -> Iterator[list[str]]:
-    """The SQL statements the store sends while the block runs (BEGIN/COMMIT not included)."""
+    """The SQL statements the store sends while the block runs (BEGIN/COMMIT not included; a
+    COPY stream is one)."""
     seen: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if statement.split(None, 1)[0].upper() in ("SELECT", "INSERT", "UPDATE", "DELETE"):
+        if statement.split(None, 1)[0].upper() in ("SELECT", "INSERT", "UPDATE", "DELETE", "COPY"):
             seen.append(statement)
 
     event.listen(store.engine, "before_cursor_execute", record)
@@ -517,6 +518,9 @@ def test_batch_reads_and_commit_use_a_constant_number_of_statements(store: Worke
                 ]
             )
         assert all(r.stored for r in results)
+        # PostgreSQL: the receipts in one COPY stream (SQLite: one INSERT).
+        copies = [w for w in writes if w.startswith("COPY receipts")]
+        assert len(copies) == (1 if store.dialect == "postgresql" else 0)
         with counting_statements(store) as begins:
             store.begin_episodes(
                 [
@@ -914,6 +918,70 @@ def test_concurrent_begins_on_one_identity_admit_one(
     with ThreadPoolExecutor(threads) as pool:
         outcomes = list(pool.map(try_begin, range(threads)))
     assert sorted(outcomes) == ["busy"] * (threads - 1) + ["ok"]
+
+
+@contextmanager
+def just_before(store: WorkerStore, prefix: str, action: Callable[[], None]) -> Iterator[None]:
+    """Run ``action`` (once) just before ``store`` first sends a statement starting ``prefix``:
+    another writer's move in the middle of this store's transaction."""
+    done: list[bool] = []
+
+    def listener(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if statement.startswith(prefix) and not done:
+            done.append(True)
+            action()
+
+    event.listen(store.engine, "before_cursor_execute", listener)
+    try:
+        yield
+    finally:
+        event.remove(store.engine, "before_cursor_execute", listener)
+    assert done, f"no statement started {prefix!r}"
+
+
+def test_a_registration_copy_that_meets_a_concurrent_begin_runs_again(
+    open_store: Callable[[], WorkerStore],
+) -> None:
+    # PostgreSQL registers a batch by COPY, which has no ON CONFLICT: a begin committed by
+    # another writer between the batch's locked read and its COPY (a new slot: no row to lock)
+    # fails the COPY. The batch runs again and meets the registration like any other.
+    store, other = open_store(), open_store()
+    if store.dialect == "sqlite":
+        pytest.skip("SQLite: BEGIN IMMEDIATE keeps other writers out of the transaction")
+    with just_before(store, "COPY open_episodes", lambda: begin(other, "ep-intruder")):
+        outcomes = store.begin_episodes(
+            [begin_item("ep-mine"), begin_item("ep-free", identity=THIRD)]
+        )
+    assert [type(o) for o in outcomes] == [IdentityBusy, type(None)]
+    assert open_rows(store) == {
+        (CONTRACT, key(PATIENT), "ep-intruder"),
+        (CONTRACT, key(THIRD), "ep-free"),
+    }
+
+
+def test_a_receipt_copy_that_meets_a_concurrent_commit_runs_again_carefully(
+    open_store: Callable[[], WorkerStore],
+) -> None:
+    # The same for receipts: another contract's commit (whose ledger lock this batch does not
+    # hold) gives the episode its receipt between this batch's check and its COPY. The batch
+    # runs again the careful way, and the episode is told it is a duplicate.
+    store, other = open_store(), open_store()
+    if store.dialect == "sqlite":
+        pytest.skip("SQLite: BEGIN IMMEDIATE keeps other writers out of the transaction")
+
+    def intrude() -> None:
+        [result] = other.commit_receipts(
+            [item("ep-race", "rid-theirs", contract=OTHER_CONTRACT, identity=None)]
+        )
+        assert result.stored
+
+    with just_before(store, "COPY receipts", intrude):
+        side, raced = store.commit_receipts(
+            [item("ep-side", "rid-side", identity=None), item("ep-race", "rid-mine")]
+        )
+    assert side.stored
+    assert raced.duplicate_of == "rid-theirs"
+    assert {r for r, *_ in table_rows(store, receipts)} == {"rid-side", "rid-theirs"}
 
 
 def test_concurrent_multi_contract_batches_do_not_deadlock(

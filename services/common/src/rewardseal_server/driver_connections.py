@@ -21,7 +21,7 @@ calls (unary callers), that fixed cost was most of the CPU a batch took.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import suppress
 from typing import Any, Final, TypeVar
 
@@ -76,6 +76,27 @@ class DriverConnection:
     def run(self, statement: str, params: Any, *, many: bool = False) -> int:
         """Run driver SQL (``executemany`` with ``many``); the rows it changed."""
         return self._execute(statement, params, many, _rowcount)
+
+    def copy_in(self, statement: str, types: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        """PostgreSQL ``COPY ... FROM STDIN (FORMAT BINARY)``: ``rows``, their columns of
+        ``types`` (type names), in one stream; errors as :meth:`run`'s. Several times cheaper
+        per row than ``executemany`` (one message per row, each adapted in Python) for a batch's
+        rows; it has no ``ON CONFLICT``: a taken key fails the statement."""
+        cursor = None
+        try:
+            cursor = self.driver.cursor()
+            for listener in self._engine.dispatch.before_cursor_execute:
+                listener(None, cursor, statement, (), None, True)
+            with cursor.copy(statement) as copy:
+                copy.set_types(types)
+                for row in rows:
+                    copy.write_row(row)
+        except self.dbapi_error as exc:
+            raise self.wrap_error(exc, cursor) from exc
+        finally:
+            if cursor is not None:
+                with suppress(self.dbapi_error):
+                    cursor.close()
 
     def _execute(self, statement: str, params: Any, many: bool, result: Callable[[Any], _T]) -> _T:
         """Run a statement on a fresh cursor and take ``result`` of that cursor, in one call:

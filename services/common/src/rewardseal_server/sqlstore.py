@@ -78,6 +78,7 @@ __all__ = [
     "sqlite_on_connect",
     "sqlite_url",
     "sqlstate",
+    "UNIQUE_VIOLATION",
     "translated",
 ]
 
@@ -231,6 +232,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 # ---------------------------------------------------------------------- errors
+
+
+UNIQUE_VIOLATION: Final = "23505"
+"""PostgreSQL's SQLSTATE for a taken unique key (what a COPY meets where an INSERT would skip
+the row ``ON CONFLICT``)."""
 
 
 def sqlstate(error: sa_exc.DBAPIError) -> str | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Row
 
 from rewardseal.errors import (
@@ -25,7 +26,13 @@ from rewardseal.errors import (
     IdentityConflict,
     RewardSealError,
 )
-from rewardseal_server.sqlstore import DriverConnection, LostRace, as_utc
+from rewardseal_server.sqlstore import (
+    UNIQUE_VIOLATION,
+    DriverConnection,
+    LostRace,
+    as_utc,
+    sqlstate,
+)
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store.core import StorePart
 
@@ -179,7 +186,13 @@ class EpisodeStore(StorePart):
             if to_delete:
                 self._hot.close_open(conn, sorted(to_delete))
             if to_insert:
-                inserted = self._hot.register(conn, list(to_insert.values()))
+                try:
+                    inserted = self._hot.register(conn, list(to_insert.values()))
+                except sa_exc.IntegrityError as exc:
+                    if sqlstate(exc) != UNIQUE_VIOLATION:
+                        raise
+                    # PostgreSQL's COPY fails where an INSERT would fall short (see below).
+                    raise LostRace("open episode inserted concurrently") from exc
                 if inserted != len(to_insert):
                     # A registration for one of these slots or episode ids was inserted (by a
                     # PostgreSQL transaction) after our read: read again, it is visible now.

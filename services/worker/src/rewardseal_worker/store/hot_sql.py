@@ -61,6 +61,14 @@ _RECEIPT_COLUMNS = (
 )
 """The columns of a receipt row, in the order its insert binds them."""
 
+_RECEIPT_TYPES = ("text", "text", "text", "int8", "bytea", "bytea", "timestamptz")
+"""The PostgreSQL types of :data:`_RECEIPT_COLUMNS` (for COPY's binary rows)."""
+
+_OPEN_TYPES = ("text", "text", "text", "text", "text", "timestamptz")
+"""The types COPY writes a registration's columns as. ``identity`` and ``baseline`` are
+``json`` columns whose binary form is their text: written as ``text``, our JSON goes in as it
+is (psycopg's ``json`` dumper would encode the string again)."""
+
 # Kinds of rows of the one-statement reads (first column).
 _OPEN, _RECEIPT, _HIGHEST, _TAKEN, _CREDITED = 0, 1, 2, 3, 4
 
@@ -142,6 +150,15 @@ class HotSql:
             f"INSERT INTO receipts ({', '.join(_RECEIPT_COLUMNS)}) VALUES ("
             + ", ".join(param(name, n) for n, name in enumerate(_RECEIPT_COLUMNS, start=1))
             + ") ON CONFLICT DO NOTHING"
+        )
+        # PostgreSQL: a batch's receipts, or registrations, in one COPY stream (see
+        # insert_receipts, register).
+        self._copy_receipts = (
+            f"COPY receipts ({', '.join(_RECEIPT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
+        )
+        self._copy_open = (
+            "COPY open_episodes (contract_digest, identity_key, episode_id, identity, baseline, "
+            "begun_at) FROM STDIN (FORMAT BINARY)"
         )
         self._insert_outbox = (
             "INSERT INTO outbox (receipt_id, envelope, created_at, batch_index, attempts, "
@@ -342,18 +359,44 @@ class HotSql:
                 taken.add((first, second))
         return existing, taken
 
+    @property
+    def copies(self) -> bool:
+        """Whether :meth:`insert_receipts` can take the COPY path (PostgreSQL)."""
+        return not self._sqlite
+
     def insert_receipts(
-        self, conn: DriverConnection, rows: Sequence[Mapping[str, Any]], *, outbox: bool
+        self,
+        conn: DriverConnection,
+        rows: Sequence[Mapping[str, Any]],
+        *,
+        outbox: bool,
+        copy: bool = False,
     ) -> int:
         """Insert receipt rows (``ON CONFLICT DO NOTHING``) and, with ``outbox``, their outbox
-        rows (due at once, in batch order); how many receipts were inserted."""
+        rows (due at once, in batch order); how many receipts were inserted.
+
+        ``copy`` (PostgreSQL, :attr:`copies`): in one COPY stream instead, which has no ``ON
+        CONFLICT``: all are inserted, or a taken receipt id or episode fails the statement
+        (and the transaction) with an integrity error. For a batch whose episodes were checked
+        under the ledger lock, where such a conflict is a rare race."""
         # A batch's rows share one commit time: format each distinct time once.
         times = {t: self._time(t) for t in {row["created_at"] for row in rows}}
-        bound = [
-            self._bind({**row, "created_at": times[row["created_at"]]}, _RECEIPT_COLUMNS)
-            for row in rows
-        ]
-        inserted = conn.run(self._insert_receipt, bound, many=True)
+        if copy:
+            conn.copy_in(
+                self._copy_receipts,
+                _RECEIPT_TYPES,
+                (
+                    (*(row[name] for name in _RECEIPT_COLUMNS[:-1]), times[row["created_at"]])
+                    for row in rows
+                ),
+            )
+            inserted = len(rows)
+        else:
+            bound = [
+                self._bind({**row, "created_at": times[row["created_at"]]}, _RECEIPT_COLUMNS)
+                for row in rows
+            ]
+            inserted = conn.run(self._insert_receipt, bound, many=True)
         if outbox and inserted == len(rows):
             conn.run(
                 self._insert_outbox,
@@ -430,7 +473,28 @@ class HotSql:
     def register(self, conn: DriverConnection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert open registrations (``ON CONFLICT DO NOTHING``): each row's contract_digest,
         identity_key, episode_id, identity (a mapping), baseline (records or None) and
-        begun_at; how many were inserted."""
+        begun_at; how many were inserted.
+
+        PostgreSQL (:attr:`copies`): in one COPY stream, which has no ``ON CONFLICT``: a taken
+        slot or episode id fails the statement (and the transaction) with a unique violation
+        instead of inserting fewer rows; both mean a concurrent begin won the race."""
+        if self.copies:
+            conn.copy_in(
+                self._copy_open,
+                _OPEN_TYPES,
+                (
+                    (
+                        row["contract_digest"],
+                        row["identity_key"],
+                        row["episode_id"],
+                        json.dumps(row["identity"]),
+                        None if row["baseline"] is None else json.dumps(row["baseline"]),
+                        as_utc(row["begun_at"]),
+                    )
+                    for row in rows
+                ),
+            )
+            return len(rows)
         order = (
             "contract_digest",
             "identity_key",

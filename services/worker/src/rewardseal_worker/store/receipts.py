@@ -23,10 +23,11 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Row
 
 from rewardseal.errors import RewardSealError
-from rewardseal_server.sqlstore import DriverConnection, LostRace
+from rewardseal_server.sqlstore import UNIQUE_VIOLATION, DriverConnection, LostRace, sqlstate
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import evidence_codec, schema
 from rewardseal_worker.store.core import StorePart
@@ -248,6 +249,9 @@ class ReceiptStore(StorePart):
         # Packed before the transaction: the write lock is not held while deflating, and a
         # transaction run again (LostRace) does not deflate again.
         packed = [evidence_codec.pack(entry.evidence) for entry in batch]
+        # PostgreSQL: receipts go in by COPY until a conflict shows (see _write_receipts);
+        # from then on this batch takes the careful INSERT, which tells conflicts apart.
+        careful = [not self._hot.copies]
 
         def work(conn: DriverConnection) -> list[CommitResult]:
             highest, existing, taken = self._hot.lock_and_check(
@@ -312,7 +316,7 @@ class ReceiptStore(StorePart):
                 )
                 results.append(CommitResult(entry.receipt_id))
             if receipt_rows:
-                self._write_receipts(conn, receipt_rows)
+                self._write_receipts(conn, receipt_rows, careful)
             if credit_rows and self._hot.insert_credits(conn, credit_rows) != len(credit_rows):
                 # Read free under the contracts' locks: a conflict is a bug. Fail the whole
                 # batch rather than credit a record twice.
@@ -326,9 +330,26 @@ class ReceiptStore(StorePart):
 
         return self._db.write_on_driver(work)
 
-    def _write_receipts(self, conn: DriverConnection, rows: list[dict[str, Any]]) -> None:
+    def _write_receipts(
+        self, conn: DriverConnection, rows: list[dict[str, Any]], careful: list[bool]
+    ) -> None:
         """Insert the decided receipts (and their outbox rows); all of them, or roll the
-        transaction back."""
+        transaction back.
+
+        ``careful[0]`` False: by COPY (PostgreSQL). The episodes were checked for receipts
+        under the ledger lock, so a conflict means a concurrent commit under another contract
+        or a receipt id already used: the transaction is lost either way, and runs again
+        (:class:`LostRace`) the careful way, which tells the two apart.
+        """
+        if not careful[0]:
+            try:
+                self._hot.insert_receipts(conn, rows, outbox=self._outbox, copy=True)
+                return
+            except sa_exc.IntegrityError as exc:
+                if sqlstate(exc) != UNIQUE_VIOLATION:
+                    raise
+                careful[0] = True
+                raise LostRace("a receipt key was taken during the COPY") from exc
         if self._hot.insert_receipts(conn, rows, outbox=self._outbox) == len(rows):
             return
         # Some were not inserted: a receipt id is taken (by another episode), or an episode got
