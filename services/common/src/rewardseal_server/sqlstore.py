@@ -61,6 +61,7 @@ __all__ = [
     "READ_ONLY_OPTION",
     "SQLITE_BUSY_TIMEOUT_MS",
     "TRANSIENT_SQLSTATES",
+    "UNIQUE_VIOLATION",
     "Backend",
     "DriverConnection",
     "LostRace",
@@ -78,7 +79,6 @@ __all__ = [
     "sqlite_on_connect",
     "sqlite_url",
     "sqlstate",
-    "UNIQUE_VIOLATION",
     "translated",
 ]
 

@@ -674,7 +674,7 @@ def new_receipt_id(random: bytes | None = None, issued_at: datetime | None = Non
     The time comes first so that ids sort by issue time: a batch's ids land together at the
     end of the receipts' primary-key index. Random ids scattered every insert over the whole
     index, so each commit rewrote (and later checkpointed) a leaf page per receipt: at 60,000
-    receipts about 5x the commit's CPU and its wait on the disk (bench/README.md). The
+    receipts, 1.4x the commit's CPU and wall time (``bench/receipt_id_bench.py``). The
     receipt states its issue time anyway; the random part keeps ids unguessable and unique.
     """
     since = (issued_at or utc_now()) - _EPOCH

@@ -361,7 +361,8 @@ class HotSql:
 
     @property
     def copies(self) -> bool:
-        """Whether :meth:`insert_receipts` can take the COPY path (PostgreSQL)."""
+        """Whether a batch's rows can go in by COPY (PostgreSQL): :meth:`register`'s always,
+        :meth:`insert_receipts`'s when asked."""
         return not self._sqlite
 
     def insert_receipts(
