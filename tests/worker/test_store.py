@@ -920,6 +920,16 @@ def test_concurrent_begins_on_one_identity_admit_one(
     assert sorted(outcomes) == ["busy"] * (threads - 1) + ["ok"]
 
 
+@pytest.fixture
+def two_writers(open_store: Callable[[], WorkerStore]) -> tuple[WorkerStore, WorkerStore]:
+    """Two stores on one database, for a writer that moves in the middle of the other's
+    transaction: PostgreSQL only (SQLite's BEGIN IMMEDIATE keeps other writers out)."""
+    store, other = open_store(), open_store()
+    if store.dialect == "sqlite":
+        pytest.skip("SQLite: BEGIN IMMEDIATE keeps other writers out of the transaction")
+    return store, other
+
+
 @contextmanager
 def just_before(store: WorkerStore, prefix: str, action: Callable[[], None]) -> Iterator[None]:
     """Run ``action`` (once) just before ``store`` first sends a statement starting ``prefix``:
@@ -940,14 +950,12 @@ def just_before(store: WorkerStore, prefix: str, action: Callable[[], None]) -> 
 
 
 def test_a_registration_copy_that_meets_a_concurrent_begin_runs_again(
-    open_store: Callable[[], WorkerStore],
+    two_writers: tuple[WorkerStore, WorkerStore],
 ) -> None:
     # PostgreSQL registers a batch by COPY, which has no ON CONFLICT: a begin committed by
     # another writer between the batch's locked read and its COPY (a new slot: no row to lock)
     # fails the COPY. The batch runs again and meets the registration like any other.
-    store, other = open_store(), open_store()
-    if store.dialect == "sqlite":
-        pytest.skip("SQLite: BEGIN IMMEDIATE keeps other writers out of the transaction")
+    store, other = two_writers
     with just_before(store, "COPY open_episodes", lambda: begin(other, "ep-intruder")):
         outcomes = store.begin_episodes(
             [begin_item("ep-mine"), begin_item("ep-free", identity=THIRD)]
@@ -960,14 +968,12 @@ def test_a_registration_copy_that_meets_a_concurrent_begin_runs_again(
 
 
 def test_a_receipt_copy_that_meets_a_concurrent_commit_runs_again_carefully(
-    open_store: Callable[[], WorkerStore],
+    two_writers: tuple[WorkerStore, WorkerStore],
 ) -> None:
     # The same for receipts: another contract's commit (whose ledger lock this batch does not
     # hold) gives the episode its receipt between this batch's check and its COPY. The batch
     # runs again the careful way, and the episode is told it is a duplicate.
-    store, other = open_store(), open_store()
-    if store.dialect == "sqlite":
-        pytest.skip("SQLite: BEGIN IMMEDIATE keeps other writers out of the transaction")
+    store, other = two_writers
 
     def intrude() -> None:
         [result] = other.commit_receipts(

@@ -266,20 +266,25 @@ AWKWARD = (
 )
 
 
+def crediting(name: str, identity_key: str | None, record: str) -> ReceiptToCommit:
+    """A receipt ``rcpt-<name>`` of episode ``ep-<name>`` crediting ``record``."""
+    return ReceiptToCommit(
+        receipt_id=f"rcpt-{name}",
+        episode_id=f"ep-{name}",
+        contract_digest=CONTRACT,
+        policy_update=1,
+        identity_key=identity_key,
+        envelope=b"e",
+        evidence=b"{}",
+        credited_record_ids=(record,),
+    )
+
+
 def test_list_parameters_match_awkward_strings_exactly(store: WorkerStore) -> None:
     identities = [{"patient_id": f"p{value}"} for value in AWKWARD]
     keys = [canonical_json(identity).decode() for identity in identities]
     items = [
-        ReceiptToCommit(
-            receipt_id=f"rcpt-awkward-{n}",
-            episode_id=f"ep-awkward-{n}",
-            contract_digest=CONTRACT,
-            policy_update=1,
-            identity_key=identity_key,
-            envelope=b"e",
-            evidence=b"{}",
-            credited_record_ids=(record,),
-        )
+        crediting(f"awkward-{n}", identity_key, record)
         for n, (identity_key, record) in enumerate(zip(keys, AWKWARD, strict=True))
     ]
     assert all(r.stored for r in store.commit_receipts(items))
@@ -291,16 +296,7 @@ def test_list_parameters_match_awkward_strings_exactly(store: WorkerStore) -> No
     # Each record is taken (found by the commit's check under the lock), and only it: a
     # near miss of an escaped form is a record of its own.
     again = [
-        ReceiptToCommit(
-            receipt_id=f"rcpt-again-{n}",
-            episode_id=f"ep-again-{n}",
-            contract_digest=CONTRACT,
-            policy_update=1,
-            identity_key=None,
-            envelope=b"e",
-            evidence=b"{}",
-            credited_record_ids=(record,),
-        )
+        crediting(f"again-{n}", None, record)
         for n, record in enumerate([*AWKWARD, 'say \\"hi\\"', "back\\\\slash"])
     ]
     results = store.commit_receipts(again)
