@@ -1,4 +1,5 @@
-"""Group concurrent calls into batches that run in a worker thread (group commit).
+"""Group concurrent calls into batches (group commit), run in a worker thread or, small and
+local, on the event loop (:func:`run_placed`).
 
 A durable commit costs an fsync; paying it once per batch instead of once per call is what
 lets unary callers share the throughput of the batched path. Calls queue while batches run,
@@ -61,6 +62,17 @@ GATHER_STEP = 16
 
 GATHER_STEPS = 4
 """The longest wait for company, in ``gather_seconds``."""
+
+
+async def run_placed(
+    run: Callable[[Sequence[Job]], Outcome], jobs: Sequence[Job], inline_max: int
+) -> Outcome:
+    """``run(jobs)`` on the event loop when there are at most ``inline_max`` jobs, else in a
+    worker thread: where every batch runs, unary micro-batches and batch calls alike (see the
+    module docstring)."""
+    if len(jobs) <= inline_max:
+        return run(jobs)
+    return await asyncio.to_thread(run, jobs)
 
 
 class CallCount:
@@ -195,11 +207,7 @@ class MicroBatcher(Generic[Job, Outcome]):
     ) -> None:
         jobs = [job for job, _ in items]
         try:
-            outcomes: Sequence[Outcome | RewardSealError]
-            if len(jobs) <= self._inline_max:
-                outcomes = self._run_batch(jobs)
-            else:
-                outcomes = await asyncio.to_thread(self._run_batch, jobs)
+            outcomes = await run_placed(self._run_batch, jobs, self._inline_max)
         except Exception as exc:
             # The batch failed as a whole (e.g. the store is down): every call gets UNAVAILABLE,
             # and the store's single transaction guarantees nothing partial was kept.

@@ -58,7 +58,7 @@ from rewardseal.validation import (
     validate_digest,
     validate_id,
 )
-from rewardseal_worker.batching import CallCount, MicroBatcher
+from rewardseal_worker.batching import CallCount, MicroBatcher, run_placed
 from rewardseal_worker.begins import BeginJob, BeginOutcome, begin_batch, repeat_of_earlier
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.identity import Identity
@@ -297,9 +297,7 @@ class Scorer:
     ) -> list[_Outcome]:
         """``run(jobs)`` for a batch call: in its slot, on the loop or in a worker thread."""
         async with self._slots:
-            if len(jobs) <= self.inline_batch:
-                return run(jobs)
-            return await asyncio.to_thread(run, jobs)
+            return await run_placed(run, jobs, self.inline_batch)
 
     def score_jobs_sync(self, jobs: Sequence[ScoreJob]) -> list[ScoreOutcome]:
         """The blocking pipeline for a batch (in a worker thread, or on the loop: see
