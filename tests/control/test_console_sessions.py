@@ -10,6 +10,7 @@ import pytest
 from support.console import ConsoleBrowser, csrf_of
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, start_control, stop_control
 
+from rewardseal_control.console.server import start_console
 from rewardseal_control.console.sessions import (
     LOGIN_COOKIE,
     LOGIN_LIFETIME_SECONDS,
@@ -19,7 +20,6 @@ from rewardseal_control.console.sessions import (
     SESSION_LIFETIME_SECONDS,
     SessionStore,
 )
-from rewardseal_control.console.server import start_console
 from rewardseal_server.sqlstore import sqlite_url
 
 
@@ -88,15 +88,15 @@ def test_sessions_are_capped_per_role_and_credential_oldest_of_its_own_out() -> 
     admins = [store.open("admin", admin)[1] for _ in range(MAX_ADMIN_SESSIONS)]
     spare = store.open("trainer", other_trainer)[1]
     trainers = [store.open("trainer", trainer)[1] for _ in range(MAX_SESSIONS_PER_CREDENTIAL)]
-    assert all(store.find(cookie) is not None for cookie in admins + trainers + [spare])
+    assert all(store.find(cookie) is not None for cookie in [*admins, *trainers, spare])
     # One more trainer sign-in ends the oldest trainer session of that credential only.
     newest = store.open("trainer", trainer)[1]
     assert store.find(trainers[0]) is None
-    assert all(store.find(c) is not None for c in trainers[1:] + [newest, spare] + admins)
+    assert all(store.find(c) is not None for c in [*trainers[1:], newest, spare, *admins])
     # One more admin sign-in ends the oldest admin session, nothing else.
     store.open("admin", admin)
     assert store.find(admins[0]) is None
-    assert all(store.find(c) is not None for c in admins[1:] + trainers[1:] + [spare])
+    assert all(store.find(c) is not None for c in [*admins[1:], *trainers[1:], spare])
     # The same credential under another role is another cap (the role is part of the key).
     assert store.open("trainer", admin)[0].role == "trainer"
     assert all(store.find(c) is not None for c in admins[1:])

@@ -6,8 +6,8 @@ example): bind the listening socket first with
 before serving starts, and a port in use is one :class:`~rewardseal.errors.CannotListen` line),
 then serve in the foreground (the CLI, stopping on SIGINT/SIGTERM) or in a background thread
 (tests, demos). The socket peer is the client: proxy headers are off
-(:mod:`rewardseal_server.uvicorn_config`). An HTTP face *beside* a gRPC server, in its event loop, is
-:mod:`rewardseal_server.embedded_http`. Needs uvicorn (the ``http`` extra of this package).
+(:mod:`rewardseal_server.uvicorn_config`). An HTTP face *beside* a gRPC server, in its event
+loop, is :mod:`rewardseal_server.embedded_http`. Needs uvicorn (the ``http`` extra of this package).
 """
 
 from __future__ import annotations

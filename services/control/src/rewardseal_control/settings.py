@@ -139,6 +139,9 @@ def resolve_settings(
             (or is set without the console).
     """
     env = os.environ if env is None else env
+    # Checked before anything is made: a bad setting leaves no trace behind.
+    console_port = service_settings.resolve_optional_port(http_port, env, env_name=HTTP_PORT_ENV)
+    proxies = _console_trusted_proxies(console_trusted_proxies, env, console=console_port)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     # Made here, 0700, before the tokens, the key or the database land in it.
     service_settings.make_private_dir(data)
@@ -160,8 +163,6 @@ def resolve_settings(
         data, env, env_name=WORKER_TOKEN_ENV, file_name=WORKER_TOKEN_FILE
     )
     _check_distinct({"admin": admin_token, "client": token, "worker": worker_token})
-    console_port = service_settings.resolve_optional_port(http_port, env, env_name=HTTP_PORT_ENV)
-    proxies = _console_trusted_proxies(console_trusted_proxies, env, console=console_port)
     return ControlSettings(
         data_dir=data,
         db_url=url,
@@ -198,8 +199,7 @@ def _console_trusted_proxies(
     proxies = parse_trusted_proxies(entries, source=source)
     if proxies and console is None:
         raise ValidationError(
-            f"{source} applies to the console only: serve it too (--http-port or "
-            f"${HTTP_PORT_ENV})"
+            f"{source} applies to the console only: serve it too (--http-port or ${HTTP_PORT_ENV})"
         )
     return proxies
 

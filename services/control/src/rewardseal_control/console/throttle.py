@@ -69,8 +69,7 @@ class SignInThrottle:
     ) -> None:
         if min(max_failures, global_max_failures, max_clients) < 1 or window_seconds <= 0:
             raise ValueError(
-                "max_failures, global_max_failures, window_seconds and max_clients must be "
-                "positive"
+                "max_failures, global_max_failures, window_seconds and max_clients must be positive"
             )
         self._max_failures = max_failures
         self._window = window_seconds
