@@ -266,9 +266,8 @@ def create_console_app(
         token = form.get("token", "").strip()
         role_for = servicer.role_for
         role = role_for(f"Bearer {token}") if role_for is not None and token else None
-        # From here on only a keyed digest of what was typed is kept (the limit, the session).
+        # The limit and the session keep only a keyed digest of what was typed.
         credential = sessions.credential_digest(token)
-        del token
         if role not in CONSOLE_ROLES:
             throttle.failed(client, credential)
             # Who tried, never what they typed.

@@ -114,15 +114,8 @@ class SessionStore:
         now = self._clock()
         self._prune(now)
         cap = MAX_ADMIN_SESSIONS if role == ADMIN_ROLE else MAX_SESSIONS_PER_CREDENTIAL
-        same = [
-            held
-            for held in self._sessions.values()
-            if (held.role, held.credential)
-            == (
-                role,
-                credential,
-            )
-        ]
+        key = (role, credential)
+        same = [held for held in self._sessions.values() if (held.role, held.credential) == key]
         # Insertion order is sign-in order: the first ones are the oldest.
         for oldest in same[: max(0, len(same) - cap + 1)]:
             del self._sessions[oldest.session_id]
