@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,8 +16,10 @@ from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.app import ensure_organization_key
 from rewardseal_control.settings import (
     ADMIN_TOKEN_ENV,
+    CONSOLE_TRUSTED_PROXIES_ENV,
     DEFAULT_PORT,
     DEFAULT_REVOCATION_TTL,
+    HTTP_PORT_ENV,
     TOKEN_ENV,
     parse_duration,
     resolve_settings,
@@ -111,3 +115,68 @@ def test_organization_key_registered_once_and_a_retired_key_stays_retired(tmp_pa
         assert ensure_organization_key(store, key).retired
         organization = IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
         assert [k.key_id for k in store.keys.list_issuer_keys(organization).items] == [key.key_id]
+
+
+def test_console_trusted_proxies_come_from_the_flags_or_the_environment(tmp_path: Path) -> None:
+    env = {CONSOLE_TRUSTED_PROXIES_ENV: "127.0.0.1, 10.0.0.0/8,::1", HTTP_PORT_ENV: "0"}
+    assert resolve_settings(data_dir=tmp_path, env={}).console_trusted_proxies == ()
+    from_env = resolve_settings(data_dir=tmp_path, env=env).console_trusted_proxies
+    assert [str(network) for network in from_env] == ["127.0.0.1/32", "10.0.0.0/8", "::1/128"]
+    flagged = resolve_settings(data_dir=tmp_path, env=env, console_trusted_proxies=["10.1.2.3"])
+    assert [str(network) for network in flagged.console_trusted_proxies] == ["10.1.2.3/32"]
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("proxy.example", "'proxy.example' is not an IP address or network"),
+        ("10.0.0.1/8", "'10.0.0.1/8' is not an IP address or network"),
+        ("10.0.0.0/33", "is not an IP address or network"),
+        ("0.0.0.0/0", "would trust every client's X-Forwarded-For"),
+        ("::/0", "would trust every client's X-Forwarded-For"),
+    ],
+)
+def test_a_bad_console_trusted_proxy_is_refused_at_start(
+    tmp_path: Path, entry: str, message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message) as flag:
+        resolve_settings(data_dir=tmp_path, env={}, http_port=0, console_trusted_proxies=[entry])
+    assert str(flag.value).startswith("--console-trusted-proxy: ")
+    env = {CONSOLE_TRUSTED_PROXIES_ENV: f"127.0.0.1,{entry}", HTTP_PORT_ENV: "0"}
+    with pytest.raises(ValidationError, match=message) as variable:
+        resolve_settings(data_dir=tmp_path, env=env)
+    assert str(variable.value).startswith(f"{CONSOLE_TRUSTED_PROXIES_ENV}: ")
+
+
+def test_a_console_trusted_proxy_without_the_console_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="applies to the console only"):
+        resolve_settings(data_dir=tmp_path, env={}, console_trusted_proxies=["127.0.0.1"])
+
+
+def test_serve_refuses_a_bad_trusted_proxy_in_one_line(tmp_path: Path) -> None:
+    """The real command: refused before anything is served, one line on stderr, exit 2."""
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("rewardseal-control")),
+            "serve",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "--port",
+            "0",
+            "--http-port",
+            "0",
+            "--console-trusted-proxy",
+            "10.0.0.1/8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("REWARDSEAL_CONTROL_")},
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "rewardseal-control: --console-trusted-proxy: '10.0.0.1/8' is not an IP address or "
+        "network (e.g. 127.0.0.1, 10.0.0.0/24, ::1)"
+    ]
+    assert done.stdout == ""
+    assert not (tmp_path / "data").exists(), "refused before the data dir was made"

@@ -7,7 +7,8 @@ gRPC), then runs uvicorn as a task of the running loop, next to a ``grpc.aio`` s
 once connections are accepted. Signals stay with the embedding service (its
 ``serve_until_signalled``): uvicorn installs no handlers here. With a
 :class:`~rewardseal.tls.ServerTls` it serves HTTPS with the same certificate as the gRPC
-server (and asks for a client certificate from the same CA when that is mutual TLS).
+server (and asks for a client certificate from the same CA when that is mutual TLS). The socket
+peer is the client: proxy headers are off (:mod:`rewardseal_server.uvicorn_config`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from rewardseal_server.serving import address, bind_listening_socket
+from rewardseal_server.uvicorn_config import uvicorn_config
 
 if TYPE_CHECKING:
     import uvicorn
@@ -114,14 +116,13 @@ async def start_http_server(
     options: dict[str, Any] = {
         "log_config": None,
         "access_log": False,
-        "server_header": False,
         "timeout_graceful_shutdown": grace_seconds,
         "lifespan": "off",
     }
     if tls is not None:
         context = server_ssl_context(tls)
         options["ssl_context_factory"] = lambda _config, _default: context
-    server = _Embedded(uvicorn.Config(app, **options))
+    server = _Embedded(uvicorn_config(app, **options))
 
     async def serve() -> None:
         try:

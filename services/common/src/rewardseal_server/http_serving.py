@@ -5,8 +5,9 @@ example): bind the listening socket first with
 :func:`~rewardseal_server.serving.bind_listening_socket` (so port 0 yields a known free port
 before serving starts, and a port in use is one :class:`~rewardseal.errors.CannotListen` line),
 then serve in the foreground (the CLI, stopping on SIGINT/SIGTERM) or in a background thread
-(tests, demos). An HTTP face *beside* a gRPC server, in its event loop, is
-:mod:`rewardseal_server.embedded_http`. Needs uvicorn (the ``http`` extra of this package).
+(tests, demos). The socket peer is the client: proxy headers are off
+(:mod:`rewardseal_server.uvicorn_config`). An HTTP face *beside* a gRPC server, in its event
+loop, is :mod:`rewardseal_server.embedded_http`. Needs uvicorn (the ``http`` extra of this package).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Final
 import uvicorn
 
 from rewardseal_server.serving import bind_listening_socket
+from rewardseal_server.uvicorn_config import uvicorn_config
 
 __all__ = ["GRACEFUL_SHUTDOWN_SECONDS", "HttpService"]
 
@@ -103,13 +105,12 @@ class HttpService:
             "log_level": log_level,
             "access_log": access_log,
             "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS,
-            "server_header": False,
         }
         if not configure_logging:
             options["log_config"] = None
         self._ready = threading.Event()
         self._user_on_started = on_started
-        self._server = _Server(uvicorn.Config(app, **options), self._started)
+        self._server = _Server(uvicorn_config(app, **options), self._started)
         self._thread: threading.Thread | None = None
 
     def _started(self) -> None:

@@ -165,7 +165,11 @@ async def start_control(settings: ControlSettings) -> ControlApp:
 
         try:
             app.console = await start_console(
-                servicer, host=settings.host, port=settings.http_port, tls=settings.tls
+                servicer,
+                host=settings.host,
+                port=settings.http_port,
+                tls=settings.tls,
+                trusted_proxies=settings.console_trusted_proxies,
             )
         except BaseException:
             await app.stop()

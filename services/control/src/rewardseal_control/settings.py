@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
 from rewardseal.errors import ValidationError
 from rewardseal.tls import ServerTls
+from rewardseal_control.console.peers import Network, parse_trusted_proxies
 from rewardseal_server import service_settings
 from rewardseal_server.sqlstore import sqlite_url
 
@@ -29,6 +30,9 @@ TOKEN_ENV = f"{ENV_PREFIX}TOKEN"
 WORKER_TOKEN_ENV = f"{ENV_PREFIX}WORKER_TOKEN"
 HTTP_PORT_ENV = f"{ENV_PREFIX}HTTP_PORT"
 """The operator console's port (``serve --http-port``); unset: no console."""
+CONSOLE_TRUSTED_PROXIES_ENV = f"{ENV_PREFIX}CONSOLE_TRUSTED_PROXIES"
+"""Comma-separated proxies whose X-Forwarded-For the console reads (``--console-trusted-proxy``)."""
+CONSOLE_TRUSTED_PROXY_FLAG = "--console-trusted-proxy"
 DEFAULT_PORT = 8791
 DEFAULT_HOST = "127.0.0.1"
 ADMIN_TOKEN_FILE = "admin_token"
@@ -56,6 +60,9 @@ class ControlSettings:
     reflection: bool = False
     http_port: int | None = None
     """The operator console's HTTP port (0: a free one); None (the default) serves no console."""
+    console_trusted_proxies: tuple[Network, ...] = ()
+    """Proxies whose ``X-Forwarded-For`` the console reads, on their connections only; empty
+    (the default): the socket peer is the client."""
     admin_token_source: str = ""
     """Where the admin token came from (a variable name or a file path; never the token)."""
     token_source: str = ""
@@ -119,6 +126,7 @@ def resolve_settings(
     tls_key: Path | None = None,
     tls_client_ca: Path | None = None,
     metrics_port: int | None = None,
+    console_trusted_proxies: Sequence[str] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ControlSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -127,9 +135,13 @@ def resolve_settings(
         ValidationError: on a port out of range, a bad duration, a short or unreadable token,
             unusable TLS settings (a certificate without its key, an unreadable file), or
             two equal tokens among admin, client and worker (the roles would be
-            indistinguishable).
+            indistinguishable), or a console trusted proxy that is not an address or network
+            (or is set without the console).
     """
     env = os.environ if env is None else env
+    # Checked before anything is made: a bad setting leaves no trace behind.
+    console_port = service_settings.resolve_optional_port(http_port, env, env_name=HTTP_PORT_ENV)
+    proxies = _console_trusted_proxies(console_trusted_proxies, env, console=console_port)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     # Made here, 0700, before the tokens, the key or the database land in it.
     service_settings.make_private_dir(data)
@@ -161,7 +173,8 @@ def resolve_settings(
         worker_token=worker_token,
         revocation_ttl=ttl,
         reflection=reflection,
-        http_port=service_settings.resolve_optional_port(http_port, env, env_name=HTTP_PORT_ENV),
+        http_port=console_port,
+        console_trusted_proxies=proxies,
         tls=service_settings.resolve_server_tls(
             tls_cert, tls_key, tls_client_ca, env, env_prefix=ENV_PREFIX
         ),
@@ -172,6 +185,23 @@ def resolve_settings(
             metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
         ),
     )
+
+
+def _console_trusted_proxies(
+    flags: Sequence[str] | None, env: Mapping[str, str], *, console: int | None
+) -> tuple[Network, ...]:
+    """The flags' proxies, else the variable's (comma-separated), validated before any work."""
+    if flags:
+        source, entries = CONSOLE_TRUSTED_PROXY_FLAG, list(flags)
+    else:
+        source = CONSOLE_TRUSTED_PROXIES_ENV
+        entries = (env.get(CONSOLE_TRUSTED_PROXIES_ENV) or "").split(",")
+    proxies = parse_trusted_proxies(entries, source=source)
+    if proxies and console is None:
+        raise ValidationError(
+            f"{source} applies to the console only: serve it too (--http-port or ${HTTP_PORT_ENV})"
+        )
+    return proxies
 
 
 def _check_distinct(tokens: Mapping[str, str]) -> None:

@@ -22,7 +22,13 @@ from rewardseal_control.cli.views_parser import (
     add_serve_observability,
     add_state_option,
 )
-from rewardseal_control.settings import DEFAULT_HOST, DEFAULT_PORT, ENV_PREFIX
+from rewardseal_control.settings import (
+    CONSOLE_TRUSTED_PROXIES_ENV,
+    CONSOLE_TRUSTED_PROXY_FLAG,
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    ENV_PREFIX,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help=f"also serve the operator console over HTTP(S) on this port (0: free; or "
         f"${ENV_PREFIX}HTTP_PORT; default off); plain HTTP on loopback only",
+    )
+    serve.add_argument(
+        CONSOLE_TRUSTED_PROXY_FLAG,
+        action="append",
+        metavar="ADDRESS_OR_CIDR",
+        help=f"a reverse proxy in front of the console whose X-Forwarded-For names the client "
+        f"(repeatable; or ${CONSOLE_TRUSTED_PROXIES_ENV}, comma-separated); default none: the "
+        "connection's peer is the client, whatever a header says",
     )
     serve.add_argument(
         "--ready-file", type=Path, help="write the banner as JSON here once serving (for scripts)"

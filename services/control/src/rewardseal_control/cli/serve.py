@@ -36,6 +36,7 @@ async def serve(args: argparse.Namespace, out: TextIO) -> int:
         tls_key=args.tls_key,
         tls_client_ca=args.tls_client_ca,
         metrics_port=args.metrics_port,
+        console_trusted_proxies=args.console_trusted_proxy,
     )
     app = await start_control(settings)
     banner = app.banner()

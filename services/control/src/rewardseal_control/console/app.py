@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException
 from rewardseal.certificates import check_policy_update
 from rewardseal.errors import NotFound, RewardSealError, ValidationError
 from rewardseal_control.console import views
+from rewardseal_control.console.peers import FORWARDED_FOR, Peer, TrustedProxies, throttle_key
 from rewardseal_control.console.sessions import (
     LOGIN_COOKIE,
     LOGIN_LIFETIME_SECONDS,
@@ -107,17 +108,20 @@ def create_console_app(
     secure_cookies: bool = True,
     sessions: SessionStore | None = None,
     throttle: SignInThrottle | None = None,
+    trusted_proxies: TrustedProxies | None = None,
 ) -> FastAPI:
     """The console over ``servicer``'s store, credentials (its ``role_for``) and revocation.
 
     ``secure_cookies``: mark cookies Secure (keep True; browsers accept Secure cookies from
     ``http://localhost`` and ``http://127.0.0.1``, and over anything else the console serves
-    HTTPS only). ``throttle``: the limit on failed sign-ins per client address (default:
-    :class:`SignInThrottle`'s, 10 in 5 minutes).
+    HTTPS only). ``throttle``: the limit on failed sign-ins per client and credential
+    (default: :class:`SignInThrottle`'s). ``trusted_proxies``: the proxies whose
+    ``X-Forwarded-For`` names the client (default none: the socket peer is the client).
     """
     store = servicer.store
     sessions = sessions or SessionStore()
     throttle = throttle or SignInThrottle()
+    proxies = trusted_proxies or TrustedProxies()
     templates = _templates()
     stylesheet = resources.files("rewardseal_control.console").joinpath("static/console.css")
     css = stylesheet.read_bytes()
@@ -176,6 +180,10 @@ def create_console_app(
             raise _Refused(400, "the form could not be read") from None
         # A field sent twice is ambiguous: it counts as absent.
         return {name: values[0] for name, values in fields.items() if len(values) == 1}
+
+    def peer_of(request: Request) -> Peer:
+        socket_peer = request.client.host if request.client is not None else None
+        return proxies.peer(socket_peer, request.headers.getlist(FORWARDED_FOR))
 
     def check_csrf(session: Session, form: Mapping[str, str]) -> None:
         if not hmac.compare_digest(form.get("csrf_token", ""), session.csrf_token):
@@ -239,11 +247,12 @@ def create_console_app(
 
     @app.post("/login")
     async def login(request: Request) -> Response:
-        client = request.client.host if request.client is not None else "unknown"
+        peer = peer_of(request)
+        client = throttle_key(peer.client)
         wait = throttle.retry_after(client)
         if wait is not None:
             # Before the form is read: a throttled client costs no token lookup.
-            _log.warning("console sign-in throttled from %s (retry after %d s)", client, wait)
+            _log.warning("console sign-in throttled from %s (retry after %d s)", peer, wait)
             return login_page(
                 429,
                 f"too many failed sign-ins from this address: try again in {wait} s",
@@ -257,14 +266,16 @@ def create_console_app(
         token = form.get("token", "").strip()
         role_for = servicer.role_for
         role = role_for(f"Bearer {token}") if role_for is not None and token else None
+        # The limit and the session keep only a keyed digest of what was typed.
+        credential = sessions.credential_digest(token)
         if role not in CONSOLE_ROLES:
-            throttle.failed(client)
+            throttle.failed(client, credential)
             # Who tried, never what they typed.
-            _log.warning("console sign-in refused from %s", client)
+            _log.warning("console sign-in refused from %s", peer)
             return login_page(401, "that token does not sign in to the console")
         assert role is not None
-        _log.info("console sign-in: %s credential from %s", role, client)
-        _, cookie = sessions.open(role)
+        _log.info("console sign-in: %s credential from %s", role, peer)
+        _, cookie = sessions.open(role, credential)
         response = RedirectResponse("/contracts", status_code=303)
         set_cookie(response, SESSION_COOKIE, cookie, SESSION_LIFETIME_SECONDS)
         response.delete_cookie(LOGIN_COOKIE, path="/", secure=secure_cookies, httponly=True)

@@ -10,6 +10,13 @@ Every form carries a CSRF token that is checked in constant time: the session's 
 once signed in, and for the sign-in form itself a token bound (by the same key) to a random
 nonce held in a short-lived pre-login cookie, so a page on another site cannot sign a browser
 in to a session of its choosing either.
+
+Sessions are capped per role and credential (R-H-23): the credential signed in with is kept
+only as a keyed digest (:meth:`SessionStore.credential_digest`), and when one role+credential
+holds its cap (:data:`MAX_ADMIN_SESSIONS`, :data:`MAX_SESSIONS_PER_CREDENTIAL` for every other
+role) a new sign-in with it ends *that* credential's oldest session, never another's. So signing
+in with the trainer token a thousand times never signs the admin out. Only a console credential
+can open a session, so the table holds at most the sum of the caps of those credentials.
 """
 
 from __future__ import annotations
@@ -20,11 +27,15 @@ import hmac
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
+
+from rewardseal_control.service import ADMIN_ROLE
 
 __all__ = [
     "LOGIN_COOKIE",
+    "MAX_ADMIN_SESSIONS",
+    "MAX_SESSIONS_PER_CREDENTIAL",
     "SESSION_COOKIE",
     "SESSION_LIFETIME_SECONDS",
     "Session",
@@ -37,8 +48,11 @@ SESSION_LIFETIME_SECONDS: Final = 8 * 3600
 """A session ends this long after sign-in, whatever happens in between."""
 LOGIN_LIFETIME_SECONDS: Final = 15 * 60
 """How long a sign-in form stays usable."""
-MAX_SESSIONS: Final = 1024
-"""Sessions held at once; signing in beyond this ends the oldest (memory stays bounded)."""
+MAX_ADMIN_SESSIONS: Final = 64
+"""Admin sessions one admin credential holds at once; one more ends its own oldest."""
+MAX_SESSIONS_PER_CREDENTIAL: Final = 256
+"""Sessions any other role+credential (the trainer's) holds at once; one more ends its own
+oldest, never an admin session."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +63,13 @@ class Session:
     role: str
     csrf_token: str
     expires_at: float
+    credential: str = field(default="", repr=False)
+    """A keyed digest of the credential signed in with (never the token): the cap's key."""
 
     @property
     def is_admin(self) -> bool:
         """True for the admin credential (the only one that may revoke)."""
-        return self.role == "admin"
+        return self.role == ADMIN_ROLE
 
 
 class SessionStore:
@@ -84,18 +100,31 @@ class SessionStore:
 
     # ------------------------------------------------------------------ sessions
 
-    def open(self, role: str) -> tuple[Session, str]:
-        """A new session for ``role`` and the cookie value that names it."""
+    def credential_digest(self, token: str) -> str:
+        """A keyed digest of ``token`` (this process's key): what the session caps and the
+        sign-in limit key on, so that neither keeps the token itself."""
+        return self._mac("credential", token)
+
+    def open(self, role: str, credential: str) -> tuple[Session, str]:
+        """A new session for ``role``, signed in with ``credential`` (its
+        :meth:`credential_digest`), and the cookie value that names it.
+
+        When that role+credential holds its cap already, its own oldest session ends.
+        """
         now = self._clock()
         self._prune(now)
-        while len(self._sessions) >= MAX_SESSIONS:
-            oldest = min(self._sessions.values(), key=lambda session: session.expires_at)
+        cap = MAX_ADMIN_SESSIONS if role == ADMIN_ROLE else MAX_SESSIONS_PER_CREDENTIAL
+        key = (role, credential)
+        same = [held for held in self._sessions.values() if (held.role, held.credential) == key]
+        # Insertion order is sign-in order: the first ones are the oldest.
+        for oldest in same[: max(0, len(same) - cap + 1)]:
             del self._sessions[oldest.session_id]
         session = Session(
             session_id=secrets.token_urlsafe(32),
             role=role,
             csrf_token=secrets.token_urlsafe(32),
             expires_at=now + SESSION_LIFETIME_SECONDS,
+            credential=credential,
         )
         self._sessions[session.session_id] = session
         return session, self._signed("session", session.session_id)
