@@ -68,9 +68,10 @@ UNSAFE_UNKNOWN_FLAG: Final = "--unsafe-unknown-live-sor"
 """The calibrate flag that proceeds when the live SoR cannot be determined (never when it is the
 sandbox)."""
 PROBE_TIMEOUT_SECONDS: Final = 5
-"""How long a read-only identity probe of a PostgreSQL server may take to connect."""
+"""How long a read-only identity probe of a PostgreSQL server may take to connect, and to
+answer."""
 
-_LIVE = "refused: the sandbox is the bundle's own read target (the live system of record)"
+_LIVE: Final = "refused: the sandbox is the bundle's own read target (the live system of record)"
 _DEFAULT_PORTS: Final = {"postgresql": 5432, "http": 80, "https": 443}
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1", ""})
 _THIS_HOST: Final = "this-host"
@@ -206,7 +207,8 @@ def _postgres_identity(url: str) -> _PostgresIdentity:
             psycopg_url(url),
             poolclass=NullPool,
             connect_args={
-                "options": "-c default_transaction_read_only=on",
+                "options": "-c default_transaction_read_only=on "
+                f"-c statement_timeout={PROBE_TIMEOUT_SECONDS * 1000}",
                 "connect_timeout": PROBE_TIMEOUT_SECONDS,
             },
         )
