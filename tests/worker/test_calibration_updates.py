@@ -162,6 +162,12 @@ TICKETS_DDL = (
 )
 
 
+def _live_elsewhere(tmp_path):
+    """The live SoR the recipe names, another file than the sandbox (calibration refuses to
+    run where it cannot tell, R-CAL-5)."""
+    return {"TICKETS_DB_URL": f"sqlite:///{tmp_path / 'live.sqlite'}"}
+
+
 def _trial_with(setup, fault, variant):
     for index in range(200):
         trial, played = trials.build_generic(setup, trials.trial_rng(SEED, fault, index), fault)
@@ -190,7 +196,7 @@ def test_a_sandbox_judges_update_faults_as_the_engine_does(bundle, tmp_path, fau
     with sqlite3.connect(sandbox) as conn:
         conn.execute(TICKETS_DDL)
     setup = fault_classes.setup_for(bundle, None)
-    judge = open_sandbox(bundle, str(sandbox), environ={})
+    judge = open_sandbox(bundle, str(sandbox), environ=_live_elsewhere(tmp_path))
     try:
         trial = _trial_with(setup, fault, variant)
         in_memory = trials.judge_trial(setup, trials.trial_rng(SEED, "read", 0), trial)
@@ -216,7 +222,7 @@ def test_every_trial_fits_a_sandbox_of_the_columns_the_contract_names(bundle, tm
     with sqlite3.connect(sandbox) as conn:
         conn.execute(TICKETS_DDL)
     setup = fault_classes.setup_for(bundle, None)
-    judge = open_sandbox(bundle, str(sandbox), environ={})
+    judge = open_sandbox(bundle, str(sandbox), environ=_live_elsewhere(tmp_path))
     refused = []
     try:
         for fault in GENERIC_FAULT_CLASSES:

@@ -52,6 +52,13 @@ def rows(path: Path) -> int:
     return count
 
 
+@pytest.fixture(autouse=True)
+def live_sor_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The live SoR of the sql bundles: a file none of these sandboxes is (calibration refuses
+    to run where it cannot tell, R-CAL-5); a test that names its own live SoR sets it again."""
+    monkeypatch.setenv("SOR_DATABASE_URL", f"sqlite:///{tmp_path / 'live.sqlite'}")
+
+
 @pytest.fixture
 def sql_bundle(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
     directory = tmp_path / "crm"
@@ -176,14 +183,15 @@ def test_calibrate_sql_on_a_postgresql_sandbox_and_refuse_its_live_database(
     postgres_server: PostgresServer,
 ) -> None:
     sandbox_name = postgres_server.fresh_database()
+    # The live database is asked who it is (R-CAL-5): it must exist and answer here.
+    live_name = postgres_server.fresh_database()
     try:
         engine = sa.create_engine(postgres_server.url(sandbox_name))
         with engine.begin() as conn:
             ddl = TICKETS_DDL.format(auto="GENERATED ALWAYS AS IDENTITY")
             conn.execute(sa.text(ddl.replace("INTEGER", "BIGINT")))
         engine.dispose()
-        # The live database is only compared by URL: it need not exist here.
-        live_url, sandbox_url = postgres_server.url("crm_live"), postgres_server.url(sandbox_name)
+        live_url, sandbox_url = postgres_server.url(live_name), postgres_server.url(sandbox_name)
         monkeypatch.setenv("SOR_DATABASE_URL", live_url)
         # the live database under another spelling of the same host: refused
         aliased = live_url.replace("127.0.0.1", "localhost")
@@ -214,6 +222,7 @@ def test_calibrate_sql_on_a_postgresql_sandbox_and_refuse_its_live_database(
         engine.dispose()
     finally:
         postgres_server.discard_database(sandbox_name)
+        postgres_server.discard_database(live_name)
 
 
 class _TicketsApi(BaseHTTPRequestHandler):
@@ -268,7 +277,10 @@ def test_calibrate_rest_through_a_sandbox_api_and_refuse_the_live_api(
     assert run(capsys, "contract", "init", str(directory), "--recipe", "rest")[0] == 0
     monkeypatch.setenv("SOR_API_TOKEN", TOKEN)
     monkeypatch.setenv("SOR_API_URL", url.replace("127.0.0.1", "localhost") + "/")
-    code, _, err = run(capsys, "calibrate", str(directory), "--sandbox", url)
+    store = f"sqlite:///{database}"
+    code, _, err = run(
+        capsys, "calibrate", str(directory), "--sandbox", url, "--sandbox-store", store
+    )
     assert code == 2
     assert "own read target" in err
 
@@ -284,7 +296,7 @@ def test_calibrate_rest_through_a_sandbox_api_and_refuse_the_live_api(
         "--sandbox",
         url,
         "--sandbox-store",
-        f"sqlite:///{database}",
+        store,
         "--trials",
         "12",
     )

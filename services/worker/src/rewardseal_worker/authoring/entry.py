@@ -3,7 +3,10 @@
 ``calibrate DIR --sandbox URL|DIR --trials N`` loads the bundle as ``serve`` does, runs the fault
 classes its own effects express (R-CAL-3) against a sandbox copy of the system of record
 (:mod:`rewardseal_worker.calibration.sandbox`) and writes ``calibration.json`` (counts, classes,
-seed, corpus digest; never the corpus). Every failure is one line on stderr and exit status 2.
+seed, corpus digest; never the corpus). A sandbox that is the live SoR, or a live SoR that cannot
+be determined (without ``--unsafe-unknown-live-sor``), is refused before the first write
+(:mod:`rewardseal_worker.calibration.live_sor`). Every failure is one line on stderr and exit
+status 2.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from rewardseal.errors import RewardSealError, ValidationError
 from rewardseal_worker.authoring.commands import PROBLEMS_EXIT, run_contract_command
 from rewardseal_worker.bundle import CALIBRATION_FILE, ContractBundle, load_bundle
 from rewardseal_worker.calibration import calibrate, text_progress
+from rewardseal_worker.calibration.live_sor import UNSAFE_UNKNOWN_FLAG
 from rewardseal_worker.calibration.runner import DEFAULT_TRIALS
 from rewardseal_worker.calibration.sandbox import open_sandbox
 from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
@@ -45,6 +49,14 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
         "--sandbox-store",
         metavar="URL",
         help="rest only: the database URL the sandbox API serves from (trials are written there)",
+    )
+    cal.add_argument(
+        UNSAFE_UNKNOWN_FLAG,
+        dest="unsafe_unknown_live_sor",
+        action="store_true",
+        help="UNSAFE: calibrate even when the live SoR cannot be determined (its variable unset "
+        "here, or its server unreachable), so the sandbox is not compared with it; a sandbox "
+        "that is the live SoR is refused anyway",
     )
     cal.add_argument(
         "--trials",
@@ -111,7 +123,12 @@ def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     bundle = load_bundle(args.directory)
     _check_corpus(bundle)
     seed = args.seed if args.seed is not None else secrets.randbits(63)
-    judge = open_sandbox(bundle, args.sandbox, sandbox_store=args.sandbox_store)
+    judge = open_sandbox(
+        bundle,
+        args.sandbox,
+        sandbox_store=args.sandbox_store,
+        unsafe_unknown_live_sor=args.unsafe_unknown_live_sor,
+    )
     if judge.note:
         print(f"note: {judge.note}", file=err)
     try:

@@ -21,8 +21,10 @@ What can be written, by recipe kind:
     refused: a FHIR server is written through FHIR resources (the calibrator has no
     record -> Encounter mapping yet), and a screen dump is tier 0, which certifies nothing.
 
-Never the live SoR: :func:`refuse_live_target` compares the sandbox with what the bundle reads
-(normalized URL: backend, host, port and database; or the resolved file) and refuses a match.
+Never the live SoR: :func:`~.live_sor.refuse_live_target` compares the file, the database server
+or the API the sandbox names with what the bundle reads, before the first write, and refuses a
+match; a live SoR it cannot determine is refused too, unless the operator says otherwise
+(R-CAL-5).
 A draw that the sandbox cannot hold (a column it lacks, a type it refuses) raises
 :class:`~.runner.TrialNotWritable` and is drawn again: no policy could commit that fault there.
 """
@@ -38,24 +40,28 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, IntegrityError, NoSuchTableError, SQLAlchemyError
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import IntegrityError, NoSuchTableError, SQLAlchemyError
 
 from rewardseal.errors import ValidationError
 from rewardseal.judging import RECORD_ID_FIELD, Decision, change_token, judge_episode
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup
+from rewardseal_worker.calibration.live_sor import (
+    psycopg_url,
+    refuse_live_target,
+    sandbox_path,
+    sandbox_sqlite_file,
+)
 from rewardseal_worker.calibration.runner import TrialNotWritable
 from rewardseal_worker.calibration.trials import Record, Trial
 from rewardseal_worker.oracles.base import (
     KIND_FHIR,
     KIND_JSON_FILE,
     KIND_REST,
-    KIND_SCREEN_DUMP,
     KIND_SQL,
     OracleReader,
     OracleUnavailable,
@@ -74,8 +80,6 @@ SANDBOX_KINDS: Final = (KIND_SQL, KIND_REST, KIND_JSON_FILE)
 """Recipe kinds whose trials the calibrator can write into a sandbox."""
 _SANDBOX_URL_ENV: Final = "REWARDSEAL_CALIBRATION_SANDBOX_URL"
 """The variable the sandbox reader's copy of a sql recipe reads its URL from (set in memory)."""
-_LOOPBACK: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]", ""})
-_DEFAULT_PORTS: Final = {"postgresql": 5432, "http": 80, "https": 443}
 _COMPLETED: Final = RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
 
 
@@ -99,105 +103,6 @@ class SandboxStore(Protocol):
         ...
 
 
-# --- never the live system of record -----------------------------------------------------------
-
-
-def _host(name: str | None) -> str:
-    host = (name or "").lower()
-    return "loopback" if host in _LOOPBACK else host
-
-
-def _database_identity(raw: str) -> tuple[str, ...]:
-    """What a database URL points at: (backend, file) or (backend, host, port, database)."""
-    try:
-        url = make_url(raw)
-    except (ArgumentError, ValueError):
-        raise ValidationError("the sandbox is not a valid database URL") from None
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        return ("sqlite", str(Path(url.database or "").resolve()))
-    socket_host = url.query.get("host")
-    host = url.host or (socket_host if isinstance(socket_host, str) else "")
-    port = url.port or _DEFAULT_PORTS.get(backend, 0)
-    return (backend, _host(host), str(port), url.database or "")
-
-
-def _http_identity(raw: str) -> tuple[str, ...]:
-    parts = urlsplit(raw)
-    scheme = parts.scheme.lower()
-    try:
-        port = parts.port or _DEFAULT_PORTS.get(scheme, 0)
-    except ValueError:
-        raise ValidationError("the sandbox is not a valid URL") from None
-    return (scheme, _host(parts.hostname), str(port), parts.path.rstrip("/"))
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return a.resolve() == b.resolve()
-
-
-def refuse_live_target(
-    bundle: ContractBundle, sandbox: str, environ: Mapping[str, str] | None = None
-) -> str | None:
-    """Refuse a sandbox that is the system of record the bundle reads (never calibrate live).
-
-    Returns:
-        A note when the live target could not be compared (its variable is not set here).
-
-    Raises:
-        ValidationError: one line naming what matched (never a URL's password).
-    """
-    env = os.environ if environ is None else environ
-    recipe = bundle.recipe
-    kind = recipe.get("kind")
-    live_msg = "refused: the sandbox is the bundle's own read target (the live system of record)"
-    unset = "${} is not set here, so the sandbox was not compared with the live system of record"
-    if kind == KIND_SQL:
-        database = recipe["database"]
-        if "sqlite_path" in database:
-            live_file = (bundle.path / database["sqlite_path"]).resolve()
-            sandbox_file = _sandbox_sqlite_file(sandbox)
-            if sandbox_file is not None and _same_file(live_file, sandbox_file):
-                raise ValidationError(f"{live_msg}: {database['sqlite_path']}; use a copy")
-            return None
-        name = database["url_env"]
-        live = env.get(name)
-        if not live:
-            return unset.format(name)
-        if _database_identity(live) == _database_identity(_as_database_url(sandbox)):
-            raise ValidationError(f"{live_msg}: ${name} points at it; use a copy")
-    elif kind in (KIND_REST, KIND_FHIR):
-        name = recipe["base_url_env"]
-        live = env.get(name)
-        if not live:
-            return unset.format(name)
-        if _http_identity(live) == _http_identity(sandbox):
-            raise ValidationError(f"{live_msg}: ${name} points at it; use a sandbox deployment")
-    elif kind in (KIND_JSON_FILE, KIND_SCREEN_DUMP):
-        live_file = (bundle.path / recipe["path"]).resolve()
-        directory = Path(sandbox)
-        if _same_file(live_file, _json_sandbox_file(recipe, directory)) or _same_file(
-            live_file, directory
-        ):
-            raise ValidationError(f"{live_msg}: {recipe['path']}; use another directory")
-    return None
-
-
-def _sandbox_sqlite_file(sandbox: str) -> Path | None:
-    if "://" not in sandbox:
-        return Path(sandbox)
-    url = make_url(sandbox)
-    return Path(url.database or "") if url.get_backend_name() == "sqlite" else None
-
-
-def _as_database_url(sandbox: str) -> str:
-    """A sandbox given as a SQLite file path, as a URL; a URL unchanged."""
-    return sandbox if "://" in sandbox else f"sqlite:///{Path(sandbox).resolve()}"
-
-
 # --- writers -------------------------------------------------------------------------------------
 
 
@@ -215,7 +120,7 @@ class SqlSandboxStore:
             # transactions take milliseconds instead of a disk sync each.
             postgres = parsed.get_backend_name() == "postgresql"
             options = {"options": "-c synchronous_commit=off"} if postgres else {}
-            self._engine: Engine = sa.create_engine(_driver_url(url), connect_args=options)
+            self._engine: Engine = sa.create_engine(psycopg_url(url), connect_args=options)
             if self._engine.dialect.name == "sqlite":
                 sa.event.listen(self._engine, "connect", _sqlite_unsynced)
             self._table = sa.Table(table, sa.MetaData(), autoload_with=self._engine)
@@ -300,14 +205,6 @@ class SqlSandboxStore:
 
 def _sqlite_unsynced(dbapi_connection: Any, record: Any) -> None:
     dbapi_connection.execute("PRAGMA synchronous=OFF")
-
-
-def _driver_url(url: str) -> str:
-    """``postgresql://`` as the installed driver (psycopg 3), like the readers connect."""
-    parsed = make_url(url)
-    if parsed.drivername == "postgresql":
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed.render_as_string(hide_password=False)
 
 
 def _json_sandbox_file(recipe: Mapping[str, Any], directory: Path) -> Path:
@@ -438,15 +335,20 @@ def open_sandbox(
     *,
     sandbox_store: str | None = None,
     environ: Mapping[str, str] | None = None,
+    unsafe_unknown_live_sor: bool = False,
 ) -> SandboxJudge:
     """The sandbox judge for ``bundle``: its store and its reader, pointed at ``sandbox``.
 
+    Nothing is written before :func:`~.live_sor.refuse_live_target` has decided that the sandbox
+    is not the live SoR (R-CAL-5); ``unsafe_unknown_live_sor`` lets calibration proceed when the
+    live SoR cannot be determined (the judge's ``note`` then says so), never when it matches.
+
     Raises:
         ValidationError: the recipe kind cannot be calibrated in a sandbox (naming what is
-            missing), the sandbox is the live target, or it cannot be opened.
+            missing), the sandbox is the live target or the live target is unknown, or the
+            sandbox cannot be opened.
     """
     env = dict(os.environ if environ is None else environ)
-    note = refuse_live_target(bundle, sandbox, env)
     recipe = dict(bundle.recipe)
     kind = str(recipe.get("kind"))
     if kind == KIND_FHIR:
@@ -459,6 +361,16 @@ def open_sandbox(
         raise ValidationError(
             f"a {kind} recipe cannot be calibrated: it is tier 0, which no certificate covers"
         )
+    if kind == KIND_REST:
+        if not sandbox_store:
+            raise ValidationError(
+                "a rest sandbox is read through its API and written in its database: pass "
+                "--sandbox-store, the database URL the sandbox API serves from"
+            )
+        if "://" not in sandbox:
+            raise ValidationError("a rest sandbox is the base URL of a sandbox deployment")
+    # Decided before the first write: everything below may write into the sandbox.
+    note = refuse_live_target(bundle, sandbox, env, allow_unknown=unsafe_unknown_live_sor)
     store: SandboxStore
     if kind == KIND_SQL:
         url = _as_database_url(sandbox)
@@ -467,20 +379,25 @@ def open_sandbox(
         store = SqlSandboxStore(url, recipe["table"], recipe.get("id_column", RECORD_ID_FIELD))
         reader = READER_KINDS[kind].make(read_recipe, bundle.path, env)
     elif kind == KIND_REST:
-        if not sandbox_store:
-            raise ValidationError(
-                "a rest sandbox is read through its API and written in its database: pass "
-                "--sandbox-store, the database URL the sandbox API serves from"
-            )
-        if "://" not in sandbox:
-            raise ValidationError("a rest sandbox is the base URL of a sandbox deployment")
         env[recipe["base_url_env"]] = sandbox
-        store = SqlSandboxStore(_as_database_url(sandbox_store), recipe_collection(recipe), "id")
+        store = SqlSandboxStore(
+            _as_database_url(sandbox_store or ""), recipe_collection(recipe), "id"
+        )
         reader = READER_KINDS[kind].make(recipe, bundle.path, env)
     else:
-        directory = Path(sandbox)
+        directory = sandbox_path(sandbox)
         target = _json_sandbox_file(recipe, directory)
         store = JsonSandboxStore(target, recipe_collection(recipe))
         read_recipe = {**recipe, "path": target.name}
         reader = READER_KINDS[kind].make(read_recipe, directory, env)
     return SandboxJudge(store=store, reader=reader, note=note)
+
+
+def _as_database_url(sandbox: str) -> str:
+    """The sandbox as the URL its store and reader open: a SQLite spelling (path, ``file:`` URI,
+    ``sqlite://`` URL) as ``sqlite:///`` and the absolute file the live check compared; any
+    other database URL unchanged."""
+    path = sandbox_sqlite_file(sandbox)
+    if path is None:
+        return sandbox
+    return URL.create("sqlite", database=str(path)).render_as_string(hide_password=False)
