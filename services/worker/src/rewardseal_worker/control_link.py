@@ -471,6 +471,7 @@ class ControlLink:
         if not due:
             return 0
         envelopes = [SignedEnvelope.FromString(item.envelope) for item in due]
+        registrations = self._key_refusals.registrations
         try:
             results = await self._control.record_receipts(envelopes)
         except RewardSealError as exc:
@@ -487,8 +488,12 @@ class ControlLink:
         keep_signature_refusals = False
         if any(r.error.reason == SIGNATURE_INVALID for r in results if not r.recorded):
             # Most often this worker's key is unknown or retired at control: said once. While
-            # the key is unknown the refusals are the key's, and the receipts stay.
-            keep_signature_refusals = await self._key_refusals.explain()
+            # the key is unknown, or when it was registered again after this call was sent (by
+            # another pass), the refusals are the key's, and the receipts stay.
+            keep_signature_refusals = (
+                await self._key_refusals.explain()
+                or self._key_refusals.registrations != registrations
+            )
         for item, result in zip(due, results, strict=True):
             if result.recorded:
                 done.append(item.receipt_id)

@@ -58,6 +58,9 @@ class KeyRefusals:
         """True once the cause was found and said; per-receipt lines are then debug."""
         self._keep = True
         """What the explanation found: the refusals are the key's, so keep the receipts."""
+        self.registrations = 0
+        """How often the key was registered again here: refusals answered to a call sent
+        before the latest one are the key's too, whatever control says now."""
 
     def recorded(self) -> None:
         """Control recorded a receipt again: a later refusal deserves a new explanation."""
@@ -98,6 +101,7 @@ class KeyRefusals:
                     key_id,
                 )
                 return True
+            self.registrations += 1
             _log.warning(
                 "worker key %s was not registered at control (was its database reset?): "
                 "registered it again; the refused receipts will be resent",
