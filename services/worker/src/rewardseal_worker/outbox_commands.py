@@ -51,12 +51,10 @@ def add_outbox_commands(commands: argparse._SubParsersAction[argparse.ArgumentPa
     retry.add_argument("receipt_ids", nargs="*", metavar="RECEIPT_ID", help="receipts to retry")
     retry.add_argument("--all", action="store_true", help="retry every receipt in the dead letter")
     for action in (listing, retry):
+        # The variables they fall back to are named by the help formatter (style_help).
+        action.add_argument("--data-dir", type=Path, help="the worker's data dir, as for serve")
         action.add_argument(
-            "--data-dir", type=Path, help=f"the worker's data dir (or ${ENV_PREFIX}DATA_DIR)"
-        )
-        action.add_argument(
-            "--db-url",
-            help=f"the worker store URL (or ${ENV_PREFIX}DB_URL; default: the data dir's)",
+            "--db-url", help="the worker store URL (default: the SQLite file in the data dir)"
         )
         action.add_argument("--json", action="store_true", help="print JSON for scripts")
 
