@@ -1,5 +1,6 @@
 """A worker key control does not hold: one clear line instead of ``signature_invalid`` per
-receipt; a key control forgot is registered again, a retired one names the fix. Control logs
+receipt; a key control forgot is registered again (its receipts stay in the outbox and are
+resent), a retired one names the fix (its receipts go to the dead letter, R-C-12). Control logs
 each key registration and certificate issue (one line, no secret)."""
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from support.linked_stack import (
     start_linked_worker,
 )
 from support.worker_stack import RunningStack
+from support.worker_store import outbox_size
 
 from rewardseal_control.app import ControlApp
 from rewardseal_control.store import tables
@@ -67,9 +69,15 @@ async def test_a_retired_worker_key_is_said_once_with_the_fix(
         assert len(said) == 1, said
         assert "signature_invalid" in said[0]
         assert "move keys/worker.ed25519" in said[0]
-        # After the explanation the per-receipt lines are debug, not warnings.
+        assert "dead letter" in said[0]
+        # No retired key verifies again: the receipts are refused for good (R-C-12) and go to
+        # the dead letter, one line each, instead of a warning per resend forever.
         assert not lines(caplog, logging.WARNING, "control refused receipt")
-        assert lines(caplog, logging.DEBUG, "control refused receipt")
+        moved = lines(caplog, logging.WARNING, "moved to the dead letter")
+        assert len(moved) == 3, moved
+        assert all("signature_invalid" in line for line in moved)
+        assert stack.app.store.dead_letter_counts() == {"signature_invalid": 3}
+        assert outbox_size(stack.app.store) == 0
         assert link.forwarded == 0
     finally:
         await stop(control, stack)
@@ -100,6 +108,8 @@ async def test_a_worker_key_control_forgot_is_registered_again(
             return link.forwarded >= 1
 
         await eventually(resent, within=30)
+        # The refusals were the key's, not the receipt's: nothing went to the dead letter.
+        assert stack.app.store.dead_letter_counts() == {}
         assert not lines(caplog, logging.ERROR, key_id)
     finally:
         await stop(control, stack)

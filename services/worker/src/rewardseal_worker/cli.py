@@ -1,5 +1,6 @@
 """``rewardseal-worker``: run the reward worker (``serve``); author, check and calibrate a
-contract bundle (``contract``, ``calibrate``)."""
+contract bundle (``contract``, ``calibrate``); list and retry the receipts control refused for
+good (``outbox dead-letter``)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from rewardseal_worker.authoring.commands import add_contract_commands
 from rewardseal_worker.authoring.entry import add_calibrate_command, run_authoring_command
 from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.control_link import CertificateChange, certificate_name
+from rewardseal_worker.outbox_commands import add_outbox_commands, run_outbox_command
 from rewardseal_worker.settings import ENV_BY_OPTION, ENV_PREFIX, WorkerSettings, resolve_settings
 from rewardseal_worker.supervisor import ChildCommand, Supervisor, exit_with_supervisor
 
@@ -33,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_options(serve)
     add_contract_commands(commands)
     add_calibrate_command(commands)
+    add_outbox_commands(commands)
     style_help(parser, ENV_BY_OPTION)
     return parser
 
@@ -292,6 +295,8 @@ async def _serve_as_child(args: argparse.Namespace, settings: WorkerSettings) ->
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``rewardseal-worker``."""
     args = build_parser().parse_args(argv)
+    if args.command == "outbox":
+        return run_outbox_command(args)
     if args.command != "serve":
         return run_authoring_command(args)
     who = "" if args.supervised_by is None else f"process {args.process_index}"

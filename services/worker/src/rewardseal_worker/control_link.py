@@ -4,7 +4,8 @@ revocations, and forwarding of privacy-safe receipts through the durable outbox.
 Nothing here sits on the scoring path. Scoring writes each receipt and its outbox row in one
 transaction and answers; a background task forwards the outbox and deletes what control has
 recorded (control is idempotent by receipt id, so a resend after a crash is harmless and every
-receipt arrives exactly once).
+receipt arrives exactly once). A receipt control refuses for good moves to the dead letter
+instead of being resent forever (R-C-12, :mod:`rewardseal_worker.record_refusals`).
 
 Trust is pinned, never asked for. Certificates and revocation lists count only when a pinned
 organization key (``--trust-org-key``) signed them; what control's issuer-key registry says is
@@ -58,7 +59,8 @@ from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.engine import Revocation, Scorer
 from rewardseal_worker.key_refusals import SIGNATURE_INVALID, KeyRefusals
-from rewardseal_worker.store import REVOCATION_VERSION, WorkerStore
+from rewardseal_worker.record_refusals import Refusal, classify
+from rewardseal_worker.store import REVOCATION_VERSION, Refused, WorkerStore
 
 _log = logging.getLogger(__name__)
 
@@ -153,6 +155,8 @@ class ControlLink:
         self.on_certificate_change: CertificateChange | None = None
         self.registered = asyncio.Event()
         self.forwarded = 0
+        self.dead_lettered = 0
+        """Receipts this link moved to the dead letter (R-C-12); tests wait on it."""
         self.polls = 0
         """Certificate polls completed (every page read); tests wait on it."""
 
@@ -436,9 +440,12 @@ class ControlLink:
             # accepted list tries to store the floor again.
             _log.warning("could not store revocation list version %d (%s)", version, exc.reason)
 
-    # --- Receipt forwarding (R-C-5) ---
+    # --- Receipt forwarding (R-C-5, R-C-12) ---
 
     async def _forward_forever(self) -> None:
+        # Not before registration: a receipt sent before control knows the contract would be
+        # refused not_found, which is permanent (R-C-12), for a cause of our own making.
+        await self.registered.wait()
         attempt = 0
         while True:
             try:
@@ -455,11 +462,16 @@ class ControlLink:
                     await asyncio.wait_for(self._wake.wait(), self._forward_interval)
 
     async def forward_once(self) -> int:
-        """Send one batch of due outbox rows; return how many control recorded."""
+        """Send one batch of due outbox rows; return how many control recorded.
+
+        A receipt control refuses permanently (:mod:`rewardseal_worker.record_refusals`) moves
+        to the dead letter; any other refusal, and a failed call, stays in the outbox for later.
+        """
         due = await asyncio.to_thread(self._store.outbox_due, FORWARD_BATCH, self._clock())
         if not due:
             return 0
         envelopes = [SignedEnvelope.FromString(item.envelope) for item in due]
+        registrations = self._key_refusals.registrations
         try:
             results = await self._control.record_receipts(envelopes)
         except RewardSealError as exc:
@@ -472,16 +484,30 @@ class ControlLink:
             )
             raise
         done: list[str] = []
+        refused: list[Refused] = []
+        keep_signature_refusals = False
         if any(r.error.reason == SIGNATURE_INVALID for r in results if not r.recorded):
-            # Most often this worker's key is unknown or retired at control: said once.
-            await self._key_refusals.explain()
+            # Most often this worker's key is unknown or retired at control: said once. While
+            # the key is unknown, or when it was registered again after this call was sent (by
+            # another pass), the refusals are the key's, and the receipts stay.
+            keep_signature_refusals = (
+                await self._key_refusals.explain()
+                or self._key_refusals.registrations != registrations
+            )
         for item, result in zip(due, results, strict=True):
             if result.recorded:
                 done.append(item.receipt_id)
                 self._key_refusals.recorded()
                 continue
-            # A refusal is not a transport problem: retry it much later, and say why.
             reason = result.error.reason or "refused"
+            if classify(result.error) is Refusal.PERMANENT and not (
+                reason == SIGNATURE_INVALID and keep_signature_refusals
+            ):
+                refused.append(
+                    Refused(item.receipt_id, result.error.code, reason, result.error.message)
+                )
+                continue
+            # A refusal is not a transport problem: retry it much later, and say why.
             explained = reason == SIGNATURE_INVALID and self._key_refusals.explained
             _log.log(
                 logging.DEBUG if explained else logging.WARNING,
@@ -496,6 +522,24 @@ class ControlLink:
                 now=self._clock(),
                 delay_seconds=backoff(item.attempts + 3),
             )
+        if refused:
+            await self._dead_letter(refused)
         await asyncio.to_thread(self._store.outbox_done, done)
         self.forwarded += len(done)
         return len(done)
+
+    async def _dead_letter(self, refused: list[Refused]) -> None:
+        """Move permanently refused receipts to the dead letter; one line for each moved."""
+        moved = await asyncio.to_thread(self._store.dead_letter_refused, refused, now=self._clock())
+        for entry in moved:
+            _log.warning(
+                "receipt %s (episode %s) moved to the dead letter: control refused it "
+                "permanently (%s: %s); it is kept, not resent. Once the cause is fixed: "
+                "rewardseal-worker outbox dead-letter retry %s",
+                entry.receipt_id,
+                entry.episode_id,
+                entry.reason,
+                entry.message,
+                entry.receipt_id,
+            )
+        self.dead_lettered += len(moved)

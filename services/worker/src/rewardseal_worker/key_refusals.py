@@ -2,16 +2,19 @@
 
 Control verifies each forwarded receipt against its registered, active WORKER keys. When the
 worker's own key is not among them (control's database was reset after the worker registered,
-or an admin retired the key), every receipt is refused with the same reason, and the outbox
-keeps them for later. Logging ``signature_invalid`` per receipt hides the cause; this asks
-control once which it is:
+or an admin retired the key), every receipt is refused with the same reason. Logging
+``signature_invalid`` per receipt hides the cause; this asks control once which it is, and
+tells the forwarder whether the refusals are permanent (R-C-12):
 
 * the key is unknown: register it again (the worker credential may register its own WORKER
   key); if that works the refused receipts are resent and one warning says what happened; if
-  not, one error names the command that registers it;
-* the key is retired: one error says so, and how to give the worker a new key;
-* the key is registered and active: the refusals have another cause, and the per-receipt
-  warnings stand.
+  not, one error names the command that registers it. Either way the receipts stay in the
+  outbox: the refusal is about the key, and control takes them once the key is registered;
+* the key is retired: one error says so, and how to give the worker a new key; the receipts it
+  signed go to the dead letter (no retired key verifies again);
+* the key is registered and active: the refusals have another cause (the receipt's signature
+  does not verify under it), and they are permanent;
+* control cannot be asked: the receipts stay in the outbox (fail toward keeping).
 
 After one explanation the per-receipt lines drop to debug until a receipt is recorded again.
 """
@@ -53,27 +56,35 @@ class KeyRefusals:
         self._asking = asyncio.Lock()
         self.explained = False
         """True once the cause was found and said; per-receipt lines are then debug."""
+        self._keep = True
+        """What the explanation found: the refusals are the key's, so keep the receipts."""
+        self.registrations = 0
+        """How often the key was registered again here: refusals answered to a call sent
+        before the latest one are the key's too, whatever control says now."""
 
     def recorded(self) -> None:
         """Control recorded a receipt again: a later refusal deserves a new explanation."""
         self.explained = False
 
-    async def explain(self) -> None:
-        """Find and say, once, why control refused receipts as ``signature_invalid``."""
+    async def explain(self) -> bool:
+        """Find and say, once, why control refused receipts as ``signature_invalid``; True when
+        the receipts should stay in the outbox (this worker's key is unknown at control, or
+        control could not be asked), False when the refusals are permanent."""
         # One inquiry at a time: two forwarding passes must not both ask, and both say it.
         async with self._asking:
             if not self.explained:
-                await self._explain()
+                self._keep = await self._explain()
+            return self._keep
 
-    async def _explain(self) -> None:
+    async def _explain(self) -> bool:
         try:
             entry = await self._own_entry()
         except RewardSealError as exc:
             _log.info("could not ask control about worker key %s (%s)", self._key.key_id, exc)
-            return
+            return True
         key_id = self._key.key_id
         if entry is not None and not entry.retired:
-            return  # registered and active: some other signature problem
+            return False  # registered and active: the receipt's own signature is the problem
         if entry is None:
             try:
                 await self._register()
@@ -89,21 +100,23 @@ class KeyRefusals:
                     self._key.public_key.hex(),
                     key_id,
                 )
-                return
+                return True
+            self.registrations += 1
             _log.warning(
                 "worker key %s was not registered at control (was its database reset?): "
                 "registered it again; the refused receipts will be resent",
                 key_id,
             )
-            return
+            return True
         self.explained = True
         _log.error(
             "worker key %s is retired at control, which refuses every receipt it signs "
-            "(signature_invalid); they wait in the outbox. Give the worker a new key: stop it, "
-            "move keys/worker.ed25519 out of its data directory and start it again (it "
-            "registers the new key)",
+            "(signature_invalid); they go to the dead letter (`rewardseal-worker outbox "
+            "dead-letter list`). Give the worker a new key: stop it, move keys/worker.ed25519 "
+            "out of its data directory and start it again (it registers the new key)",
             key_id,
         )
+        return False
 
     async def _own_entry(self) -> IssuerKey | None:
         """Control's registry entry for this worker's key (retired or not), or None."""

@@ -7,8 +7,8 @@ Besides the RPC counts and latencies every server has (:mod:`rewardseal_server.m
 * ``rewardseal_worker_batch_size{batcher}``: calls per micro-batch of unary calls
   (``scoring``, ``begin``);
 * read at scrape time (in the metrics server's thread, never on the event loop): the outbox's
-  depth and the age of its oldest row, the revocation list's version and age, and the
-  certificate in use with its state.
+  depth and the age of its oldest row, the dead letter's rows (in all and by refusal reason,
+  R-C-12), the revocation list's version and age, and the certificate in use with its state.
 """
 
 from __future__ import annotations
@@ -73,7 +73,11 @@ class WorkerMetrics(ServiceMetrics):
         scorer.observe_batches(self.observe_batch)
         gauges = [_certificate_gauge(scorer)]
         if control is not None:
-            gauges += _outbox_gauges(store, clock) + _revocation_gauges(control, clock)
+            gauges += (
+                _outbox_gauges(store, clock)
+                + _dead_letter_gauges(store)
+                + _revocation_gauges(control, clock)
+            )
         for gauge in gauges:
             self.registry.register(gauge)
 
@@ -114,6 +118,30 @@ def _outbox_gauges(store: WorkerStore, clock: Callable[[], datetime]) -> list[Sc
             "Seconds since the oldest receipt waiting in the outbox was committed (0: empty).",
             (),
             oldest_age,
+        ),
+    ]
+
+
+def _dead_letter_gauges(store: WorkerStore) -> list[ScrapeGauges]:
+    def depth() -> Iterable[Sample]:
+        return [((), float(sum(store.dead_letter_counts().values())))]
+
+    def by_reason() -> Iterable[Sample]:
+        return [((reason,), float(n)) for reason, n in sorted(store.dead_letter_counts().items())]
+
+    return [
+        ScrapeGauges(
+            f"{NAMESPACE}_dead_letter_depth",
+            "Receipts control refused permanently, kept in the dead letter and no longer sent "
+            "(R-C-12; `rewardseal-worker outbox dead-letter list`).",
+            (),
+            depth,
+        ),
+        ScrapeGauges(
+            f"{NAMESPACE}_dead_letter_receipts",
+            "Receipts in the dead letter by control's refusal reason (absent: none).",
+            ("reason",),
+            by_reason,
         ),
     ]
 

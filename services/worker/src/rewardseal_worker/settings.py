@@ -119,6 +119,12 @@ def default_data_dir(env: Mapping[str, str]) -> Path:
     )
 
 
+def store_url(data_dir: Path, db_url: str | None, env: Mapping[str, str]) -> str:
+    """The worker store's URL: ``db_url`` (``--db-url``), else ``$REWARDSEAL_WORKER_DB_URL``,
+    else the SQLite file in ``data_dir``."""
+    return db_url or env.get(f"{ENV_PREFIX}DB_URL") or sqlite_url(data_dir / DB_FILE)
+
+
 def load_token(data_dir: Path, env: Mapping[str, str]) -> str:
     """The bearer token: ``$REWARDSEAL_WORKER_TOKEN``, else the 0600 token file (made once)."""
     token, _ = service_settings.load_token(
@@ -171,7 +177,7 @@ def resolve_settings(
     resolved_port = service_settings.resolve_port(
         port, env, env_name=f"{ENV_PREFIX}PORT", default=DEFAULT_PORT
     )
-    url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or sqlite_url(data / DB_FILE)
+    url = store_url(data, db_url, env)
     trials = calibration_trials or service_settings.env_int(
         env, f"{ENV_PREFIX}CALIBRATION_TRIALS", 300, minimum=1
     )

@@ -1,5 +1,6 @@
 """The worker's durable store (R-W-3, R-W-7, R-W-8): open episodes, receipts, credits, ledger,
-and the outbox of receipts to forward to the control plane (R-C-5).
+the outbox of receipts to forward to the control plane (R-C-5) and the dead letter of those
+control refused for good (R-C-12).
 
 SQLAlchemy 2 Core over SQLite (the default; WAL, ``synchronous=FULL``, ``busy_timeout``) or
 PostgreSQL (``postgresql+psycopg://...``). Every write is one transaction and is durable when the
@@ -37,8 +38,9 @@ Concurrency model, which holds across threads, processes and replicas sharing on
 The store is made of parts, one module each, behind this facade: :mod:`.schema` (tables and
 statements), :mod:`.hot_sql` (the hot path's driver SQL), :mod:`.evidence_codec` (how evidence
 is stored), :mod:`.episodes` (open registrations), :mod:`.receipts` (batch reads, the commit,
-credits, the ledger), :mod:`.outbox` (receipts to forward to control, R-C-5) and :mod:`.state`
-(named values that only rise). Callers import from here.
+credits, the ledger), :mod:`.outbox` (receipts to forward to control, R-C-5),
+:mod:`.dead_letter` (receipts control refused for good, R-C-12) and :mod:`.state` (named values
+that only rise). Callers import from here.
 
 The SQL plumbing (URLs, engine, transactions, error mapping) is :mod:`rewardseal_server.sqlstore`.
 Only :mod:`rewardseal.errors` classes leave this package: a database that cannot be reached
@@ -51,6 +53,12 @@ from sqlalchemy.engine import Engine
 
 from rewardseal_server.sqlstore import IN_CHUNK, StoreEngine
 from rewardseal_worker.store.core import STORE_NAME
+from rewardseal_worker.store.dead_letter import (
+    DEAD_LETTER_MESSAGE_MAX,
+    DeadLetter,
+    DeadLetterStore,
+    Refused,
+)
 from rewardseal_worker.store.episodes import (
     BeginDecision,
     BeginItem,
@@ -70,6 +78,7 @@ from rewardseal_worker.store.schema import create_schema
 from rewardseal_worker.store.state import REVOCATION_VERSION, StateStore
 
 __all__ = [
+    "DEAD_LETTER_MESSAGE_MAX",
     "IN_CHUNK",
     "OUTBOX_ERROR_MAX",
     "REVOCATION_VERSION",
@@ -77,22 +86,24 @@ __all__ = [
     "BeginDecision",
     "BeginItem",
     "CommitResult",
+    "DeadLetter",
     "KeptRegistration",
     "OpenEpisode",
     "OutboxItem",
     "ReceiptToCommit",
+    "Refused",
     "StoredReceipt",
     "WorkerStore",
 ]
 
 
-class WorkerStore(EpisodeStore, ReceiptStore, OutboxStore, StateStore):
+class WorkerStore(EpisodeStore, ReceiptStore, OutboxStore, DeadLetterStore, StateStore):
     """Durable worker state on SQLite (default) or PostgreSQL, shared safely by many processes.
 
     Thread-safe: one instance may be used from many threads (a connection pool backs it). Its
     methods come from its parts: :class:`~.episodes.EpisodeStore`,
-    :class:`~.receipts.ReceiptStore`, :class:`~.outbox.OutboxStore` and
-    :class:`~.state.StateStore`.
+    :class:`~.receipts.ReceiptStore`, :class:`~.outbox.OutboxStore`,
+    :class:`~.dead_letter.DeadLetterStore` and :class:`~.state.StateStore`.
     """
 
     def __init__(self, url: str, *, outbox: bool = False) -> None:

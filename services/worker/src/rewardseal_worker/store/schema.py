@@ -2,8 +2,10 @@
 
 Tables: ``open_episodes`` (one registration per contract and identity), ``receipts``,
 ``credited_records`` (one credit per contract and record), ``policy_ledger`` (the highest policy
-update committed per contract), ``outbox`` (receipts waiting for control) and ``worker_state``
-(named values that only rise). :func:`create_schema` creates what is missing.
+update committed per contract), ``outbox`` (receipts waiting for control), ``dead_letter``
+(receipts control refused for good, R-C-12) and ``worker_state`` (named values that only rise).
+:func:`create_schema` creates what is missing, so a store made before a table existed gains it on
+the next start.
 
 Statements are built here once and shared by the parts of
 :class:`~rewardseal_worker.store.WorkerStore`; the backend-specific ``INSERT ... ON CONFLICT DO
@@ -103,6 +105,27 @@ outbox = Table(
     Index("ix_outbox_age", "created_at", "batch_index"),
 )
 
+# Receipts control refused permanently (R-C-12): moved here from the outbox, in one transaction,
+# so forwarding stops resending them; the receipt itself stays in ``receipts``. A receipt is in
+# the outbox or here, never both. ``created_at`` and ``batch_index`` are its outbox row's, so a
+# retry puts it back in its place.
+dead_letter = Table(
+    "dead_letter",
+    metadata,
+    Column("receipt_id", String, ForeignKey("receipts.receipt_id"), primary_key=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("batch_index", Integer, nullable=False),
+    # Failed forwarding attempts, the refusal included.
+    Column("attempts", Integer, nullable=False),
+    # The refusal: google.rpc code, ErrorInfo reason, and control's message (never record
+    # contents: control's wire messages carry ids and rules, not records).
+    Column("code", Integer, nullable=False),
+    Column("reason", String, nullable=False),
+    Column("message", String, nullable=False),
+    Column("refused_at", UTCDateTime, nullable=False),
+    Index("ix_dead_letter_refused", "refused_at"),
+)
+
 # Small facts the worker keeps across restarts, by name (e.g. the highest revocation-list version
 # it accepted, so a restart cannot be fed an older list). Values only ever rise.
 worker_state = Table(
@@ -171,6 +194,47 @@ OUTBOX_LATER = (
         next_attempt_at=bindparam("b_next", type_=UTCDateTime),
         last_error=bindparam("b_error", type_=String),
     )
+)
+
+DEAD_LETTER_TAKE = (
+    delete(outbox)
+    .where(outbox.c.receipt_id.in_(bindparam("receipt_ids", expanding=True)))
+    .returning(outbox.c.receipt_id, outbox.c.created_at, outbox.c.batch_index, outbox.c.attempts)
+)
+
+DEAD_LETTER_LIST = (
+    select(
+        dead_letter.c.receipt_id,
+        receipts.c.episode_id,
+        receipts.c.contract_digest,
+        dead_letter.c.code,
+        dead_letter.c.reason,
+        dead_letter.c.message,
+        dead_letter.c.attempts,
+        dead_letter.c.refused_at,
+    )
+    .join(receipts, receipts.c.receipt_id == dead_letter.c.receipt_id)
+    .order_by(dead_letter.c.refused_at, dead_letter.c.receipt_id)
+)
+
+DEAD_LETTER_COUNTS = select(dead_letter.c.reason, func.count().label("n")).group_by(
+    dead_letter.c.reason
+)
+
+DEAD_LETTER_RELEASE_ALL = delete(dead_letter).returning(
+    dead_letter.c.receipt_id,
+    dead_letter.c.created_at,
+    dead_letter.c.batch_index,
+    dead_letter.c.attempts,
+    dead_letter.c.reason,
+)
+
+DEAD_LETTER_RELEASE = DEAD_LETTER_RELEASE_ALL.where(
+    dead_letter.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
+)
+
+ENVELOPES = select(receipts.c.receipt_id, receipts.c.envelope).where(
+    receipts.c.receipt_id.in_(bindparam("receipt_ids", expanding=True))
 )
 
 STATE_VALUE = select(worker_state.c.int_value).where(worker_state.c.name == bindparam("name"))
