@@ -11,6 +11,7 @@ restarted, cancelled or taken-over audit is never decided twice or half-decided.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,7 +20,13 @@ from typing import Final, Literal
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import AuditStateConflict, NotFound, ValidationError
+from rewardseal.errors import (
+    AuditStateConflict,
+    BindingMismatch,
+    NotFound,
+    ShardAlreadyAudited,
+    ValidationError,
+)
 from rewardseal.integrity import DecisionEntry
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.integrity_decisions import (
@@ -84,6 +91,13 @@ class StoredAudit:
     decision: DecisionEntry | None
 
 
+def _run_lock(run_id: str) -> int:
+    """The advisory-lock key of one run's audit starts (PostgreSQL; SQLite writers are
+    serialized already)."""
+    digest = hashlib.sha256(f"integrity-audits\0{run_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def new_audit_id() -> str:
     """A fresh R-MSG-10 audit id."""
     return f"audit-{secrets.token_hex(16)}"
@@ -104,26 +118,66 @@ class IntegrityAuditStore:
     # ------------------------------------------------------------------ creation
 
     def create(
-        self,
-        shard_id: str,
-        profile_revision_id: str,
-        *,
-        at: datetime | None = None,
-        retry_of: str | None = None,
-        retry_reason: str = "",
+        self, shard_id: str, profile_revision_id: str, *, at: datetime | None = None
     ) -> StoredAudit:
-        """Queue an audit of the sealed shard ``shard_id`` under a profile (id or built-in name).
+        """StartAudit (R-I-10): queue the first audit of a sealed shard, under the run's binding.
+
+        The run's binding is fixed by its first audit: the reward-system and protocol revisions
+        its shard was sealed under and the profile it was started with. Auditing a shard a
+        second time is :meth:`retry` (the admin's), never this: a fresh audit would otherwise be
+        a way around a pause or a stop.
 
         Raises:
             ValidationError: an empty shard or profile id.
             NotFound: an unknown shard or profile.
+            ShardAlreadyAudited: the shard has an audit already (metadata ``audit_id``,
+                ``state``).
+            BindingMismatch: the profile, or the shard's protocol or reward system, is not the
+                run's binding (metadata ``field``, ``bound``, ``given``).
         """
         moment = inputs.moment(at)
 
         def work(conn: Connection) -> StoredAudit:
-            return self._create_in(
-                conn, shard_id, profile_revision_id, moment, retry_of, retry_reason
-            )
+            shard = get_shard_in(conn, shard_id)
+            # Every start of one run takes the run's lock: two first audits cannot both bind it.
+            self._db.advisory_lock(conn, _run_lock(shard.run_id))
+            profile = self._revisions.get_in(conn, "profile", profile_revision_id)
+            earlier = conn.execute(
+                select(_audits.c.audit_id, _audits.c.state)
+                # run_id first: the (run_id, created_at) index finds the run's few audits.
+                .where(_audits.c.run_id == shard.run_id, _audits.c.shard_id == shard.shard_id)
+                .order_by(_audits.c.created_at, _audits.c.audit_id)
+                .limit(1)
+            ).first()
+            if earlier is not None:
+                raise ShardAlreadyAudited(
+                    f"shard {shard.shard_id} has audit {earlier.audit_id} ({earlier.state}) "
+                    "already; auditing the same evidence again is a retry (admin): "
+                    f"rewardseal-control integrity audit retry {earlier.audit_id} --reason ...",
+                    metadata={"audit_id": earlier.audit_id, "state": earlier.state},
+                )
+            bound = conn.execute(
+                select(
+                    _audits.c.system_revision_id,
+                    _audits.c.protocol_revision_id,
+                    _audits.c.profile_revision_id,
+                )
+                .where(_audits.c.run_id == shard.run_id)
+                .order_by(_audits.c.created_at, _audits.c.audit_id)
+                .limit(1)
+            ).first()
+            if bound is not None:
+                given = (shard.system_revision_id, shard.protocol_revision_id, profile.revision_id)
+                for field, fixed, asked in zip(
+                    ("system", "protocol", "profile"), bound, given, strict=True
+                ):
+                    if fixed != asked:
+                        raise BindingMismatch(
+                            f"run {shard.run_id} is bound to {field} revision {fixed} by its "
+                            f"first audit; this audit names {asked}",
+                            metadata={"field": field, "bound": fixed, "given": asked},
+                        )
+            return self._create_in(conn, shard.shard_id, profile.revision_id, moment, None, "")
 
         return self._db.write(work)
 
