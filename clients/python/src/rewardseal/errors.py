@@ -262,9 +262,8 @@ class IntegrityBufferFull(RewardSealError):
 
 
 class IntegrityHalted(RewardSealError):
-    """A run may not (re)start: the decision in force on its last audit is a pause nobody has
-    reviewed yet, a stop, or a fork from another checkpoint (R-I-8); metadata ``action``,
-    ``audit_id``."""
+    """A run may not (re)start or go on: its gate (R-I-10) is a pause nobody has reviewed yet, a
+    stop (final), or a fork from another checkpoint (R-I-8); metadata ``action``, ``audit_id``."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
     reason = "integrity_halted"

@@ -27,7 +27,8 @@ from rewardseal.errors import (
     ShardAlreadyAudited,
     ValidationError,
 )
-from rewardseal.integrity import DecisionEntry
+from rewardseal.integrity import AuditStanding, DecisionEntry
+from rewardseal.validation import validate_id
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.integrity_decisions import (
     NewBundle,
@@ -49,6 +50,7 @@ __all__ = [
     "AuditState",
     "IntegrityAuditStore",
     "StoredAudit",
+    "standing",
 ]
 
 AuditState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -422,6 +424,24 @@ class IntegrityAuditStore:
         """
         return self._db.read(lambda conn: get_audit_in(conn, audit_id), snapshot=True)
 
+    def standings(self, run_id: str) -> list[AuditStanding]:
+        """Every audit of ``run_id`` in the order started, as the run's gate reads them
+        (:func:`~rewardseal.integrity.run_gate`, R-I-10), in one snapshot.
+
+        Raises:
+            ValidationError: ``run_id`` is not an id.
+        """
+        validate_id(run_id, "run_id")
+        statement = (
+            select(_audits)
+            .where(_audits.c.run_id == run_id)
+            .order_by(_audits.c.created_at, _audits.c.audit_id)
+        )
+        return self._db.read(
+            lambda conn: [standing(_stored(conn, row)) for row in conn.execute(statement)],
+            snapshot=True,
+        )
+
     def list_audits(
         self,
         run_id: str = "",
@@ -450,6 +470,11 @@ class IntegrityAuditStore:
 
         items, token = self._db.read(work, snapshot=True)
         return Page(items, token)
+
+
+def standing(audit: StoredAudit) -> AuditStanding:
+    """An audit as :func:`~rewardseal.integrity.run_gate` reads it."""
+    return AuditStanding(audit.audit_id, audit.boundary, audit.state, audit.decision)
 
 
 def get_audit_in(conn: Connection, audit_id: str, *, lock: bool = False) -> StoredAudit:
