@@ -1,4 +1,4 @@
-"""Reward integrity (docs/spec.md section 12, R-I-1..9): pure rules, no I/O, no clock.
+"""Reward integrity (docs/spec.md section 12, R-I-1..10): pure rules, no I/O, no clock.
 
 A training run binds a reward-system revision, a retention protocol and an integrity profile
 (:mod:`.binding`). At each boundary the trainer captures :class:`.signals.SignalRow` s, which are
