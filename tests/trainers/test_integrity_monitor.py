@@ -29,7 +29,7 @@ from support.mockmed_episodes import write_triage
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
-from rewardseal.errors import BindingRefused, ValidationError
+from rewardseal.errors import BindingMismatch, BindingRefused, ValidationError
 from rewardseal.trainers.integrity_monitor import (
     UNMONITORED_MESSAGE,
     IntegrityBinding,
@@ -190,3 +190,9 @@ async def test_a_boundary_audited_before_a_crash_is_followed_not_audited_again(
         assert (outcome.action, outcome.outcome) == ("pause", "incomplete_evidence")
         listed = await asyncio.to_thread(client.list_audits, run_id=capture.run_id)
         assert [a.audit_id for a in listed] == [started.audit_id]
+        # Resumed under another profile than the one the run's first audit fixed: refused before
+        # the first step, not a run whose every later audit is refused in silence.
+        strict = IntegrityBinding(binding.system_revision_id, PROTOCOL, "strict_integrity")
+        with pytest.raises(BindingMismatch) as caught:
+            await asyncio.to_thread(IntegrityMonitor(client, strict, capture=capture).start)
+        assert caught.value.metadata["field"] == "profile"

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from rewardseal.errors import (
+    BindingMismatch,
     BindingRefused,
     RewardSealError,
     ShardAlreadyAudited,
@@ -160,6 +161,7 @@ class IntegrityMonitor:
         self._log = logger or _LOG
         self._clock = clock
         self._started = False
+        self._resolved: tuple[str, str, str] | None = None
         self._unaudited: list[int] = []
         self.audits: dict[int, str] = {}
         """Boundary -> the audit started for it (or found on it)."""
@@ -174,6 +176,7 @@ class IntegrityMonitor:
 
         Raises:
             BindingRefused: the binding cannot gate (metadata ``blockers``).
+            BindingMismatch: the run's first audit fixed other revisions (R-I-10).
             RewardSealError: control could not be asked (a monitored run does not start
                 without its binding checked).
         """
@@ -195,11 +198,35 @@ class IntegrityMonitor:
                     f"the binding cannot gate this run: {blockers or 'not gating-eligible'}",
                     metadata={"blockers": blockers},
                 )
-            self._started = True
-        gate = self.run_gate()
+            self._resolved = (
+                resolved.system_revision_id,
+                resolved.protocol_revision_id,
+                resolved.profile_revision_id,
+            )
+        audits = self.control.list_audits(run_id=self.capture.run_id)
+        self._check_bound(audits)
+        self._started = True
+        gate = run_gate(audit_standing(audit) for audit in audits)
         if gate.deciding is None:
             return GateOutcome("continue", None, "monitored; no audit yet")
         return self._outcome(gate.deciding)
+
+    def _check_bound(self, audits: list[ipb.Audit]) -> None:
+        """A resumed run must name the binding its first audit fixed (R-I-10): any other would
+        have every later audit refused, so it is refused here, before the first step."""
+        if not audits or self._resolved is None:
+            return
+        first = audits[0]
+        bound = (first.system_revision_id, first.protocol_revision_id, first.profile_revision_id)
+        for field, fixed, given in zip(
+            ("system", "protocol", "profile"), bound, self._resolved, strict=True
+        ):
+            if fixed != given:
+                raise BindingMismatch(
+                    f"run {first.run_id} is bound to {field} revision {fixed} by its first "
+                    f"audit {first.audit_id}; this monitor's binding names {given}",
+                    metadata={"field": field, "bound": fixed, "given": given},
+                )
 
     def run_gate(self) -> RunGate:
         """The run's gate as control's audits of the run say now (R-I-10).
@@ -221,6 +248,8 @@ class IntegrityMonitor:
         Raises:
             RewardSealError: delivery is stuck on a refusal resending cannot fix (a wrong token,
                 an unknown revision).
+            BindingMismatch: control refused the audit: the run is bound to other revisions
+                (R-I-10).
         """
         if self.binding is None or self.capture is None or self.control is None:
             return GateOutcome("continue", boundary, "unmonitored")
@@ -290,6 +319,8 @@ class IntegrityMonitor:
                     audit_id = exc.metadata["audit_id"]
                 self.audits[boundary] = audit_id
             audit = self.control.wait_for_audit(audit_id, deadline=self.audit_timeout_s)
+        except BindingMismatch:
+            raise  # no later boundary could be audited either: never a silent "deferred"
         except RewardSealError as exc:
             self._log.warning("reward integrity: audit of boundary %d: %s", boundary, exc)
             return None
