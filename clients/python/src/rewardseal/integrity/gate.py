@@ -30,7 +30,14 @@ from typing import Final, Literal
 
 from rewardseal.integrity.decisions import Action, DecisionEntry
 
-__all__ = ["UNDECIDED_STATES", "AuditStanding", "BoundaryDecision", "RunGate", "run_gate"]
+__all__ = [
+    "UNDECIDED_STATES",
+    "AuditStateName",
+    "AuditStanding",
+    "BoundaryDecision",
+    "RunGate",
+    "run_gate",
+]
 
 UNDECIDED_STATES: Final = frozenset({"failed", "cancelled"})
 """Audit states that ended without a decision: alone, they hold a boundary at ``pause``."""
