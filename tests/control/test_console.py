@@ -289,6 +289,9 @@ async def test_pages_render_the_seeded_state(console: Seeded) -> None:
         assert audit.status_code == 200
         assert ">automatic<" in audit.text
         assert ">reviewed<" in audit.text
+        # The run's gate (R-I-10) is shown with the audit: the reviewer's stop, final.
+        assert 'Run\'s gate</dt><dd class="run-gate"><strong>stop</strong>' in audit.text
+        assert "): final</dd>" in audit.text
         for page in (contracts, contract, certificates, keys, integrity):
             assert "<script" not in page.text
             assert_no_secret(page.text)

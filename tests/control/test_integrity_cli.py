@@ -526,10 +526,32 @@ async def test_shards_audits_reviews_end_to_end(control: ControlStack, tmp_path:
         ["0", "automatic", "fail", "pause"],
         ["1", "reviewed", "fail", "continue"],
     ]
+    # The run's gate (R-I-10) is shown with the audit.
+    assert fields(out)["run gate"] == f"continue (boundary 20, audit {failed_id})"
     code, out, _ = await cli(control, "integrity", "audit", "show", failed_id, "--json")
     shown = json.loads(out)
     assert [e["action"] for e in shown["decisions"]] == ["RUN_ACTION_PAUSE", "RUN_ACTION_CONTINUE"]
     assert shown["audit"]["decision"]["sequence"] == 1
+    assert shown["run_gate"] == {
+        "action": "continue",
+        "boundary": 20,
+        "audit_id": failed_id,
+        "pending_boundaries": [],
+    }
+    # A second `audit start` of an audited shard is refused, whoever asks: that is a retry.
+    code, _, err = await cli(
+        control,
+        "integrity",
+        "audit",
+        "start",
+        "--shard",
+        inverted.shard_id,
+        "--profile",
+        "exploratory",
+        token=CLIENT_TOKEN,
+    )
+    assert code == 1
+    assert "shard_already_audited" in one_line(err)
 
     # Retry: the reason is required
     code, _, err = await cli(control, "integrity", "audit", "retry", failed_id, "--reason", "")

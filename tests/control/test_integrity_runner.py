@@ -166,7 +166,11 @@ async def test_identical_verified_evidence_reuses_its_bundle(
 ) -> None:
     shard_id = await _shard(control)
     first = await audit_to_end(control, shard_id)
-    second = await audit_to_end(control, shard_id)
+    # The same evidence audited again is the admin's retry (R-I-10: never a second StartAudit).
+    retried = await control.integrity_stub().RetryAudit(
+        pb.RetryAuditRequest(audit_id=first.audit_id, reason="audit it again"), metadata=ADMIN
+    )
+    second = await wait_for_audit(control, retried.audit.audit_id)
     assert not first.bundle_reused
     assert second.bundle_reused
     assert second.bundle_id == first.bundle_id

@@ -29,7 +29,7 @@ from support.mockmed_episodes import write_triage
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.client import WorkerClient
-from rewardseal.errors import BindingRefused, ValidationError
+from rewardseal.errors import BindingMismatch, BindingRefused, ValidationError
 from rewardseal.trainers.integrity_monitor import (
     UNMONITORED_MESSAGE,
     IntegrityBinding,
@@ -167,3 +167,32 @@ async def test_a_boundary_waits_as_deferred_while_control_is_down(tmp_path: Path
         assert capture.pending_seals() == [0]
     finally:
         client.close()
+
+
+async def test_a_boundary_audited_before_a_crash_is_followed_not_audited_again(
+    integrity_control: ControlStack, tmp_path: Path
+) -> None:
+    binding = await create_binding(integrity_control)
+    with trainer_client(integrity_control) as client:
+        capture = make_capture(client, binding, tmp_path / "buffer")
+        rows = samples(range(5), raw=[1.0] * 5)
+        await asyncio.to_thread(capture.record, rows, policy_update=0)
+        shard_id = await asyncio.to_thread(capture.seal, 0)
+        assert shard_id is not None
+        # The run started the audit, then crashed before it kept the answer (R-I-10: a shard is
+        # audited once; the resumed run is told the audit's id and follows it).
+        started = await asyncio.to_thread(client.start_audit, shard_id, PROFILE)
+        monitor = IntegrityMonitor(client, binding, capture=capture, audit_timeout_s=60)
+        await asyncio.to_thread(monitor.start)
+        outcome = await asyncio.to_thread(monitor.at_boundary, 0)
+        assert outcome.audit_id == started.audit_id
+        assert monitor.audits == {0: started.audit_id}
+        assert (outcome.action, outcome.outcome) == ("pause", "incomplete_evidence")
+        listed = await asyncio.to_thread(client.list_audits, run_id=capture.run_id)
+        assert [a.audit_id for a in listed] == [started.audit_id]
+        # Resumed under another profile than the one the run's first audit fixed: refused before
+        # the first step, not a run whose every later audit is refused in silence.
+        strict = IntegrityBinding(binding.system_revision_id, PROTOCOL, "strict_integrity")
+        with pytest.raises(BindingMismatch) as caught:
+            await asyncio.to_thread(IntegrityMonitor(client, strict, capture=capture).start)
+        assert caught.value.metadata["field"] == "profile"

@@ -217,6 +217,22 @@ class AuditStateConflict(RewardSealError):
     reason = "audit_state_conflict"
 
 
+class ShardAlreadyAudited(RewardSealError):
+    """StartAudit of a shard that has an audit already: auditing the same evidence again is
+    RetryAudit, the admin's (R-I-10); metadata ``audit_id`` (the shard's first audit), ``state``."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "shard_already_audited"
+
+
+class BindingMismatch(ValidationError):
+    """An audit under another profile, protocol or reward system than the run's binding, which
+    its first audit fixed (R-I-10); metadata ``field`` (``profile``, ``protocol`` or ``system``),
+    ``bound`` (the run's revision) and ``given``."""
+
+    reason = "binding_mismatch"
+
+
 class ReviewRefused(ValidationError):
     """A decision review lacks a reason, names an unknown action, or forks without a checkpoint."""
 
@@ -246,9 +262,8 @@ class IntegrityBufferFull(RewardSealError):
 
 
 class IntegrityHalted(RewardSealError):
-    """A run may not (re)start: the decision in force on its last audit is a pause nobody has
-    reviewed yet, a stop, or a fork from another checkpoint (R-I-8); metadata ``action``,
-    ``audit_id``."""
+    """A run may not (re)start or go on: its gate (R-I-10) is a pause nobody has reviewed yet, a
+    stop (final), or a fork from another checkpoint (R-I-8); metadata ``action``, ``audit_id``."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
     reason = "integrity_halted"

@@ -8,22 +8,34 @@ core to refuse with a ``not_finite`` blocker (docs/spec.md §12, R-I-1). Enum va
 core's lowercase words by their suffix (``SIGNAL_OUTCOME_ACCEPTED`` is ``accepted``); an
 UNSPECIFIED value where one is required is refused. A :class:`~rewardseal.integrity.SignalRow`
 goes out with :func:`signal_row_message` (the trainer appending rows) and comes back with
-:func:`signal_row` (the control plane reading them, anyone reading an audit's samples).
+:func:`signal_row` (the control plane reading them, anyone reading an audit's samples). A gate
+client reads audits back with :func:`audit_standing` for :func:`~rewardseal.integrity.run_gate`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Final
+from datetime import UTC
+from typing import Any, Final, cast
 
 from google.protobuf import struct_pb2
 
 from rewardseal.errors import ValidationError
-from rewardseal.integrity import AuditorObservation, SentinelObservation, SignalRow
+from rewardseal.integrity import (
+    AuditorObservation,
+    AuditStanding,
+    DecisionEntry,
+    SentinelObservation,
+    SignalRow,
+)
+from rewardseal.integrity.fields import rfc3339
+from rewardseal.integrity.gate import AuditStateName
 from rewardseal.v1 import integrity_pb2 as pb
 
 __all__ = [
+    "audit_standing",
+    "decision_entry",
     "enum_value",
     "enum_word",
     "signal_row",
@@ -188,3 +200,44 @@ def signal_row_message(row: SignalRow) -> pb.SignalRow:
         if observed.receipt_digest is not None:
             item.receipt_digest = observed.receipt_digest
     return message
+
+
+def decision_entry(message: pb.DecisionEntry) -> DecisionEntry:
+    """A decision entry message as core's :class:`~rewardseal.integrity.DecisionEntry`.
+
+    Raises:
+        ValidationError: an UNSPECIFIED or unknown kind, outcome or action.
+    """
+    where = "decision"
+    doc: dict[str, Any] = {
+        "sequence": message.sequence,
+        "kind": _required(pb.DecisionKind, message.kind, "DECISION_KIND_", f"{where}.kind"),
+        "outcome": _required(
+            pb.DecisionOutcome, message.outcome, "DECISION_OUTCOME_", f"{where}.outcome"
+        ),
+        "action": _required(pb.RunAction, message.action, "RUN_ACTION_", f"{where}.action"),
+        "reasons": list(message.reasons),
+        "at": rfc3339(message.at.ToDatetime(tzinfo=UTC), f"{where}.at"),
+        "review_action": enum_word(pb.ReviewAction, message.review_action, "REVIEW_ACTION_"),
+        "review_reason": message.review_reason or None,
+        "checkpoint": message.checkpoint or None,
+        "reviewer": message.reviewer or None,
+        "supersedes": _opt(message, "supersedes"),
+    }
+    return DecisionEntry.from_json(doc)
+
+
+def audit_standing(message: pb.Audit) -> AuditStanding:
+    """An audit message as the gate reads it (its state and the decision in force on it).
+
+    Raises:
+        ValidationError: an UNSPECIFIED state, or a malformed decision.
+    """
+    state = _required(pb.AuditState, message.state, "AUDIT_STATE_", "audit.state")
+    decided = state == "done" and message.HasField("decision")
+    return AuditStanding(
+        audit_id=message.audit_id,
+        boundary=message.boundary,
+        state=cast(AuditStateName, state),
+        decision=decision_entry(message.decision) if decided else None,
+    )

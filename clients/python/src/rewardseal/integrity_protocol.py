@@ -2,7 +2,7 @@
 RPCs of ``RewardIntegrityService``, its listings, its request building and its filters.
 
 Built on :class:`~rewardseal.control_protocol.CallRules`, so the credentials, deadlines, retry
-and paging rules are the control plane's own (docs/spec.md §12, R-I-1..9).
+and paging rules are the control plane's own (docs/spec.md §12, R-I-1..10).
 """
 
 from __future__ import annotations

@@ -53,6 +53,8 @@ _CLASS_BY_REASON: Mapping[str, type[errors.RewardSealError]] = {
         errors.DecisionSuperseded,
         errors.BindingRefused,
         errors.AuditStateConflict,
+        errors.ShardAlreadyAudited,
+        errors.BindingMismatch,
     )
 }
 _CLASS_BY_CODE: Mapping[grpc.StatusCode, type[errors.RewardSealError]] = {

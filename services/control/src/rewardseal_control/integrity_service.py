@@ -1,4 +1,4 @@
-"""The gRPC face of reward integrity: ``RewardIntegrityService`` (docs/spec.md §12, R-I-1..9).
+"""The gRPC face of reward integrity: ``RewardIntegrityService`` (docs/spec.md §12, R-I-1..10).
 
 Served by the control plane next to ``ControlPlaneService``, over the same store and the same
 credentials (roles in ``server.py``). The rules are core's (:mod:`rewardseal.integrity`); the

@@ -1,4 +1,4 @@
-"""Reward integrity (docs/spec.md section 12, R-I-1..9): pure rules, no I/O, no clock.
+"""Reward integrity (docs/spec.md section 12, R-I-1..10): pure rules, no I/O, no clock.
 
 A training run binds a reward-system revision, a retention protocol and an integrity profile
 (:mod:`.binding`). At each boundary the trainer captures :class:`.signals.SignalRow` s, which are
@@ -11,7 +11,7 @@ inputs give the same bytes.
 Modules, in the order the evidence flows: ``scrubbing``, ``revisions``, ``mapping``,
 ``systems``, ``protocols``, ``profiles``, ``independence``, ``binding``, ``signals``,
 ``retention``, ``shards``, ``metrics``, ``bootstrap``, ``trends``, ``decisions``, ``audits``,
-``bundles`` (``fields`` reads typed values out of stored JSON for every ``from_json``).
+``bundles``, ``gate`` (``fields`` reads typed values out of stored JSON for every ``from_json``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from rewardseal.integrity.decisions import (
     initial_entry,
     review_decision,
 )
+from rewardseal.integrity.gate import AuditStanding, BoundaryDecision, RunGate, run_gate
 from rewardseal.integrity.independence import correlation_reasons
 from rewardseal.integrity.mapping import MappedReward, Normalization, RewardMapping, map_reward
 from rewardseal.integrity.metrics import CoreMetrics, compute_metrics
@@ -77,9 +78,11 @@ __all__ = [
     "DEFAULT_PROFILE",
     "AuditBundle",
     "AuditReport",
+    "AuditStanding",
     "Auditor",
     "AuditorObservation",
     "BindingResolution",
+    "BoundaryDecision",
     "BoundaryTrend",
     "CoreMetrics",
     "Decision",
@@ -96,6 +99,7 @@ __all__ = [
     "RewardMapping",
     "RewardSource",
     "RewardSystem",
+    "RunGate",
     "SentinelObservation",
     "ShardManifest",
     "SignalRow",
@@ -119,6 +123,7 @@ __all__ = [
     "retain",
     "review_decision",
     "revision_id",
+    "run_gate",
     "scrub_credentials",
     "seal_shard",
     "validate_profile",

@@ -1,12 +1,13 @@
-"""Which boundaries a trainer audits, and what it does with the answer (R-I-8, R-I-9).
+"""Which boundaries a trainer audits, and what it does with the answer (R-I-8..10).
 
 :class:`BoundaryGate` is what every trainer hook shares on top of
 :class:`~rewardseal.trainers.integrity_monitor.IntegrityMonitor`: the boundaries to audit (the
 capture's by default; a boundary the capture keeps no row for is refused), ``begin`` before the
 first step (the binding checked, the run labelled unmonitored, a resumed run held to the
-decision in force on its last audit) and ``audit`` at a boundary (each at most once, the
-outcome kept). TRL's callback (:mod:`rewardseal.trainers.trl_gate`) turns a halt into a
-checkpoint and a stop; verl's batch reward manager uses :class:`StepGate`, which raises.
+run's gate: the decision in force for each boundary, a stop final) and ``audit`` at a boundary
+(each at most once, the outcome kept). TRL's callback (:mod:`rewardseal.trainers.trl_gate`)
+turns a halt into a checkpoint and a stop; verl's batch reward manager uses :class:`StepGate`,
+which raises.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class BoundaryGate:
 
         Raises:
             BindingRefused: the binding cannot gate this run.
-            IntegrityHalted: the decision in force on the run's last audit is not continue.
+            IntegrityHalted: the run's gate (R-I-10) is not continue.
         """
         self.halted = None
         outcome = self.monitor.start()

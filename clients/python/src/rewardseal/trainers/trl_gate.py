@@ -23,10 +23,10 @@ then ``_maybe_log_save_evaluate`` saves when ``control.should_save``, then the l
 
 * ``on_train_begin``: :meth:`IntegrityMonitor.start`: a run without a binding is logged
   *unmonitored*, once, loudly, and trains on; a binding that cannot gate raises
-  ``BindingRefused`` before the first step; a run whose last audit's decision in force is not
-  ``continue`` (an unreviewed pause, a stop, a fork) raises :class:`~rewardseal.errors.
-  IntegrityHalted` before the first step, so a resumed run goes on only after a reviewed
-  ``continue``.
+  ``BindingRefused`` before the first step; a run whose gate (R-I-10: the decision in force for
+  each boundary, a stop final) is not ``continue`` (an unreviewed pause, a stop, a fork)
+  raises :class:`~rewardseal.errors.IntegrityHalted` before the first step, so a resumed run
+  goes on only after a reviewed ``continue``.
 * ``on_step_end`` after a boundary's step: :meth:`IntegrityMonitor.at_boundary` (seal, audit,
   decision). ``continue`` and ``deferred`` (control away) train on. ``pause`` sets
   ``control.should_save`` and ``control.should_training_stop``: the trainer writes
@@ -77,7 +77,7 @@ class GateCore(BoundaryGate):
 
         Raises:
             BindingRefused: the binding cannot gate this run.
-            IntegrityHalted: the decision in force on the run's last audit is not continue.
+            IntegrityHalted: the run's gate (R-I-10) is not continue.
         """
         self.checkpoint = None  # a resumed train() starts afresh
         self.begin(int(state.global_step))

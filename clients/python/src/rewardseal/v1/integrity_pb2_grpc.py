@@ -26,11 +26,14 @@ if _version_not_supported:
 
 
 class RewardIntegrityServiceStub:
-    """Reward integrity (docs/spec.md §12, R-I-1..9): reward-system revisions, retention protocols,
+    """Reward integrity (docs/spec.md §12, R-I-1..10): reward-system revisions, retention protocols,
     integrity profiles, sealed signal shards, sentinel audits and their decisions. Served by the
     control plane next to ControlPlaneService, with the same credentials (R-C-7): revisions,
     reviews, retries and cancellations need the admin credential; the trainer credential may
     resolve bindings, capture shards, start audits and read; the worker credential nothing.
+    A shard is audited once by StartAudit, under the run's binding (R-I-10); auditing it again is
+    RetryAudit. What a run may do is the decision in force for each boundary, a stop final
+    (rewardseal.integrity.run_gate), never simply the newest audit of the run.
     Lists are paged (page_size 0 means 50, at most 500; opaque page tokens). Long work (an audit)
     returns an id at once and is followed with GetAudit or WatchAudit.
     """
@@ -179,11 +182,14 @@ class RewardIntegrityServiceStub:
 
 
 class RewardIntegrityServiceServicer:
-    """Reward integrity (docs/spec.md §12, R-I-1..9): reward-system revisions, retention protocols,
+    """Reward integrity (docs/spec.md §12, R-I-1..10): reward-system revisions, retention protocols,
     integrity profiles, sealed signal shards, sentinel audits and their decisions. Served by the
     control plane next to ControlPlaneService, with the same credentials (R-C-7): revisions,
     reviews, retries and cancellations need the admin credential; the trainer credential may
     resolve bindings, capture shards, start audits and read; the worker credential nothing.
+    A shard is audited once by StartAudit, under the run's binding (R-I-10); auditing it again is
+    RetryAudit. What a run may do is the decision in force for each boundary, a stop final
+    (rewardseal.integrity.run_gate), never simply the newest audit of the run.
     Lists are paged (page_size 0 means 50, at most 500; opaque page tokens). Long work (an audit)
     returns an id at once and is followed with GetAudit or WatchAudit.
     """
@@ -289,7 +295,9 @@ class RewardIntegrityServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StartAudit(self, request, context):
-        """Audits (R-I-6..8). StartAudit answers at once with a queued audit.
+        """Audits (R-I-6..8). StartAudit answers at once with a queued audit. It refuses a shard that
+        has an audit already (shard_already_audited: that is RetryAudit) and a profile, protocol or
+        reward system other than the run's binding, fixed by its first audit (binding_mismatch).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -514,11 +522,14 @@ def add_RewardIntegrityServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class RewardIntegrityService:
-    """Reward integrity (docs/spec.md §12, R-I-1..9): reward-system revisions, retention protocols,
+    """Reward integrity (docs/spec.md §12, R-I-1..10): reward-system revisions, retention protocols,
     integrity profiles, sealed signal shards, sentinel audits and their decisions. Served by the
     control plane next to ControlPlaneService, with the same credentials (R-C-7): revisions,
     reviews, retries and cancellations need the admin credential; the trainer credential may
     resolve bindings, capture shards, start audits and read; the worker credential nothing.
+    A shard is audited once by StartAudit, under the run's binding (R-I-10); auditing it again is
+    RetryAudit. What a run may do is the decision in force for each boundary, a stop final
+    (rewardseal.integrity.run_gate), never simply the newest audit of the run.
     Lists are paged (page_size 0 means 50, at most 500; opaque page tokens). Long work (an audit)
     returns an id at once and is followed with GetAudit or WatchAudit.
     """

@@ -27,11 +27,14 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class RewardIntegrityServiceStub:
-    """Reward integrity (docs/spec.md §12, R-I-1..9): reward-system revisions, retention protocols,
+    """Reward integrity (docs/spec.md §12, R-I-1..10): reward-system revisions, retention protocols,
     integrity profiles, sealed signal shards, sentinel audits and their decisions. Served by the
     control plane next to ControlPlaneService, with the same credentials (R-C-7): revisions,
     reviews, retries and cancellations need the admin credential; the trainer credential may
     resolve bindings, capture shards, start audits and read; the worker credential nothing.
+    A shard is audited once by StartAudit, under the run's binding (R-I-10); auditing it again is
+    RetryAudit. What a run may do is the decision in force for each boundary, a stop final
+    (rewardseal.integrity.run_gate), never simply the newest audit of the run.
     Lists are paged (page_size 0 means 50, at most 500; opaque page tokens). Long work (an audit)
     returns an id at once and is followed with GetAudit or WatchAudit.
     """
@@ -67,7 +70,10 @@ class RewardIntegrityServiceStub:
     """Refuses (shard_corrupt) a shard whose stored rows no longer hash to its manifest."""
     ListSignalShards: _grpc.UnaryUnaryMultiCallable[_integrity_pb2.ListSignalShardsRequest, _integrity_pb2.ListSignalShardsResponse]
     StartAudit: _grpc.UnaryUnaryMultiCallable[_integrity_pb2.StartAuditRequest, _integrity_pb2.StartAuditResponse]
-    """Audits (R-I-6..8). StartAudit answers at once with a queued audit."""
+    """Audits (R-I-6..8). StartAudit answers at once with a queued audit. It refuses a shard that
+    has an audit already (shard_already_audited: that is RetryAudit) and a profile, protocol or
+    reward system other than the run's binding, fixed by its first audit (binding_mismatch).
+    """
     GetAudit: _grpc.UnaryUnaryMultiCallable[_integrity_pb2.GetAuditRequest, _integrity_pb2.GetAuditResponse]
     ListAudits: _grpc.UnaryUnaryMultiCallable[_integrity_pb2.ListAuditsRequest, _integrity_pb2.ListAuditsResponse]
     WatchAudit: _grpc.UnaryStreamMultiCallable[_integrity_pb2.WatchAuditRequest, _integrity_pb2.WatchAuditResponse]
@@ -89,11 +95,14 @@ class RewardIntegrityServiceStub:
 
 @_typing.type_check_only
 class RewardIntegrityServiceAsyncStub(RewardIntegrityServiceStub):
-    """Reward integrity (docs/spec.md §12, R-I-1..9): reward-system revisions, retention protocols,
+    """Reward integrity (docs/spec.md §12, R-I-1..10): reward-system revisions, retention protocols,
     integrity profiles, sealed signal shards, sentinel audits and their decisions. Served by the
     control plane next to ControlPlaneService, with the same credentials (R-C-7): revisions,
     reviews, retries and cancellations need the admin credential; the trainer credential may
     resolve bindings, capture shards, start audits and read; the worker credential nothing.
+    A shard is audited once by StartAudit, under the run's binding (R-I-10); auditing it again is
+    RetryAudit. What a run may do is the decision in force for each boundary, a stop final
+    (rewardseal.integrity.run_gate), never simply the newest audit of the run.
     Lists are paged (page_size 0 means 50, at most 500; opaque page tokens). Long work (an audit)
     returns an id at once and is followed with GetAudit or WatchAudit.
     """
@@ -126,7 +135,10 @@ class RewardIntegrityServiceAsyncStub(RewardIntegrityServiceStub):
     """Refuses (shard_corrupt) a shard whose stored rows no longer hash to its manifest."""
     ListSignalShards: _aio.UnaryUnaryMultiCallable[_integrity_pb2.ListSignalShardsRequest, _integrity_pb2.ListSignalShardsResponse]  # type: ignore[assignment]
     StartAudit: _aio.UnaryUnaryMultiCallable[_integrity_pb2.StartAuditRequest, _integrity_pb2.StartAuditResponse]  # type: ignore[assignment]
-    """Audits (R-I-6..8). StartAudit answers at once with a queued audit."""
+    """Audits (R-I-6..8). StartAudit answers at once with a queued audit. It refuses a shard that
+    has an audit already (shard_already_audited: that is RetryAudit) and a profile, protocol or
+    reward system other than the run's binding, fixed by its first audit (binding_mismatch).
+    """
     GetAudit: _aio.UnaryUnaryMultiCallable[_integrity_pb2.GetAuditRequest, _integrity_pb2.GetAuditResponse]  # type: ignore[assignment]
     ListAudits: _aio.UnaryUnaryMultiCallable[_integrity_pb2.ListAuditsRequest, _integrity_pb2.ListAuditsResponse]  # type: ignore[assignment]
     WatchAudit: _aio.UnaryStreamMultiCallable[_integrity_pb2.WatchAuditRequest, _integrity_pb2.WatchAuditResponse]  # type: ignore[assignment]
@@ -147,11 +159,14 @@ class RewardIntegrityServiceAsyncStub(RewardIntegrityServiceStub):
     GetDecisionHistory: _aio.UnaryUnaryMultiCallable[_integrity_pb2.GetDecisionHistoryRequest, _integrity_pb2.GetDecisionHistoryResponse]  # type: ignore[assignment]
 
 class RewardIntegrityServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Reward integrity (docs/spec.md §12, R-I-1..9): reward-system revisions, retention protocols,
+    """Reward integrity (docs/spec.md §12, R-I-1..10): reward-system revisions, retention protocols,
     integrity profiles, sealed signal shards, sentinel audits and their decisions. Served by the
     control plane next to ControlPlaneService, with the same credentials (R-C-7): revisions,
     reviews, retries and cancellations need the admin credential; the trainer credential may
     resolve bindings, capture shards, start audits and read; the worker credential nothing.
+    A shard is audited once by StartAudit, under the run's binding (R-I-10); auditing it again is
+    RetryAudit. What a run may do is the decision in force for each boundary, a stop final
+    (rewardseal.integrity.run_gate), never simply the newest audit of the run.
     Lists are paged (page_size 0 means 50, at most 500; opaque page tokens). Long work (an audit)
     returns an id at once and is followed with GetAudit or WatchAudit.
     """
@@ -278,7 +293,10 @@ class RewardIntegrityServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _integrity_pb2.StartAuditRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_integrity_pb2.StartAuditResponse, _abc.Awaitable[_integrity_pb2.StartAuditResponse]]:
-        """Audits (R-I-6..8). StartAudit answers at once with a queued audit."""
+        """Audits (R-I-6..8). StartAudit answers at once with a queued audit. It refuses a shard that
+        has an audit already (shard_already_audited: that is RetryAudit) and a profile, protocol or
+        reward system other than the run's binding, fixed by its first audit (binding_mismatch).
+        """
 
     @_abc_1.abstractmethod
     def GetAudit(

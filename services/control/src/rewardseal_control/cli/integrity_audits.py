@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
 from rewardseal.control_client import ControlClient
-from rewardseal.integrity import verify_bundle
+from rewardseal.integrity import RunGate, run_gate, verify_bundle
 from rewardseal.integrity_client import IntegrityClient, SampleQuery
+from rewardseal.integrity_messages import audit_standing
 from rewardseal.signing import TrustSet
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
@@ -106,19 +107,45 @@ def _entry_row(entry: ipb.DecisionEntry) -> tuple[Any, ...]:
 _ENTRY_HEADERS = ("SEQ", "KIND", "OUTCOME", "ACTION", "REVIEW", "REASON", "CHECKPOINT", "AT")
 
 
+def _gate_json(gate: RunGate) -> dict[str, Any]:
+    """The run's gate for ``--json``: the deciding boundary (nulls while nothing is decided)."""
+    deciding = gate.deciding
+    return {
+        "action": gate.action,
+        "boundary": None if deciding is None else deciding.boundary,
+        "audit_id": None if deciding is None else deciding.audit_id,
+        "pending_boundaries": list(gate.pending),
+    }
+
+
+def _gate_text(gate: RunGate) -> str:
+    deciding = gate.deciding
+    if deciding is None:
+        return "no decision yet"
+    final = ", final" if deciding.action == "stop" else ""
+    return f"{deciding.action}{final} (boundary {deciding.boundary}, audit {deciding.audit_id})"
+
+
 def _print_audit(
     audit: ipb.Audit,
     entries: Sequence[ipb.DecisionEntry] | None,
     args: argparse.Namespace,
     out: TextIO,
+    gate: RunGate | None = None,
 ) -> int:
     if args.json:
         document: dict[str, Any] = {"audit": message_json(audit, defaults=True)}
         if entries is not None:
             document["decisions"] = [message_json(e, defaults=True) for e in entries]
+        if gate is not None:
+            document["run_gate"] = _gate_json(gate)
         print_json(document, out)
         return 0
-    print_table(("FIELD", "VALUE"), _audit_rows(audit), out)
+    rows = _audit_rows(audit)
+    if gate is not None:
+        # What the run may do (R-I-10), which this one audit's decision alone does not say.
+        rows.insert(3, ("run gate", _gate_text(gate)))
+    print_table(("FIELD", "VALUE"), rows, out)
     if entries:
         print(file=out)
         print_table(_ENTRY_HEADERS, [_entry_row(e) for e in entries], out)
@@ -165,7 +192,8 @@ def _show(client: IntegrityClient, args: argparse.Namespace, out: TextIO) -> int
     with remote():
         audit = _settled(client, client.get_audit(args.audit_id), args)
         entries = client.decision_history(args.audit_id) if audit.HasField("decision") else []
-    return _print_audit(audit, entries, args, out)
+        gate = run_gate(audit_standing(a) for a in client.list_audits(run_id=audit.run_id))
+    return _print_audit(audit, entries, args, out, gate)
 
 
 def _retry(client: IntegrityClient, args: argparse.Namespace, out: TextIO) -> int:

@@ -20,6 +20,7 @@ from typing import Final
 
 from rewardseal.certificates import certificate_state, state_name
 from rewardseal.integrity.decisions import DecisionEntry
+from rewardseal.integrity.gate import RunGate, run_gate
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationEntry, RevocationList
 from rewardseal.v1.control_service_pb2 import RegisteredContract
 from rewardseal.v1.enums_pb2 import (
@@ -299,15 +300,19 @@ def integrity_audits(store: ControlStore, *, page_token: str = "") -> tuple[list
 
 @dataclass(frozen=True)
 class AuditAndHistory:
-    """One reward-integrity audit and its whole decision history."""
+    """One reward-integrity audit, its whole decision history, and its run's gate (R-I-10: what
+    the run may do, which one audit's decision alone does not say)."""
 
     audit: StoredAudit
     history: Sequence[DecisionEntry]
+    run_gate: RunGate
 
 
 def integrity_audit(store: ControlStore, audit_id: str) -> AuditAndHistory:
-    """An audit and its decision history (oldest entry first)."""
+    """An audit, its decision history (oldest entry first) and the gate of its run."""
+    audit = store.integrity_audits.get(audit_id)
     return AuditAndHistory(
-        audit=store.integrity_audits.get(audit_id),
+        audit=audit,
         history=store.integrity_decisions.history(audit_id),
+        run_gate=run_gate(store.integrity_audits.standings(audit.run_id)),
     )

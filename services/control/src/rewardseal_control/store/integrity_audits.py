@@ -11,6 +11,7 @@ restarted, cancelled or taken-over audit is never decided twice or half-decided.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -19,8 +20,15 @@ from typing import Final, Literal
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import AuditStateConflict, NotFound, ValidationError
-from rewardseal.integrity import DecisionEntry
+from rewardseal.errors import (
+    AuditStateConflict,
+    BindingMismatch,
+    NotFound,
+    ShardAlreadyAudited,
+    ValidationError,
+)
+from rewardseal.integrity import AuditStanding, DecisionEntry
+from rewardseal.validation import validate_id
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.integrity_decisions import (
     NewBundle,
@@ -42,6 +50,7 @@ __all__ = [
     "AuditState",
     "IntegrityAuditStore",
     "StoredAudit",
+    "standing",
 ]
 
 AuditState = Literal["queued", "running", "done", "failed", "cancelled"]
@@ -84,6 +93,13 @@ class StoredAudit:
     decision: DecisionEntry | None
 
 
+def _run_lock(run_id: str) -> int:
+    """The advisory-lock key of one run's audit starts (PostgreSQL; SQLite writers are
+    serialized already)."""
+    digest = hashlib.sha256(f"integrity-audits\0{run_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
 def new_audit_id() -> str:
     """A fresh R-MSG-10 audit id."""
     return f"audit-{secrets.token_hex(16)}"
@@ -104,26 +120,66 @@ class IntegrityAuditStore:
     # ------------------------------------------------------------------ creation
 
     def create(
-        self,
-        shard_id: str,
-        profile_revision_id: str,
-        *,
-        at: datetime | None = None,
-        retry_of: str | None = None,
-        retry_reason: str = "",
+        self, shard_id: str, profile_revision_id: str, *, at: datetime | None = None
     ) -> StoredAudit:
-        """Queue an audit of the sealed shard ``shard_id`` under a profile (id or built-in name).
+        """StartAudit (R-I-10): queue the first audit of a sealed shard, under the run's binding.
+
+        The run's binding is fixed by its first audit: the reward-system and protocol revisions
+        its shard was sealed under and the profile it was started with. Auditing a shard a
+        second time is :meth:`retry` (the admin's), never this: a fresh audit would otherwise be
+        a way around a pause or a stop.
 
         Raises:
             ValidationError: an empty shard or profile id.
             NotFound: an unknown shard or profile.
+            ShardAlreadyAudited: the shard has an audit already (metadata ``audit_id``,
+                ``state``).
+            BindingMismatch: the profile, or the shard's protocol or reward system, is not the
+                run's binding (metadata ``field``, ``bound``, ``given``).
         """
         moment = inputs.moment(at)
 
         def work(conn: Connection) -> StoredAudit:
-            return self._create_in(
-                conn, shard_id, profile_revision_id, moment, retry_of, retry_reason
-            )
+            shard = get_shard_in(conn, shard_id)
+            # Every start of one run takes the run's lock: two first audits cannot both bind it.
+            self._db.advisory_lock(conn, _run_lock(shard.run_id))
+            profile = self._revisions.get_in(conn, "profile", profile_revision_id)
+            earlier = conn.execute(
+                select(_audits.c.audit_id, _audits.c.state)
+                # run_id first: the (run_id, created_at) index finds the run's few audits.
+                .where(_audits.c.run_id == shard.run_id, _audits.c.shard_id == shard.shard_id)
+                .order_by(_audits.c.created_at, _audits.c.audit_id)
+                .limit(1)
+            ).first()
+            if earlier is not None:
+                raise ShardAlreadyAudited(
+                    f"shard {shard.shard_id} has audit {earlier.audit_id} ({earlier.state}) "
+                    "already; auditing the same evidence again is a retry (admin): "
+                    f"rewardseal-control integrity audit retry {earlier.audit_id} --reason ...",
+                    metadata={"audit_id": earlier.audit_id, "state": earlier.state},
+                )
+            bound = conn.execute(
+                select(
+                    _audits.c.system_revision_id,
+                    _audits.c.protocol_revision_id,
+                    _audits.c.profile_revision_id,
+                )
+                .where(_audits.c.run_id == shard.run_id)
+                .order_by(_audits.c.created_at, _audits.c.audit_id)
+                .limit(1)
+            ).first()
+            if bound is not None:
+                given = (shard.system_revision_id, shard.protocol_revision_id, profile.revision_id)
+                for field, fixed, asked in zip(
+                    ("system", "protocol", "profile"), bound, given, strict=True
+                ):
+                    if fixed != asked:
+                        raise BindingMismatch(
+                            f"run {shard.run_id} is bound to {field} revision {fixed} by its "
+                            f"first audit; this audit names {asked}",
+                            metadata={"field": field, "bound": fixed, "given": asked},
+                        )
+            return self._create_in(conn, shard.shard_id, profile.revision_id, moment, None, "")
 
         return self._db.write(work)
 
@@ -368,6 +424,24 @@ class IntegrityAuditStore:
         """
         return self._db.read(lambda conn: get_audit_in(conn, audit_id), snapshot=True)
 
+    def standings(self, run_id: str) -> list[AuditStanding]:
+        """Every audit of ``run_id`` in the order started, as the run's gate reads them
+        (:func:`~rewardseal.integrity.run_gate`, R-I-10), in one snapshot.
+
+        Raises:
+            ValidationError: ``run_id`` is not an id.
+        """
+        validate_id(run_id, "run_id")
+        statement = (
+            select(_audits)
+            .where(_audits.c.run_id == run_id)
+            .order_by(_audits.c.created_at, _audits.c.audit_id)
+        )
+        return self._db.read(
+            lambda conn: [standing(_stored(conn, row)) for row in conn.execute(statement)],
+            snapshot=True,
+        )
+
     def list_audits(
         self,
         run_id: str = "",
@@ -396,6 +470,11 @@ class IntegrityAuditStore:
 
         items, token = self._db.read(work, snapshot=True)
         return Page(items, token)
+
+
+def standing(audit: StoredAudit) -> AuditStanding:
+    """An audit as :func:`~rewardseal.integrity.run_gate` reads it."""
+    return AuditStanding(audit.audit_id, audit.boundary, audit.state, audit.decision)
 
 
 def get_audit_in(conn: Connection, audit_id: str, *, lock: bool = False) -> StoredAudit:
