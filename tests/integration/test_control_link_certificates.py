@@ -109,7 +109,8 @@ async def test_control_link_refuses_certificates_signed_by_an_unpinned_key(
         # Its revocation lists are refused too: no list, no vouching, no certified receipt.
         assert link._follower is not None
         assert link._follower.held is None
-        assert link.revocation(forged).value == "unknown"
+        forged_certificate = rogue.store.certificates.get_certificate(forged).certificate
+        assert link.revocation(forged_certificate).value == "unknown"
         got = await score_honest(stack, 1)
         assert got.receipt.certificate_id != forged
         assert got.receipt.certified is False
@@ -363,6 +364,7 @@ async def test_revocation_list_rollback_across_restart_is_refused(
     control = await start_control_plane(tmp_path)
     try:
         version = await revoke(control, certificate_id)
+        revoked_certificate = control.store.certificates.get_certificate(certificate_id).certificate
         stack = await start_linked_worker(data_dir, control.target, control.key, db_url=store_url)
         try:
             link = link_of(stack)
@@ -372,7 +374,7 @@ async def test_revocation_list_rollback_across_restart_is_refused(
                 # version and choosing again follow a moment later (off the event loop), so
                 # all three are awaited together rather than asserted right after the first.
                 return (
-                    link.revocation(certificate_id).value == "revoked"
+                    link.revocation(revoked_certificate).value == "revoked"
                     and in_use(stack) != certificate_id
                     and stack.app.store.state_value(REVOCATION_VERSION) >= version
                 )
