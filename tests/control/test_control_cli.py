@@ -327,6 +327,11 @@ async def test_certificates_revoke_a_whole_contract_or_checker_configuration(
     follower.accept(envelope, control.clock.now)
     assert follower.revokes(issued)
     assert not follower.is_revoked("cert.mockmed.0001")  # revoked by contract, not by name
+    # Control's own views say so too (GetCertificate, the console, `certificates list`).
+    stored = control.store.certificates.get_certificate("cert.mockmed.0001")
+    assert stored.revoked
+    assert stored.revocation_reason == "checker broken"
+    assert control.store.certificates.list_certificates(DIGEST).items[0].revoked
     # Any certificate of the contract, also one issued after the entry.
     later = RewardCertificate()
     later.CopyFrom(issued)
