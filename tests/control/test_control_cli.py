@@ -338,6 +338,15 @@ async def test_certificates_revoke_a_whole_contract_or_checker_configuration(
     later.certificate_id = "cert.mockmed.later.0002"
     assert follower.revokes(later)
 
+    # Control issues nothing more under the revoked contract (it would be revoked at birth).
+    code, _, err = await cli(
+        control, "certificates", "issue", "--contract", DIGEST, "--calibration",
+        str(calibration), "--certificate-id", "cert.mockmed.0003",
+    )  # fmt: skip
+    assert code == 1
+    assert "certification_refused" in err
+    assert f"contract {DIGEST} is revoked" in err
+
     checker = issued.checker_configuration_digest
     code, out, _ = await cli(
         control, "certificates", "revoke", "--checker", checker, "--reason", "oracle bug"

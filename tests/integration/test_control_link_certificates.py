@@ -34,7 +34,7 @@ from support.linked_stack import (
 )
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.errors import ValidationError
+from rewardseal.errors import CertificationRefused, ValidationError
 from rewardseal.scoring import score
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as cpb
@@ -492,9 +492,10 @@ async def test_revoking_the_certificate_in_use_leaves_receipts_uncertified(
 async def test_contract_wide_revocation_is_honoured_by_worker_and_score(
     control: ControlApp, data_dir: Path, adopted: list[str | None]
 ) -> None:
-    """One signed entry revokes every certificate of the contract: the one in use, the older
-    valid one the worker would otherwise fall back to, and any issued afterwards. A reader
-    that holds the list (score()) refuses each as revoked."""
+    """One signed entry revokes every certificate of the contract: the one in use and the older
+    valid one the worker would otherwise fall back to (one made afterwards too: control refuses
+    to issue it, and the MITM test below shows the bundle's own covered). A reader that holds
+    the list (score()) refuses each as revoked."""
     stack = await start_linked_worker(data_dir, control.target, control.key)
     try:
         older = await issue_certificate(control, data_dir, stack.digest)
@@ -509,16 +510,18 @@ async def test_contract_wide_revocation_is_honoured_by_worker_and_score(
 
         await eventually(holds_it)
         await scoring_under(stack, None)
-        later = await issue_certificate(control, data_dir, stack.digest)
+        # Control will not issue another under it (it would be revoked at birth).
+        with pytest.raises(CertificationRefused, match=f"contract {stack.digest} is revoked"):
+            await issue_certificate(control, data_dir, stack.digest)
         await polled_after(stack)
         assert in_use(stack) is None
-        # Never the older one, never the one issued after the entry.
+        # Never the older one the worker would have fallen back to.
         assert adopted[before:] == [None]
         await assert_uncertified(stack, 1)
 
         contract = stack.app.bundle.contract
         revocations = held_list(stack)
-        for certificate_id in (older, newer, later):
+        for certificate_id in (older, newer):
             certificate = certificate_at(control, certificate_id)
             assert link_of(stack).revocation(certificate).value == "revoked"
             refused = score(
@@ -536,7 +539,7 @@ async def test_contract_wide_revocation_is_honoured_by_worker_and_score(
         assert score(
             RewardOutcome.REWARD_OUTCOME_VERIFIED,
             tier=stack.app.bundle.tier,
-            certificate=certificate_at(control, later),
+            certificate=certificate_at(control, older),
             policy_update=0,
             contract=contract,
         ).certified

@@ -356,6 +356,19 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     ) -> pb.IssueCertificateResponse:
         now = self.clock()
         certificate = await self._build_certificate(request, now)
+        revoked = await asyncio.to_thread(
+            self.store.revocations.revoked_scope,
+            certificate.reward_contract_digest,
+            certificate.checker_configuration_digest,
+        )
+        if revoked is not None:
+            kind, digest = revoked
+            # It would be revoked at birth: say so rather than issue it (R-C-13).
+            raise CertificationRefused(
+                f"every certificate of {kind} {digest} is revoked; certify a new contract "
+                "digest or a new checker configuration",
+                metadata={"rule": "R-C-13", "revoked": kind, "digest": digest},
+            )
         stored, created = await asyncio.to_thread(
             self.store.certificates.record_certificate,
             certificate,

@@ -237,6 +237,16 @@ class RevocationStore:
 
         return self._db.write(work)
 
+    def revoked_scope(self, contract_digest: str, checker_digest: str) -> tuple[str, str] | None:
+        """``(kind, digest)`` of the entry that revokes every certificate of ``contract_digest``
+        or of ``checker_digest`` (R-C-13), or None: a certificate under it is revoked at birth."""
+        statement = select(_scopes.c.kind, _scopes.c.digest).where(
+            ((_scopes.c.kind == CONTRACT) & (_scopes.c.digest == contract_digest))
+            | ((_scopes.c.kind == CHECKER) & (_scopes.c.digest == checker_digest))
+        )
+        row = self._db.read(lambda conn: conn.execute(statement).first())
+        return (str(row.kind), str(row.digest)) if row is not None else None
+
     def publish_revocation_list(
         self,
         *,
