@@ -244,19 +244,20 @@ def service_env(service: str, tokens: Mapping[str, str]) -> dict[str, str]:
 
 def certify_worker(
     control_target: str, worker: Mapping[str, Any], tokens: Mapping[str, str]
-) -> str:
+) -> str | None:
     """The organization certificate the stack's linked worker scores under; its id.
 
     A worker joined to control certifies only under certificates control lists for its
     contract, never under its bundle's self-signed one (docs/spec.md R-C-9), so the stack does
     the operator's one admin step itself: on the first ``up`` it registers the worker's contract
     and issues a SYNTHETIC certificate from the seeded calibration (control's admin credential,
-    which stays on this side); on a later ``up`` the newest certificate control lists is kept,
-    so a certificate the operator revoked is not replaced behind their back. Then it waits
-    until the worker scores under it (``worker``: the worker's banner).
+    which stays on this side). On a later ``up`` what control lists is kept: a certificate the
+    operator revoked is not replaced behind their back (None: every listed one is revoked, and
+    receipts stay uncertified until the operator issues another). Then it waits until the
+    worker scores under one of them (``worker``: the worker's banner).
 
     Raises:
-        StackError: the worker does not adopt the certificate in time.
+        StackError: the worker does not adopt a certificate in time.
     """
     from google.protobuf import json_format
 
@@ -269,10 +270,9 @@ def certify_worker(
     digest = str(worker["contract_digest"])
     bundle = Path(str(worker["contract_dir"]))
     with ControlClient(control_target, token=tokens["control_admin"]) as control:
-        listed = list(control.certificates(reward_contract_digest=digest))
-        if listed:
-            certificate_id = listed[-1].certificate_id
-        else:
+        listed = [c.certificate_id for c in control.certificates(reward_contract_digest=digest)]
+        usable = {i for i in listed if not control.get_certificate(i).revoked}
+        if not listed:
             contract = json_format.Parse(
                 (bundle / "contract.json").read_text(encoding="utf-8"), RewardContract()
             )
@@ -284,18 +284,20 @@ def certify_worker(
                     reason="local stack: the seeded worker's first certificate",
                 )
             )
-            certificate_id = answer.certificate.certificate_id
+            usable = {answer.certificate.certificate_id}
+    if not usable:
+        return None
     trust = TrustSet([bytes.fromhex(str(worker["public_key"]))])
     deadline = time.monotonic() + CERTIFICATE_WAIT_SECONDS
     with WorkerClient(f"{HOST}:{worker['port']}", token=tokens["worker"], trust=trust) as client:
-        while client.health().certificate_id != certificate_id:
+        while (in_use := client.health().certificate_id) not in usable:
             if time.monotonic() > deadline:
                 raise StackError(
-                    f"the worker did not adopt certificate {certificate_id} within "
+                    f"the worker did not adopt any of {sorted(usable)} within "
                     f"{CERTIFICATE_WAIT_SECONDS:.0f}s (see {worker.get('log', 'its log')})"
                 )
             time.sleep(POLL_SECONDS)
-    return certificate_id
+    return in_use
 
 
 def _write_private(path: Path, text: str) -> None:
