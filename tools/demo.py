@@ -120,6 +120,8 @@ def local_stack(root: Path, out: TextIO) -> Iterator[dict[str, Any]]:
             main, control_target, organization_key=control["organization_public_key"]
         )
         worker = start(main, stack.WORKER, worker_command)
+        # Linked, the worker certifies only under a certificate control lists (R-C-9).
+        worker["certificate_id"] = stack.certify_worker(control_target, worker, tokens)
         screen = worker_data / SCREEN_FILE
         mockmed = start(main, stack.MOCKMED, stack.mockmed_command(main, screen_file=screen))
         # The tier-0 worker shares the seeded data (keys, bundles, screen) but not the store,

@@ -73,6 +73,10 @@ OPTIONAL: Final = frozenset({MOCKMED})
 START_TIMEOUT_SECONDS: Final[Mapping[str, float]] = {CONTROL: 60.0, WORKER: 300.0, MOCKMED: 60.0}
 STOP_TIMEOUT_SECONDS: Final = localstack.STOP_TIMEOUT_SECONDS
 POLL_SECONDS: Final = localstack.POLL_SECONDS
+WORKER_CERTIFICATE_POLL_SECONDS: Final = "2"
+"""How often the stack's worker reads control's certificates (the default is 30 s): the
+certificate ``up`` issues is in use within seconds."""
+CERTIFICATE_WAIT_SECONDS: Final = 60.0
 TOKEN_NAMES: Final = (
     "control_admin",
     "control",
@@ -231,10 +235,69 @@ def service_env(service: str, tokens: Mapping[str, str]) -> dict[str, str]:
         return {
             "REWARDSEAL_WORKER_TOKEN": tokens["worker"],
             "REWARDSEAL_WORKER_CONTROL_TOKEN": tokens["control_worker"],
+            "REWARDSEAL_WORKER_CERTIFICATE_POLL_SECONDS": WORKER_CERTIFICATE_POLL_SECONDS,
         }
     if service == MOCKMED:
         return {"MOCKMED_TOKEN": tokens["mockmed"], "MOCKMED_ADMIN_TOKEN": tokens["mockmed_admin"]}
     raise ValueError(f"unknown service {service!r}")
+
+
+def certify_worker(
+    control_target: str, worker: Mapping[str, Any], tokens: Mapping[str, str]
+) -> str | None:
+    """The organization certificate the stack's linked worker scores under; its id.
+
+    A worker joined to control certifies only under certificates control lists for its
+    contract, never under its bundle's self-signed one (docs/spec.md R-C-9), so the stack does
+    the operator's one admin step itself: on the first ``up`` it registers the worker's contract
+    and issues a SYNTHETIC certificate from the seeded calibration (control's admin credential,
+    which stays on this side). On a later ``up`` what control lists is kept: a certificate the
+    operator revoked is not replaced behind their back (None: every listed one is revoked, and
+    receipts stay uncertified until the operator issues another). Then it waits until the
+    worker scores under one of them (``worker``: the worker's banner).
+
+    Raises:
+        StackError: the worker does not adopt a certificate in time.
+    """
+    from google.protobuf import json_format
+
+    from rewardseal.calibration import read_calibration
+    from rewardseal.client import WorkerClient
+    from rewardseal.control_client import ControlClient, issue_certificate_request
+    from rewardseal.signing import TrustSet
+    from rewardseal.v1.contract_pb2 import RewardContract
+
+    digest = str(worker["contract_digest"])
+    bundle = Path(str(worker["contract_dir"]))
+    with ControlClient(control_target, token=tokens["control_admin"]) as control:
+        listed = [c.certificate_id for c in control.certificates(reward_contract_digest=digest)]
+        usable = {i for i in listed if not control.get_certificate(i).revoked}
+        if not listed:
+            contract = json_format.Parse(
+                (bundle / "contract.json").read_text(encoding="utf-8"), RewardContract()
+            )
+            control.register_contract(contract, digest)
+            answer = control.issue_certificate(
+                issue_certificate_request(
+                    digest,
+                    read_calibration(bundle / "calibration.json"),
+                    reason="local stack: the seeded worker's first certificate",
+                )
+            )
+            usable = {answer.certificate.certificate_id}
+    if not usable:
+        return None
+    trust = TrustSet([bytes.fromhex(str(worker["public_key"]))])
+    deadline = time.monotonic() + CERTIFICATE_WAIT_SECONDS
+    with WorkerClient(f"{HOST}:{worker['port']}", token=tokens["worker"], trust=trust) as client:
+        while (in_use := client.health().certificate_id) not in usable:
+            if time.monotonic() > deadline:
+                raise StackError(
+                    f"the worker did not adopt any of {sorted(usable)} within "
+                    f"{CERTIFICATE_WAIT_SECONDS:.0f}s (see {worker.get('log', 'its log')})"
+                )
+            time.sleep(POLL_SECONDS)
+    return in_use
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -478,11 +541,17 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             "oracle_tier": banner.get("oracle_tier"),
             "key_id": banner["key_id"],
             "public_key": banner["public_key"],
-            "certificate_id": banner.get("certificate_id"),
+            "certificate_id": None,
             "http_url": f"http://{HOST}:{banner['http_port']}" if banner.get("http_port") else None,
             "data_dir": str(layout.data(WORKER)),
             "log": str(layout.log_file(WORKER)),
         }
+        out("issuing the worker's certificate at control ...")
+        services[WORKER]["certificate_id"] = certify_worker(
+            services[CONTROL]["target"],
+            {**banner, "log": services[WORKER]["log"]},
+            tokens,
+        )
         if _available(MOCKMED):
             out("starting MockMed ...")
             banner = start_service(

@@ -449,6 +449,35 @@ async def test_revoking_with_confirmation_publishes_the_next_signed_list(console
     assert await revoked(console, "cert.console.revoke-me")
 
 
+async def test_a_contract_revocation_shows_as_one_entry_and_revokes_its_certificates(
+    console: Seeded,
+) -> None:
+    """R-C-13 in the console: the list's entry names the whole contract, and a certificate of
+    that contract reads revoked though no entry names it."""
+    store = console.app.store
+    html_contract = store.contracts.get_contract(console.html_digest).contract
+    store.certificates.record_certificate(
+        make_certificate(html_contract, certificate_id="cert.console.whole-contract"),
+        "admin",
+        "seed",
+    )
+    await console.app.servicer.revoke_scope(
+        "contract", console.html_digest, "checker broken", "admin"
+    )
+    trainer = await signed_in(console, CLIENT_TOKEN)
+    try:
+        page = await trainer.get("/certificates")
+        listed, _, table = page.text.partition('class="hint"')
+        assert f"every certificate of contract <code>{console.html_digest}</code>" in listed
+        assert "checker broken" in listed
+        row = table[table.index(">cert.console.whole-contract<") :]
+        assert row[: row.index("</tr>")].count(">revoked<") == 1
+        shown = await trainer.get("/certificates/cert.console.whole-contract")
+        assert ">revoked<" in shown.text
+    finally:
+        await trainer.close()
+
+
 # ------------------------------------------------------------------ serving
 
 

@@ -25,6 +25,7 @@ from support.control import (
     stop_control,
 )
 from support.control_cli import cli, table_rows
+from support.control_store import list_audit
 
 from rewardseal.calibration import clopper_pearson_upper
 from rewardseal.contract import contract_digest
@@ -32,7 +33,7 @@ from rewardseal.receipts import build_receipt, seal_receipt
 from rewardseal.revocation import RevocationFollower
 from rewardseal.signing import SigningKey, TrustSet, verify_certificate
 from rewardseal.v1 import control_service_pb2 as pb
-from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.settings import ADMIN_TOKEN_ENV, TOKEN_ENV
@@ -299,6 +300,117 @@ async def test_certificates_revoke_and_revocations_show(
     )
     assert code == 1
     assert "not_found" in err
+
+
+async def test_certificates_revoke_a_whole_contract_or_checker_configuration(
+    control: ControlStack, tmp_path: Path
+) -> None:
+    """R-C-13: one signed entry revokes every certificate of a contract (or of a checker
+    configuration), admin-only and audited; the list keeps it, and re-sending is a no-op."""
+    await register_contract(control)
+    calibration = write_calibration(tmp_path / "calibration.json")
+    code, out, _ = await cli(
+        control, "certificates", "issue", "--contract", DIGEST, "--calibration",
+        str(calibration), "--certificate-id", "cert.mockmed.0001", "--json",
+    )  # fmt: skip
+    assert code == 0
+    issued = json_format.ParseDict(json.loads(out)["certificate"], RewardCertificate())
+    code, out, _ = await cli(
+        control, "certificates", "revoke", "--contract", DIGEST, "--reason", "checker broken",
+        "--json",
+    )  # fmt: skip
+    assert code == 0, out
+    document = json.loads(out)
+    assert document["reward_contract_digest"] == DIGEST
+    envelope = json_format.ParseDict(document["revocation_list"], SignedEnvelope())
+    follower = RevocationFollower(control.trust)
+    follower.accept(envelope, control.clock.now)
+    assert follower.revokes(issued)
+    assert not follower.is_revoked("cert.mockmed.0001")  # revoked by contract, not by name
+    # Control's own views say so too (GetCertificate, the console, `certificates list`).
+    stored = control.store.certificates.get_certificate("cert.mockmed.0001")
+    assert stored.revoked
+    assert stored.revocation_reason == "checker broken"
+    assert control.store.certificates.list_certificates(DIGEST).items[0].revoked
+    # Any certificate of the contract, also one issued after the entry.
+    later = RewardCertificate()
+    later.CopyFrom(issued)
+    later.certificate_id = "cert.mockmed.later.0002"
+    assert follower.revokes(later)
+
+    # Control issues nothing more under the revoked contract (it would be revoked at birth).
+    code, _, err = await cli(
+        control, "certificates", "issue", "--contract", DIGEST, "--calibration",
+        str(calibration), "--certificate-id", "cert.mockmed.0003",
+    )  # fmt: skip
+    assert code == 1
+    assert "certification_refused" in err
+    assert f"contract {DIGEST} is revoked" in err
+
+    checker = issued.checker_configuration_digest
+    code, out, _ = await cli(
+        control, "certificates", "revoke", "--checker", checker, "--reason", "oracle bug"
+    )
+    assert code == 0
+    assert f"revoked every certificate of checker configuration {checker}" in out
+    code, out, _ = await cli(control, "revocations", "show")
+    assert code == 0
+    assert f"contract {DIGEST}" in out
+    assert f"checker {checker}" in out
+    assert "checker broken" in out
+    # The same contract again: no new list version.
+    head = control.store.revocations.revocation_head()
+    assert head is not None
+    code, _, _ = await cli(
+        control, "certificates", "revoke", "--contract", DIGEST, "--reason", "again"
+    )
+    assert code == 0
+    assert control.store.revocations.revocation_head().version == head.version  # type: ignore[union-attr]
+    actions = [e.action for e in list_audit(control.store).items]
+    assert actions.count("certificate.revoke_contract") == 2
+    assert actions.count("certificate.revoke_checker") == 1
+
+
+async def test_certificates_revoke_scope_errors(control: ControlStack) -> None:
+    await register_contract(control)
+    # Exactly one target.
+    for argv in (
+        ("--reason", "x"),
+        ("cert.mockmed.0001", "--contract", DIGEST, "--reason", "x"),
+        ("--contract", DIGEST, "--checker", DIGEST, "--reason", "x"),
+    ):
+        code, _, err = await cli(control, "certificates", "revoke", *argv)
+        assert code == 2, argv
+        assert "exactly one of ID, --contract DIGEST and --checker DIGEST" in err
+    # A contract control does not know, a malformed digest, no reason: refused by control.
+    unknown = "sha256:" + "0" * 64
+    code, _, err = await cli(
+        control, "certificates", "revoke", "--contract", unknown, "--reason", "x"
+    )
+    assert code == 1
+    assert "not_found" in err
+    code, _, err = await cli(
+        control, "certificates", "revoke", "--checker", "sha256:short", "--reason", "x"
+    )
+    assert code == 1
+    assert "invalid_argument" in err or "validation" in err
+    code, _, err = await cli(
+        control, "certificates", "revoke", "--contract", DIGEST, "--reason", " "
+    )
+    assert code == 1
+    # Admin only: the trainer credential cannot revoke a contract.
+    code, _, err = await cli(
+        control, "certificates", "revoke", "--contract", DIGEST, "--reason", "x",
+        token=CLIENT_TOKEN,
+    )  # fmt: skip
+    assert code == 1
+    assert "permission_denied" in err
+    assert control.store.revocations.revocation_head() is None or not any(
+        e.reward_contract_digest
+        for e in RevocationList.FromString(
+            control.store.revocations.revocation_head().envelope.payload  # type: ignore[union-attr]
+        ).entries
+    )
 
 
 # --- receipts ---

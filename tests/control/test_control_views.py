@@ -340,6 +340,7 @@ async def test_revocations_show_version_expiry_and_entries(
     first, header, row = out.strip().splitlines()
     assert first.startswith("revocation list version 2, issued ")
     assert ", expires " in first
-    assert header.split() == ["CERTIFICATE", "ID", "REVOKED", "AT", "REASON"]
+    # "REVOKES": a certificate id, or a whole contract or checker configuration (R-C-13).
+    assert header.split() == ["REVOKES", "REVOKED", "AT", "REASON"]
     assert row.split()[0] == "cert.revoked.0001"
     assert row.split()[-1] == "leak"

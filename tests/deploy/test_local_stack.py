@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from rewardseal.client import WorkerClient, make_descriptor
+from rewardseal.control_client import ControlClient
 from rewardseal.signing import TrustSet
 from rewardseal.v1.enums_pb2 import RewardOutcome
 
@@ -142,6 +143,10 @@ def test_up_status_score_down(stack: tuple[Path, dict[str, Any], str]) -> None:
         )
     assert got.receipt.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
     assert got.scalar == 1.0
+    # Linked, the worker certifies under the certificate `up` had control issue (R-C-9).
+    assert worker["certificate_id"]
+    assert got.receipt.certificate_id == worker["certificate_id"]
+    assert got.receipt.certified, list(got.receipt.certification_refusals)
 
     stopped = run_stack("down", run_dir)
     assert stopped.returncode == 0
@@ -168,3 +173,25 @@ def test_a_stale_pid_file_is_never_signalled(tmp_path: Path) -> None:
     assert stopped.returncode == 0
     assert "worker   not running" in stopped.stdout
     assert alive(os.getpid())
+
+
+def test_a_revoked_stack_certificate_is_not_replaced_by_the_next_up(
+    stack: tuple[Path, dict[str, Any], str],
+) -> None:
+    run_dir, state, _ = stack
+    certificate_id = state["services"]["worker"]["certificate_id"]
+    assert certificate_id
+    target = state["services"]["control"]["target"]
+    with ControlClient(target, token=state["tokens"]["control_admin"]) as admin:
+        admin.revoke_certificate(certificate_id, reason="operator revoked it")
+    assert run_stack("down", run_dir).returncode == 0
+    again = run_stack("up", run_dir)
+    assert again.returncode == 0, again.stdout + again.stderr
+    restarted = json.loads((run_dir / "stack.json").read_text())
+    # Nothing issued behind the operator's back: no certificate, receipts uncertified.
+    assert restarted["services"]["worker"]["certificate_id"] is None
+    target = restarted["services"]["control"]["target"]
+    with ControlClient(target, token=state["tokens"]["control_admin"]) as admin:
+        digest = restarted["services"]["worker"]["contract_digest"]
+        listed = [c.certificate_id for c in admin.certificates(reward_contract_digest=digest)]
+    assert listed == [certificate_id]

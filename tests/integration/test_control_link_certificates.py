@@ -15,6 +15,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from support.control_mitm import control_mitm
 from support.linked_stack import (
     WORKER_TOKEN,
     control_stub,
@@ -25,6 +26,7 @@ from support.linked_stack import (
     organization_key,
     polled_after,
     revoke,
+    revoke_every_certificate,
     score_honest,
     scoring_under,
     start_control_plane,
@@ -32,11 +34,12 @@ from support.linked_stack import (
 )
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.errors import ValidationError
+from rewardseal.errors import CertificationRefused, ValidationError
+from rewardseal.scoring import score
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as cpb
-from rewardseal.v1.certificate_pb2 import IssuerKey
-from rewardseal.v1.enums_pb2 import CertificateState, IssuerKeyRole
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
+from rewardseal.v1.enums_pb2 import CertificateState, IssuerKeyRole, RewardOutcome
 from rewardseal_control.app import ControlApp
 from rewardseal_worker.bundle import CERTIFICATE_FILE
 from rewardseal_worker.engine import Scorer
@@ -109,7 +112,8 @@ async def test_control_link_refuses_certificates_signed_by_an_unpinned_key(
         # Its revocation lists are refused too: no list, no vouching, no certified receipt.
         assert link._follower is not None
         assert link._follower.held is None
-        assert link.revocation(forged).value == "unknown"
+        forged_certificate = rogue.store.certificates.get_certificate(forged).certificate
+        assert link.revocation(forged_certificate).value == "unknown"
         got = await score_honest(stack, 1)
         assert got.receipt.certificate_id != forged
         assert got.receipt.certified is False
@@ -363,6 +367,7 @@ async def test_revocation_list_rollback_across_restart_is_refused(
     control = await start_control_plane(tmp_path)
     try:
         version = await revoke(control, certificate_id)
+        revoked_certificate = control.store.certificates.get_certificate(certificate_id).certificate
         stack = await start_linked_worker(data_dir, control.target, control.key, db_url=store_url)
         try:
             link = link_of(stack)
@@ -372,7 +377,7 @@ async def test_revocation_list_rollback_across_restart_is_refused(
                 # version and choosing again follow a moment later (off the event loop), so
                 # all three are awaited together rather than asserted right after the first.
                 return (
-                    link.revocation(certificate_id).value == "revoked"
+                    link.revocation(revoked_certificate).value == "revoked"
                     and in_use(stack) != certificate_id
                     and stack.app.store.state_value(REVOCATION_VERSION) >= version
                 )
@@ -419,6 +424,189 @@ async def test_pinned_key_can_come_from_controls_ready_file(
         await scoring_under(stack, certificate_id)
     finally:
         await stop_stack(stack)
+
+
+# --- revocation stops certification (R-C-9, R-C-13) ---
+
+
+def certificate_at(control: ControlApp, certificate_id: str) -> RewardCertificate:
+    return control.store.certificates.get_certificate(certificate_id).certificate
+
+
+def held_list(stack: RunningStack) -> RevocationList:
+    follower = link_of(stack)._follower
+    assert follower is not None
+    assert follower.held is not None
+    return follower.held
+
+
+async def assert_uncertified(stack: RunningStack, index: int) -> None:
+    """The next receipt: scored (VERIFIED, 1.0) and certified by nothing."""
+    got = await score_honest(stack, index)
+    assert got.receipt.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
+    assert got.scalar == 1.0
+    assert got.receipt.certified is False
+    assert got.receipt.certificate_id == ""
+    assert got.receipt.certificate_state == CertificateState.CERTIFICATE_STATE_ABSENT
+    assert (await stack.client.health()).certificate_id == ""
+
+
+async def test_revoking_the_certificate_in_use_leaves_receipts_uncertified(
+    control: ControlApp, data_dir: Path, adopted: list[str | None]
+) -> None:
+    """Finding 4: the worker's bundle holds a self-signed certificate computed by the same
+    checker; once control revoked the certificate in use the worker fell back to it and kept
+    answering certified=true. Linked, the bundle's certificate counts only if control lists it."""
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        bundle_certificate = stack.app.bundle.certificate
+        assert bundle_certificate is not None
+        # The start-up window: nothing is certified under the bundle's certificate before
+        # the worker has read control's list (it starts under none, not the bundle's).
+        assert in_use(stack) is None
+        assert stack.app.banner()["certificate_id"] is None
+        await assert_uncertified(stack, 1)
+        issued = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, issued)
+        got = await score_honest(stack, 2)
+        assert got.receipt.certified, got.receipt.certification_refusals
+
+        await revoke(control, issued)
+        await scoring_under(stack, None)
+        await polled_after(stack)
+        assert in_use(stack) is None
+        await assert_uncertified(stack, 3)
+        assert bundle_certificate.certificate_id not in adopted
+        assert adopted == [issued, None]
+
+        # Until control says otherwise: the next certificate it issues is adopted.
+        again = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, again)
+        got = await score_honest(stack, 4)
+        assert got.receipt.certificate_id == again
+        assert got.receipt.certified, got.receipt.certification_refusals
+    finally:
+        await stop_stack(stack)
+
+
+async def test_contract_wide_revocation_is_honoured_by_worker_and_score(
+    control: ControlApp, data_dir: Path, adopted: list[str | None]
+) -> None:
+    """One signed entry revokes every certificate of the contract: the one in use and the older
+    valid one the worker would otherwise fall back to (one made afterwards too: control refuses
+    to issue it, and the MITM test below shows the bundle's own covered). A reader that holds
+    the list (score()) refuses each as revoked."""
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        older = await issue_certificate(control, data_dir, stack.digest)
+        newer = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, newer)
+        before = len(adopted)
+        version = await revoke_every_certificate(control, contract=stack.digest)
+
+        async def holds_it() -> bool:
+            follower = link_of(stack)._follower
+            return follower is not None and follower.version >= version
+
+        await eventually(holds_it)
+        await scoring_under(stack, None)
+        # Control will not issue another under it (it would be revoked at birth).
+        with pytest.raises(CertificationRefused, match=f"contract {stack.digest} is revoked"):
+            await issue_certificate(control, data_dir, stack.digest)
+        await polled_after(stack)
+        assert in_use(stack) is None
+        # Never the older one the worker would have fallen back to.
+        assert adopted[before:] == [None]
+        await assert_uncertified(stack, 1)
+
+        contract = stack.app.bundle.contract
+        revocations = held_list(stack)
+        for certificate_id in (older, newer):
+            certificate = certificate_at(control, certificate_id)
+            assert link_of(stack).revocation(certificate).value == "revoked"
+            refused = score(
+                RewardOutcome.REWARD_OUTCOME_VERIFIED,
+                tier=stack.app.bundle.tier,
+                certificate=certificate,
+                policy_update=0,
+                contract=contract,
+                revocation_list=revocations,
+            )
+            assert refused.scalar == 1.0
+            assert not refused.certified
+            assert f"certificate {certificate_id} is revoked" in refused.refusals
+        # The same reader without the list would have certified: the list is what refuses.
+        assert score(
+            RewardOutcome.REWARD_OUTCOME_VERIFIED,
+            tier=stack.app.bundle.tier,
+            certificate=certificate_at(control, older),
+            policy_update=0,
+            contract=contract,
+        ).certified
+    finally:
+        await stop_stack(stack)
+
+
+async def test_checker_wide_revocation_stops_certification(
+    control: ControlApp, data_dir: Path
+) -> None:
+    stack = await start_linked_worker(data_dir, control.target, control.key)
+    try:
+        issued = await issue_certificate(control, data_dir, stack.digest)
+        await scoring_under(stack, issued)
+        checker = certificate_at(control, issued).checker_configuration_digest
+        await revoke_every_certificate(control, checker=checker)
+        await scoring_under(stack, None)
+        await assert_uncertified(stack, 1)
+    finally:
+        await stop_stack(stack)
+
+
+async def test_a_man_in_the_middle_cannot_bring_certification_back_after_revocation(
+    control: ControlApp, data_dir: Path
+) -> None:
+    """The MITM case of finding 4: between worker and control, an attacker passes control's
+    signed revocation lists through (it cannot forge them) and answers ListCertificates
+    itself. Hiding control's certificates leaves the worker certifying nothing (no fallback to
+    the bundle's); a listing is not signed, so one that names the bundle's own certificate is
+    taken (docs/spec.md R-C-9 says so) -- until control revokes the contract, which the signed
+    list carries and nothing in the middle can drop."""
+    listing = {"certificates": cpb.ListCertificatesResponse().SerializeToString()}
+
+    def answer(request: bytes) -> bytes:
+        return listing["certificates"]
+
+    stack: RunningStack | None = None
+    async with control_mitm(control.target, {"ListCertificates": answer}) as target:
+        stack = await start_linked_worker(data_dir, target, control.key)
+        try:
+            bundle_certificate = stack.app.bundle.certificate
+            assert bundle_certificate is not None
+            real = await issue_certificate(control, data_dir, stack.digest)
+            listing["certificates"] = cpb.ListCertificatesResponse(
+                certificates=[certificate_at(control, real)]
+            ).SerializeToString()
+            await scoring_under(stack, real)
+            # Revoked at control; the man in the middle now hides every certificate.
+            listing["certificates"] = cpb.ListCertificatesResponse().SerializeToString()
+            await revoke(control, real)
+            await scoring_under(stack, None)
+            await polled_after(stack)
+            await assert_uncertified(stack, 1)
+
+            # It lists the bundle's own certificate: a listing is not signed.
+            listing["certificates"] = cpb.ListCertificatesResponse(
+                certificates=[bundle_certificate]
+            ).SerializeToString()
+            await scoring_under(stack, bundle_certificate.certificate_id)
+            # Control revokes the contract: the signed entry covers the bundle's certificate.
+            await revoke_every_certificate(control, contract=stack.digest)
+            await scoring_under(stack, None)
+            await polled_after(stack)
+            assert in_use(stack) is None
+            await assert_uncertified(stack, 2)
+        finally:
+            await stop_stack(stack)
 
 
 def test_organization_key_helper_matches_control(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from support.worker_stack import stop_stack
 from support.worker_store import outbox_size
 
 from rewardseal.scoring import revocation_unknown_sentence
+from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
     RewardOutcome,
@@ -60,7 +61,7 @@ async def test_receipts_are_certified_forwarded_and_revocation_stops_certificati
         # Issued while the worker runs: adopted at the next poll, no restart.
         certificate_id = await issue_certificate(control, data_dir, stack.digest)
         await scoring_under(stack, certificate_id)
-        await eventually(lambda: _fresh(link, certificate_id))
+        await eventually(lambda: _fresh(link, control, certificate_id))
         first = await score_honest(stack, 1)
         assert first.receipt.certificate_id == certificate_id
         assert first.receipt.certified, first.receipt.certification_refusals
@@ -72,21 +73,26 @@ async def test_receipts_are_certified_forwarded_and_revocation_stops_certificati
         await eventually(forwarded)
 
         await revoke(control, certificate_id)
-        # The revoked certificate is dropped for the seeded self-signed one (the only other
-        # candidate): receipts name that one, never the revoked one again.
-        await scoring_under(stack, stack.app.bundle.certificate.certificate_id)
-        assert link.revocation(certificate_id).value == "revoked"
+        # The revoked certificate is dropped, and not for the seeded self-signed one: control
+        # does not list that one, so a linked worker does not count it (R-C-9). Receipts are
+        # scored as before and certified by nothing.
+        await scoring_under(stack, None)
+        assert link.revocation(_certificate(control, certificate_id)).value == "revoked"
         second = await score_honest(stack, 2)
         assert second.receipt.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
         assert second.scalar == 1.0
-        assert second.receipt.certificate_id != certificate_id
-        assert second.receipt.certificate_id == stack.app.bundle.certificate.certificate_id
+        assert second.receipt.certificate_id == ""
+        assert second.receipt.certified is False
     finally:
         await stop_stack(stack)
 
 
-async def _fresh(link, certificate_id: str) -> bool:  # type: ignore[no-untyped-def]
-    return link.revocation(certificate_id).value == "not_revoked"
+def _certificate(control: ControlApp, certificate_id: str) -> RewardCertificate:
+    return control.store.certificates.get_certificate(certificate_id).certificate
+
+
+async def _fresh(link, control: ControlApp, certificate_id: str) -> bool:  # type: ignore[no-untyped-def]
+    return link.revocation(_certificate(control, certificate_id)).value == "not_revoked"
 
 
 async def test_rolled_back_revocation_list_makes_certification_unknown(
@@ -97,7 +103,7 @@ async def test_rolled_back_revocation_list_makes_certification_unknown(
         link = link_of(stack)
         certificate_id = await issue_certificate(control, data_dir, stack.digest)
         await scoring_under(stack, certificate_id)
-        await eventually(lambda: _fresh(link, certificate_id))
+        await eventually(lambda: _fresh(link, control, certificate_id))
         # A newer list exists once control re-signs; then feed the worker the older one.
         old = control.store.revocations.revocation_head()
         assert old is not None

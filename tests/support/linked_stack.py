@@ -162,6 +162,18 @@ async def revoke(control: ControlApp, certificate_id: str, tls: ClientTls | None
     return int(answer.version)
 
 
+async def revoke_every_certificate(
+    control: ControlApp, *, contract: str = "", checker: str = "", tls: ClientTls | None = None
+) -> int:
+    """Revoke every certificate of a contract or checker configuration (R-C-13); the new
+    revocation list version."""
+    async with control_client(control.target, ADMIN_TOKEN, tls) as admin:
+        answer = await admin.revoke_every_certificate(
+            reason="checker found broken", contract=contract, checker=checker
+        )
+    return int(answer.version)
+
+
 async def control_receipts(
     control: ControlApp, digest: str, tls: ClientTls | None = None
 ) -> list[str]:

@@ -29,6 +29,7 @@ from rewardseal.control_protocol import (
     ControlProtocol,
     ReceiptQuery,
     issue_certificate_request,
+    revoke_scope_request,
 )
 from rewardseal.control_transport import AsyncTransport, BlockingTransport
 from rewardseal.v1 import control_service_pb2 as pb
@@ -43,6 +44,7 @@ __all__ = [
     "ControlClient",
     "ReceiptQuery",
     "issue_certificate_request",
+    "revoke_scope_request",
 ]
 
 _ANY_ROLE = IssuerKeyRole.ISSUER_KEY_ROLE_UNSPECIFIED
@@ -145,6 +147,15 @@ class ControlClient(BlockingTransport[ControlProtocol]):
     ) -> pb.RevokeCertificateResponse:
         """Revoke a certificate (admin); the new signed revocation list and its version."""
         request = pb.RevokeCertificateRequest(certificate_id=certificate_id, reason=reason)
+        answer: pb.RevokeCertificateResponse = self._call("RevokeCertificate", request)
+        return answer
+
+    def revoke_every_certificate(
+        self, *, reason: str, contract: str = "", checker: str = ""
+    ) -> pb.RevokeCertificateResponse:
+        """Revoke every certificate of a contract digest or of a checker configuration digest
+        (exactly one; admin; R-C-13), issued before or after; the new signed list and version."""
+        request = revoke_scope_request(reason=reason, contract=contract, checker=checker)
         answer: pb.RevokeCertificateResponse = self._call("RevokeCertificate", request)
         return answer
 
@@ -303,6 +314,14 @@ class AsyncControlClient(AsyncTransport[ControlProtocol]):
     ) -> pb.RevokeCertificateResponse:
         """Revoke a certificate (admin); the new signed revocation list and its version."""
         request = pb.RevokeCertificateRequest(certificate_id=certificate_id, reason=reason)
+        answer: pb.RevokeCertificateResponse = await self._call("RevokeCertificate", request)
+        return answer
+
+    async def revoke_every_certificate(
+        self, *, reason: str, contract: str = "", checker: str = ""
+    ) -> pb.RevokeCertificateResponse:
+        """See :meth:`ControlClient.revoke_every_certificate`."""
+        request = revoke_scope_request(reason=reason, contract=contract, checker=checker)
         answer: pb.RevokeCertificateResponse = await self._call("RevokeCertificate", request)
         return answer
 

@@ -242,3 +242,19 @@ def issue_certificate_request(
         certificate_id=certificate_id,
         reason=reason,
     )
+
+
+def revoke_scope_request(
+    *, reason: str, contract: str = "", checker: str = ""
+) -> pb.RevokeCertificateRequest:
+    """A RevokeCertificate request for every certificate of a contract digest or of a checker
+    configuration digest (R-C-13).
+
+    Raises:
+        ValidationError: neither or both of ``contract`` and ``checker`` are given.
+    """
+    if bool(contract) == bool(checker):
+        raise ValidationError("give exactly one of a contract digest and a checker digest")
+    return pb.RevokeCertificateRequest(
+        reward_contract_digest=contract, checker_configuration_digest=checker, reason=reason
+    )

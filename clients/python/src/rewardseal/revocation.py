@@ -10,9 +10,15 @@ receives to a :class:`RevocationFollower`, which
   otherwise un-revoke a certificate, also right after a restart);
 * refuses a list with the same version but different content (a signer that says two things
   under one version cannot be followed);
-* refuses a list that drops a certificate an older list revoked (revocation is permanent);
+* refuses a list that drops an entry an older list carried: a revoked certificate, or a
+  revoked contract or checker configuration (revocation is permanent);
 * refuses a list past its own expiry (freeze: an attacker who withholds new lists would
   otherwise keep a follower on a list that predates a revocation forever).
+
+An entry revokes one certificate (``certificate_id``), or every certificate of one contract
+(``reward_contract_digest``) or of one checker configuration (``checker_configuration_digest``),
+whenever it was issued (R-C-13). :func:`revokes` answers for a certificate from a held list;
+``score()`` takes the list and does the same.
 
 Refusals raise :class:`~rewardseal.errors.SignatureError` for signatures and
 :class:`~rewardseal.errors.StaleRevocationList` for rollback, conflict and freeze; the follower
@@ -24,26 +30,127 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Final, Literal
 
 from rewardseal.clock import timestamp
 from rewardseal.errors import SignatureError, StaleRevocationList, ValidationError
 from rewardseal.signing import REVOCATION_LIST_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
-from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList
+from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList, RewardCertificate
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal.validation import parse_strict, validate_id, validate_key_id
+from rewardseal.validation import parse_strict, validate_digest, validate_id, validate_key_id
 
 __all__ = [
+    "CERTIFICATE",
+    "CHECKER",
+    "CONTRACT",
     "MAX_REASON_LENGTH",
     "RevocationFollower",
+    "Scope",
     "build_revocation_list",
+    "entry_scope",
     "expires_at",
     "open_revocation_list",
+    "revokes",
+    "revoking_entry",
     "sign_revocation_list",
     "validate_revocation_list",
 ]
 
 MAX_REASON_LENGTH = 1024
 """Longest revocation reason a list may carry (a sentence for people, not a document)."""
+
+ScopeKind = Literal["certificate", "contract", "checker"]
+CERTIFICATE: Final = "certificate"
+"""An entry that revokes one certificate (``certificate_id``)."""
+CONTRACT: Final = "contract"
+"""An entry that revokes every certificate of a contract (``reward_contract_digest``)."""
+CHECKER: Final = "checker"
+"""An entry that revokes every certificate of a checker configuration
+(``checker_configuration_digest``)."""
+Scope = tuple[ScopeKind, str]
+"""What one entry revokes: its kind and the id or digest it names."""
+
+
+def entry_scope(entry: RevocationEntry) -> Scope:
+    """What ``entry`` revokes, checked: exactly one of its three targets is set, well formed.
+
+    Raises:
+        ValidationError: none or several of them are set, or the one set is malformed.
+    """
+    named: list[Scope] = []
+    if entry.certificate_id:
+        named.append((CERTIFICATE, entry.certificate_id))
+    if entry.reward_contract_digest:
+        named.append((CONTRACT, entry.reward_contract_digest))
+    if entry.checker_configuration_digest:
+        named.append((CHECKER, entry.checker_configuration_digest))
+    if len(named) != 1:
+        raise ValidationError(
+            "a revocation entry names exactly one of certificate_id, reward_contract_digest "
+            "and checker_configuration_digest"
+        )
+    kind, value = named[0]
+    if kind == CERTIFICATE:
+        validate_id(value, "revocation entry certificate_id")
+    else:
+        validate_digest(value, f"revocation entry {_FIELD[kind]}")
+    return named[0]
+
+
+_FIELD: Final[dict[str, str]] = {
+    CERTIFICATE: "certificate_id",
+    CONTRACT: "reward_contract_digest",
+    CHECKER: "checker_configuration_digest",
+}
+
+
+def _describe(scope: Scope) -> str:
+    kind, value = scope
+    return f"certificate {value}" if kind == CERTIFICATE else f"every certificate of {kind} {value}"
+
+
+def _scopes_of(certificate: RewardCertificate) -> tuple[Scope, Scope, Scope]:
+    """Every scope an entry could name to revoke ``certificate``."""
+    return (
+        (CERTIFICATE, certificate.certificate_id),
+        (CONTRACT, certificate.reward_contract_digest),
+        (CHECKER, certificate.checker_configuration_digest),
+    )
+
+
+def revoking_entry(
+    revocation_list: RevocationList, certificate: RewardCertificate
+) -> RevocationEntry | None:
+    """The first entry of ``revocation_list`` that revokes ``certificate`` (by its id, its
+    contract or its checker configuration), or None.
+
+    The list must be one the caller verified (:func:`open_revocation_list`, a follower's
+    ``held``); this function reads it, it does not check its signature or freshness.
+    """
+    wanted = set(_scopes_of(certificate))
+    for entry in revocation_list.entries:
+        if _scope_or_none(entry) in wanted:
+            return entry
+    return None
+
+
+def revokes(revocation_list: RevocationList, certificate: RewardCertificate) -> bool:
+    """Whether the verified ``revocation_list`` revokes ``certificate`` (see
+    :func:`revoking_entry`)."""
+    return revoking_entry(revocation_list, certificate) is not None
+
+
+def _scope_or_none(entry: RevocationEntry) -> Scope | None:
+    try:
+        return entry_scope(entry)
+    except ValidationError:
+        return None
+
+
+def _sort_key(entry: RevocationEntry) -> tuple[str, str, str]:
+    # Certificate id first: a list of certificate entries only sorts (and so serializes) as
+    # it did before contract and checker entries existed; theirs (no id) sort first.
+    return (entry.certificate_id, entry.reward_contract_digest, entry.checker_configuration_digest)
 
 
 def _aware(now: datetime) -> datetime:
@@ -66,18 +173,20 @@ def build_revocation_list(
     ttl: timedelta,
     issuer_key_id: str,
 ) -> RevocationList:
-    """A validated revocation list, entries sorted by certificate id.
+    """A validated revocation list, entries sorted by certificate id (then contract, then
+    checker configuration digest).
 
     Sorting makes the payload a function of the set of revocations, not of the order a store
     returned them in, so re-signing the same set under the same version gives the same bytes.
 
     Raises:
         ValidationError: on a version below 1, a non-positive ``ttl``, a naive ``issued_at``, a
-            bad id, a duplicate certificate id or an over-long reason.
+            bad id or digest, an entry naming none or several targets, a duplicate entry or an
+            over-long reason.
     """
     if ttl <= timedelta(0):
         raise ValidationError(f"a revocation list needs a positive lifetime, not {ttl}")
-    copies = sorted((_copy(entry) for entry in entries), key=lambda entry: entry.certificate_id)
+    copies = sorted((_copy(entry) for entry in entries), key=_sort_key)
     revocation_list = RevocationList(
         version=version,
         issued_at=timestamp(issued_at, "issued_at"),
@@ -105,19 +214,19 @@ def validate_revocation_list(revocation_list: RevocationList) -> None:
     if expires_at(revocation_list) <= revocation_list.issued_at.ToDatetime(tzinfo=UTC):
         raise ValidationError("a revocation list must expire after it was issued")
     validate_key_id(revocation_list.issuer_key_id)
-    seen: set[str] = set()
+    seen: set[Scope] = set()
     for entry in revocation_list.entries:
-        validate_id(entry.certificate_id, "revocation entry certificate_id")
-        if entry.certificate_id in seen:
-            raise ValidationError(f"certificate {entry.certificate_id} is listed twice")
-        seen.add(entry.certificate_id)
+        scope = entry_scope(entry)
+        what = _describe(scope)
+        if scope in seen:
+            raise ValidationError(f"{what} is listed twice")
+        seen.add(scope)
         if not entry.reason.strip() or len(entry.reason) > MAX_REASON_LENGTH:
             raise ValidationError(
-                f"revocation of {entry.certificate_id} needs a reason of 1-{MAX_REASON_LENGTH} "
-                "characters"
+                f"revocation of {what} needs a reason of 1-{MAX_REASON_LENGTH} characters"
             )
         if not entry.HasField("revoked_at"):
-            raise ValidationError(f"revocation of {entry.certificate_id} needs revoked_at")
+            raise ValidationError(f"revocation of {what} needs revoked_at")
 
 
 def sign_revocation_list(revocation_list: RevocationList, key: SigningKey) -> SignedEnvelope:
@@ -172,7 +281,7 @@ class RevocationFollower:
         self._trust = trust
         self._floor = floor
         self._held: RevocationList | None = None
-        self._revoked: frozenset[str] = frozenset()
+        self._revoked: frozenset[Scope] = frozenset()
 
     @property
     def held(self) -> RevocationList | None:
@@ -201,7 +310,8 @@ class RevocationFollower:
             ValidationError: if the verified payload is malformed.
             StaleRevocationList: on rollback (a version below the held one), on conflict (the
                 held version with different content, or a newer list that drops a revoked
-                certificate) and on freeze (``now`` at or past the list's ``expires_at``).
+                certificate, contract or checker configuration) and on freeze (``now`` at or
+                past the list's ``expires_at``).
         """
         now = _aware(now)
         revocation_list = open_revocation_list(envelope, self._trust)
@@ -227,12 +337,13 @@ class RevocationFollower:
                     "version (conflicting lists refused)",
                     metadata=self._facts("conflict", version),
                 )
-            listed = {entry.certificate_id for entry in revocation_list.entries}
+            listed = {entry_scope(entry) for entry in revocation_list.entries}
             dropped = sorted(self._revoked - listed)
             if dropped:
+                kind, value = dropped[0]
                 raise StaleRevocationList(
-                    f"revocation list version {version} drops revoked certificate "
-                    f"{dropped[0]} (revocation is permanent)",
+                    f"revocation list version {version} drops revoked {kind} {value} "
+                    "(revocation is permanent)",
                     metadata=self._facts("conflict", version),
                 )
         if now >= expires_at(revocation_list):
@@ -242,20 +353,26 @@ class RevocationFollower:
                 metadata=self._facts("expired", version),
             )
         self._held = revocation_list
-        self._revoked = frozenset(entry.certificate_id for entry in revocation_list.entries)
+        self._revoked = frozenset(entry_scope(entry) for entry in revocation_list.entries)
         return revocation_list
 
     def _facts(self, problem: str, version: int) -> dict[str, str]:
         return {"problem": problem, "version": str(version), "held_version": str(self.floor)}
 
     def is_revoked(self, certificate_id: str) -> bool:
-        """Whether the held list revokes ``certificate_id``.
+        """Whether the held list revokes ``certificate_id`` by name (an entry of its contract or
+        checker configuration is :meth:`revokes`'s to answer: it needs the certificate).
 
         This answers from the last accepted list even after it expired: a revocation never
         lapses. Whether the list is still fresh enough to trust a *non*-revocation is
         :meth:`fresh`'s question.
         """
-        return certificate_id in self._revoked
+        return (CERTIFICATE, certificate_id) in self._revoked
+
+    def revokes(self, certificate: RewardCertificate) -> bool:
+        """Whether the held list revokes ``certificate``: by its id, its contract or its checker
+        configuration (R-C-13); like :meth:`is_revoked`, also after the list expired."""
+        return any(scope in self._revoked for scope in _scopes_of(certificate))
 
     def fresh(self, now: datetime) -> bool:
         """True while a list is held and ``now`` is before its expiry."""

@@ -12,7 +12,8 @@ from typing import NamedTuple
 from rewardseal.certificates import check_policy_update, schedule_state, state_name, unmet
 from rewardseal.contract import CERTIFIABLE_TIER, certificate_digest, contract_digest, scalar_for
 from rewardseal.errors import ValidationError
-from rewardseal.v1.certificate_pb2 import RewardCertificate
+from rewardseal.revocation import revoking_entry
+from rewardseal.v1.certificate_pb2 import RevocationList, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import CertificateState, RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
@@ -47,8 +48,13 @@ def score(
     contract: RewardContract,
     revoked: bool = False,
     revocation_unknown: bool = False,
+    revocation_list: RevocationList | None = None,
 ) -> Score:
     """Score one outcome against ``contract`` (R-SCORE-1..4). Pure: no I/O, no clock.
+
+    ``revocation_list``: a verified list the reader holds (a follower's ``held``); a
+    certificate it revokes, by id, contract or checker configuration (R-C-13), is refused as
+    revoked, as with ``revoked=True``.
 
     Raises ValidationError for a negative policy update, an unknown outcome or tier.
     """
@@ -63,6 +69,7 @@ def score(
         contract=contract,
         revoked=revoked,
         revocation_unknown=revocation_unknown,
+        revocation_list=revocation_list,
     )
     return Score(
         scalar=scalar,
@@ -80,12 +87,13 @@ def certificate_refusals(
     contract: RewardContract,
     revoked: bool = False,
     revocation_unknown: bool = False,
+    revocation_list: RevocationList | None = None,
 ) -> list[str]:
     """The R-SCORE-4 refusal sentences, in order. The outcome never enters them.
 
     ``revocation_unknown`` is for a reader that follows a revocation list but holds no fresh
     one (rolled back, frozen or never received, R-C-4): it cannot vouch the certificate is
-    not revoked, so it does not certify.
+    not revoked, so it does not certify. ``revocation_list``: see :func:`score`.
     """
     refusals: list[str] = []
     if tier < CERTIFIABLE_TIER:
@@ -93,6 +101,8 @@ def certificate_refusals(
     if certificate is None:
         refusals.append("no certificate was given for this reward contract")
         return refusals
+    if not revoked and revocation_list is not None:
+        revoked = revoking_entry(revocation_list, certificate) is not None
     if revoked:
         refusals.append(f"certificate {certificate.certificate_id} is revoked")
     elif revocation_unknown:

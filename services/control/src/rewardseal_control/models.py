@@ -54,6 +54,7 @@ __all__ = [
     "Receipt",
     "Revocation",
     "RevocationListHead",
+    "RevocationScope",
 ]
 
 ID_LENGTH = 128
@@ -162,6 +163,23 @@ class Revocation(Base):
     reason: Mapped[str] = mapped_column(Text)
     revoked_at: Mapped[datetime] = mapped_column(UTCDateTime)
     list_version: Mapped[int] = mapped_column(BigInteger)
+
+
+class RevocationScope(Base):
+    """A revoked contract or checker configuration (R-C-13): every certificate of it, issued
+    before or after, is revoked. ``kind`` is ``"contract"`` or ``"checker"``; ``digest`` the
+    contract digest or the checker configuration digest; ``list_version`` the first list that
+    carried it. Permanent, like every revocation."""
+
+    __tablename__ = "revocation_scopes"
+
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(DIGEST_LENGTH), primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    revoked_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    list_version: Mapped[int] = mapped_column(BigInteger)
+
+    __table_args__ = (CheckConstraint("kind IN ('contract', 'checker')", name="kind"),)
 
 
 class RevocationListHead(Base):

@@ -38,7 +38,7 @@ from rewardseal.errors import (
 )
 from rewardseal.issuing import check_summary_for, issue_certificate
 from rewardseal.receipts import OpenedReceipt, open_receipt
-from rewardseal.revocation import sign_revocation_list
+from rewardseal.revocation import CHECKER, CONTRACT, sign_revocation_list
 from rewardseal.rpc_status import maps_errors, to_episode_error
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.v1 import control_service_pb2 as pb
@@ -65,6 +65,8 @@ from rewardseal_control.store.audit_log import (
     ACTION_REGISTER_KEY,
     ACTION_RETIRE_KEY,
     ACTION_REVOKE_CERTIFICATE,
+    ACTION_REVOKE_CHECKER,
+    ACTION_REVOKE_CONTRACT,
 )
 
 __all__ = [
@@ -354,6 +356,19 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     ) -> pb.IssueCertificateResponse:
         now = self.clock()
         certificate = await self._build_certificate(request, now)
+        revoked = await asyncio.to_thread(
+            self.store.revocations.revoked_scope,
+            certificate.reward_contract_digest,
+            certificate.checker_configuration_digest,
+        )
+        if revoked is not None:
+            kind, digest = revoked
+            # It would be revoked at birth: say so rather than issue it (R-C-13).
+            raise CertificationRefused(
+                f"every certificate of {kind} {digest} is revoked; certify a new contract "
+                "digest or a new checker configuration",
+                metadata={"rule": "R-C-13", "revoked": kind, "digest": digest},
+            )
         stored, created = await asyncio.to_thread(
             self.store.certificates.record_certificate,
             certificate,
@@ -509,8 +524,57 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def RevokeCertificate(  # noqa: N802
         self, request: pb.RevokeCertificateRequest, context: Context
     ) -> pb.RevokeCertificateResponse:
-        head = await self.revoke(request.certificate_id, request.reason, self._actor(context))
+        targets = [
+            (kind, value)
+            for kind, value in (
+                ("certificate", request.certificate_id),
+                (CONTRACT, request.reward_contract_digest),
+                (CHECKER, request.checker_configuration_digest),
+            )
+            if value
+        ]
+        if len(targets) != 1:
+            raise ValidationError(
+                "name exactly one of certificate_id, reward_contract_digest and "
+                "checker_configuration_digest"
+            )
+        kind, value = targets[0]
+        actor = self._actor(context)
+        if kind == "certificate":
+            head = await self.revoke(value, request.reason, actor)
+        else:
+            head = await self.revoke_scope(kind, value, request.reason, actor)
         return pb.RevokeCertificateResponse(revocation_list=head.envelope, version=head.version)
+
+    async def revoke_scope(self, kind: str, digest: str, reason: str, actor: str) -> RevocationHead:
+        """Revoke every certificate of a contract (``kind`` ``"contract"``) or of a checker
+        configuration (``"checker"``), issued before or after, in one entry (R-C-13), for
+        ``actor`` (audited), and publish the next signed list to watchers.
+
+        Raises:
+            ValidationError: malformed digest or actor, or no reason.
+            NotFound: an unregistered contract.
+        """
+        head, created = await asyncio.to_thread(
+            self.store.revocations.revoke_scope,
+            kind,
+            digest,
+            reason,
+            actor,
+            sign=self._sign_list,
+            ttl=self.revocation_ttl,
+            at=self.clock(),
+        )
+        self._audited(ACTION_REVOKE_CONTRACT if kind == CONTRACT else ACTION_REVOKE_CHECKER)
+        if created:
+            _log.info(
+                "revoked every certificate of %s %s; revocation list version %d",
+                kind,
+                digest,
+                head.version,
+            )
+        await self._advance(head)
+        return head
 
     async def revoke(self, certificate_id: str, reason: str, actor: str) -> RevocationHead:
         """Revoke ``certificate_id`` for ``actor`` (a role name, audited) and publish the next

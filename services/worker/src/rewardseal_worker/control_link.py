@@ -16,19 +16,23 @@ neither issue nor revoke.
 
 Certificates follow control while the worker runs. A task polls ``ListCertificates`` (every
 page) and another follows the signed revocation list; after either changes what the worker
-knows, :meth:`ControlLink.reevaluate` picks the certificate to score under:
+knows, :meth:`ControlLink.reevaluate` picks the certificate to score under (R-C-9):
 
 * candidates: control's certificates for this contract that validate, verify under a pinned
-  key and satisfy the contract's certificate policy, plus the bundle's own certificate if any;
-  none that the held revocation list revokes;
+  key and satisfy the contract's certificate policy; the bundle's own certificate only when
+  control's last complete listing holds it (same digest): a linked worker never falls back to
+  a certificate control does not list; none that the held revocation list revokes, by id,
+  contract or checker configuration (R-C-13);
 * one that is current at the contract's highest policy update scored so far (where training
   is now) beats one that is not yet valid or expired there, so a certificate issued for an
   update far ahead never displaces one that certifies today's episodes; among equals the newest
   wins: highest ``issued_at_policy_update``, then ``issued_at``, then ``certificate_id`` (a
   deterministic tie-break);
-* no control certificate is adopted before a verified revocation list is held (so a restart
-  cannot pick one that was revoked while the worker was down); a revoked certificate in use is
-  dropped for the newest valid one, or for none (receipts then uncertified).
+* a linked worker starts under no certificate and adopts one only once it holds a verified
+  revocation list and has read control's listing (so neither a restart nor the start-up
+  window certifies under a certificate that was revoked, or that control does not list); a
+  revoked certificate in use is dropped for the newest valid one, or for none (receipts then
+  uncertified).
 
 The highest revocation-list version accepted is kept in the worker store and seeds the
 follower on start, so a restarted worker refuses a list older than one it accepted before.
@@ -48,6 +52,7 @@ from typing import Any
 from rewardseal.accepting import CertificateInUse, accept_certificate
 from rewardseal.certificates import is_current
 from rewardseal.clock import utc_now
+from rewardseal.contract import certificate_digest
 from rewardseal.control_client import AsyncControlClient
 from rewardseal.errors import RewardSealError, SignatureError, ValidationError
 from rewardseal.revocation import RevocationFollower
@@ -145,6 +150,9 @@ class ControlLink:
         self._persisted_version = 0
         self._distrusted = False
         self._control_certificates: list[CertificateInUse] = []
+        self._listed: frozenset[str] | None = None
+        """Digests of every certificate control's last complete listing held (None before the
+        first): the bundle's own certificate counts only when it is among them."""
         self._training_update: int | None = None
         """The contract's highest scored policy update when certificates were last chosen."""
         self._ignored: set[str] = set()
@@ -159,15 +167,20 @@ class ControlLink:
         """Receipts this link moved to the dead letter (R-C-12); tests wait on it."""
         self.polls = 0
         """Certificate polls completed (every page read); tests wait on it."""
+        # Linked, the bundle's certificate counts only once control lists it (R-C-9): until
+        # then (and so during the start-up window) receipts are issued under no certificate.
+        # Set directly, not through use_certificate: nothing was in use yet to switch from.
+        scorer.in_use = CertificateInUse()
 
     # --- What scoring asks (R-C-4) ---
 
-    def revocation(self, certificate_id: str) -> Revocation:
-        """Revoked when a verified list says so; unknown while no fresh, trusted list is held."""
+    def revocation(self, certificate: RewardCertificate) -> Revocation:
+        """Revoked when a verified list says so (by the certificate's id, its contract or its
+        checker configuration); unknown while no fresh, trusted list is held."""
         follower = self._follower
         if follower is None:
             return Revocation.UNKNOWN
-        if follower.is_revoked(certificate_id):
+        if follower.revokes(certificate):
             return Revocation.REVOKED
         if self._distrusted or not follower.fresh(self._clock()):
             return Revocation.UNKNOWN
@@ -284,12 +297,25 @@ class ControlLink:
 
     async def poll_certificates(self) -> None:
         """Read every page of control's certificates for this contract, keep those that verify
-        under a pinned key and satisfy the contract, and choose again."""
+        under a pinned key and satisfy the contract (and note whether the bundle's own is
+        listed), and choose again."""
         listed = self._control.certificates(
             reward_contract_digest=self._bundle.contract_digest, page_size=CERTIFICATE_PAGE_SIZE
         )
-        accepted = [self._accept_certificate(c) async for c in listed]
-        self._control_certificates = [c for c in accepted if c is not None]
+        bundle_digest = self._bundle.certificate_digest
+        digests: set[str] = set()
+        accepted: list[CertificateInUse] = []
+        async for certificate in listed:
+            digest = certificate_digest(certificate)
+            digests.add(digest)
+            if digest == bundle_digest:
+                # The bundle's own: loaded and verified at start, never adopted from a listing.
+                continue
+            in_use = self._accept_certificate(certificate)
+            if in_use is not None:
+                accepted.append(in_use)
+        self._control_certificates = accepted
+        self._listed = frozenset(digests)
         await self._refresh_training_update()
         self.reevaluate("certificate poll")
         # Counted once the choice is made: a reader waiting for a poll sees its outcome.
@@ -323,7 +349,7 @@ class ControlLink:
     def reevaluate(self, trigger: str) -> None:
         """Score under the newest certificate that is valid now; tell the world if it changed.
 
-        Nothing from control is adopted before a verified revocation list is held.
+        Nothing is adopted before a verified revocation list is held (R-C-9).
         """
         follower = self._follower
         if follower is None or follower.held is None:
@@ -333,9 +359,7 @@ class ControlLink:
         if chosen.digest == current.digest:
             return
         why = trigger
-        if current.certificate is not None and follower.is_revoked(
-            current.certificate.certificate_id
-        ):
+        if current.certificate is not None and follower.revokes(current.certificate):
             why = f"{certificate_name(current)} is revoked ({trigger})"
         self._scorer.use_certificate(chosen.certificate, chosen.digest)
         _log.info(
@@ -347,16 +371,25 @@ class ControlLink:
         if self.on_certificate_change is not None:
             self.on_certificate_change(current, chosen, why)
 
-    def _choose(self, follower: RevocationFollower) -> CertificateInUse:
+    def _candidates(self) -> list[CertificateInUse]:
+        """Control's accepted certificates, and the bundle's own only while control lists it:
+        a linked worker's bundle certificate never stands in for one control revoked or
+        stopped listing (R-C-9)."""
         candidates = list(self._control_certificates)
-        if self._bundle.certificate is not None:
-            candidates.append(
-                CertificateInUse(self._bundle.certificate, self._bundle.certificate_digest)
-            )
+        bundle = self._bundle
+        if (
+            bundle.certificate is not None
+            and self._listed is not None
+            and bundle.certificate_digest in self._listed
+        ):
+            candidates.append(CertificateInUse(bundle.certificate, bundle.certificate_digest))
+        return candidates
+
+    def _choose(self, follower: RevocationFollower) -> CertificateInUse:
         valid = [
             c
-            for c in candidates
-            if c.certificate is not None and not follower.is_revoked(c.certificate.certificate_id)
+            for c in self._candidates()
+            if c.certificate is not None and not follower.revokes(c.certificate)
         ]
         at = self._training_update
 

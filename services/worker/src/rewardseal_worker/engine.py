@@ -106,11 +106,12 @@ class Revocation(enum.Enum):
     """The worker follows a revocation list but holds no fresh one."""
 
 
-RevocationCheck = Callable[[str], Revocation]
-"""Given a certificate id, what the worker knows of its revocation."""
+RevocationCheck = Callable[[RewardCertificate], Revocation]
+"""Given a certificate, what the worker knows of its revocation (by its id, its contract or its
+checker configuration, R-C-13)."""
 
 
-def never_revoked(certificate_id: str) -> Revocation:
+def never_revoked(certificate: RewardCertificate) -> Revocation:
     """The revocation check of a worker that follows no revocation list."""
     return Revocation.NOT_REVOKED
 
@@ -478,9 +479,7 @@ class Scorer:
         evidence = decision.evidence_json(salt=random[:16].hex())
         in_use = self.in_use  # read once: the certificate and digest of one moment
         certificate = in_use.certificate
-        revocation = (
-            self.revoked(certificate.certificate_id) if certificate else Revocation.NOT_REVOKED
-        )
+        revocation = self.revoked(certificate) if certificate else Revocation.NOT_REVOKED
         issued_at = self.clock()
         issued = self._issuer_for(in_use).issue(
             EpisodeFacts(
@@ -644,10 +643,7 @@ class Scorer:
         """What a caller needs to pin and check this worker."""
         highest = self.store.highest_policy_update(self.bundle.contract_digest) or 0
         certificate = self.in_use.certificate
-        revoked = (
-            certificate is not None
-            and self.revoked(certificate.certificate_id) is Revocation.REVOKED
-        )
+        revoked = certificate is not None and self.revoked(certificate) is Revocation.REVOKED
         return HealthResponse(
             issuer_key_id=self.key.key_id,
             issuer_public_key=self.key.public_key,

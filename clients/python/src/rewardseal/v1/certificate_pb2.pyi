@@ -174,15 +174,23 @@ Global___CalibrationSummary: _TypeAlias = CalibrationSummary  # noqa: Y015
 
 @_typing.final
 class RevocationEntry(_message.Message):
-    """One revoked certificate."""
+    """One revocation: of one certificate (certificate_id), or of every certificate of a contract
+    (reward_contract_digest) or of a checker configuration (checker_configuration_digest),
+    issued before or after the entry (R-C-4, R-C-13). Exactly one of the three is set; an entry
+    of a contract or checker configuration is permanent, like any other.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     CERTIFICATE_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     REVOKED_AT_FIELD_NUMBER: _builtins.int
+    REWARD_CONTRACT_DIGEST_FIELD_NUMBER: _builtins.int
+    CHECKER_CONFIGURATION_DIGEST_FIELD_NUMBER: _builtins.int
     certificate_id: _builtins.str
     reason: _builtins.str
+    reward_contract_digest: _builtins.str
+    checker_configuration_digest: _builtins.str
     @_builtins.property
     def revoked_at(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -191,10 +199,12 @@ class RevocationEntry(_message.Message):
         certificate_id: _builtins.str = ...,
         reason: _builtins.str = ...,
         revoked_at: _timestamp_pb2.Timestamp | None = ...,
+        reward_contract_digest: _builtins.str = ...,
+        checker_configuration_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["revoked_at", b"revoked_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["certificate_id", b"certificate_id", "reason", b"reason", "revoked_at", b"revoked_at"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["certificate_id", b"certificate_id", "checker_configuration_digest", b"checker_configuration_digest", "reason", b"reason", "revoked_at", b"revoked_at", "reward_contract_digest", b"reward_contract_digest"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

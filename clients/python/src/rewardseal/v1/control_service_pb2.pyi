@@ -486,21 +486,31 @@ Global___ListCertificatesResponse: _TypeAlias = ListCertificatesResponse  # noqa
 
 @_typing.final
 class RevokeCertificateRequest(_message.Message):
+    """Exactly one of certificate_id, reward_contract_digest (every certificate of that contract)
+    and checker_configuration_digest (every certificate of that checker configuration) (R-C-13).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     CERTIFICATE_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    REWARD_CONTRACT_DIGEST_FIELD_NUMBER: _builtins.int
+    CHECKER_CONFIGURATION_DIGEST_FIELD_NUMBER: _builtins.int
     certificate_id: _builtins.str
     reason: _builtins.str
+    reward_contract_digest: _builtins.str
+    checker_configuration_digest: _builtins.str
     def __init__(
         self,
         *,
         certificate_id: _builtins.str = ...,
         reason: _builtins.str = ...,
+        reward_contract_digest: _builtins.str = ...,
+        checker_configuration_digest: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["certificate_id", b"certificate_id", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["certificate_id", b"certificate_id", "checker_configuration_digest", b"checker_configuration_digest", "reason", b"reason", "reward_contract_digest", b"reward_contract_digest"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -11,7 +11,7 @@ from google.protobuf import json_format
 from rewardseal.calibration import read_calibration
 from rewardseal.control_client import ControlClient
 from rewardseal.v1 import control_service_pb2 as pb
-from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationEntry, RevocationList
 from rewardseal.v1.enums_pb2 import (
     IssuerKeyRole,
     RewardOutcome,
@@ -131,19 +131,36 @@ def _certificates_issue(client: ControlClient, args: argparse.Namespace, out: Te
 
 
 def _certificates_revoke(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    named = [v for v in (args.certificate_id, args.contract, args.checker) if v]
+    if len(named) != 1:
+        raise UsageError("give exactly one of ID, --contract DIGEST and --checker DIGEST")
     with remote():
-        response = client.revoke_certificate(args.certificate_id, reason=args.reason)
+        if args.certificate_id:
+            response = client.revoke_certificate(args.certificate_id, reason=args.reason)
+        else:
+            response = client.revoke_every_certificate(
+                reason=args.reason, contract=args.contract or "", checker=args.checker or ""
+            )
+    if args.certificate_id:
+        target = {"certificate_id": args.certificate_id}
+        what = args.certificate_id
+    elif args.contract:
+        target = {"reward_contract_digest": args.contract}
+        what = f"every certificate of contract {args.contract}"
+    else:
+        target = {"checker_configuration_digest": args.checker}
+        what = f"every certificate of checker configuration {args.checker}"
     if args.json:
         print_json(
             {
-                "certificate_id": args.certificate_id,
+                **target,
                 "revocation_list_version": response.version,
                 "revocation_list": message_json(response.revocation_list),
             },
             out,
         )
         return 0
-    print(f"revoked {args.certificate_id}; revocation list version {response.version}", file=out)
+    print(f"revoked {what}; revocation list version {response.version}", file=out)
     return 0
 
 
@@ -211,11 +228,20 @@ def _revocations_show(client: ControlClient, args: argparse.Namespace, out: Text
         file=out,
     )
     print_table(
-        ("CERTIFICATE ID", "REVOKED AT", "REASON"),
-        [(e.certificate_id, time_text(e, "revoked_at"), e.reason) for e in revocation_list.entries],
+        ("REVOKES", "REVOKED AT", "REASON"),
+        [(_revokes(e), time_text(e, "revoked_at"), e.reason) for e in revocation_list.entries],
         out,
     )
     return 0
+
+
+def _revokes(entry: RevocationEntry) -> str:
+    """What one entry revokes, for people: a certificate id, or a whole contract or checker."""
+    if entry.reward_contract_digest:
+        return f"contract {entry.reward_contract_digest}"
+    if entry.checker_configuration_digest:
+        return f"checker {entry.checker_configuration_digest}"
+    return entry.certificate_id
 
 
 _Handler = Callable[[ControlClient, argparse.Namespace, TextIO], int]

@@ -158,8 +158,25 @@ def build_parser() -> argparse.ArgumentParser:
     certificates_list.add_argument("--contract", metavar="DIGEST", help="only this contract")
     add_state_option(certificates_list)
     add_certificate_show(certificates, client)
-    revoke = certificates.add_parser("revoke", parents=[client], help="revoke a certificate")
-    revoke.add_argument("certificate_id", metavar="ID")
+    revoke = certificates.add_parser(
+        "revoke",
+        parents=[client],
+        help="revoke a certificate, or every certificate of a contract or checker configuration",
+    )
+    revoke.add_argument(
+        "certificate_id", metavar="ID", nargs="?", help="the certificate (or give one of:)"
+    )
+    revoke.add_argument(
+        "--contract",
+        metavar="DIGEST",
+        help="every certificate of this contract, issued before or after (permanent)",
+    )
+    revoke.add_argument(
+        "--checker",
+        metavar="DIGEST",
+        help="every certificate of this checker configuration digest, issued before or after "
+        "(permanent)",
+    )
     revoke.add_argument("--reason", required=True, help="why (audit log and revocation list)")
 
     receipts = _group(commands, "receipts", "the privacy-safe receipt index")

@@ -33,6 +33,8 @@ __all__ = [
     "ACTION_REGISTER_KEY",
     "ACTION_RETIRE_KEY",
     "ACTION_REVOKE_CERTIFICATE",
+    "ACTION_REVOKE_CHECKER",
+    "ACTION_REVOKE_CONTRACT",
     "ACTOR_PATTERN",
     "MAX_TARGET_LENGTH",
     "check_action",
@@ -50,6 +52,10 @@ ACTION_REGISTER_KEY: Final = "issuer_key.register"
 ACTION_RETIRE_KEY: Final = "issuer_key.retire"
 ACTION_ISSUE_CERTIFICATE: Final = "certificate.issue"
 ACTION_REVOKE_CERTIFICATE: Final = "certificate.revoke"
+ACTION_REVOKE_CONTRACT: Final = "certificate.revoke_contract"
+"""Every certificate of a contract revoked in one entry (R-C-13)."""
+ACTION_REVOKE_CHECKER: Final = "certificate.revoke_checker"
+"""Every certificate of a checker configuration revoked in one entry (R-C-13)."""
 
 _INSERT: Final[Insert] = insert(tables.audit).returning(tables.audit.c.id)
 

@@ -4,12 +4,13 @@ The service builds and signs a certificate (and checks that its key may issue it
 this module checks its shape with core's :func:`~rewardseal.validation.validate_certificate`,
 that its contract and issuer key are registered and that its id names no other certificate,
 then stores it with its digest. Recording is an admin action, audited in its transaction.
-A certificate is read together with its revocation (if any): one join, one state.
+A certificate is read together with its revocation (if any): its own, or the entry that revokes
+every certificate of its contract or checker configuration (R-C-13); one state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import select
@@ -17,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.contract import certificate_digest
 from rewardseal.errors import NotFound, ValidationError
+from rewardseal.revocation import CHECKER, CONTRACT
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.validation import validate_certificate, validate_digest, validate_id
 from rewardseal_control.store import audit_log, inputs, tables
@@ -29,6 +31,7 @@ __all__ = ["CertificateStore", "StoredCertificate"]
 
 _certificates = tables.certificates
 _revocations = tables.revocations
+_scopes = tables.revocation_scopes
 _SELECT = select(
     _certificates.c.certificate_id,
     _certificates.c.contract_digest,
@@ -169,10 +172,15 @@ class CertificateStore:
         """
         validate_id(certificate_id, "certificate_id")
         statement = _SELECT.where(_certificates.c.certificate_id == certificate_id)
-        row = self._db.read(lambda conn: conn.execute(statement).one_or_none())
-        if row is None:
+
+        def read(conn: Connection) -> StoredCertificate | None:
+            row = conn.execute(statement).one_or_none()
+            return _revoked_by_scope(_stored_certificate(row), _scope_rows(conn)) if row else None
+
+        stored = self._db.read(read)
+        if stored is None:
             raise NotFound(f"certificate {certificate_id} is not known")
-        return _stored_certificate(row)
+        return stored
 
     def list_certificates(
         self, contract_digest: str | None = None, page_size: int = 0, page_token: str = ""
@@ -190,7 +198,8 @@ class CertificateStore:
             page_token=page_token,
             snapshot=True,
         )
-        return Page([_stored_certificate(row) for row in rows], token)
+        scopes = self._db.read(_scope_rows)
+        return Page([_revoked_by_scope(_stored_certificate(row), scopes) for row in rows], token)
 
 
 def _stored_certificate(row: AnyRow) -> StoredCertificate:
@@ -200,3 +209,29 @@ def _stored_certificate(row: AnyRow) -> StoredCertificate:
         revoked_at=row.revoked_at,
         revocation_reason=row.revocation_reason,
     )
+
+
+def _scope_rows(conn: Connection) -> dict[tuple[str, str], AnyRow]:
+    """The contract and checker revocations, by (kind, digest) (a short table)."""
+    rows = conn.execute(
+        select(_scopes.c.kind, _scopes.c.digest, _scopes.c.revoked_at, _scopes.c.reason)
+    ).all()
+    return {(row.kind, row.digest): row for row in rows}
+
+
+def _revoked_by_scope(
+    stored: StoredCertificate, scopes: dict[tuple[str, str], AnyRow]
+) -> StoredCertificate:
+    """``stored``, revoked by its contract's or checker configuration's entry when it is not
+    revoked by name (R-C-13)."""
+    if stored.revoked or not scopes:
+        return stored
+    certificate = stored.certificate
+    for key in (
+        (CONTRACT, certificate.reward_contract_digest),
+        (CHECKER, certificate.checker_configuration_digest),
+    ):
+        row = scopes.get(key)
+        if row is not None:
+            return replace(stored, revoked_at=row.revoked_at, revocation_reason=row.reason)
+    return stored

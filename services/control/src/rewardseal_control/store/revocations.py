@@ -1,4 +1,4 @@
-"""Revocations and the signed revocation lists that carry them (R-C-4).
+"""Revocations and the signed revocation lists that carry them (R-C-4, R-C-13).
 
 Revoking a certificate and publishing the next signed list happen in one transaction, under
 one writer lock, so list versions are dense and every list holds every revocation before it.
@@ -6,6 +6,10 @@ The list is signed by the service's organization key through a :data:`Revocation
 called inside that transaction; what it returns must be the very list it was given. Every
 version ever issued is kept (the head is the highest). Revoking is an admin action, audited
 in its transaction; re-signing the current entries before the head expires is not.
+
+Besides single certificates, a list carries contract and checker-configuration entries
+(:meth:`RevocationStore.revoke_scope`): one entry revokes every certificate of that contract or
+checker configuration, issued before or after it. Every entry is permanent.
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import NotFound, ValidationError
+from rewardseal.revocation import CHECKER, CONTRACT
 from rewardseal.signing import REVOCATION_LIST_PAYLOAD_TYPE
 from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal.validation import parse_strict, validate_id
+from rewardseal.validation import parse_strict, validate_digest, validate_id
 from rewardseal_control.store import audit_log, inputs, tables
+from rewardseal_control.store.contracts import require_contract
 from rewardseal_server.sqlstore import StoreEngine
 
 __all__ = [
@@ -45,7 +51,17 @@ RevocationSigner = Callable[[RevocationList], SignedEnvelope]
 
 _certificates = tables.certificates
 _revocations = tables.revocations
+_scopes = tables.revocation_scopes
 _heads = tables.heads
+_SCOPE_ACTIONS: Final = {
+    CONTRACT: audit_log.ACTION_REVOKE_CONTRACT,
+    CHECKER: audit_log.ACTION_REVOKE_CHECKER,
+}
+_SCOPE_FIELDS: Final = {
+    CONTRACT: "reward_contract_digest",
+    CHECKER: "checker_configuration_digest",
+}
+"""The RevocationEntry field (and the name in messages) of each kind's digest."""
 _HEAD_COLUMNS = (_heads.c.version, _heads.c.envelope, _heads.c.issued_at, _heads.c.expires_at)
 
 
@@ -154,6 +170,83 @@ class RevocationStore:
 
         return self._db.write(work)
 
+    def revoke_scope(
+        self,
+        kind: str,
+        digest: str,
+        reason: str,
+        actor: str,
+        *,
+        sign: RevocationSigner,
+        ttl: timedelta = DEFAULT_LIST_TTL,
+        at: datetime | None = None,
+    ) -> tuple[RevocationHead, bool]:
+        """Revoke every certificate of a contract (``kind`` ``"contract"``, ``digest`` a
+        registered contract's) or of a checker configuration (``"checker"``, a
+        ``checker_configuration_digest``; it need not be known yet) in one list entry (R-C-13,
+        admin), issued before or after it, and publish the next signed list, atomically.
+
+        Like :meth:`revoke`: ``(new head, True)``; the same scope again changes nothing and
+        returns ``(current head, False)``. Audited as ``certificate.revoke_contract`` or
+        ``certificate.revoke_checker`` either way. Permanent: no list ever drops the entry.
+
+        Raises:
+            ValidationError: unknown kind, malformed digest, actor, reason (required) or ttl.
+            NotFound: ``kind`` is ``"contract"`` and no such contract is registered.
+        """
+        if kind not in _SCOPE_ACTIONS:
+            raise ValidationError(f"kind must be {CONTRACT!r} or {CHECKER!r}, not {kind!r}")
+        validate_digest(digest, _SCOPE_FIELDS[kind])
+        reason = inputs.text(reason, "reason", max_length=inputs.MAX_REASON_LENGTH, required=True)
+        actor = audit_log.check_actor(actor)
+        now = inputs.moment(at)
+        _check_ttl(ttl)
+        key = (_scopes.c.kind == kind) & (_scopes.c.digest == digest)
+
+        def work(conn: Connection) -> tuple[RevocationHead, bool]:
+            self._db.advisory_lock(conn, _LOCK_KEY)
+            if kind == CONTRACT:
+                require_contract(conn, digest)
+            already = conn.execute(select(_scopes.c.list_version).where(key)).first()
+            head = read_head(conn)
+            created = already is None or head is None
+            if created:
+                version = (head.version if head is not None else 0) + 1
+                if already is None:
+                    conn.execute(
+                        insert(_scopes).values(
+                            kind=kind,
+                            digest=digest,
+                            reason=reason,
+                            revoked_at=now,
+                            list_version=version,
+                        )
+                    )
+                head = self._publish(conn, sign, ttl, now, version)
+            assert head is not None
+            audit_log.write_audit(
+                conn,
+                actor=actor,
+                action=_SCOPE_ACTIONS[kind],
+                target=digest,
+                reason=reason,
+                details={"list_version": head.version, "already_revoked": already is not None},
+                at=now,
+            )
+            return head, created
+
+        return self._db.write(work)
+
+    def revoked_scope(self, contract_digest: str, checker_digest: str) -> tuple[str, str] | None:
+        """``(kind, digest)`` of the entry that revokes every certificate of ``contract_digest``
+        or of ``checker_digest`` (R-C-13), or None: a certificate under it is revoked at birth."""
+        statement = select(_scopes.c.kind, _scopes.c.digest).where(
+            ((_scopes.c.kind == CONTRACT) & (_scopes.c.digest == contract_digest))
+            | ((_scopes.c.kind == CHECKER) & (_scopes.c.digest == checker_digest))
+        )
+        row = self._db.read(lambda conn: conn.execute(statement).first())
+        return (str(row.kind), str(row.digest)) if row is not None else None
+
     def publish_revocation_list(
         self,
         *,
@@ -188,25 +281,43 @@ class RevocationStore:
         now: datetime,
         version: int,
     ) -> RevocationHead:
-        """Build, sign and store list ``version`` from the current revocations."""
+        """Build, sign and store list ``version`` from the current revocations: certificates
+        by id first (sorted, as the list always was), then contracts and checker
+        configurations (sorted by digest)."""
         rows = conn.execute(
             select(
                 _revocations.c.certificate_id, _revocations.c.reason, _revocations.c.revoked_at
             ).order_by(_revocations.c.certificate_id)
         ).all()
+        scoped = conn.execute(
+            select(
+                _scopes.c.kind, _scopes.c.digest, _scopes.c.reason, _scopes.c.revoked_at
+            ).order_by(_scopes.c.kind, _scopes.c.digest)
+        ).all()
         expires_at = now + ttl
+        # Certificate entries first, in the order they always had (a list without contract or
+        # checker entries keeps its bytes), then the contract and checker entries.
+        entries = [
+            RevocationEntry(
+                certificate_id=row.certificate_id,
+                reason=row.reason,
+                revoked_at=inputs.timestamp(row.revoked_at),
+            )
+            for row in rows
+        ]
+        entries.extend(
+            RevocationEntry(
+                reason=row.reason,
+                revoked_at=inputs.timestamp(row.revoked_at),
+                **{_SCOPE_FIELDS[row.kind]: row.digest},
+            )
+            for row in scoped
+        )
         unsigned = RevocationList(
             version=version,
             issued_at=inputs.timestamp(now),
             expires_at=inputs.timestamp(expires_at),
-            entries=[
-                RevocationEntry(
-                    certificate_id=row.certificate_id,
-                    reason=row.reason,
-                    revoked_at=inputs.timestamp(row.revoked_at),
-                )
-                for row in rows
-            ],
+            entries=entries,
         )
         envelope = sign(RevocationList.FromString(unsigned.SerializeToString()))
         _check_signed_list(envelope, unsigned)

@@ -30,6 +30,7 @@ from rewardseal_control.models import (
     Receipt,
     Revocation,
     RevocationListHead,
+    RevocationScope,
 )
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "integrity_shards",
     "keys",
     "receipts",
+    "revocation_scopes",
     "revocations",
 ]
 
@@ -60,6 +62,7 @@ keys: Table = _tables[IssuerKeyRow.__tablename__]
 certificates: Table = _tables[Certificate.__tablename__]
 revocations: Table = _tables[Revocation.__tablename__]
 heads: Table = _tables[RevocationListHead.__tablename__]
+revocation_scopes: Table = _tables[RevocationScope.__tablename__]
 receipts: Table = _tables[Receipt.__tablename__]
 audit: Table = _tables[AuditLog.__tablename__]
 integrity_revisions: Table = _tables[IntegrityRevision.__tablename__]
