@@ -110,7 +110,7 @@ def prepare_worker(
             installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`); or
             it is not set and there is no bundle to serve.
     """
-    key = SigningKey.load_or_create(settings.key_path)
+    # What can be refused is refused before the key is made (nothing written for a bad start).
     if not settings.seed_mockmed:
         if not settings.contract_dir.exists():
             raise ValidationError(
@@ -118,7 +118,7 @@ def prepare_worker(
                 "directory), or --seed-mockmed to write the synthetic MockMed bundles into the "
                 "data dir first"
             )
-        return key, None
+        return SigningKey.load_or_create(settings.key_path), None
     try:
         from rewardseal_worker.seed import seed_mockmed
     except ModuleNotFoundError as exc:
@@ -128,6 +128,7 @@ def prepare_worker(
             "--seed-mockmed needs the rewardseal-mockmed and rewardseal-kit distributions "
             "(pip install 'rewardseal-worker[mockmed]')"
         ) from None
+    key = SigningKey.load_or_create(settings.key_path)
     seeded = seed_mockmed(
         settings.data_dir, key=key, trials=settings.calibration_trials, progress=progress
     )
@@ -160,7 +161,10 @@ async def start_worker(
         # Before seeding and calibrating (minutes): a taken port is refused at once.
         check_port_free(settings.host, settings.port)
         if settings.http_port is not None:
-            check_port_free(settings.host, settings.http_port)
+            check_port_free(settings.host, settings.http_port, flag="--http-port")
+        if settings.metrics_port:
+            metrics_port = settings.metrics_port + process_index
+            check_port_free(settings.host, metrics_port, flag="--metrics-port")
     key, seeded = prepare_worker(settings, progress=progress)
     # A self-signed certificate verifies against the worker's own key.
     bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))

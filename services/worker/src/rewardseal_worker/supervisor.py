@@ -102,9 +102,10 @@ class Child:
     banner: dict[str, Any]
 
 
-def reserve_port(host: str, port: int) -> socket.socket:
+def reserve_port(host: str, port: int, *, flag: str = "--port") -> socket.socket:
     """A bound, non-listening SO_REUSEPORT socket on ``host:port`` (0: a free port, read it
-    with ``getsockname``): the children bind beside it, other programs cannot.
+    with ``getsockname``): the children bind beside it, other programs cannot; ``flag``: the
+    option that chose the port (a refusal names it).
 
     Raises:
         ValidationError: this platform has no SO_REUSEPORT.
@@ -117,7 +118,7 @@ def reserve_port(host: str, port: int) -> socket.socket:
             host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except socket.gaierror as exc:
-        raise cannot_listen(host, port) from exc
+        raise cannot_listen(host, port, flag=flag) from exc
     held = socket.socket(family, kind, proto)
     try:
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -125,7 +126,7 @@ def reserve_port(host: str, port: int) -> socket.socket:
         held.bind(sockaddr)
     except OSError as exc:
         held.close()
-        raise cannot_listen(host, port, exc) from None
+        raise cannot_listen(host, port, exc, flag=flag) from None
     return held
 
 
@@ -177,13 +178,13 @@ class Supervisor:
         settings = self._settings
         check_port_free(settings.host, settings.port)
         if settings.http_port is not None:
-            check_port_free(settings.host, settings.http_port)
+            check_port_free(settings.host, settings.http_port, flag="--http-port")
         held = reserve_port(settings.host, settings.port)
         self._port = held.getsockname()[1]
         # The HTTP face (docs/http.md): every child serves it too, on one shared port.
         held_http = None
         if settings.http_port is not None:
-            held_http = reserve_port(settings.host, settings.http_port)
+            held_http = reserve_port(settings.host, settings.http_port, flag="--http-port")
             self._http_port = held_http.getsockname()[1]
         self._scratch = Path(tempfile.mkdtemp(prefix="rewardseal-worker-"))
         stop = asyncio.Event()
