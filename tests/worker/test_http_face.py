@@ -395,8 +395,10 @@ def test_body_that_is_not_json_is_400(worker: HttpWorker, http: httpx.Client) ->
     refused(http.post("/v1/rewards", content=b"{not json", headers=headers), 400, "invalid_json")
     refused(http.post("/v1/rewards", content=b"", headers=headers), 400, "invalid_json")
     refused(http.post("/v1/rewards", content=b"\xff\xfe{}", headers=headers), 400, "invalid_json")
+    # Nested past the bound, a body is refused before any parser sees it: 422 invalid_episode
+    # like any too-deep metadata (R-MSG-9; tests/worker/test_deep_metadata.py), not a parse error.
     deep = b"[" * 100_000 + b"]" * 100_000
-    refused(http.post("/v1/rewards", content=deep, headers=headers), 400, "invalid_json")
+    refused(http.post("/v1/rewards", content=deep, headers=headers), 422, "invalid_episode")
 
 
 def test_wrong_content_type_is_415(worker: HttpWorker, http: httpx.Client) -> None:
