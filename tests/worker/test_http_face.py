@@ -33,7 +33,7 @@ from rewardseal.v1.enums_pb2 import (
     Uncertainty,
 )
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal_worker.health_watch import StoreHealthWatch
+from rewardseal_worker.health_watch import HealthWatch
 from rewardseal_worker.http.guards import MAX_BODY_BYTES
 from rewardseal_worker.http.responses import error_response
 from rewardseal_worker.http.shapes import WITHHELD_PRODUCTION, ReceiptView, reward_view
@@ -188,7 +188,7 @@ def test_health_reports_the_serving_state_grpc_health_reports(
         if store_down:
             raise Unavailable("the store does not answer")
 
-    watch = StoreHealthWatch(probe, worker.app.running, interval=3600)
+    watch = HealthWatch({"store": probe}, worker.app.running, interval=3600)
     try:
         assert worker.run(watch.check()) is False
         assert grpc_health(worker) == health_pb2.HealthCheckResponse.NOT_SERVING
