@@ -83,7 +83,8 @@ class WorkerSettings:
     """The largest batch run on the event loop (``$REWARDSEAL_WORKER_INLINE_BATCH``; 0: every
     batch in a worker thread); unset: the engine's choice by store and oracle (engine.Scorer)."""
     health_interval_seconds: float = 5.0
-    """How often the store is probed to keep grpc.health.v1 truthful (see health_watch)."""
+    """How often the store and the system of record are probed to keep grpc.health.v1 and
+    ``GET /health`` truthful (see health_watch, R-W-16)."""
     control_target: str | None = None
     """host:port of the control plane; None runs the worker on its own."""
     control_token: str | None = field(default=None, repr=False)

@@ -85,7 +85,7 @@ def create_app(
     ``Authorization: Bearer <token>`` (R-W-10).
 
     ``serving``: what the gRPC server's ``grpc.health.v1`` reports now (the worker passes
-    :attr:`RunningServer.serving`, which its store watch keeps truthful); ``GET /health`` answers
+    :attr:`RunningServer.serving`, which its health watch keeps truthful); ``GET /health`` answers
     503 while it is False, so an HTTP probe and a gRPC probe agree. None: always serving.
     ``reason``: why not, added to that 503's detail (the health watch's reason: which dependency
     does not answer, and its error).
