@@ -14,7 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -336,6 +336,91 @@ def test_a_database_url_that_is_no_store_url(
     assert_one_line(err, "sqlite:///path/to/file.db", "postgresql://USER:PASSWORD@HOST:5432/DBNAME")
 
 
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port another program listens on."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        yield int(other.getsockname()[1])
+
+
+@pytest.mark.usefixtures("mockmed_token")
+@pytest.mark.parametrize(
+    ("service", "flag"),
+    [
+        ("worker", "--port"),
+        ("worker", "--http-port"),
+        ("worker", "--metrics-port"),
+        ("control", "--port"),
+        ("control", "--http-port"),
+        ("control", "--metrics-port"),
+        ("mockmed", "--port"),
+    ],
+)
+def test_a_taken_port_names_its_own_flag(
+    capfd: pytest.CaptureFixture[str],
+    bundle_dir: Path,
+    tmp_path: Path,
+    taken_port: int,
+    service: str,
+    flag: str,
+) -> None:
+    """R-W-11: the fix names the option that chose the port (a taken --http-port used to say
+    "choose another --port")."""
+    main, _, _ = SERVICES[service]
+    others = [] if flag == "--port" else ["--port", "0"]
+    argv = [*serve_argv(service, bundle_dir, tmp_path), *others, flag, str(taken_port)]
+    code, err = run_main(capfd, main, argv)
+    assert code == EXIT_USAGE
+    line = assert_one_line(
+        err, f"cannot listen on 127.0.0.1:{taken_port}: the port is in use by another process"
+    )
+    assert line.endswith(f"(stop that process, or choose another {flag})"), line
+
+
+def test_bad_db_url_fails_before_seeding(capfd: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Every setting is checked before any work (R-W-14): ``--seed-mockmed`` with a malformed
+    store URL used to seed MockMed (four progress lines, a calibration) and only then refuse."""
+    data_dir = tmp_path / "fresh"
+    argv = ["serve", "--seed-mockmed", "--data-dir", str(data_dir), "--port", "0"]
+    code, err = run_main(capfd, worker_main, [*argv, "--db-url", "not-a-url"])
+    assert code == EXIT_USAGE
+    assert_one_line(err, "malformed worker store URL", "sqlite:///path/to/file.db")
+    assert not data_dir.exists(), sorted(p.name for p in data_dir.rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["--tls-cert", "{tmp}/missing.pem", "--tls-key", "{tmp}/missing.key"], {}, "missing"),
+        (["--trust-org-key", "not-a-key"], {}, "not-a-key"),
+        ([], {"REWARDSEAL_WORKER_EPISODE_TTL_SECONDS": "soon"}, "must be a number"),
+        ([], {"REWARDSEAL_WORKER_CONTROL": "127.0.0.1:1"}, "REWARDSEAL_WORKER_CONTROL_TOKEN"),
+    ],
+)
+def test_a_bad_setting_writes_nothing_in_the_data_dir(
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    argv: list[str],
+    env: dict[str, str],
+    expected: str,
+) -> None:
+    """Neither the data dir, nor its token, nor the worker key are made for a start that a
+    setting refuses."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    data_dir = tmp_path / "fresh"
+    given = [part.format(tmp=tmp_path) for part in argv]
+    code, err = run_main(
+        capfd, worker_main, ["serve", "--data-dir", str(data_dir), "--port", "0", *given]
+    )
+    assert code == EXIT_USAGE
+    assert_one_line(err, expected)
+    assert not data_dir.exists(), sorted(p.name for p in data_dir.rglob("*"))
+
+
 def test_an_admin_command_whose_control_plane_does_not_answer(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
@@ -359,6 +444,7 @@ def test_a_worker_data_dir_without_a_bundle(
     assert_one_line(
         err, f"no contract bundle at {tmp_path / 'fresh'}", "--contract", "--seed-mockmed"
     )
+    assert not (tmp_path / "fresh" / "keys").exists(), "no key is made for a start refused"
 
 
 # ---------------------------------------------------------------------- the rules themselves

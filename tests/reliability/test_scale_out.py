@@ -1,15 +1,17 @@
 """Scale-out: three worker processes share one PostgreSQL receipt store (R-W-8).
 
-The replicas serve one data dir (one key, one bundle, one MockMed SQLite system of record) and
-one PostgreSQL database. Each of 200 episodes begins on one replica (its baseline lives in the
-shared store), writes its row, and is then scored by two replicas at once. Exactly one receipt
-per episode may exist: one call wins, the other is answered ALREADY_EXISTS naming the winner's
-receipt, no episode is lost, and every stored receipt verifies.
-"""
+The replicas serve one key, one bundle, one MockMed SQLite system of record and one PostgreSQL
+database, each from a data dir of its own (a copy, as each pod of deploy/k8s has its own with
+the shared key: one data dir serves one worker, R-W-15; its ``mockmed/`` links to the one SoR).
+Each of 200 episodes begins on one replica (its baseline lives in the shared store), writes its
+row, and is then scored by two replicas at once. Exactly one receipt per episode may exist: one
+call wins, the other is answered ALREADY_EXISTS naming the winner's receipt, no episode is lost,
+and every stored receipt verifies."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -47,6 +49,20 @@ def patient(index: int) -> str:
     return f"patient-scale-{index:04d}"
 
 
+def replica_dir(data_dir: Path, tmp_path: Path, index: int) -> Path:
+    """A data dir of replica ``index``'s own: a copy of ``data_dir`` (key, token, bundles) whose
+    ``mockmed/`` is a link to the first's, so every replica reads the one SoR."""
+    own = tmp_path / f"replica-{index}"
+
+    def leave_out(folder: str, names: list[str]) -> list[str]:
+        top = Path(folder) == data_dir
+        return [n for n in names if (top and n == "mockmed") or n.endswith(".lock")]
+
+    shutil.copytree(data_dir, own, ignore=leave_out)
+    (own / "mockmed").symlink_to(data_dir / "mockmed", target_is_directory=True)
+    return own
+
+
 @pytest.fixture
 def replicas(
     data_dir: Path, tmp_path: Path, postgres_server: PostgresServer
@@ -62,7 +78,9 @@ def replicas(
                 worker_process(data_dir, tmp_path / "ready-0.json", db_url=url)
             )
             others = [
-                spawn_worker(data_dir, tmp_path / f"ready-{n}.json", db_url=url)
+                spawn_worker(
+                    replica_dir(data_dir, tmp_path, n), tmp_path / f"ready-{n}.json", db_url=url
+                )
                 for n in range(1, REPLICAS)
             ]
             for other in others:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 from google.protobuf.message import Message
+from google.protobuf.struct_pb2 import ListValue, Struct
 
 from rewardseal.contract import contract_digest
 from rewardseal.digest import digest_json
@@ -39,6 +40,7 @@ from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.validation import (
     FORBIDDEN_METADATA_KEYS,
+    MAX_METADATA_DEPTH,
     parse_strict,
     validate_calibration_summary,
     validate_certificate,
@@ -1741,6 +1743,41 @@ def test_validate_descriptor_refuses_forbidden_metadata_key(key: str) -> None:
         descriptor = _mutated(_descriptor(), _metadata(document))
         error = _refuses(validate_descriptor, descriptor, InvalidEpisode, path)
         assert error.reason == "invalid_episode"
+
+
+def _nested(depth: int, *, in_lists: bool = False) -> EpisodeDescriptor:
+    """A descriptor whose metadata is ``depth`` levels deep (the metadata object is level 1),
+    built level by level through the protobuf API (no recursion, any depth)."""
+    descriptor = _descriptor()
+    node: Struct | ListValue = descriptor.metadata
+    for level in range(2, depth + 1):
+        value = node.fields["k"] if isinstance(node, Struct) else node.values.add()
+        node = value.list_value if in_lists and level % 2 else value.struct_value
+    if isinstance(node, Struct):
+        node.fields["leaf"].number_value = 1
+    else:
+        node.values.add().number_value = 1
+    return descriptor
+
+
+@pytest.mark.parametrize("in_lists", [False, True], ids=["objects", "objects-and-lists"])
+def test_metadata_depth_is_bounded_without_recursion(in_lists: bool) -> None:
+    validate_descriptor(_nested(MAX_METADATA_DEPTH, in_lists=in_lists))
+    for depth in (MAX_METADATA_DEPTH + 1, 1_000, 20_000):  # 20,000: past any recursion limit
+        error = _refuses(
+            validate_descriptor,
+            _nested(depth, in_lists=in_lists),
+            InvalidEpisode,
+            f"metadata nests deeper than {MAX_METADATA_DEPTH} levels",
+        )
+        assert error.reason == "invalid_episode"
+        assert len(error.message) < 200
+
+
+def test_metadata_number_without_json_form_is_refused_in_a_list() -> None:
+    descriptor = _descriptor()
+    descriptor.metadata.fields["xs"].list_value.values.add().number_value = math.inf
+    _refuses(validate_descriptor, descriptor, InvalidEpisode, "no JSON form")
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ from rewardseal.v1.enums_pb2 import (
     Uncertainty,
 )
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal_worker.health_watch import StoreHealthWatch
+from rewardseal_worker.health_watch import HealthWatch
 from rewardseal_worker.http.guards import MAX_BODY_BYTES
 from rewardseal_worker.http.responses import error_response
 from rewardseal_worker.http.shapes import WITHHELD_PRODUCTION, ReceiptView, reward_view
@@ -188,7 +188,7 @@ def test_health_reports_the_serving_state_grpc_health_reports(
         if store_down:
             raise Unavailable("the store does not answer")
 
-    watch = StoreHealthWatch(probe, worker.app.running, interval=3600)
+    watch = HealthWatch({"store": probe}, worker.app.running, interval=3600)
     try:
         assert worker.run(watch.check()) is False
         assert grpc_health(worker) == health_pb2.HealthCheckResponse.NOT_SERVING
@@ -395,8 +395,10 @@ def test_body_that_is_not_json_is_400(worker: HttpWorker, http: httpx.Client) ->
     refused(http.post("/v1/rewards", content=b"{not json", headers=headers), 400, "invalid_json")
     refused(http.post("/v1/rewards", content=b"", headers=headers), 400, "invalid_json")
     refused(http.post("/v1/rewards", content=b"\xff\xfe{}", headers=headers), 400, "invalid_json")
+    # Nested past the bound, a body is refused before any parser sees it: 422 invalid_episode
+    # like any too-deep metadata (R-MSG-9; tests/worker/test_deep_metadata.py), not a parse error.
     deep = b"[" * 100_000 + b"]" * 100_000
-    refused(http.post("/v1/rewards", content=deep, headers=headers), 400, "invalid_json")
+    refused(http.post("/v1/rewards", content=deep, headers=headers), 422, "invalid_episode")
 
 
 def test_wrong_content_type_is_415(worker: HttpWorker, http: httpx.Client) -> None:

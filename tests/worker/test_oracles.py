@@ -428,6 +428,7 @@ def test_oracle_modules_import_downwards_only():
         "files": {"base"},
         "http": {"base"},
         "registry": {"base", "sql", "files", "http"},
+        "probe": {"base"},  # the SoR's probe (R-W-16) reads through any reader's protocol
     }
 
 

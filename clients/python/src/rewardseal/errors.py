@@ -184,6 +184,22 @@ class CannotListen(RewardSealError):
     reason = "cannot_listen"
 
 
+class DataDirInUse(RewardSealError):
+    """Another worker holds the data directory's lock (R-W-15): two workers would share one key
+    and one store. A local start-up error: it never crosses the wire."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "data_dir_in_use"
+
+
+class SystemOfRecordUnavailable(Unavailable):
+    """The system of record did not answer the worker's start-up probe (R-W-16): every episode
+    would be FAILED_PLATFORM. A local start-up error: it never crosses the wire (a read that
+    fails while serving is an outcome, never an RPC error)."""
+
+    reason = "sor_unavailable"
+
+
 class IntegritySpecInvalid(ValidationError):
     """A reward-system, retention-protocol or integrity-profile document has blockers (R-I-1)."""
 

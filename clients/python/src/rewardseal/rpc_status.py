@@ -197,17 +197,32 @@ _MethodHandler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
 
 
 class _Undecodable:
-    """What a guarded deserializer hands on instead of raising (see :func:`guard_decoding`)."""
+    """What a guarded deserializer hands on instead of raising (see :func:`guard_decoding`);
+    ``too_deep``: the parser gave up on the message's nesting, not on its bytes."""
 
-    __slots__ = ()
+    __slots__ = ("too_deep",)
+
+    def __init__(self, *, too_deep: bool) -> None:
+        self.too_deep = too_deep
 
 
-_UNDECODABLE = _Undecodable()
+_UNDECODABLE = _Undecodable(too_deep=False)
+_TOO_DEEP = _Undecodable(too_deep=True)
+_DEPTH_WORDS = ("maxdepth", "too deep", "nesting", "recursion")
+"""How protobuf's parsers say a message nests past their limit (upb: "Exceeded
+upb_DecodeOptions_MaxDepth"; the pure-Python parser words it otherwise)."""
+
+TooDeep: TypeAlias = Callable[[], errors.RewardSealError]
+"""The error for a request nested past protobuf's parse limit (see :func:`guard_decoding`)."""
 
 
 class _UndecodableRequest(Exception):
     """A streamed request was undecodable: raised to the servicer's read, turned into the
     abort by the guard's wrapper."""
+
+    def __init__(self, marker: _Undecodable) -> None:
+        super().__init__()
+        self.marker = marker
 
 
 def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
@@ -217,8 +232,11 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
     def deserialize(data: bytes) -> Any:
         try:
             return deserializer(data)
-        except Exception:  # DecodeError, or anything else a generated FromString may raise
-            return _UNDECODABLE
+        except RecursionError:
+            return _TOO_DEEP
+        except Exception as exc:  # DecodeError, or anything else a generated FromString raises
+            text = str(exc).lower()
+            return _TOO_DEEP if any(word in text for word in _DEPTH_WORDS) else _UNDECODABLE
 
     return deserialize
 
@@ -228,8 +246,14 @@ def _undecodable_error() -> errors.ValidationError:
     return errors.ValidationError("the request is not a valid message of the method's type")
 
 
-def guard_decoding(handler: _MethodHandler | None) -> _MethodHandler | None:
+def guard_decoding(
+    handler: _MethodHandler | None, *, too_deep: TooDeep | None = None
+) -> _MethodHandler | None:
     """``handler`` with undecodable requests answered INVALID_ARGUMENT (docs/spec.md §8).
+
+    ``too_deep`` makes the error for a request nested past protobuf's parse limit (the worker:
+    ``invalid_episode``, since only episode metadata and grader items nest); None answers it
+    like any other undecodable request.
 
     grpc answers a request its deserializer cannot parse with UNKNOWN and the parser's
     exception text; here the deserializer hands on a marker instead, and the call is aborted
@@ -252,13 +276,16 @@ def guard_decoding(handler: _MethodHandler | None) -> _MethodHandler | None:
         }[(streaming_in, streaming_out)],
     )
 
+    def refusal(marker: _Undecodable) -> errors.RewardSealError:
+        return too_deep() if marker.too_deep and too_deep is not None else _undecodable_error()
+
     async def checked(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         async for request in requests:
-            if request is _UNDECODABLE:
+            if isinstance(request, _Undecodable):
                 # Raised where the servicer reads; the wrapper below aborts, in the handler's
                 # own task (a servicer may read its requests in another task: an abort from
                 # there could race the handler's pending send).
-                raise _UndecodableRequest
+                raise _UndecodableRequest(request)
             yield request
 
     def prepare(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
@@ -268,23 +295,23 @@ def guard_decoding(handler: _MethodHandler | None) -> _MethodHandler | None:
     if inspect.iscoroutinefunction(behavior):
 
         async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            if request is _UNDECODABLE:
-                return await abort(context, _undecodable_error())
+            if isinstance(request, _Undecodable):
+                return await abort(context, refusal(request))
             try:
                 return await behavior(prepare(request, context), context)
-            except _UndecodableRequest:
-                return await abort(context, _undecodable_error())
+            except _UndecodableRequest as undecodable:
+                return await abort(context, refusal(undecodable.marker))
 
     elif inspect.isasyncgenfunction(behavior):
 
         async def wrapped(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            if request is _UNDECODABLE:
-                await abort(context, _undecodable_error())
+            if isinstance(request, _Undecodable):
+                await abort(context, refusal(request))
             try:
                 async for answer in behavior(prepare(request, context), context):
                     yield answer
-            except _UndecodableRequest:
-                await abort(context, _undecodable_error())
+            except _UndecodableRequest as undecodable:
+                await abort(context, refusal(undecodable.marker))
 
     else:  # a synchronous behaviour (grpc runs it in a thread with a blocking iterator)
         return handler

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from google.protobuf.descriptor import Descriptor
 from google.protobuf.message import DecodeError, Message
-from google.protobuf.struct_pb2 import Struct
+from google.protobuf.struct_pb2 import ListValue, Struct, Value
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from rewardseal.certificates import MAX_POLICY_UPDATE
@@ -53,6 +53,11 @@ MAX_IDENTITY_KEYS = 32
 MAX_IDENTITY_VALUE_LENGTH = 256
 MAX_METADATA_KEY_LENGTH = 128
 """Longest descriptor metadata key, at any depth (keys are free-form but bounded)."""
+MAX_METADATA_DEPTH = 32
+"""Deepest nesting of a descriptor's metadata (R-MSG-9): the metadata object itself is level 1,
+each object or list inside it one more. The same bound on every face (gRPC, HTTP, the clients);
+protobuf's own parse limit (100 messages, three per Struct level) lies just above it, and a
+request past that is refused ``invalid_episode`` too (the worker's decoding guard)."""
 SIGNATURE_LENGTH = 64
 
 FORBIDDEN_METADATA_KEYS: frozenset[str] = frozenset(
@@ -376,41 +381,57 @@ def validate_receipt_claims(receipt: RewardEvidenceReceipt) -> None:
         raise ValidationError("an uncertified receipt must say why (certification_refusals)")
 
 
-def _walk_keys(value: Any, path: str) -> Iterable[tuple[str, str]]:
-    """Every mapping key in ``value`` at any depth, with the path of the mapping holding it."""
-    if isinstance(value, Mapping):
-        for key, inner in value.items():
-            yield key, path
-            yield from _walk_keys(inner, f"{path}.{key}")
-    elif isinstance(value, list):
-        for index, inner in enumerate(value):
-            yield from _walk_keys(inner, f"{path}[{index}]")
-
-
 def check_metadata(metadata: Struct) -> None:
-    """Refuse metadata keys that name record contents or secrets, at any depth (R-MSG-9), and
-    keys longer than :data:`MAX_METADATA_KEY_LENGTH` (no reader needs them; they only bloat)."""
-    from google.protobuf.json_format import MessageToDict
+    """Refuse metadata nested deeper than :data:`MAX_METADATA_DEPTH`, keys that name record
+    contents or secrets, at any depth (R-MSG-9), keys longer than
+    :data:`MAX_METADATA_KEY_LENGTH` (no reader needs them; they only bloat), and numbers with no
+    JSON form (NaN, infinity).
 
-    if not metadata.fields:  # most descriptors: nothing to convert or walk
+    The walk is iterative (an explicit stack), so no nesting a caller builds can exhaust the
+    interpreter's recursion limit: a deep document is refused at its first level too many.
+    """
+    if not metadata.fields:  # most descriptors: nothing to walk
         return
-    try:
-        document = MessageToDict(metadata)
-    except ValueError:  # NaN or infinity: no JSON form, and every failure is invalid_episode
-        # The converter's message quotes the offending value; it is not repeated.
-        raise InvalidEpisode("metadata has no JSON form (NaN or infinity)") from None
-    for key, parent in _walk_keys(document, "metadata"):
-        # Checked before anything quotes the path: a parent's keys are short by now.
-        if len(key) > MAX_METADATA_KEY_LENGTH:
+    pending: list[tuple[Struct | ListValue, str, int]] = [(metadata, "metadata", 1)]
+    while pending:
+        node, path, depth = pending.pop()
+        if depth > MAX_METADATA_DEPTH:
             raise InvalidEpisode(
-                f"a key in {preview(parent, quoted=False)} is longer than "
-                f"{MAX_METADATA_KEY_LENGTH} characters ({len(key)})"
+                f"metadata nests deeper than {MAX_METADATA_DEPTH} levels "
+                f"(at {preview(path, quoted=False)})"
             )
-        if key.lower() in FORBIDDEN_METADATA_KEYS:
-            raise InvalidEpisode(
-                f"{preview(f'{parent}.{key}', quoted=False)} names record contents; "
-                "metadata may not carry it"
-            )
+        if isinstance(node, ListValue):
+            for index, value in enumerate(node.values):
+                _push_value(pending, value, f"{path}[{index}]", depth)
+            continue
+        for key, value in node.fields.items():
+            # Checked before anything quotes the path: a parent's keys are short by now.
+            if len(key) > MAX_METADATA_KEY_LENGTH:
+                raise InvalidEpisode(
+                    f"a key in {preview(path, quoted=False)} is longer than "
+                    f"{MAX_METADATA_KEY_LENGTH} characters ({len(key)})"
+                )
+            if key.lower() in FORBIDDEN_METADATA_KEYS:
+                raise InvalidEpisode(
+                    f"{preview(f'{path}.{key}', quoted=False)} names record contents; "
+                    "metadata may not carry it"
+                )
+            _push_value(pending, value, f"{path}.{key}", depth)
+
+
+def _push_value(
+    pending: list[tuple[Struct | ListValue, str, int]], value: Value, path: str, depth: int
+) -> None:
+    """Queue ``value``'s object or list one level below ``depth``; refuse a number with no
+    JSON form."""
+    kind = value.WhichOneof("kind")
+    if kind == "struct_value":
+        pending.append((value.struct_value, path, depth + 1))
+    elif kind == "list_value":
+        pending.append((value.list_value, path, depth + 1))
+    elif kind == "number_value" and not math.isfinite(value.number_value):
+        # The value itself is not quoted: it is the caller's.
+        raise InvalidEpisode("metadata has no JSON form (NaN or infinity)")
 
 
 def check_identity_values(identity: Mapping[str, object], field: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from rewardseal.errors import PermissionDenied, RewardSealError, Unauthenticated
-from rewardseal.rpc_status import guard_decoding, to_status
+from rewardseal.rpc_status import TooDeep, guard_decoding, to_status
 
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_METHOD_PREFIX = "/grpc.reflection."
@@ -33,13 +33,17 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         *,
         open_methods: Collection[str] = (),
         roles_by_method: Mapping[str, Collection[str]] | None = None,
+        too_deep: TooDeep | None = None,
     ) -> None:
-        """``tokens`` maps each accepted token to its role name."""
+        """``tokens`` maps each accepted token to its role name; ``too_deep`` makes the error
+        for a request nested past protobuf's parse limit (see
+        :func:`rewardseal.rpc_status.guard_decoding`)."""
         if not tokens or any(len(token) < 16 for token in tokens):
             raise ValueError("every bearer token must have at least 16 characters")
         self._tokens = [(token.encode(), role) for token, role in tokens.items()]
         self._open = frozenset(open_methods)
         self._roles_by_method = {m: frozenset(r) for m, r in (roles_by_method or {}).items()}
+        self._too_deep = too_deep
         # method -> (the server's handler, its guarded form): guarding builds a new handler, and
         # the server hands the same one for a method on every call. Only registered methods
         # (a handler, not None) are kept, so the map is bounded by the service's methods.
@@ -93,7 +97,7 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         cached = self._guarded.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        guarded = guard_decoding(handler)
+        guarded = guard_decoding(handler, too_deep=self._too_deep)
         self._guarded[method] = (handler, guarded)
         return guarded
 

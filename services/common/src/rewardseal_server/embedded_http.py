@@ -92,12 +92,13 @@ async def start_http_server(
     name: str = "http",
     reuse_port: bool = False,
     grace_seconds: int = GRACEFUL_SHUTDOWN_SECONDS,
+    flag: str = "--http-port",
 ) -> RunningHttpServer:
     """Serve the ASGI ``app`` on ``host:port`` in this event loop; return once it accepts.
 
     ``reuse_port``: beside the other processes of ``rewardseal-worker serve --processes N``
     (SO_REUSEPORT, that mode only); ``grace_seconds``: how long :meth:`RunningHttpServer.stop`
-    lets open requests finish.
+    lets open requests finish; ``flag``: the option that chose the port (a refusal names it).
 
     Raises:
         CannotListen: ``host:port`` cannot be bound.
@@ -111,7 +112,7 @@ async def start_http_server(
             # The embedding service owns SIGINT/SIGTERM and stops this server itself.
             yield
 
-    sock = bind_listening_socket(host, port, reuse_port=reuse_port)
+    sock = bind_listening_socket(host, port, reuse_port=reuse_port, flag=flag)
     bound = int(sock.getsockname()[1])
     options: dict[str, Any] = {
         "log_config": None,

@@ -242,7 +242,9 @@ class MetricsEndpoint:
         self.thread.join(timeout=5)
 
 
-def serve_metrics(registry: CollectorRegistry, *, host: str, port: int) -> MetricsEndpoint:
+def serve_metrics(
+    registry: CollectorRegistry, *, host: str, port: int, flag: str = "--metrics-port"
+) -> MetricsEndpoint:
     """Serve ``registry`` as ``/metrics`` on ``host:port`` (0 picks a free port) from a daemon
     thread.
 
@@ -252,5 +254,5 @@ def serve_metrics(registry: CollectorRegistry, *, host: str, port: int) -> Metri
     try:
         server, thread = start_http_server(port, addr=host.strip("[]"), registry=registry)
     except OSError as exc:
-        raise cannot_listen(host, port, exc) from None
+        raise cannot_listen(host, port, exc, flag=flag) from None
     return MetricsEndpoint(host=host, port=int(server.server_port), server=server, thread=thread)

@@ -224,12 +224,16 @@ def transport(tls: ServerTls | None) -> str:
     return "mtls" if tls.mutual else "tls"
 
 
-def cannot_listen(host: str, port: int, cause: OSError | None = None) -> CannotListen:
-    """The one-line start-up error for ``host:port`` that cannot be bound, saying why."""
+def cannot_listen(
+    host: str, port: int, cause: OSError | None = None, *, flag: str = "--port"
+) -> CannotListen:
+    """The one-line start-up error for ``host:port`` that cannot be bound, saying why; ``flag``
+    is the option that chose the port (``--http-port``, ``--metrics-port``): the fix names it
+    (R-W-11)."""
     fix = ""
     if cause is not None and cause.errno == errno.EADDRINUSE:
         why = "the port is in use by another process"
-        fix = " (stop that process, or choose another --port)"
+        fix = f" (stop that process, or choose another {flag})"
     elif cause is not None and cause.strerror:
         why = cause.strerror[:1].lower() + cause.strerror[1:]
         if cause.errno == errno.EADDRNOTAVAIL:
@@ -242,8 +246,9 @@ def cannot_listen(host: str, port: int, cause: OSError | None = None) -> CannotL
     return CannotListen(f"cannot listen on {address(host, port)}: {why}{fix}")
 
 
-def check_port_free(host: str, port: int) -> None:
-    """Raise :class:`CannotListen` when ``host:port`` cannot be bound by this process now.
+def check_port_free(host: str, port: int, *, flag: str = "--port") -> None:
+    """Raise :class:`CannotListen` when ``host:port`` cannot be bound by this process now;
+    ``flag``: the option that chose the port, which the error names (see :func:`cannot_listen`).
 
     gRPC reports a failed bind as a bare RuntimeError (the cause goes to its C core's log on
     stderr); a plain socket bound first, with SO_REUSEADDR as gRPC sets it and without
@@ -269,10 +274,10 @@ def check_port_free(host: str, port: int) -> None:
                 probe.bind(sockaddr)
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
-                    raise cannot_listen(host, port, exc) from None
+                    raise cannot_listen(host, port, exc, flag=flag) from None
                 failures.append(exc)
     if found and len(failures) == len(found):
-        raise cannot_listen(host, port, failures[0])
+        raise cannot_listen(host, port, failures[0], flag=flag)
 
 
 def write_ready_file(path: Path, banner: Mapping[str, Any]) -> None:
@@ -305,8 +310,11 @@ async def serve_until_signalled(stop: Hook) -> None:
             loop.remove_signal_handler(signum)
 
 
-def bind_listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
-    """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6.
+def bind_listening_socket(
+    host: str, port: int, *, reuse_port: bool = False, flag: str = "--port"
+) -> socket.socket:
+    """A listening TCP socket on ``host``:``port`` (0: a free port), IPv4 or IPv6; ``flag``: the
+    option that chose the port, which a refusal names.
 
     The port is this process's alone: SO_REUSEADDR (a restart need not wait out TIME_WAIT) but
     never SO_REUSEPORT, so a second server on a port in use is refused instead of taking a
@@ -328,7 +336,7 @@ def bind_listening_socket(host: str, port: int, *, reuse_port: bool = False) -> 
         try:
             sock.bind((host, port))
         except OSError as exc:
-            raise cannot_listen(host, port, exc) from None
+            raise cannot_listen(host, port, exc, flag=flag) from None
         sock.listen(2048)
         sock.setblocking(False)
     except BaseException:

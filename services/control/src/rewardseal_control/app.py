@@ -126,8 +126,13 @@ async def start_control(settings: ControlSettings) -> ControlApp:
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
     """
-    # Before migrating: a second control plane on a taken port is refused at once.
+    # Before migrating: a second control plane on a taken port is refused at once, each port
+    # under the flag that chose it (R-W-11).
     check_port_free(settings.host, settings.port)
+    if settings.http_port is not None:
+        check_port_free(settings.host, settings.http_port, flag="--http-port")
+    if settings.metrics_port:
+        check_port_free(settings.host, settings.metrics_port, flag="--metrics-port")
     key = SigningKey.load_or_create(settings.key_path)
     store = await asyncio.to_thread(ControlStore, settings.db_url)
     try:

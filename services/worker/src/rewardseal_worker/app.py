@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rewardseal.errors import ValidationError
+from rewardseal.errors import SystemOfRecordUnavailable, ValidationError
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal_server.metrics import MetricsEndpoint, serve_metrics
 from rewardseal_server.serving import (
@@ -20,10 +21,12 @@ from rewardseal_server.serving import (
 )
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
+from rewardseal_worker.data_dir_lock import DataDirLock, lock_data_dir
 from rewardseal_worker.engine import Scorer
-from rewardseal_worker.health_watch import StoreHealthWatch
+from rewardseal_worker.health_watch import HealthWatch
 from rewardseal_worker.metrics import WorkerMetrics
-from rewardseal_worker.oracles.base import OracleReader
+from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
+from rewardseal_worker.oracles.probe import probe_reader
 from rewardseal_worker.oracles.registry import make_reader
 from rewardseal_worker.server import start_worker_server
 from rewardseal_worker.settings import WorkerSettings
@@ -52,10 +55,12 @@ class WorkerApp:
     running: RunningServer
     seeded: SeedResult | None
     control: ControlLink | None = None
-    health_watch: StoreHealthWatch | None = None
+    health_watch: HealthWatch | None = None
     metrics: MetricsEndpoint | None = None
     http: RunningHttpServer | None = None
     """The HTTP/JSON face (``--http-port``), on this process's event loop; None without it."""
+    data_dir_lock: DataDirLock | None = None
+    """The data dir's lock (R-W-15) when this worker holds it; released last by :meth:`stop`."""
 
     @property
     def port(self) -> int:
@@ -97,6 +102,8 @@ class WorkerApp:
             await self.control.stop()
         self.reader.close()
         self.store.close()
+        if self.data_dir_lock is not None:
+            self.data_dir_lock.release()
 
 
 def prepare_worker(
@@ -110,7 +117,7 @@ def prepare_worker(
             installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`); or
             it is not set and there is no bundle to serve.
     """
-    key = SigningKey.load_or_create(settings.key_path)
+    # What can be refused is refused before the key is made (nothing written for a bad start).
     if not settings.seed_mockmed:
         if not settings.contract_dir.exists():
             raise ValidationError(
@@ -118,7 +125,7 @@ def prepare_worker(
                 "directory), or --seed-mockmed to write the synthetic MockMed bundles into the "
                 "data dir first"
             )
-        return key, None
+        return SigningKey.load_or_create(settings.key_path), None
     try:
         from rewardseal_worker.seed import seed_mockmed
     except ModuleNotFoundError as exc:
@@ -128,6 +135,7 @@ def prepare_worker(
             "--seed-mockmed needs the rewardseal-mockmed and rewardseal-kit distributions "
             "(pip install 'rewardseal-worker[mockmed]')"
         ) from None
+    key = SigningKey.load_or_create(settings.key_path)
     seeded = seed_mockmed(
         settings.data_dir, key=key, trials=settings.calibration_trials, progress=progress
     )
@@ -141,8 +149,13 @@ async def start_worker(
     shared_port: bool = False,
     primary: bool = True,
     process_index: int = 0,
+    exclusive: bool = False,
 ) -> WorkerApp:
     """Build and start the worker described by ``settings``.
+
+    ``exclusive``: hold the data dir's lock for the worker's life (R-W-15,
+    :mod:`rewardseal_worker.data_dir_lock`), taken right after the ports are probed and before
+    any other work; ``rewardseal-worker serve`` asks for it, library callers may.
 
     ``shared_port`` and ``primary`` are for the processes of ``serve --processes N``
     (:mod:`rewardseal_worker.supervisor`): ``shared_port`` binds with SO_REUSEPORT, next to the
@@ -153,6 +166,8 @@ async def start_worker(
 
     Raises:
         CannotListen: the port is in use by another process or cannot be bound.
+        DataDirInUse: ``exclusive`` and another worker holds the data dir.
+        SystemOfRecordUnavailable: the SoR does not answer the start-up probe (R-W-16).
         ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed or rewardseal-kit is not
             installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
     """
@@ -160,12 +175,60 @@ async def start_worker(
         # Before seeding and calibrating (minutes): a taken port is refused at once.
         check_port_free(settings.host, settings.port)
         if settings.http_port is not None:
-            check_port_free(settings.host, settings.http_port)
+            check_port_free(settings.host, settings.http_port, flag="--http-port")
+        if settings.metrics_port:
+            metrics_port = settings.metrics_port + process_index
+            check_port_free(settings.host, metrics_port, flag="--metrics-port")
+    held = lock_data_dir(settings.data_dir, settings.db_url) if exclusive else None
+    try:
+        app = await _start(settings, progress, shared_port, primary, process_index)
+    except BaseException:
+        if held is not None:
+            held.release()
+        raise
+    app.data_dir_lock = held
+    return app
+
+
+def probe_system_of_record(reader: OracleReader, bundle: ContractBundle) -> None:
+    """The start-up probe of the SoR (R-W-16, :mod:`rewardseal_worker.oracles.probe`). Blocking.
+
+    Raises:
+        SystemOfRecordUnavailable: it did not answer; the one line says which oracle and why.
+    """
+    try:
+        probe_reader(reader, bundle.contract.oracle.identity_keys)
+    except OracleUnavailable as exc:
+        failure = str(exc)
+    else:
+        return
+    # Raised outside the handler: the SoR's error is no cause the CLI should read as the
+    # receipt store's (a missing SQLite file would suggest --db-url).
+    raise SystemOfRecordUnavailable(
+        f"the system of record does not answer ({reader.kind} oracle of {bundle.path}: "
+        f"{failure}); every episode would be failed_platform: start it, or fix the oracle "
+        "recipe or the variable it names, then start the worker again"
+    )
+
+
+async def _start(
+    settings: WorkerSettings,
+    progress: Callable[[int, int], None] | None,
+    shared_port: bool,
+    primary: bool,
+    process_index: int,
+) -> WorkerApp:
+    """:func:`start_worker` once its ports are probed and its data dir is held."""
     key, seeded = prepare_worker(settings, progress=progress)
     # A self-signed certificate verifies against the worker's own key.
     bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
-    store = WorkerStore(settings.db_url, outbox=settings.control_target is not None)
     reader = make_reader(bundle.recipe, bundle.path)
+    try:
+        await asyncio.to_thread(probe_system_of_record, reader, bundle)
+        store = WorkerStore(settings.db_url, outbox=settings.control_target is not None)
+    except BaseException:
+        reader.close()
+        raise
     scorer = Scorer(
         bundle=bundle,
         store=store,
@@ -207,9 +270,15 @@ async def start_worker(
             shared_port=shared_port,
             interceptors=(metrics.interceptor(),) if metrics is not None else (),
         )
+        keys = bundle.contract.oracle.identity_keys
+        watch = HealthWatch(
+            {"store": store.ping, "system of record": lambda: probe_reader(reader, keys)},
+            running,
+            interval=settings.health_interval_seconds,
+        )
         http = None
         if settings.http_port is not None:
-            http = await _start_http(settings, scorer, running, shared_port=shared_port)
+            http = await _start_http(settings, scorer, running, watch, shared_port=shared_port)
     except BaseException:
         # The port is taken (or the start was cancelled): release what was opened for it.
         if control is not None:
@@ -217,7 +286,6 @@ async def start_worker(
         reader.close()
         store.close()
         raise
-    watch = StoreHealthWatch(store.ping, running, interval=settings.health_interval_seconds)
     watch.start()
     app = WorkerApp(
         settings, key, bundle, store, reader, scorer, running, seeded, control, watch, http=http
@@ -244,7 +312,12 @@ async def start_worker(
 
 
 async def _start_http(
-    settings: WorkerSettings, scorer: Scorer, grpc: RunningServer, *, shared_port: bool
+    settings: WorkerSettings,
+    scorer: Scorer,
+    grpc: RunningServer,
+    watch: HealthWatch,
+    *,
+    shared_port: bool,
 ) -> RunningHttpServer:
     """The HTTP face over ``scorer`` (docs/http.md); stops the gRPC server if it cannot start."""
     # Imported here: FastAPI and uvicorn load only for a worker that serves HTTP.
@@ -254,7 +327,12 @@ async def _start_http(
     assert settings.http_port is not None
     try:
         http = await start_http_server(
-            create_app(scorer, token=settings.token, serving=lambda: grpc.serving),
+            create_app(
+                scorer,
+                token=settings.token,
+                serving=lambda: grpc.serving,
+                reason=lambda: watch.reason,
+            ),
             host=settings.host,
             port=settings.http_port,
             tls=settings.tls,

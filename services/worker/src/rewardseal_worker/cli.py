@@ -250,7 +250,7 @@ async def _serve(args: argparse.Namespace) -> int:
         return await _serve_as_child(args, settings)
     if settings.processes > 1:
         return await _supervise(args, settings)
-    app = await start_worker(settings, progress=text_progress(sys.stderr))
+    app = await start_worker(settings, progress=text_progress(sys.stderr), exclusive=True)
     print(_banner_text(app.banner()), flush=True)
     if args.ready_file:
         write_ready_file(args.ready_file, app.banner())

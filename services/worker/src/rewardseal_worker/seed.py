@@ -38,8 +38,11 @@ receipt stores elsewhere in ``data_dir`` are never touched.
 Seeding runs under an exclusive lock (``data_dir/.seed.lock``, ``flock``): two workers started
 with ``--seed-mockmed`` on one empty data directory do not both calibrate and sign (the second
 used to find the first's certificate.json "with different content" and die); the second waits,
-then finds the seed complete and reuses it. The data directory and ``mockmed/`` are made 0700,
-the database 0600 (SQLite gives its -wal/-shm files the same mode).
+then finds the seed complete and reuses it. (``rewardseal-worker serve`` refuses a second worker
+on one data dir and store before it seeds: :mod:`rewardseal_worker.data_dir_lock`; this lock
+still serializes workers with stores of their own, and library callers.) The data directory
+and ``mockmed/`` are made 0700, the database 0600 (SQLite gives its -wal/-shm files the same
+mode).
 
 To stage episodes on a seeded directory (an honest write, a duplicate, the banner lie) use
 :mod:`rewardseal_mockmed.seeding` on :data:`DATABASE_PATH` and :data:`SCREEN_PATH`.

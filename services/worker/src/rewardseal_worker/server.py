@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 import grpc
 
+from rewardseal.errors import InvalidEpisode
 from rewardseal.tls import ServerTls
 from rewardseal.v1 import worker_service_pb2, worker_service_pb2_grpc
+from rewardseal.validation import MAX_METADATA_DEPTH
 from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_server.serving import RunningServer, start_grpc_server
 from rewardseal_worker.engine import Scorer
@@ -20,6 +22,15 @@ from rewardseal_worker.service import RewardWorkerServicer
 
 SERVICE_NAME = worker_service_pb2.DESCRIPTOR.services_by_name["RewardWorkerService"].full_name
 HEALTH_RPC = f"/{SERVICE_NAME}/Health"
+
+
+def _too_deep() -> InvalidEpisode:
+    """A worker request nested past protobuf's parse limit: only episode metadata (and a grader
+    item, which carries it) can nest, so it is an episode refused (R-MSG-9)."""
+    return InvalidEpisode(
+        f"the request nests deeper than protobuf parses; metadata nests at most "
+        f"{MAX_METADATA_DEPTH} levels"
+    )
 
 
 async def start_worker_server(
@@ -53,7 +64,9 @@ async def start_worker_server(
         service_names=(SERVICE_NAME,),
         interceptors=(
             *interceptors,
-            BearerAuthInterceptor({token: "trainer"}, open_methods={HEALTH_RPC}),
+            BearerAuthInterceptor(
+                {token: "trainer"}, open_methods={HEALTH_RPC}, too_deep=_too_deep
+            ),
         ),
         host=host,
         port=port,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rewardseal.errors import ValidationError
 from rewardseal.tls import ClientTls, ServerTls
 from rewardseal_server import service_settings
-from rewardseal_server.sqlstore import sqlite_url
+from rewardseal_server.sqlstore import normalize_url, sqlite_url
 from rewardseal_worker.org_keys import parse_org_keys
+from rewardseal_worker.store.core import STORE_NAME
 
 ENV_PREFIX = "REWARDSEAL_WORKER_"
 DEFAULT_PORT = 8790
@@ -82,7 +83,8 @@ class WorkerSettings:
     """The largest batch run on the event loop (``$REWARDSEAL_WORKER_INLINE_BATCH``; 0: every
     batch in a worker thread); unset: the engine's choice by store and oracle (engine.Scorer)."""
     health_interval_seconds: float = 5.0
-    """How often the store is probed to keep grpc.health.v1 truthful (see health_watch)."""
+    """How often the store and the system of record are probed to keep grpc.health.v1 and
+    ``GET /health`` truthful (see health_watch, R-W-16)."""
     control_target: str | None = None
     """host:port of the control plane; None runs the worker on its own."""
     control_token: str | None = field(default=None, repr=False)
@@ -159,6 +161,10 @@ def resolve_settings(
 ) -> WorkerSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
 
+    Every setting is checked before anything is written (R-W-14): only once all are valid is
+    the data dir made (0700) and the token read or made in it, and a caller starts seeding,
+    keys and stores only after this returns.
+
     Raises:
         ValidationError: a bad port or number (``processes`` outside 1..:data:`MAX_PROCESSES`),
             ``--control`` without its token or without a
@@ -171,13 +177,12 @@ def resolve_settings(
     process_count = _process_count(processes, env)
     resolved_metrics_port = _metrics_port(metrics_port, process_count, env)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
-    # Made here, 0700, before the token, the key or the database land in it.
-    service_settings.make_private_dir(data)
     contract = contract_dir or _env_path(env, "CONTRACT") or data / DEFAULT_BUNDLE
     resolved_port = service_settings.resolve_port(
         port, env, env_name=f"{ENV_PREFIX}PORT", default=DEFAULT_PORT
     )
     url = store_url(data, db_url, env)
+    normalize_url(url, what=STORE_NAME)  # a malformed URL, before seeding writes anything
     trials = calibration_trials or service_settings.env_int(
         env, f"{ENV_PREFIX}CALIBRATION_TRIALS", 300, minimum=1
     )
@@ -196,13 +201,13 @@ def resolve_settings(
             f"(or {ENV_PREFIX}TRUST_ORG_KEYS): the worker never takes control's word for whom "
             "to trust (control's banner shows organization_public_key)"
         )
-    return WorkerSettings(
+    settings = WorkerSettings(
         data_dir=data,
         contract_dir=contract.expanduser().resolve(),
         host=host or env.get(f"{ENV_PREFIX}HOST", "127.0.0.1"),
         port=resolved_port,
         db_url=url,
-        token=load_token(data, env),
+        token="",  # read or made below, once every other setting is known to be good
         seed_mockmed=seed_mockmed,
         calibration_trials=trials,
         reflection=reflection,
@@ -230,6 +235,9 @@ def resolve_settings(
             http_port, env, env_name=f"{ENV_PREFIX}HTTP_PORT"
         ),
     )
+    # Made here, 0700, before the token, the key or the database land in it.
+    service_settings.make_private_dir(data)
+    return replace(settings, token=load_token(data, env))
 
 
 def _inline_batch(env: Mapping[str, str]) -> int | None:

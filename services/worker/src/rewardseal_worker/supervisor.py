@@ -4,7 +4,9 @@ One Python process scores on about one core (the GIL); several processes on one 
 cores. The ``serve`` process becomes a supervisor that serves nothing itself:
 
 * **Once, before any server** (in the supervisor): the exclusive-port probe, so a port held by
-  another program is refused with one line as with one process (R-W-11); the worker key (created
+  another program is refused with one line as with one process (R-W-11); the data dir's lock
+  (R-W-15), held by the supervisor for its whole life and shared by its children by design (they
+  never take it); the worker key (created
   on first start); the MockMed seed (``--seed-mockmed``, under the data dir's seed lock); the
   bundle check (a broken bundle fails once, not N times); the store's schema (created by one
   process, not raced by N); the token (made by settings).
@@ -60,8 +62,10 @@ from typing import Any
 from rewardseal.errors import ValidationError
 from rewardseal.signing import TrustSet
 from rewardseal_server.serving import cannot_listen, check_port_free, write_ready_file
-from rewardseal_worker.app import prepare_worker
+from rewardseal_worker.app import prepare_worker, probe_system_of_record
 from rewardseal_worker.bundle import load_bundle
+from rewardseal_worker.data_dir_lock import lock_data_dir
+from rewardseal_worker.oracles.registry import make_reader
 from rewardseal_worker.settings import WorkerSettings
 from rewardseal_worker.store import WorkerStore
 
@@ -102,9 +106,10 @@ class Child:
     banner: dict[str, Any]
 
 
-def reserve_port(host: str, port: int) -> socket.socket:
+def reserve_port(host: str, port: int, *, flag: str = "--port") -> socket.socket:
     """A bound, non-listening SO_REUSEPORT socket on ``host:port`` (0: a free port, read it
-    with ``getsockname``): the children bind beside it, other programs cannot.
+    with ``getsockname``): the children bind beside it, other programs cannot; ``flag``: the
+    option that chose the port (a refusal names it).
 
     Raises:
         ValidationError: this platform has no SO_REUSEPORT.
@@ -117,7 +122,7 @@ def reserve_port(host: str, port: int) -> socket.socket:
             host.strip("[]") or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except socket.gaierror as exc:
-        raise cannot_listen(host, port) from exc
+        raise cannot_listen(host, port, flag=flag) from exc
     held = socket.socket(family, kind, proto)
     try:
         held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -125,20 +130,26 @@ def reserve_port(host: str, port: int) -> socket.socket:
         held.bind(sockaddr)
     except OSError as exc:
         held.close()
-        raise cannot_listen(host, port, exc) from None
+        raise cannot_listen(host, port, exc, flag=flag) from None
     return held
 
 
 def prepare_once(
     settings: WorkerSettings, *, progress: Callable[[int, int], None] | None = None
 ) -> None:
-    """The one-time work before the children start: key, seed, bundle check, store schema.
+    """The one-time work before the children start: key, seed, bundle check, the SoR's probe
+    (R-W-16: refused once, in one line, not by N children), store schema.
 
     Raises:
         ValidationError, SignatureError, Unavailable: as a one-process start would raise them.
     """
     key, _ = prepare_worker(settings, progress=progress)
-    load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
+    bundle = load_bundle(settings.contract_dir, trust=TrustSet([key.public_key]))
+    reader = make_reader(bundle.recipe, bundle.path)
+    try:
+        probe_system_of_record(reader, bundle)
+    finally:
+        reader.close()
     WorkerStore(settings.db_url).close()
 
 
@@ -172,19 +183,28 @@ class Supervisor:
 
         Raises:
             CannotListen: the port is held by another program or cannot be bound.
+            DataDirInUse: another worker holds the data dir (R-W-15).
             ValidationError: as :func:`prepare_once` and :func:`reserve_port`.
         """
         settings = self._settings
         check_port_free(settings.host, settings.port)
         if settings.http_port is not None:
-            check_port_free(settings.host, settings.http_port)
+            check_port_free(settings.host, settings.http_port, flag="--http-port")
         held = reserve_port(settings.host, settings.port)
         self._port = held.getsockname()[1]
         # The HTTP face (docs/http.md): every child serves it too, on one shared port.
         held_http = None
         if settings.http_port is not None:
-            held_http = reserve_port(settings.host, settings.http_port)
+            held_http = reserve_port(settings.host, settings.http_port, flag="--http-port")
             self._http_port = held_http.getsockname()[1]
+        try:
+            # The children share the data dir by design: only the supervisor takes the lock.
+            held_dir = lock_data_dir(settings.data_dir, settings.db_url)
+        except BaseException:
+            held.close()
+            if held_http is not None:
+                held_http.close()
+            raise
         self._scratch = Path(tempfile.mkdtemp(prefix="rewardseal-worker-"))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -210,6 +230,7 @@ class Supervisor:
             held.close()
             if held_http is not None:
                 held_http.close()
+            held_dir.release()
             shutil.rmtree(self._scratch, ignore_errors=True)
 
     async def _watch(self, stop: asyncio.Event) -> int:

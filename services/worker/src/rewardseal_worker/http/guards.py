@@ -1,18 +1,23 @@
 """What every HTTP request passes before a route sees it: the bearer token (R-W-10), the content
-type and the body-size limit.
+type, the body-size limit and the nesting limit.
 
 One pure ASGI middleware, so a refusal costs no parsing: a missing or wrong token is 401 before
 a byte of the body is read; a declared ``Content-Length`` above the limit is 413 at once, and a
-body sent without one (chunked) is read only up to the limit, then refused. The server stays up
-and the connection is answered, whatever the body's size.
+body sent without one (chunked) is read only up to the limit, then refused. A body nested deeper
+than :data:`MAX_BODY_DEPTH` is 422 ``invalid_episode`` before any JSON parser or model sees it
+(R-MSG-9): a parser's recursion must never decide the answer (a body ~500 deep used to be a 500
+with a two-thousand-line traceback). The server stays up and the connection is answered,
+whatever the body's size or shape.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rewardseal.validation import MAX_METADATA_DEPTH
 from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_worker.http.responses import plain_error
 
@@ -21,6 +26,35 @@ MAX_BODY_BYTES = 1024 * 1024
 OPEN_PATHS = frozenset({"/health", "/openapi.json"})
 """Paths answered without a token: they name the worker and its API, nothing else."""
 JSON_TYPES = ("application/json",)
+MAX_BODY_DEPTH = MAX_METADATA_DEPTH + 2
+"""Deepest nesting of a request body: the metadata bound plus the levels above the metadata
+(the body, and a grader's ``item``). A body within it whose metadata is too deep is refused by
+the descriptor's own check, naming ``metadata``."""
+_ESCAPE = re.compile(rb"\\.", re.DOTALL)
+_STRING = re.compile(rb'"[^"]*"')
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
+_OPENING = frozenset(b"[{")
+
+
+def nests_deeper_than(body: bytes, limit: int) -> bool:
+    """True when the JSON text ``body`` opens more than ``limit`` objects and arrays inside one
+    another; strings are skipped, so brackets in them do not count.
+
+    No recursion and linear time whatever the bytes: escapes are dropped first (JSON has
+    backslashes only inside strings), then strings (no quote is left inside one), then
+    everything but brackets; one pass over the brackets stops at the first level too many.
+    Not a JSON check: text that is not JSON is the parser's to refuse.
+    """
+    brackets = _NOT_BRACKET.sub(b"", _STRING.sub(b"", _ESCAPE.sub(b"", body)))
+    depth = 0
+    for byte in brackets:
+        if byte in _OPENING:
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -82,6 +116,15 @@ class RequestGuard:
         body = await self._read(receive)
         if body is None:
             await self._too_large(scope, receive, send)
+            return
+        if nests_deeper_than(body, MAX_BODY_DEPTH):
+            refusal = plain_error(
+                422,
+                "invalid_episode",
+                f"the body nests deeper than {MAX_BODY_DEPTH} levels (metadata nests at most "
+                f"{MAX_METADATA_DEPTH})",
+            )
+            await refusal(scope, receive, send)
             return
         await self._app(scope, _replay(body, receive), send)
 

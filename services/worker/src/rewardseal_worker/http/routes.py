@@ -43,8 +43,8 @@ from rewardseal_worker.service import grade_item
 
 TITLE = "rewardseal worker"
 NOT_SERVING = (
-    "the worker is not serving (grpc.health.v1 NOT_SERVING): its store does not answer, "
-    "or it is stopping"
+    "the worker is not serving (grpc.health.v1 NOT_SERVING): its store or its system of "
+    "record does not answer, or it is stopping"
 )
 """The detail of ``GET /health``'s 503 while the gRPC health service says NOT_SERVING."""
 _ERRORS: dict[int | str, dict[str, Any]] = {
@@ -79,13 +79,16 @@ def create_app(
     token: str,
     max_body: int = MAX_BODY_BYTES,
     serving: Callable[[], bool] | None = None,
+    reason: Callable[[], str | None] | None = None,
 ) -> FastAPI:
     """The HTTP face of ``scorer``; every route but ``/health`` and ``/openapi.json`` needs
     ``Authorization: Bearer <token>`` (R-W-10).
 
     ``serving``: what the gRPC server's ``grpc.health.v1`` reports now (the worker passes
-    :attr:`RunningServer.serving`, which its store watch keeps truthful); ``GET /health`` answers
+    :attr:`RunningServer.serving`, which its health watch keeps truthful); ``GET /health`` answers
     503 while it is False, so an HTTP probe and a gRPC probe agree. None: always serving.
+    ``reason``: why not, added to that 503's detail (the health watch's reason: which dependency
+    does not answer, and its error).
     """
     app = FastAPI(
         title=TITLE,
@@ -158,7 +161,8 @@ def create_app(
     )
     async def health() -> Response:
         if serving is not None and not serving():
-            raise Unavailable(NOT_SERVING)
+            why = reason() if reason is not None else None
+            raise Unavailable(NOT_SERVING if why is None else f"{NOT_SERVING}; {why}")
         answer = await asyncio.to_thread(scorer.health)
         answer.version = __version__
         return json_response(health_view(answer))
