@@ -94,11 +94,21 @@ def opened(*envelopes: SignedEnvelope, keys: tuple[SigningKey, ...] = ()) -> lis
 
 
 def seeded(store: ControlStore) -> str:
-    """Register the MockMed contract and the worker and organization keys; the digest."""
+    """Register the MockMed contract and the worker and organization keys; the digest.
+
+    The worker key is admitted for the contract and registers the certificate the receipts of
+    :func:`sealed` name as its bundle certificate (R-C-10, R-C-5)."""
     digest, _ = store.contracts.register_contract(
         mockmed_contract(), contract_digest(mockmed_contract())
     )
-    store.keys.register_issuer_key(key_message(WORKER_KEY, WORKER), ADMIN, "worker", at=T0)
+    store.keys.register_issuer_key(
+        key_message(WORKER_KEY, WORKER),
+        ADMIN,
+        "worker",
+        at=T0,
+        bind=[digest],
+        bundle_certificate=make_certificate(mockmed_contract()),
+    )
     store.keys.register_issuer_key(key_message(ORG_KEY, ORGANIZATION), ADMIN, "org", at=T0)
     return digest
 
