@@ -310,7 +310,8 @@ async def test_receipts_summary_table_and_json(control: ControlStack) -> None:
         pb.RegisterIssuerKeyRequest(
             key=IssuerKey(
                 public_key=WORKER_KEY.public_key, role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
-            )
+            ),
+            reward_contract_digests=[DIGEST],
         ),
         metadata=ADMIN,
     )

@@ -238,6 +238,13 @@ def enroll_in(
     ).one_or_none()
     if row is None:
         raise PermissionDenied("the enrollment credential is not one control issued")
+    named = json.loads(row.contract_digests)
+    outside = sorted(set(asked) - set(named))
+    if outside:
+        raise PermissionDenied(
+            f"enrollment {row.enrollment_id} does not name contract {outside[0]}; the admin "
+            "approves that one (rewardseal-control keys approve)"
+        )
     if row.used_by_key_id is not None:
         if row.used_by_key_id == key_id:
             return str(row.enrollment_id), []  # a restart: already enrolled, nothing to bind
@@ -250,13 +257,6 @@ def enroll_in(
         raise PermissionDenied(
             f"enrollment {row.enrollment_id} expired at {row.expires_at.isoformat()}; ask the "
             "admin for a new one (rewardseal-control keys enroll)"
-        )
-    named = json.loads(row.contract_digests)
-    outside = sorted(set(asked) - set(named))
-    if outside:
-        raise PermissionDenied(
-            f"enrollment {row.enrollment_id} does not name contract {outside[0]}; the admin "
-            "approves that one (rewardseal-control keys approve)"
         )
     registered = set(
         conn.execute(
