@@ -127,12 +127,21 @@ class ControlClient(BlockingTransport[ControlProtocol]):
         return answer
 
     def create_enrollment(
-        self, contracts: Iterable[str], *, ttl_seconds: int = 0, reason: str = ""
+        self,
+        contracts: Iterable[str],
+        *,
+        ttl_seconds: int = 0,
+        reason: str = "",
+        any_contract: bool = False,
     ) -> pb.CreateEnrollmentResponse:
         """A one-time enrollment credential for one worker (admin, R-C-11); never retried (a
-        resend would make a second credential)."""
+        resend would make a second credential). ``any_contract`` (no ``contracts``): the key
+        is bound to the contracts the worker names when it registers."""
         request = pb.CreateEnrollmentRequest(
-            reward_contract_digests=list(contracts), ttl_seconds=ttl_seconds, reason=reason
+            reward_contract_digests=list(contracts),
+            ttl_seconds=ttl_seconds,
+            reason=reason,
+            any_contract=any_contract,
         )
         answer: pb.CreateEnrollmentResponse = self._call("CreateEnrollment", request)
         return answer
@@ -314,11 +323,19 @@ class AsyncControlClient(AsyncTransport[ControlProtocol]):
         return answer
 
     async def create_enrollment(
-        self, contracts: Iterable[str], *, ttl_seconds: int = 0, reason: str = ""
+        self,
+        contracts: Iterable[str],
+        *,
+        ttl_seconds: int = 0,
+        reason: str = "",
+        any_contract: bool = False,
     ) -> pb.CreateEnrollmentResponse:
         """An enrollment credential; see :meth:`ControlClient.create_enrollment`."""
         request = pb.CreateEnrollmentRequest(
-            reward_contract_digests=list(contracts), ttl_seconds=ttl_seconds, reason=reason
+            reward_contract_digests=list(contracts),
+            ttl_seconds=ttl_seconds,
+            reason=reason,
+            any_contract=any_contract,
         )
         answer: pb.CreateEnrollmentResponse = await self._call("CreateEnrollment", request)
         return answer

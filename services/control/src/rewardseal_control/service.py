@@ -419,6 +419,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             self._actor(context),
             request.reason,
             ttl=ttl,
+            any_contract=request.any_contract,
             at=self.clock(),
         )
         self._audited(ACTION_CREATE_ENROLLMENT)
@@ -426,7 +427,7 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         _log.info(
             "created enrollment %s for %s (expires %s)",
             enrollment.enrollment_id,
-            ", ".join(enrollment.contract_digests),
+            ", ".join(enrollment.contract_digests) or "the contracts the worker names",
             enrollment.expires_at.isoformat(),
         )
         answer = pb.CreateEnrollmentResponse(

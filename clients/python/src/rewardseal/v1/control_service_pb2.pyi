@@ -414,21 +414,29 @@ class CreateEnrollmentRequest(_message.Message):
     REWARD_CONTRACT_DIGESTS_FIELD_NUMBER: _builtins.int
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ANY_CONTRACT_FIELD_NUMBER: _builtins.int
     ttl_seconds: _builtins.int
     """How long the credential may be used; 0: control's default (one day)."""
     reason: _builtins.str
+    any_contract: _builtins.bool
+    """Bind the contracts the worker names when it registers (for a worker whose configuration
+    the admin writes, where its contract's digest is not known beforehand).
+    """
     @_builtins.property
-    def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The contracts the enrolled key is bound to. Empty only with any_contract."""
+
     def __init__(
         self,
         *,
         reward_contract_digests: _abc.Iterable[_builtins.str] | None = ...,
         ttl_seconds: _builtins.int = ...,
         reason: _builtins.str = ...,
+        any_contract: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "reward_contract_digests", b"reward_contract_digests", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["any_contract", b"any_contract", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

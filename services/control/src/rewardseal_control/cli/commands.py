@@ -116,7 +116,10 @@ def _keys_enroll(client: ControlClient, args: argparse.Namespace, out: TextIO) -
         raise UsageError(f"--ttl: {exc.message}") from None
     with remote():
         answer = client.create_enrollment(
-            args.contract, ttl_seconds=int(ttl.total_seconds()), reason=args.reason
+            args.contract or (),
+            ttl_seconds=int(ttl.total_seconds()),
+            reason=args.reason,
+            any_contract=args.any_contract,
         )
     if args.json:
         print_json(message_json(answer), out)

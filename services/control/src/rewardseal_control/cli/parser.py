@@ -151,8 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[client],
         help="a one-time enrollment credential for one worker (printed once)",
     )
-    keys_enroll.add_argument(
-        "--contract", action="append", required=True, metavar="DIGEST", help="(repeatable)"
+    enroll_for = keys_enroll.add_mutually_exclusive_group(required=True)
+    enroll_for.add_argument(
+        "--contract", action="append", metavar="DIGEST", help="bind the key to it (repeatable)"
+    )
+    enroll_for.add_argument(
+        "--any-contract",
+        action="store_true",
+        help="bind the key to the contracts the worker names when it registers",
     )
     keys_enroll.add_argument(
         "--ttl", default="24h", help="how long it may be used (e.g. 24h, 30m; default 24h)"

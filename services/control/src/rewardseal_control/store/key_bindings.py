@@ -62,6 +62,10 @@ DEFAULT_ENROLLMENT_TTL: Final = timedelta(days=1)
 MAX_ENROLLMENT_TTL: Final = timedelta(days=365)
 ENROLLMENT_PREFIX: Final = "rse-enroll."
 """Every enrollment credential starts so (a person or a secret scanner can tell what it is)."""
+MIN_CREDENTIAL_LENGTH: Final = 24
+"""A bootstrap credential an operator writes (:meth:`KeyBindingStore.ensure_enrollment`) has at
+least this many characters; generated ones are much longer."""
+MAX_CREDENTIAL_LENGTH: Final = 256
 MAX_BINDINGS_PER_CALL: Final = 64
 """Most contracts one approve, unbind or enrollment names."""
 
@@ -238,7 +242,10 @@ def enroll_in(
     ).one_or_none()
     if row is None:
         raise PermissionDenied("the enrollment credential is not one control issued")
+    # null: an "any contract" enrollment binds what the key asks for at registration.
     named = json.loads(row.contract_digests)
+    if named is None:
+        named = list(asked)
     outside = sorted(set(asked) - set(named))
     if outside:
         raise PermissionDenied(
@@ -274,12 +281,10 @@ def enroll_in(
 
 
 def _hash(credential: str) -> str:
-    if not isinstance(credential, str) or not credential.startswith(ENROLLMENT_PREFIX):
-        raise PermissionDenied(
-            f"an enrollment credential starts with {ENROLLMENT_PREFIX!r} (made by "
-            "rewardseal-control keys enroll)"
-        )
-    if len(credential) > 256:
+    """The stored form of a credential: its SHA-256 (the credential itself is kept nowhere)."""
+    if not isinstance(credential, str) or not (
+        MIN_CREDENTIAL_LENGTH <= len(credential) <= MAX_CREDENTIAL_LENGTH
+    ):
         raise PermissionDenied("the enrollment credential is not one control issued")
     return digest_bytes(credential.encode("utf-8"))
 
@@ -399,16 +404,68 @@ class KeyBindingStore:
         reason: str = "",
         *,
         ttl: timedelta = DEFAULT_ENROLLMENT_TTL,
+        any_contract: bool = False,
         at: datetime | None = None,
     ) -> Enrollment:
         """A new one-time enrollment credential for ``contract_digests`` (admin; audited as
         ``enrollment.create``, never with the credential). The contracts need not be
         registered yet: the worker registers its contract before it enrolls its key.
+        ``any_contract`` (no digests then): the key is bound to the contracts it names when
+        it registers.
 
         Raises:
-            ValidationError: malformed input, no contract, ``ttl`` not in (0, 365 days].
+            ValidationError: malformed input, no contract (or contracts with
+                ``any_contract``), ``ttl`` not in (0, 365 days].
         """
-        digests = _digests(contract_digests, required=True)
+        credential = ENROLLMENT_PREFIX + secrets.token_urlsafe(32)
+        enrollment = self._insert_enrollment(
+            credential, contract_digests, actor, reason, ttl=ttl, any_contract=any_contract, at=at
+        )
+        assert enrollment is not None  # a fresh random credential is never stored already
+        return enrollment
+
+    def ensure_enrollment(
+        self,
+        credential: str,
+        actor: str,
+        reason: str,
+        *,
+        ttl: timedelta = MAX_ENROLLMENT_TTL,
+        at: datetime | None = None,
+    ) -> Enrollment | None:
+        """Store ``credential`` (chosen by the operator, e.g. compose's deploy/.env) as an
+        "any contract" enrollment unless it is stored already (used or not: a used one is
+        never armed again); the new enrollment, or None. What control does on start with
+        ``REWARDSEAL_CONTROL_WORKER_ENROLLMENT_TOKEN``.
+
+        Raises:
+            ValidationError: the credential is shorter than 24 or longer than 256 characters.
+        """
+        if not isinstance(credential, str) or not (
+            MIN_CREDENTIAL_LENGTH <= len(credential) <= MAX_CREDENTIAL_LENGTH
+        ):
+            raise ValidationError(
+                f"a worker enrollment credential has {MIN_CREDENTIAL_LENGTH} to "
+                f"{MAX_CREDENTIAL_LENGTH} characters"
+            )
+        return self._insert_enrollment(
+            credential, (), actor, reason, ttl=ttl, any_contract=True, at=at
+        )
+
+    def _insert_enrollment(
+        self,
+        credential: str,
+        contract_digests: Sequence[str],
+        actor: str,
+        reason: str,
+        *,
+        ttl: timedelta,
+        any_contract: bool,
+        at: datetime | None,
+    ) -> Enrollment | None:
+        digests = _digests(contract_digests, required=not any_contract)
+        if any_contract and digests:
+            raise ValidationError("name contracts or any_contract, not both")
         actor = audit_log.check_actor(actor)
         reason = inputs.text(reason, "reason", max_length=inputs.MAX_REASON_LENGTH)
         if not isinstance(ttl, timedelta) or not timedelta(0) < ttl <= MAX_ENROLLMENT_TTL:
@@ -416,30 +473,36 @@ class KeyBindingStore:
                 "the enrollment's lifetime must be more than 0 and at most 365 days"
             )
         now = inputs.moment(at)
-        credential = ENROLLMENT_PREFIX + secrets.token_urlsafe(32)
         enrollment_id = f"enroll.{secrets.token_hex(8)}"
         expires_at = now + ttl
+        hashed = _hash(credential)
+        insert = self._db.insert_ignore(_enrollments).returning(_enrollments.c.enrollment_id)
 
-        def work(conn: Connection) -> Enrollment:
-            conn.execute(
-                _enrollments.insert(),
+        def work(conn: Connection) -> Enrollment | None:
+            stored = conn.execute(
+                insert,
                 {
                     "enrollment_id": enrollment_id,
-                    "credential_hash": _hash(credential),
-                    "contract_digests": json.dumps(digests),
+                    "credential_hash": hashed,
+                    "contract_digests": json.dumps(None if any_contract else digests),
                     "created_at": now,
                     "expires_at": expires_at,
                     "used_at": None,
                     "used_by_key_id": None,
                 },
-            )
+            ).first()
+            if stored is None:
+                return None
             audit_log.write_audit(
                 conn,
                 actor=actor,
                 action=ACTION_CREATE_ENROLLMENT,
                 target=enrollment_id,
                 reason=reason,
-                details={"contracts": digests, "expires_at": expires_at.isoformat()},
+                details={
+                    "contracts": "any" if any_contract else digests,
+                    "expires_at": expires_at.isoformat(),
+                },
                 at=now,
             )
             return Enrollment(enrollment_id, credential, tuple(digests), expires_at)
