@@ -311,3 +311,26 @@ async def test_enrollment_credential_is_single_use_and_expires(control: ControlS
     entries = list_audit(control.store).items
     assert [e.action for e in entries].count("enrollment.create") == 2
     assert all(credential not in e.details and short not in e.details for e in entries)
+
+
+async def test_bootstrap_enrollment_binds_the_contract_the_worker_registers_once(
+    control: ControlStack,
+) -> None:
+    credential = "compose-enrollment-" + "e" * 24  # as deploy/.env would hold it
+    first = control.store.bindings.ensure_enrollment(credential, "control.startup", "compose")
+    assert first is not None
+    key, thief = SigningKey.generate(), SigningKey.generate()
+    answer = await control.stub().RegisterIssuerKey(
+        registration(control, key, DIGEST_B, enrollment=credential), metadata=WORKER
+    )
+    assert list(answer.admission.reward_contract_digests) == [DIGEST_B]
+    # A restart of control arms nothing again: the credential stays used.
+    assert control.store.bindings.ensure_enrollment(credential, "control.startup", "x") is None
+    code, _, _, message = await call_error(
+        control,
+        "RegisterIssuerKey",
+        registration(control, thief, DIGEST_A, enrollment=credential),
+        metadata=WORKER,
+    )
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+    assert "already used" in message
