@@ -109,12 +109,15 @@ SEEDED_DIGEST = contract_digest(mockmed_contract())
 
 
 async def enrollment(
-    target: str, digests: Sequence[str] = (SEEDED_DIGEST,), *, tls: ClientTls | None = None
+    target: str, digests: Sequence[str] = (), *, tls: ClientTls | None = None
 ) -> dict[str, str]:
     """A one-time enrollment credential made with the admin credential, as the worker's
-    environment variable."""
+    environment variable: for ``digests``, or (none given) for the contract the worker
+    registers, whichever bundle it serves."""
     async with control_client(target, ADMIN_TOKEN, tls) as admin:
-        answer = await admin.create_enrollment(digests, reason="integration test")
+        answer = await admin.create_enrollment(
+            digests, reason="integration test", any_contract=not digests
+        )
     return {ENROLLMENT_ENV: answer.enrollment_credential}
 
 
