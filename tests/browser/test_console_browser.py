@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from support.linked_stack import (
     ADMIN_TOKEN,
-    SEEDED_DIGEST,
     CLIENT_TOKEN,
+    SEEDED_DIGEST,
     WORKER_TOKEN,
     eventually,
     issue_certificate,
