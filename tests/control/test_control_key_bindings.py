@@ -300,6 +300,11 @@ async def test_enrollment_credential_is_single_use_and_expires(control: ControlS
     assert code == grpc.StatusCode.PERMISSION_DENIED
     assert "expired" in message
     assert second.public_key not in await registered_keys(control)
+    # A key that already holds its contract never needs the credential it presents.
+    restarted = await control.stub().RegisterIssuerKey(
+        registration(control, first, DIGEST_A, enrollment=short), metadata=WORKER
+    )
+    assert list(restarted.admission.reward_contract_digests) == [DIGEST_A]
     # Only the admin makes them, and the audit log never holds the credential.
     code, _, _, _ = await call_error(
         control,

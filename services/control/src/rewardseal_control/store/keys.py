@@ -172,7 +172,7 @@ class IssuerKeyStore:
                 stored = existing
                 created = False
             details: dict[str, object] = {"role": role, "created": created}
-            if enrollment_credential:
+            if enrollment_credential and not _holds(conn, key_id, asked):
                 enrollment_id, bound = key_bindings.enroll_in(
                     conn, enrollment_credential, key_id, asked, now
                 )
@@ -301,6 +301,14 @@ class IssuerKeyStore:
     def worker_trust(self, at: datetime | None = None) -> TrustSet:
         """The active WORKER keys at ``at`` (default now): what receipts are verified against."""
         return self.trust_set(IssuerKeyRole.ISSUER_KEY_ROLE_WORKER, at)
+
+
+def _holds(conn: Connection, key_id: str, asked: Sequence[str]) -> bool:
+    """Whether ``key_id`` is admitted and bound to every contract in ``asked`` already: then
+    the enrollment credential it presents is not needed, and not looked at (a worker restarted
+    with a credential that has expired since an admin approved its key still registers)."""
+    admission = key_bindings.admission_in(conn, key_id)
+    return admission.admitted and set(asked) <= set(admission.contract_digests)
 
 
 def _role_name(role: int) -> str:
