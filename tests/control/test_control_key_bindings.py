@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
 
 import grpc
 import pytest
@@ -39,8 +38,9 @@ WORKER_ROLE = IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
 
 
 @pytest.fixture
-async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
-    stack = await start_control(f"sqlite:///{tmp_path / 'control.db'}")
+async def control(store_url: str) -> AsyncIterator[ControlStack]:
+    """Control on each backend, with two contracts registered by the worker credential."""
+    stack = await start_control(store_url)
     stub = stack.stub()
     for contract in (CONTRACT_A, CONTRACT_B):
         await stub.RegisterContract(

@@ -34,7 +34,7 @@ from rewardseal.validation import validate_certificate, validate_digest, validat
 from rewardseal_control.models import ROLE_WORKER
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.contracts import require_contract
-from rewardseal_server.sqlstore import StoreEngine, chunks
+from rewardseal_server.sqlstore import StoreEngine, chunks, insert_ignore
 
 __all__ = [
     "ACTION_APPROVE_KEY",
@@ -137,18 +137,10 @@ def bind_in(conn: Connection, key_id: str, digests: Sequence[str], now: datetime
         .where(_keys.c.key_id == key_id, _keys.c.admitted_at.is_(None))
         .values(admitted_at=now)
     )
-    bound = set(
-        conn.execute(select(_bindings.c.contract_digest).where(_bindings.c.key_id == key_id))
-        .scalars()
-        .all()
-    )
-    rows = [
-        {"key_id": key_id, "contract_digest": digest, "bound_at": now}
-        for digest in digests
-        if digest not in bound
-    ]
+    rows = [{"key_id": key_id, "contract_digest": digest, "bound_at": now} for digest in digests]
     if rows:
-        conn.execute(_bindings.insert(), rows)
+        # A binding made concurrently (two approvals at once) is the same binding: kept.
+        conn.execute(insert_ignore(conn.dialect.name, _bindings), rows)
 
 
 def bindings_in(conn: Connection, key_ids: Sequence[str]) -> dict[str, KeyStanding]:
@@ -213,7 +205,7 @@ def register_certificate_in(
             )
         return
     conn.execute(
-        _certificates.insert(),
+        insert_ignore(conn.dialect.name, _certificates),
         {
             "key_id": key_id,
             "certificate_id": certificate.certificate_id,
