@@ -106,9 +106,15 @@ def local_stack(root: Path, out: TextIO) -> Iterator[dict[str, Any]]:
     tokens = stack.make_tokens(main)
     started: list[tuple[stack.Layout, str]] = []
 
-    def start(layout: stack.Layout, service: str, command: Sequence[str]) -> dict[str, Any]:
+    def start(
+        layout: stack.Layout,
+        service: str,
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         started.append((layout, service))
-        banner = stack.start_service(layout, service, command, stack.service_env(service, tokens))
+        env = env if env is not None else stack.service_env(service, tokens)
+        banner = stack.start_service(layout, service, command, env)
         banner["pid"] = stack.read_pid(layout.pid_file(service))
         return banner
 
@@ -119,7 +125,8 @@ def local_stack(root: Path, out: TextIO) -> Iterator[dict[str, Any]]:
         worker_command = stack.worker_command(
             main, control_target, organization_key=control["organization_public_key"]
         )
-        worker = start(main, stack.WORKER, worker_command)
+        # Admitted for the seeded contract by a one-time enrollment credential (R-C-11).
+        worker = start(main, stack.WORKER, worker_command, stack.worker_env(control_target, tokens))
         # Linked, the worker certifies only under a certificate control lists (R-C-9).
         worker["certificate_id"] = stack.certify_worker(control_target, worker, tokens)
         screen = worker_data / SCREEN_FILE

@@ -7,7 +7,8 @@
 ``up`` starts, in order and each on a free loopback port (``--port 0`` and ``--ready-file``, so
 no port is guessed): ``rewardseal-control serve`` (SQLite), ``rewardseal-worker serve
 --seed-mockmed --control ... --trust-org-key ...`` (pins control's organization public key from
-control's banner, registers its contract and its own key with control's *worker* credential) and
+control's banner, registers its contract and its own key with control's *worker* credential,
+admitted by a one-time enrollment credential ``up`` makes with the admin credential) and
 ``rewardseal-mockmed serve`` over the worker's seeded MockMed database, so a write made through
 MockMed's REST API is what the worker's sql oracle reads. These are the console scripts and
 subcommands the Docker images run (deploy/docker-compose.yml; tests/deploy checks both).
@@ -300,6 +301,27 @@ def certify_worker(
     return in_use
 
 
+def seeded_contract_digest() -> str:
+    """The digest of the contract the seeded worker serves (the tier-2 sql MockMed bundle)."""
+    from rewardseal.contract import contract_digest
+    from rewardseal_kit.mockmed import mockmed_contract
+
+    return contract_digest(mockmed_contract())
+
+
+def worker_env(control_target: str, tokens: Mapping[str, str]) -> dict[str, str]:
+    """The linked worker's variables, with a one-time enrollment credential the stack makes
+    with control's admin credential (docs/spec.md R-C-11): the worker's key is admitted for
+    the seeded contract the moment it registers, with no operator step, and the admin
+    credential itself never reaches the worker."""
+    return {
+        **service_env(WORKER, tokens),
+        **localstack.enroll_worker(
+            control_target, tokens["control_admin"], [seeded_contract_digest()]
+        ),
+    }
+
+
 def _write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` (0600) atomically."""
     temporary = path.with_name(f".{path.name}.tmp")
@@ -532,7 +554,8 @@ def up(layout: Layout, out: Callable[[str], None] = print) -> int:
             organization_key=services[CONTROL]["organization_public_key"],
             extra=("--http-port", "0"),  # the HTTP/JSON face too (docs/http.md)
         )
-        banner = start_service(layout, WORKER, command, service_env(WORKER, tokens))
+        env = worker_env(services[CONTROL]["target"], tokens)
+        banner = start_service(layout, WORKER, command, env)
         services[WORKER] = {
             "pid": read_pid(layout.pid_file(WORKER)),
             "port": banner["port"],

@@ -23,6 +23,7 @@ import pytest
 from support.linked_stack import (
     ADMIN_TOKEN,
     CLIENT_TOKEN,
+    SEEDED_DIGEST,
     WORKER_TOKEN,
     eventually,
     issue_certificate,
@@ -31,7 +32,7 @@ from support.mockmed_episodes import descriptor, write_triage
 
 from rewardseal.client import AsyncWorkerClient
 from rewardseal.signing import TrustSet, key_id_for
-from rewardseal_server.localstack import HOST, LocalServices, serve_command
+from rewardseal_server.localstack import HOST, LocalServices, enroll_worker, serve_command
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -156,6 +157,8 @@ async def test_revoke_in_the_browser_reaches_the_worker(
                 "REWARDSEAL_WORKER_TOKEN": "worker-serving-token-" + "s" * 24,
                 "REWARDSEAL_WORKER_CONTROL_TOKEN": WORKER_TOKEN,
                 "REWARDSEAL_WORKER_CERTIFICATE_POLL_SECONDS": POLL,
+                # Admitted for its contract when it registers, as `make up` does (R-C-11).
+                **enroll_worker(target, ADMIN_TOKEN, [SEEDED_DIGEST]),
             },
             timeout=120,
         )

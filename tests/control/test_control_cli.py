@@ -131,6 +131,54 @@ async def test_keys_list_register_and_retire(control: ControlStack) -> None:
     assert table_rows(out)[1][:3] == [WORKER_KEY.key_id, "WORKER", "retired"]
 
 
+async def test_keys_enroll_approve_and_unbind(control: ControlStack) -> None:
+    await register_contract(control)
+    code, out, err = await cli(control, "keys", "enroll", "--contract", DIGEST, "--ttl", "2h")
+    assert (code, err) == (0, "")
+    credential, note = out.splitlines()
+    assert credential.startswith("rse-enroll.")
+    assert "single use" in note
+    assert "REWARDSEAL_WORKER_CONTROL_ENROLLMENT_TOKEN" in note
+    # Control keeps the hash only: the credential is in no audit entry.
+    assert all(credential not in e.details for e in list_audit(control.store).items)
+    code, _, err = await cli(control, "keys", "enroll", "--contract", DIGEST, "--ttl", "soon")
+    assert code == 2
+    assert "--ttl" in err
+    code, out, _ = await cli(
+        control,
+        "keys",
+        "register",
+        "--public-key",
+        WORKER_KEY.public_key.hex(),
+        "--role",
+        "worker",
+        "--json",
+    )
+    assert code == 0
+    code, out, err = await cli(
+        control, "keys", "approve", WORKER_KEY.key_id, "--contract", DIGEST, "--reason", "rack 3"
+    )
+    assert (code, err) == (0, "")
+    assert out.strip() == f"{WORKER_KEY.key_id}: admitted; signs receipts for {DIGEST}"
+    code, out, err = await cli(
+        control,
+        "keys",
+        "unbind",
+        WORKER_KEY.key_id,
+        "--contract",
+        DIGEST,
+        "--reason",
+        "rotated",
+        "--json",
+    )
+    assert (code, err) == (0, "")
+    answer = json.loads(out)
+    assert answer["admission"]["admitted"] is True
+    assert "reward_contract_digests" not in answer["admission"]
+    actions = [e.action for e in list_audit(control.store).items]
+    assert {"enrollment.create", "issuer_key.approve", "issuer_key.unbind"} <= set(actions)
+
+
 # --- certificates and revocation ---
 
 
@@ -422,7 +470,8 @@ async def test_receipts_summary_table_and_json(control: ControlStack) -> None:
         pb.RegisterIssuerKeyRequest(
             key=IssuerKey(
                 public_key=WORKER_KEY.public_key, role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
-            )
+            ),
+            reward_contract_digests=[DIGEST],
         ),
         metadata=ADMIN,
     )

@@ -149,6 +149,11 @@ async def test_every_async_method(control: ControlStack) -> None:
         envelopes = [
             sealed(f"episode.{n:04d}", worker, VERIFIED if n % 3 else WRONG) for n in range(23)
         ]
+        # Registered by the admin before its contract was: admitted for it now (R-C-10).
+        approved = await client.approve_issuer_key(worker.key_id, [DIGEST], reason="rack 3")
+        assert list(approved.admission.reward_contract_digests) == [DIGEST]
+        enrollment = await client.create_enrollment([DIGEST], ttl_seconds=60)
+        assert enrollment.enrollment_credential.startswith("rse-enroll.")
         results = await client.record_receipts(envelopes)
         assert all(r.recorded and not r.duplicate for r in results)
         again = await client.record_receipts(envelopes[:2])
@@ -203,7 +208,12 @@ async def test_every_sync_method(control: ControlStack) -> None:
             assert open_revocation_list(next(stream), control.trust).version == version
             stream.close()
             envelopes = [sealed(f"episode.sync.{n}", worker, VERIFIED) for n in range(12)]
+            assert not any(r.recorded for r in client.record_receipts(envelopes))  # not admitted
+            assert client.approve_issuer_key(worker.key_id, [DIGEST]).admission.admitted
+            assert client.create_enrollment([DIGEST]).enrollment_id
             assert all(r.recorded for r in client.record_receipts(envelopes))
+            unbound = client.unbind_issuer_key(worker.key_id, [DIGEST], reason="moved")
+            assert list(unbound.admission.reward_contract_digests) == []
             assert len(client.list_receipts(page_size=5)) == 12
             assert [
                 r.receipt_id for r in client.receipts(ReceiptQuery(min_policy_update=10**9))
@@ -300,7 +310,15 @@ def test_retry_only_idempotent_calls_on_unavailable() -> None:
     assert protocol.retry_delay("ListCertificates", down, 0) is not None
     assert protocol.retry_delay("RecordReceipts", down, 1) is not None
     assert protocol.retry_delay("ListCertificates", down, 2) is None  # retries spent
-    for rpc in ("IssueCertificate", "RevokeCertificate", "RegisterIssuerKey", "RetireIssuerKey"):
+    for rpc in (
+        "IssueCertificate",
+        "RevokeCertificate",
+        "RegisterIssuerKey",
+        "RetireIssuerKey",
+        "ApproveIssuerKey",
+        "UnbindIssuerKey",
+        "CreateEnrollment",
+    ):
         assert protocol.retry_delay(rpc, down, 0) is None
     assert protocol.retry_delay("GetContract", Failed(grpc.StatusCode.NOT_FOUND), 0) is None
     answer = pb.RecordReceiptsResponse(results=[pb.RecordReceiptResult(recorded=True)])

@@ -75,6 +75,7 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (db.MIGRATIONS_DIR / "env.py").is_file()
     assert (db.MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert (db.MIGRATIONS_DIR / "versions" / "0002_integrity.py").is_file()
+    assert (db.MIGRATIONS_DIR / "versions" / "0003_key_bindings.py").is_file()
     assert (db.MIGRATIONS_DIR / "versions" / "0004_revocation_scopes.py").is_file()
     assert db.head_revision() == "0004"
     # Built in code: no alembic.ini is read.
@@ -131,7 +132,9 @@ def test_receipt_table_holds_privacy_safe_columns_only(store_url: str) -> None:
     finally:
         store.dispose()
     assert columns == RECEIPT_COLUMNS
-    assert [u["column_names"] for u in unique] == [["episode_id"]]
+    # One receipt per episode of a contract (R-C-5): the same episode id under two contracts
+    # is two receipts.
+    assert [u["column_names"] for u in unique] == [["contract_digest", "episode_id"]]
 
 
 def test_list_filters_are_indexed(store_url: str) -> None:

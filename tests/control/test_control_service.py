@@ -86,8 +86,12 @@ async def register_contract(stack: ControlStack, contract: RewardContract = CONT
 
 
 async def register_worker_key(stack: ControlStack, key: SigningKey = WORKER_KEY) -> IssuerKey:
+    """The admin registers ``key`` admitted for the contract (R-C-10), with the self-signed
+    certificate certified receipts name as its bundle certificate; the contract is registered
+    first when it is not."""
     not_before = Timestamp()
     not_before.FromDatetime(stack.clock.now - timedelta(days=1))
+    await register_contract(stack)
     answer = await stack.stub().RegisterIssuerKey(
         pb.RegisterIssuerKeyRequest(
             key=IssuerKey(
@@ -97,6 +101,8 @@ async def register_worker_key(stack: ControlStack, key: SigningKey = WORKER_KEY)
                 not_before=not_before,
             ),
             reason="worker enrolled",
+            reward_contract_digests=[DIGEST],
+            bundle_certificate=make_certificate(CONTRACT),
         ),
         metadata=ADMIN,
     )

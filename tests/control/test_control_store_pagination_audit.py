@@ -100,7 +100,13 @@ def test_admin_actions_write_audit_rows(store: ControlStore) -> None:
         ("issuer_key.retire", ADMIN, WORKER_KEY.key_id, "rotation"),
     ]
     assert all(e.at == T0 for e in entries)
-    assert entries[0].details == {"role": "worker", "created": True}
+    # seeded() admits the worker key for MockMed with its bundle certificate (R-C-10).
+    assert entries[0].details == {
+        "role": "worker",
+        "created": True,
+        "bound": [make_certificate().reward_contract_digest],
+        "bundle_certificate": make_certificate().certificate_id,
+    }
     assert entries[3].details == {"list_version": 1, "already_revoked": False}
     assert [e.id for e in entries] == sorted(e.id for e in entries)
     revokes = list_audit(store, action="certificate.revoke").items

@@ -27,6 +27,7 @@ from support.control_cli import cli, table_rows
 from support.integrity_specs import spec, write_spec
 
 from rewardseal.contract import contract_digest
+from rewardseal.key_possession import sign_registration
 from rewardseal.receipts import build_receipt, seal_receipt
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
@@ -172,11 +173,16 @@ async def test_audit_lists_every_admin_action_in_order_with_the_acting_role(
     assert (code, err) == (0, "")
     # The worker credential registers its own WORKER key: audited with its role.
     await control.stub().RegisterIssuerKey(
-        pb.RegisterIssuerKeyRequest(
-            key=IssuerKey(
-                public_key=WORKER_KEYS[1].public_key, role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
+        sign_registration(
+            pb.RegisterIssuerKeyRequest(
+                key=IssuerKey(
+                    public_key=WORKER_KEYS[1].public_key,
+                    role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER,
+                ),
+                reason="worker start",
             ),
-            reason="worker start",
+            WORKER_KEYS[1],
+            control.clock.now,
         ),
         metadata=WORKER,
     )
@@ -248,7 +254,8 @@ async def record_receipt_at(control: ControlStack, policy_update: int) -> None:
     worker = WORKER_KEYS[2]
     await control.stub().RegisterIssuerKey(
         pb.RegisterIssuerKeyRequest(
-            key=IssuerKey(public_key=worker.public_key, role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER)
+            key=IssuerKey(public_key=worker.public_key, role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER),
+            reward_contract_digests=[DIGEST],
         ),
         metadata=ADMIN,
     )

@@ -26,6 +26,7 @@ from support.control_store import list_audit
 
 from rewardseal.contract import contract_digest
 from rewardseal.errors import ValidationError
+from rewardseal.key_possession import sign_registration
 from rewardseal.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import integrity_pb2
@@ -53,12 +54,19 @@ async def control(tmp_path: Path) -> AsyncIterator[ControlStack]:
     await stop_control(stack)
 
 
-def key_request(role: IssuerKeyRole.ValueType) -> pb.RegisterIssuerKeyRequest:
+def key_request(
+    role: IssuerKeyRole.ValueType, control: ControlStack | None = None
+) -> pb.RegisterIssuerKeyRequest:
+    """A registration of a fresh key; signed by it (proof of possession, R-C-10) at control's
+    clock when ``control`` is given."""
     key = SigningKey.generate()
-    return pb.RegisterIssuerKeyRequest(
+    request = pb.RegisterIssuerKeyRequest(
         key=IssuerKey(public_key=key.public_key, role=role, display_name="a key"),
         reason="worker start",
     )
+    if control is not None:
+        sign_registration(request, key, control.clock.now)
+    return request
 
 
 def test_every_rpc_of_the_services_has_its_roles() -> None:
@@ -71,6 +79,9 @@ def test_every_rpc_of_the_services_has_its_roles() -> None:
     assert set(names) == set(ROLES_BY_METHOD)
     assert set(ADMIN_METHODS) == {
         "RetireIssuerKey",
+        "ApproveIssuerKey",
+        "UnbindIssuerKey",
+        "CreateEnrollment",
         "IssueCertificate",
         "RevokeCertificate",
         "CreateRewardSystem",
@@ -87,7 +98,17 @@ def test_every_rpc_of_the_services_has_its_roles() -> None:
     assert all(WORKER_ROLE not in ROLES_BY_METHOD[name] for name in integrity)
 
 
-@pytest.mark.parametrize("method", ["IssueCertificate", "RevokeCertificate", "RetireIssuerKey"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "IssueCertificate",
+        "RevokeCertificate",
+        "RetireIssuerKey",
+        "ApproveIssuerKey",
+        "UnbindIssuerKey",
+        "CreateEnrollment",
+    ],
+)
 async def test_worker_credential_cannot_issue_revoke_or_retire(
     control: ControlStack, method: str
 ) -> None:
@@ -120,7 +141,7 @@ async def test_worker_credential_registers_its_worker_key_and_is_audited(
     control: ControlStack,
 ) -> None:
     answer = await control.stub().RegisterIssuerKey(
-        key_request(IssuerKeyRole.ISSUER_KEY_ROLE_WORKER), metadata=WORKER
+        key_request(IssuerKeyRole.ISSUER_KEY_ROLE_WORKER, control), metadata=WORKER
     )
     assert answer.key.role == IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
     audit = list_audit(control.store, action="issuer_key.register").items

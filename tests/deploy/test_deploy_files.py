@@ -471,6 +471,12 @@ def test_the_worker_gets_the_worker_credential_and_a_pinned_key_never_the_admin_
     control = compose["services"]["control"]["environment"]
     assert not [n for n, v in worker.items() if "ADMIN" in n or "ADMIN" in str(v)]
     assert worker["REWARDSEAL_WORKER_CONTROL_TOKEN"] == control["REWARDSEAL_CONTROL_WORKER_TOKEN"]
+    # The one-time enrollment credential that admits the worker's key (R-C-11): the same value
+    # on both sides, so compose needs no operator step for the key.
+    assert (
+        worker["REWARDSEAL_WORKER_CONTROL_ENROLLMENT_TOKEN"]
+        == control["REWARDSEAL_CONTROL_WORKER_ENROLLMENT_TOKEN"]
+    )
     assert "REWARDSEAL_WORKER_TRUST_ORG_KEYS" in worker
     container = k8s_container("worker")
     refs = {e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"] if "valueFrom" in e}

@@ -17,6 +17,7 @@ import pytest
 from support.linked_stack import (
     ADMIN_TOKEN,
     CLIENT_TOKEN,
+    SEEDED_DIGEST,
     WORKER_TOKEN,
     control_receipts,
     eventually,
@@ -36,7 +37,7 @@ from rewardseal.client import AsyncWorkerClient
 from rewardseal.signing import TrustSet
 from rewardseal.tls import ClientTls
 from rewardseal_control.app import ControlApp
-from rewardseal_server.localstack import HOST, LocalServices, serve_command
+from rewardseal_server.localstack import HOST, LocalServices, enroll_worker, serve_command
 
 
 @pytest.fixture
@@ -68,7 +69,7 @@ async def test_control_link_over_mutual_tls(
 ) -> None:
     admin_tls = world.client_tls()
     stack = await start_linked_worker(
-        data_dir, control.target, control.key, **worker_tls_flags(world)
+        data_dir, control.target, control.key, tls=admin_tls, **worker_tls_flags(world)
     )
     try:
         link = link_of(stack)
@@ -103,7 +104,8 @@ async def test_a_worker_that_cannot_do_mutual_tls_never_reaches_control(
             "control_tls_key": world.stranger_client.key,
         },
     }[attempt]
-    stack = await start_linked_worker(data_dir, control.target, control.key, **flags)
+    # No enrollment: nothing of this worker may reach control anyway.
+    stack = await start_linked_worker(data_dir, control.target, control.key, enroll=False, **flags)
     try:
         link = link_of(stack)
         with pytest.raises(TimeoutError):
@@ -173,6 +175,8 @@ async def test_demo_flow_over_mutual_tls_as_processes(
                 "REWARDSEAL_WORKER_TOKEN": "worker-serving-token-" + "s" * 24,
                 "REWARDSEAL_WORKER_CONTROL_TOKEN": WORKER_TOKEN,
                 "REWARDSEAL_WORKER_CERTIFICATE_POLL_SECONDS": "0.2",
+                # As `make up` does: the admin's one-time credential admits the worker's key.
+                **enroll_worker(control_target, ADMIN_TOKEN, [SEEDED_DIGEST], tls=client_tls),
             },
             timeout=120,
         )

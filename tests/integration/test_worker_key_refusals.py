@@ -10,7 +10,8 @@ import logging
 from pathlib import Path
 
 import pytest
-from sqlalchemy import delete
+from sqlalchemy import delete, update
+from sqlalchemy.engine import Connection
 from support.linked_stack import (
     ADMIN_TOKEN,
     WORKER_TOKEN,
@@ -90,10 +91,21 @@ async def test_a_worker_key_control_forgot_is_registered_again(
     control, stack = await linked(tmp_path, data_dir)
     try:
         key_id = stack.app.key.key_id
-        # Control loses the key (a database restored from before the worker registered).
-        control.store._db.write(
-            lambda conn: conn.execute(delete(tables.keys).where(tables.keys.c.key_id == key_id))
-        )
+
+        # Control loses the key (a database restored from before the worker registered: nor
+        # its bindings, its bundle certificate, nor the use of its enrollment credential).
+        def forget(conn: Connection) -> None:
+            for table in (tables.key_bindings, tables.key_certificates):
+                conn.execute(delete(table).where(table.c.key_id == key_id))
+            enrollments = tables.enrollments
+            conn.execute(
+                update(enrollments)
+                .where(enrollments.c.used_by_key_id == key_id)
+                .values(used_at=None, used_by_key_id=None)
+            )
+            conn.execute(delete(tables.keys).where(tables.keys.c.key_id == key_id))
+
+        control.store._db.write(forget)
         link = link_of(stack)
         await score_honest(stack, 0)
         assert await link.forward_once() == 0

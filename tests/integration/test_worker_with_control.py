@@ -9,12 +9,14 @@ or no list at all each stop receipts from being certified.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from support.linked_stack import (
+    approve,
     control_receipts,
     eventually,
     issue_certificate,
@@ -126,12 +128,13 @@ async def test_rolled_back_revocation_list_makes_certification_unknown(
 
 
 async def test_control_down_scoring_unaffected_then_outbox_drains_exactly_once(
-    tmp_path: Path, data_dir: Path
+    tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     port = free_port()
     target = f"127.0.0.1:{port}"
-    # The operator pins the organization key before control ever runs.
-    stack = await start_linked_worker(data_dir, target, organization_key(tmp_path))
+    # The operator pins the organization key before control ever runs (and so cannot make an
+    # enrollment credential: it admits the key once the worker has registered).
+    stack = await start_linked_worker(data_dir, target, organization_key(tmp_path), enroll=False)
     control: ControlApp | None = None
     try:
         receipts = [await score_honest(stack, 10 + i) for i in range(5)]
@@ -142,6 +145,14 @@ async def test_control_down_scoring_unaffected_then_outbox_drains_exactly_once(
         assert all(not r.receipt.certified for r in receipts)
         assert outbox_size(stack.app.store) == 5
         control = await start_control_plane(tmp_path, port=port)
+        with caplog.at_level(logging.WARNING, logger="rewardseal_worker.control_link"):
+            await asyncio.wait_for(link_of(stack).registered.wait(), 60)
+        # Not admitted yet: one line says what the operator runs; the receipts wait.
+        told = [r.getMessage() for r in caplog.records if "has not admitted" in r.getMessage()]
+        assert len(told) == 1
+        assert f"keys approve {stack.app.key.key_id} --contract {stack.digest}" in told[0]
+        assert outbox_size(stack.app.store) == 5
+        await approve(control, stack)
 
         async def drained() -> bool:
             return outbox_size(stack.app.store) == 0

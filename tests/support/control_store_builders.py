@@ -6,6 +6,8 @@ fixture that opens an empty store on each backend is in tests/control/conftest.p
 
 from __future__ import annotations
 
+import dataclasses
+
 from rewardseal.contract import contract_digest
 from rewardseal.receipts import OpenedReceipt, build_receipt, open_receipt, seal_receipt
 from rewardseal.signing import (
@@ -14,7 +16,7 @@ from rewardseal.signing import (
     TrustSet,
     sign_envelope,
 )
-from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
@@ -74,13 +76,20 @@ def sealed(
     policy_update: int = 100,
     contract: RewardContract | None = None,
     key: SigningKey = WORKER_KEY,
+    certificate: RewardCertificate | None = None,
+    receipt_id: str | None = None,
 ) -> SignedEnvelope:
-    """A signed receipt for one episode (certified at tier 2 inside the certificate window)."""
+    """A signed receipt for one episode (certified at tier 2 inside the certificate window),
+    under ``certificate`` (default: ``make_certificate(contract)``), with ``receipt_id``
+    (default: the episode's)."""
     contract = contract or mockmed_contract()
+    facts = make_facts(outcome, tier=tier, policy_update=policy_update, episode_id=episode)
+    if receipt_id is not None:
+        facts = dataclasses.replace(facts, receipt_id=receipt_id)
     receipt = build_receipt(
-        make_facts(outcome, tier=tier, policy_update=policy_update, episode_id=episode),
+        facts,
         contract=contract,
-        certificate=make_certificate(contract),
+        certificate=certificate or make_certificate(contract),
         issuer_key_id=key.key_id,
     )
     return seal_receipt(receipt, key)
@@ -94,11 +103,21 @@ def opened(*envelopes: SignedEnvelope, keys: tuple[SigningKey, ...] = ()) -> lis
 
 
 def seeded(store: ControlStore) -> str:
-    """Register the MockMed contract and the worker and organization keys; the digest."""
+    """Register the MockMed contract and the worker and organization keys; the digest.
+
+    The worker key is admitted for the contract and registers the certificate the receipts of
+    :func:`sealed` name as its bundle certificate (R-C-10, R-C-5)."""
     digest, _ = store.contracts.register_contract(
         mockmed_contract(), contract_digest(mockmed_contract())
     )
-    store.keys.register_issuer_key(key_message(WORKER_KEY, WORKER), ADMIN, "worker", at=T0)
+    store.keys.register_issuer_key(
+        key_message(WORKER_KEY, WORKER),
+        ADMIN,
+        "worker",
+        at=T0,
+        bind=[digest],
+        bundle_certificate=make_certificate(mockmed_contract()),
+    )
     store.keys.register_issuer_key(key_message(ORG_KEY, ORGANIZATION), ADMIN, "org", at=T0)
     return digest
 

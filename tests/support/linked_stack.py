@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ import pytest
 from google.protobuf import json_format
 
 from rewardseal.client import AsyncWorkerClient, VerifiedReceipt
+from rewardseal.contract import contract_digest
 from rewardseal.control_client import AsyncControlClient, ReceiptQuery, issue_certificate_request
 from rewardseal.signing import SigningKey, TrustSet
 from rewardseal.tls import ClientTls, aio_channel
@@ -23,9 +24,11 @@ from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer
 from rewardseal_control.app import ControlApp, start_control
 from rewardseal_control.settings import KEY_FILE as CONTROL_KEY_FILE
 from rewardseal_control.settings import resolve_settings as control_settings
+from rewardseal_kit.mockmed import mockmed_contract
 from rewardseal_worker.app import start_worker
 from rewardseal_worker.calibration import summary_from_json
 from rewardseal_worker.control_link import ControlLink
+from rewardseal_worker.settings import ENROLLMENT_ENV
 from rewardseal_worker.settings import resolve_settings as worker_settings
 from support.mockmed_episodes import descriptor, write_triage
 from support.worker_stack import RunningStack
@@ -65,13 +68,19 @@ async def start_linked_worker(
     db_url: str | None = None,
     env: Mapping[str, str] | None = None,
     primary: bool = True,
+    enroll: bool = True,
+    tls: ClientTls | None = None,
     **flags: Any,
 ) -> RunningStack:
     """A seeded worker joined to control at ``target`` with the worker credential, pinning
     ``pinned`` (a key, or a --trust-org-key value), polling certificates every 0.2 s.
     ``primary=False``: one of the other processes of ``serve --processes N`` (follows
-    certificates, neither registers nor forwards)."""
+    certificates, neither registers nor forwards). ``enroll``: the admin makes a one-time
+    enrollment credential for the seeded contract first (as the local stack does), so the
+    worker's key is admitted when it registers (R-C-11); ``tls`` for that call."""
     value = pinned.public_key.hex() if isinstance(pinned, SigningKey) else pinned
+    if enroll and primary and ENROLLMENT_ENV not in (env or {}):
+        env = {**(env or {}), **(await enrollment(target, tls=tls))}
     settings = worker_settings(
         data_dir=data_dir,
         port=0,
@@ -93,6 +102,31 @@ async def start_linked_worker(
         timeout=20.0,
     )
     return RunningStack(app=app, client=client, data_dir=data_dir)
+
+
+SEEDED_DIGEST = contract_digest(mockmed_contract())
+"""The digest of the contract a seeded worker serves by default (the tier-2 sql bundle)."""
+
+
+async def enrollment(
+    target: str, digests: Sequence[str] = (), *, tls: ClientTls | None = None
+) -> dict[str, str]:
+    """A one-time enrollment credential made with the admin credential, as the worker's
+    environment variable: for ``digests``, or (none given) for the contract the worker
+    registers, whichever bundle it serves."""
+    async with control_client(target, ADMIN_TOKEN, tls) as admin:
+        answer = await admin.create_enrollment(
+            digests, reason="integration test", any_contract=not digests
+        )
+    return {ENROLLMENT_ENV: answer.enrollment_credential}
+
+
+async def approve(control: ControlApp, stack: RunningStack) -> None:
+    """Wait for the worker to register, then admit its key for its contract as an admin does
+    (``rewardseal-control keys approve``)."""
+    await asyncio.wait_for(link_of(stack).registered.wait(), 60)
+    async with control_client(control.target, ADMIN_TOKEN) as admin:
+        await admin.approve_issuer_key(stack.app.key.key_id, [stack.digest], reason="test")
 
 
 def link_of(stack: RunningStack) -> ControlLink:

@@ -8,9 +8,10 @@ every listing through its last page. Channels are plaintext or, given a
 Retries: only calls that are idempotent, and only on UNAVAILABLE (the call may not have
 arrived). Reads are idempotent; of the writes, ``RegisterContract`` (a repeat answers
 ``created=False``) and ``RecordReceipts`` (idempotent by receipt id) are. ``RegisterIssuerKey``,
-``RetireIssuerKey``, ``IssueCertificate`` and ``RevokeCertificate`` are never retried: a repeat
-could mint a second certificate or a second revocation-list version, or write the audit log
-twice. ``WatchRevocations`` is a stream the caller reopens with the version it holds.
+``RetireIssuerKey``, ``ApproveIssuerKey``, ``UnbindIssuerKey``, ``CreateEnrollment``,
+``IssueCertificate`` and ``RevokeCertificate`` are never retried: a repeat could mint a second
+certificate, enrollment credential or revocation-list version, or write the audit log twice.
+``WatchRevocations`` is a stream the caller reopens with the version it holds.
 
 Request building, the retry rule, the paging rule and answer checking live once in
 :mod:`rewardseal.control_protocol`, and the call, listing and stream loops once in
@@ -89,12 +90,63 @@ class ControlClient(BlockingTransport[ControlProtocol]):
 
     # --- Issuer keys ---
 
-    def register_issuer_key(self, key: IssuerKey, *, reason: str = "") -> IssuerKey:
-        """Register a public key (the admin credential; the worker credential its own WORKER
-        key only); the key as control stored it."""
-        request = pb.RegisterIssuerKeyRequest(key=key, reason=reason)
+    def register_issuer_key(
+        self, key: IssuerKey, *, reason: str = "", contracts: Iterable[str] = ()
+    ) -> IssuerKey:
+        """Register a public key with the admin credential (admitted and bound to
+        ``contracts`` when given, R-C-10); the key as control stored it. A worker registers
+        its own key with :meth:`register_key` (a signed request, see
+        :func:`rewardseal.key_possession.sign_registration`)."""
+        request = pb.RegisterIssuerKeyRequest(
+            key=key, reason=reason, reward_contract_digests=list(contracts)
+        )
+        return self.register_key(request).key
+
+    def register_key(self, request: pb.RegisterIssuerKeyRequest) -> pb.RegisterIssuerKeyResponse:
+        """Send a full registration (proof of possession, enrollment credential, bundle
+        certificate); the key and its admission as control holds them."""
         answer: pb.RegisterIssuerKeyResponse = self._call("RegisterIssuerKey", request)
-        return answer.key
+        return answer
+
+    def approve_issuer_key(
+        self, key_id: str, contracts: Iterable[str], *, reason: str = ""
+    ) -> pb.ApproveIssuerKeyResponse:
+        """Admit a WORKER key and bind it to ``contracts`` (admin, R-C-10)."""
+        request = pb.ApproveIssuerKeyRequest(
+            key_id=key_id, reward_contract_digests=list(contracts), reason=reason
+        )
+        answer: pb.ApproveIssuerKeyResponse = self._call("ApproveIssuerKey", request)
+        return answer
+
+    def unbind_issuer_key(
+        self, key_id: str, contracts: Iterable[str], *, reason: str
+    ) -> pb.UnbindIssuerKeyResponse:
+        """Take ``contracts`` out of a key's bindings (admin, R-C-10)."""
+        request = pb.UnbindIssuerKeyRequest(
+            key_id=key_id, reward_contract_digests=list(contracts), reason=reason
+        )
+        answer: pb.UnbindIssuerKeyResponse = self._call("UnbindIssuerKey", request)
+        return answer
+
+    def create_enrollment(
+        self,
+        contracts: Iterable[str],
+        *,
+        ttl_seconds: int = 0,
+        reason: str = "",
+        any_contract: bool = False,
+    ) -> pb.CreateEnrollmentResponse:
+        """A one-time enrollment credential for one worker (admin, R-C-11); never retried (a
+        resend would make a second credential). ``any_contract`` (no ``contracts``): the key
+        is bound to the contracts the worker names when it registers."""
+        request = pb.CreateEnrollmentRequest(
+            reward_contract_digests=list(contracts),
+            ttl_seconds=ttl_seconds,
+            reason=reason,
+            any_contract=any_contract,
+        )
+        answer: pb.CreateEnrollmentResponse = self._call("CreateEnrollment", request)
+        return answer
 
     def issuer_keys(
         self, *, role: IssuerKeyRole.ValueType = _ANY_ROLE, page_size: int | None = None
@@ -255,11 +307,49 @@ class AsyncControlClient(AsyncTransport[ControlProtocol]):
 
     # --- Issuer keys ---
 
-    async def register_issuer_key(self, key: IssuerKey, *, reason: str = "") -> IssuerKey:
+    async def register_issuer_key(
+        self, key: IssuerKey, *, reason: str = "", contracts: Iterable[str] = ()
+    ) -> IssuerKey:
         """Register a public key; see :meth:`ControlClient.register_issuer_key`."""
-        request = pb.RegisterIssuerKeyRequest(key=key, reason=reason)
+        request = pb.RegisterIssuerKeyRequest(
+            key=key, reason=reason, reward_contract_digests=list(contracts)
+        )
+        return (await self.register_key(request)).key
+
+    async def register_key(
+        self, request: pb.RegisterIssuerKeyRequest
+    ) -> pb.RegisterIssuerKeyResponse:
+        """Send a full registration; see :meth:`ControlClient.register_key`."""
         answer: pb.RegisterIssuerKeyResponse = await self._call("RegisterIssuerKey", request)
-        return answer.key
+        return answer
+
+    async def approve_issuer_key(
+        self, key_id: str, contracts: Iterable[str], *, reason: str = ""
+    ) -> pb.ApproveIssuerKeyResponse:
+        """Admit and bind a WORKER key; see :meth:`ControlClient.approve_issuer_key`."""
+        request = pb.ApproveIssuerKeyRequest(
+            key_id=key_id, reward_contract_digests=list(contracts), reason=reason
+        )
+        answer: pb.ApproveIssuerKeyResponse = await self._call("ApproveIssuerKey", request)
+        return answer
+
+    async def create_enrollment(
+        self,
+        contracts: Iterable[str],
+        *,
+        ttl_seconds: int = 0,
+        reason: str = "",
+        any_contract: bool = False,
+    ) -> pb.CreateEnrollmentResponse:
+        """An enrollment credential; see :meth:`ControlClient.create_enrollment`."""
+        request = pb.CreateEnrollmentRequest(
+            reward_contract_digests=list(contracts),
+            ttl_seconds=ttl_seconds,
+            reason=reason,
+            any_contract=any_contract,
+        )
+        answer: pb.CreateEnrollmentResponse = await self._call("CreateEnrollment", request)
+        return answer
 
     def issuer_keys(
         self, *, role: IssuerKeyRole.ValueType = _ANY_ROLE, page_size: int | None = None

@@ -169,6 +169,27 @@ class PermissionDenied(RewardSealError):
     reason = "permission_denied"
 
 
+class KeyNotAdmitted(RewardSealError):
+    """A receipt's signing key is registered at control but not yet admitted by an admin or an
+    enrollment credential (R-C-10); retryable: admitting it lets the same receipt in."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+    reason = "key_not_admitted"
+
+
+class KeyNotBound(PermissionDenied):
+    """A receipt's signing key is admitted but not bound to the receipt's contract (R-C-10)."""
+
+    reason = "key_not_bound"
+
+
+class CertificateUnknown(ValidationError):
+    """A receipt names a certificate that control never issued for its contract and that its
+    signing key did not register as its bundle certificate (R-C-5)."""
+
+    reason = "certificate_unknown"
+
+
 class Unavailable(RewardSealError):
     """The service is overloaded or a dependency other than the system of record is down."""
 

@@ -25,16 +25,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from rewardseal.control_client import ControlClient
 from rewardseal.errors import Unavailable
+from rewardseal.tls import ClientTls
 
 __all__ = [
     "BIN",
+    "ENROLLMENT_ENV",
     "HOST",
     "INHERITED_PREFIXES",
     "POLL_SECONDS",
     "STOP_TIMEOUT_SECONDS",
     "LocalServices",
     "base_env",
+    "enroll_worker",
     "log_tail",
     "serve_command",
     "spawn",
@@ -47,6 +51,31 @@ HOST: Final = "127.0.0.1"
 INHERITED_PREFIXES: Final = ("REWARDSEAL_", "MOCKMED_")
 POLL_SECONDS: Final = 0.1
 STOP_TIMEOUT_SECONDS: Final = 20.0
+ENROLLMENT_ENV: Final = "REWARDSEAL_WORKER_CONTROL_ENROLLMENT_TOKEN"
+"""The worker's variable for its one-time enrollment credential (docs/spec.md R-C-11)."""
+
+
+def enroll_worker(
+    target: str,
+    admin_token: str,
+    contract_digests: Sequence[str],
+    *,
+    tls: ClientTls | None = None,
+    reason: str = "local stack",
+) -> dict[str, str]:
+    """Make a one-time enrollment credential at control with its admin credential, for one
+    worker about to start on ``contract_digests``; the variables that hand it to the worker.
+
+    What a local stack does in place of an operator's ``rewardseal-control keys enroll``: the
+    worker's key is admitted the moment it registers (R-C-11), with no manual step, and the
+    admin credential stays on this side (the worker gets the single-use credential only).
+
+    Raises:
+        RewardSealError: control refused or could not be reached.
+    """
+    with ControlClient(target, token=admin_token, timeout=20.0, tls=tls) as control:
+        answer = control.create_enrollment(contract_digests, ttl_seconds=3600, reason=reason)
+    return {ENROLLMENT_ENV: answer.enrollment_credential}
 
 
 def serve_command(script: str, ready_file: Path, *args: str) -> list[str]:

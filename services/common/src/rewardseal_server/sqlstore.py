@@ -74,6 +74,7 @@ __all__ = [
     "create_private_sqlite_file",
     "database_error",
     "error_name",
+    "insert_ignore",
     "normalize_url",
     "sqlite_on_begin",
     "sqlite_on_connect",
@@ -108,6 +109,14 @@ AUTOCOMMIT_READ_OPTION: Final = "rewardseal_autocommit_read"
 
 PRIVATE_FILE_MODE: Final = 0o600
 """Mode of a store file: receipts, evidence and registrations are for the service alone."""
+
+
+def insert_ignore(backend: str, table: Table) -> Insert:
+    """``INSERT ... ON CONFLICT DO NOTHING`` into ``table`` for ``backend`` (a connection's
+    ``dialect.name``, where only the connection is at hand)."""
+    if backend == "postgresql":
+        return pg_dialect.insert(table).on_conflict_do_nothing()
+    return sqlite_dialect.insert(table).on_conflict_do_nothing()
 
 
 def sqlite_url(path: Path | str) -> str:
@@ -501,9 +510,7 @@ class StoreEngine:
 
     def insert_ignore(self, table: Table) -> Insert:
         """``INSERT ... ON CONFLICT DO NOTHING`` into ``table`` for this backend."""
-        if self.backend == "postgresql":
-            return pg_dialect.insert(table).on_conflict_do_nothing()
-        return sqlite_dialect.insert(table).on_conflict_do_nothing()
+        return insert_ignore(self.backend, table)
 
     def advisory_lock(self, conn: Connection, key: int) -> None:
         """Serialize with other transactions taking ``key`` (PostgreSQL; SQLite writers are

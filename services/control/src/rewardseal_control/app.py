@@ -18,7 +18,11 @@ from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.metrics import ControlMetrics
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
-from rewardseal_control.settings import ORGANIZATION_KEY_NAME, ControlSettings
+from rewardseal_control.settings import (
+    ORGANIZATION_KEY_NAME,
+    WORKER_ENROLLMENT_ENV,
+    ControlSettings,
+)
 from rewardseal_control.store import ControlStore
 from rewardseal_server.embedded_http import RunningHttpServer
 from rewardseal_server.metrics import MetricsEndpoint, serve_metrics
@@ -59,6 +63,24 @@ def ensure_organization_key(
     elif entry.role != IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION:
         _log.warning("key %s is registered, but not as an ORGANIZATION key", key.key_id)
     return entry
+
+
+def ensure_worker_enrollment(store: ControlStore, credential: str) -> None:
+    """Arm the operator's bootstrap enrollment credential once (R-C-11): stored as an "any
+    contract" enrollment if control never saw it; a used or expired one stays what it is."""
+    enrollment = store.bindings.ensure_enrollment(
+        credential,
+        SYSTEM_ACTOR,
+        f"the worker enrollment credential from ${WORKER_ENROLLMENT_ENV}",
+    )
+    if enrollment is not None:
+        _log.info(
+            "armed enrollment %s from %s: the first worker key that presents it is admitted "
+            "for the contract it registers (until %s)",
+            enrollment.enrollment_id,
+            WORKER_ENROLLMENT_ENV,
+            enrollment.expires_at.isoformat(),
+        )
 
 
 @dataclass
@@ -137,6 +159,8 @@ async def start_control(settings: ControlSettings) -> ControlApp:
     store = await asyncio.to_thread(ControlStore, settings.db_url)
     try:
         await asyncio.to_thread(ensure_organization_key, store, key)
+        if settings.worker_enrollment is not None:
+            await asyncio.to_thread(ensure_worker_enrollment, store, settings.worker_enrollment)
         servicer = ControlPlaneServicer(store, key, revocation_ttl=settings.revocation_ttl)
         metrics = ControlMetrics() if settings.metrics_port is not None else None
         if metrics is not None:

@@ -41,6 +41,7 @@ __all__ = [
     "Base",
     "Certificate",
     "Contract",
+    "Enrollment",
     "IMMUTABLE_TABLES",
     "IntegrityAudit",
     "IntegrityBundle",
@@ -50,6 +51,8 @@ __all__ = [
     "IntegrityRevisionRef",
     "IntegrityShard",
     "IntegrityShardRow",
+    "IssuerKeyBinding",
+    "IssuerKeyCertificate",
     "IssuerKeyRow",
     "Receipt",
     "Revocation",
@@ -114,6 +117,9 @@ class IssuerKeyRow(Base):
     """Exclusive end of the window; None: open-ended."""
     retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    admitted_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    """When an admin or an enrollment credential admitted the key for the receipt index
+    (R-C-10); None: registered only (its receipts are refused ``key_not_admitted``)."""
 
     __table_args__ = (
         CheckConstraint(f"role IN ('{ROLE_WORKER}', '{ROLE_ORGANIZATION}')", name="role"),
@@ -205,7 +211,7 @@ class Receipt(Base):
     __tablename__ = "receipts"
 
     receipt_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
-    episode_id: Mapped[str] = mapped_column(String(ID_LENGTH), unique=True)
+    episode_id: Mapped[str] = mapped_column(String(ID_LENGTH))
     contract_digest: Mapped[str] = mapped_column(
         String(DIGEST_LENGTH), ForeignKey("contracts.digest")
     )
@@ -235,6 +241,55 @@ class Receipt(Base):
         Index(None, "policy_update", "receipt_id"),
         Index(None, "contract_digest", "reward_outcome"),
         Index(None, "contract_digest", "certified"),
+        # One receipt per episode of a contract: the same episode id under two contracts is
+        # two receipts (R-C-5).
+        UniqueConstraint("contract_digest", "episode_id"),
+    )
+
+
+class IssuerKeyBinding(Base):
+    """A contract an admitted WORKER key may sign receipts for (R-C-10)."""
+
+    __tablename__ = "issuer_key_bindings"
+
+    key_id: Mapped[str] = mapped_column(
+        String(KEY_ID_LENGTH), ForeignKey("issuer_keys.key_id"), primary_key=True
+    )
+    contract_digest: Mapped[str] = mapped_column(
+        String(DIGEST_LENGTH), ForeignKey("contracts.digest"), primary_key=True
+    )
+    bound_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class IssuerKeyCertificate(Base):
+    """The bundle certificate a WORKER key registered with (R-C-5): receipts of that key may
+    name it beside the certificates control issued for the contract."""
+
+    __tablename__ = "issuer_key_certificates"
+
+    key_id: Mapped[str] = mapped_column(
+        String(KEY_ID_LENGTH), ForeignKey("issuer_keys.key_id"), primary_key=True
+    )
+    certificate_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    contract_digest: Mapped[str] = mapped_column(String(DIGEST_LENGTH))
+    certificate_digest: Mapped[str] = mapped_column(String(DIGEST_LENGTH))
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Enrollment(Base):
+    """A one-time enrollment credential (R-C-11): only its hash is kept; single use, expiring."""
+
+    __tablename__ = "enrollments"
+
+    enrollment_id: Mapped[str] = mapped_column(String(ID_LENGTH), primary_key=True)
+    credential_hash: Mapped[str] = mapped_column(String(DIGEST_LENGTH), unique=True)
+    contract_digests: Mapped[str] = mapped_column(Text)
+    """The JSON list of contract digests a key enrolled with it is bound to."""
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    used_by_key_id: Mapped[str | None] = mapped_column(
+        String(KEY_ID_LENGTH), ForeignKey("issuer_keys.key_id")
     )
 
 

@@ -46,19 +46,25 @@ ROLES_BY_METHOD: dict[str, frozenset[str]] = {
     "RegisterContract": _EVERYONE,
     "GetContract": _EVERYONE,
     "ListContracts": _EVERYONE,
-    # The worker role registers its own WORKER key only; the servicer refuses any other role
-    # for it (the request is not visible here).
+    # The worker role registers its own WORKER key only, with proof that it holds it (R-C-10);
+    # the servicer refuses any other role or an unproven key (the request is not visible here).
+    # The key writes the receipt index only once admitted: by the admin (ApproveIssuerKey) or
+    # an enrollment credential the admin made (CreateEnrollment, R-C-11).
     "RegisterIssuerKey": frozenset({ADMIN_ROLE, WORKER_ROLE}),
     "ListIssuerKeys": _EVERYONE,
     "RetireIssuerKey": _ADMIN_ONLY,
+    "ApproveIssuerKey": _ADMIN_ONLY,
+    "UnbindIssuerKey": _ADMIN_ONLY,
+    "CreateEnrollment": _ADMIN_ONLY,
     "IssueCertificate": _ADMIN_ONLY,
     "GetCertificate": _EVERYONE,
     "ListCertificates": _EVERYONE,
     "RevokeCertificate": _ADMIN_ONLY,
     "GetRevocationList": _EVERYONE,
     "WatchRevocations": _EVERYONE,
-    # Control verifies every receipt against the registered worker keys before storing it
-    # (R-C-5), so a trainer forwarding receipts it was given adds nothing unverified.
+    # Control verifies every receipt against the registered worker keys before storing it, and
+    # stores it only when that key is admitted and bound to the receipt's contract (R-C-5,
+    # R-C-10), so a trainer forwarding receipts it was given adds nothing unverified.
     "RecordReceipts": _EVERYONE,
     # The index is for trainers and operators; a worker never needs to read it back.
     "ListReceipts": frozenset({ADMIN_ROLE, TRAINER_ROLE}),

@@ -37,6 +37,7 @@ from rewardseal.errors import (
     ValidationError,
 )
 from rewardseal.issuing import check_summary_for, issue_certificate
+from rewardseal.key_possession import verify_registration
 from rewardseal.receipts import OpenedReceipt, open_receipt
 from rewardseal.revocation import CHECKER, CONTRACT, sign_revocation_list
 from rewardseal.rpc_status import maps_errors, to_episode_error
@@ -68,6 +69,13 @@ from rewardseal_control.store.audit_log import (
     ACTION_REVOKE_CHECKER,
     ACTION_REVOKE_CONTRACT,
 )
+from rewardseal_control.store.key_bindings import (
+    ACTION_APPROVE_KEY,
+    ACTION_CREATE_ENROLLMENT,
+    ACTION_UNBIND_KEY,
+    DEFAULT_ENROLLMENT_TTL,
+    MAX_ENROLLMENT_TTL,
+)
 
 __all__ = [
     "ADMIN_ROLE",
@@ -84,8 +92,9 @@ ADMIN_ROLE = "admin"
 TRAINER_ROLE = "trainer"
 """The role of the client token that trainers present."""
 WORKER_ROLE = "worker"
-"""The role of the worker token: register its contract and its own WORKER key, forward receipts,
-read certificates, keys and revocations. Never issue, revoke, retire, or add an ORGANIZATION key."""
+"""The role of the worker token: register its contract and its own WORKER key (proving it holds
+it), forward receipts, read certificates, keys and revocations. Never issue, revoke, retire,
+admit or bind a key, or add an ORGANIZATION key."""
 UNKNOWN_ACTOR = "unknown"
 
 MAX_RECEIPT_BATCH = 1024
@@ -292,20 +301,35 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
         if not request.HasField("key"):
             raise ValidationError("key is required")
         actor = self._actor(context)
+        admin = actor == ADMIN_ROLE
         # The interceptor lets the worker role in; only here is the key's role visible. A worker
         # credential that could add an ORGANIZATION key could make control trust any signer, so
         # anything but the admin (fail closed, also for an unknown caller) adds WORKER keys only.
-        if actor != ADMIN_ROLE and request.key.role != IssuerKeyRole.ISSUER_KEY_ROLE_WORKER:
+        if not admin and request.key.role != IssuerKeyRole.ISSUER_KEY_ROLE_WORKER:
             raise PermissionDenied(
                 f"the {actor} credential registers WORKER keys only, not "
                 f"{_enum_name(IssuerKeyRole, request.key.role)}"
             )
+        now = self.clock()
+        # Proof of possession (R-C-10): a shared worker credential registers only a key its
+        # caller holds. The admin may register a public key it was handed.
+        if not admin or request.HasField("possession"):
+            verify_registration(request, now)
+        contracts = list(request.reward_contract_digests)
+        # Contracts are bound at once from the admin; from anyone else only through an
+        # enrollment credential (which then checks them against what it names).
+        bind = contracts if admin or request.enrollment_credential else []
         key, created = await asyncio.to_thread(
             self.store.keys.register_issuer_key,
             request.key,
             actor,
             request.reason,
-            at=self.clock(),
+            at=now,
+            bind=bind,
+            enrollment_credential=request.enrollment_credential,
+            bundle_certificate=(
+                request.bundle_certificate if request.HasField("bundle_certificate") else None
+            ),
         )
         self._audited(ACTION_REGISTER_KEY)
         if created:
@@ -316,7 +340,104 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
                 key.key_id,
                 actor,
             )
-        return pb.RegisterIssuerKeyResponse(key=key)
+        admission = await self._admission(key)
+        if key.role == IssuerKeyRole.ISSUER_KEY_ROLE_WORKER:
+            waiting = sorted(set(contracts) - set(admission.reward_contract_digests))
+            if waiting and created:
+                _log.info(
+                    "worker key %s waits for an admin to admit it: rewardseal-control keys "
+                    "approve %s %s",
+                    key.key_id,
+                    key.key_id,
+                    " ".join(f"--contract {digest}" for digest in waiting),
+                )
+        return pb.RegisterIssuerKeyResponse(key=key, admission=admission)
+
+    async def _admission(self, key: IssuerKey) -> pb.KeyAdmission:
+        admission = await asyncio.to_thread(self.store.bindings.admission, key.key_id)
+        return pb.KeyAdmission(
+            admitted=admission.admitted, reward_contract_digests=admission.contract_digests
+        )
+
+    @maps_errors
+    async def ApproveIssuerKey(  # noqa: N802
+        self, request: pb.ApproveIssuerKeyRequest, context: Context
+    ) -> pb.ApproveIssuerKeyResponse:
+        await asyncio.to_thread(
+            self.store.bindings.approve,
+            request.key_id,
+            list(request.reward_contract_digests),
+            self._actor(context),
+            request.reason,
+            at=self.clock(),
+        )
+        self._audited(ACTION_APPROVE_KEY)
+        key = await asyncio.to_thread(self.store.keys.get_issuer_key, request.key_id)
+        admission = await self._admission(key)
+        _log.info(
+            "admitted worker key %s for %s",
+            key.key_id,
+            ", ".join(admission.reward_contract_digests),
+        )
+        return pb.ApproveIssuerKeyResponse(key=key, admission=admission)
+
+    @maps_errors
+    async def UnbindIssuerKey(  # noqa: N802
+        self, request: pb.UnbindIssuerKeyRequest, context: Context
+    ) -> pb.UnbindIssuerKeyResponse:
+        await asyncio.to_thread(
+            self.store.bindings.unbind,
+            request.key_id,
+            list(request.reward_contract_digests),
+            self._actor(context),
+            request.reason,
+            at=self.clock(),
+        )
+        self._audited(ACTION_UNBIND_KEY)
+        key = await asyncio.to_thread(self.store.keys.get_issuer_key, request.key_id)
+        _log.info(
+            "unbound worker key %s from %s",
+            key.key_id,
+            ", ".join(sorted(set(request.reward_contract_digests))),
+        )
+        return pb.UnbindIssuerKeyResponse(key=key, admission=await self._admission(key))
+
+    @maps_errors
+    async def CreateEnrollment(  # noqa: N802
+        self, request: pb.CreateEnrollmentRequest, context: Context
+    ) -> pb.CreateEnrollmentResponse:
+        if request.ttl_seconds < 0:
+            raise ValidationError("ttl_seconds must not be negative (0: one day)")
+        ttl = (
+            timedelta(seconds=request.ttl_seconds)
+            if request.ttl_seconds
+            else DEFAULT_ENROLLMENT_TTL
+        )
+        if ttl > MAX_ENROLLMENT_TTL:
+            raise ValidationError("ttl_seconds must be at most 365 days")
+        enrollment = await asyncio.to_thread(
+            self.store.bindings.create_enrollment,
+            list(request.reward_contract_digests),
+            self._actor(context),
+            request.reason,
+            ttl=ttl,
+            any_contract=request.any_contract,
+            at=self.clock(),
+        )
+        self._audited(ACTION_CREATE_ENROLLMENT)
+        # Never the credential itself: it is answered once and kept nowhere but as a hash.
+        _log.info(
+            "created enrollment %s for %s (expires %s)",
+            enrollment.enrollment_id,
+            ", ".join(enrollment.contract_digests) or "the contracts the worker names",
+            enrollment.expires_at.isoformat(),
+        )
+        answer = pb.CreateEnrollmentResponse(
+            enrollment_id=enrollment.enrollment_id,
+            enrollment_credential=enrollment.credential,
+        )
+        answer.expires_at.FromDatetime(enrollment.expires_at)
+        return answer
 
     @maps_errors
     async def ListIssuerKeys(  # noqa: N802

@@ -28,6 +28,9 @@ ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"
 TOKEN_ENV = f"{ENV_PREFIX}TOKEN"
 WORKER_TOKEN_ENV = f"{ENV_PREFIX}WORKER_TOKEN"
+WORKER_ENROLLMENT_ENV = f"{ENV_PREFIX}WORKER_ENROLLMENT_TOKEN"
+"""A one-time worker enrollment credential the operator chose (compose's deploy/.env): stored
+as an "any contract" enrollment on start unless stored before (docs/spec.md R-C-11)."""
 HTTP_PORT_ENV = f"{ENV_PREFIX}HTTP_PORT"
 """The operator console's port (``serve --http-port``); unset: no console."""
 CONSOLE_TRUSTED_PROXIES_ENV = f"{ENV_PREFIX}CONSOLE_TRUSTED_PROXIES"
@@ -74,6 +77,8 @@ class ControlSettings:
     """The server's TLS (mutual TLS when it names a client CA); None serves plaintext."""
     metrics_port: int | None = None
     """Serve Prometheus ``/metrics`` here (``--metrics-port``, 0: a free port); None: off."""
+    worker_enrollment: str | None = field(default=None, repr=False)
+    """``$REWARDSEAL_CONTROL_WORKER_ENROLLMENT_TOKEN``: see :data:`WORKER_ENROLLMENT_ENV`."""
 
     @property
     def key_path(self) -> Path:
@@ -184,6 +189,7 @@ def resolve_settings(
         metrics_port=service_settings.resolve_optional_port(
             metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
         ),
+        worker_enrollment=env.get(WORKER_ENROLLMENT_ENV) or None,
     )
 
 

@@ -251,6 +251,7 @@ async def _start(
             trust=TrustSet(settings.trust_org_keys),
             tls=settings.control_tls,
             poll_interval=settings.certificate_poll_seconds,
+            enrollment=settings.control_enrollment or "",
         )
         # From here on the certificate is vouched for only by a fresh revocation list.
         scorer.revoked = control.revocation

@@ -55,9 +55,11 @@ from rewardseal.clock import utc_now
 from rewardseal.contract import certificate_digest
 from rewardseal.control_client import AsyncControlClient
 from rewardseal.errors import RewardSealError, SignatureError, ValidationError
+from rewardseal.key_possession import sign_registration
 from rewardseal.revocation import RevocationFollower
 from rewardseal.signing import SigningKey, TrustSet, key_id_for
 from rewardseal.tls import ClientTls
+from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
@@ -65,6 +67,7 @@ from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.engine import Revocation, Scorer
 from rewardseal_worker.key_refusals import SIGNATURE_INVALID, KeyRefusals
 from rewardseal_worker.record_refusals import Refusal, classify
+from rewardseal_worker.settings import ENROLLMENT_ENV
 from rewardseal_worker.store import REVOCATION_VERSION, Refused, WorkerStore
 
 _log = logging.getLogger(__name__)
@@ -119,10 +122,12 @@ class ControlLink:
         clock: Callable[[], datetime] = utc_now,
         forward_interval: float = 0.5,
         poll_interval: float = 30.0,
+        enrollment: str = "",
     ) -> None:
         """``trust``: the pinned organization keys (never taken from control); ``tls``: TLS or
         mutual TLS for the channel (None: plaintext); ``poll_interval``: seconds between
-        certificate polls.
+        certificate polls; ``enrollment``: a one-time enrollment credential from the admin
+        (``rewardseal-control keys enroll``), presented at registration (R-C-11).
 
         Raises:
             ValidationError: ``trust`` holds no key.
@@ -160,6 +165,10 @@ class ControlLink:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._key_refusals = KeyRefusals(self._control, key, self._register)
+        self._enrollment = enrollment
+        self._told_not_admitted = False
+        self.admitted = False
+        """Whether control's last answer to registration admitted this key for the contract."""
         self.on_certificate_change: CertificateChange | None = None
         self.registered = asyncio.Event()
         self.forwarded = 0
@@ -246,16 +255,50 @@ class ControlLink:
 
     async def _register(self) -> None:
         """Register the contract and this worker's own WORKER key (the worker credential may
-        do exactly that; an ORGANIZATION key it could not register)."""
+        do exactly that; an ORGANIZATION key it could not register).
+
+        The registration is signed by the key itself (proof of possession, R-C-10), names the
+        contract the key signs receipts for, carries the one-time enrollment credential when
+        the operator gave one (the key is then admitted at once) and the bundle's own
+        certificate (so control knows the certificate id its receipts may name, R-C-5).
+        """
         bundle = self._bundle
         await self._control.register_contract(bundle.contract, bundle.contract_digest)
-        key = IssuerKey(
-            key_id=self._key.key_id,
-            public_key=self._key.public_key,
-            role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER,
-            display_name=f"worker for {bundle.contract.contract_id}",
+        request = control_pb.RegisterIssuerKeyRequest(
+            key=IssuerKey(
+                key_id=self._key.key_id,
+                public_key=self._key.public_key,
+                role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER,
+                display_name=f"worker for {bundle.contract.contract_id}",
+            ),
+            reason="worker start",
+            reward_contract_digests=[bundle.contract_digest],
+            enrollment_credential=self._enrollment,
         )
-        await self._control.register_issuer_key(key, reason="worker start")
+        if bundle.certificate is not None:
+            request.bundle_certificate.CopyFrom(bundle.certificate)
+        sign_registration(request, self._key, self._clock())
+        answer = await self._control.register_key(request)
+        self._say_admission(answer.admission)
+
+    def _say_admission(self, admission: control_pb.KeyAdmission) -> None:
+        """One line, once, when control does not yet let this key's receipts into the index:
+        what the operator runs. Scoring goes on; the receipts wait in the outbox."""
+        digest = self._bundle.contract_digest
+        self.admitted = admission.admitted and digest in admission.reward_contract_digests
+        if self.admitted or self._told_not_admitted:
+            return
+        self._told_not_admitted = True
+        _log.warning(
+            "control has not admitted this worker's key for contract %s: receipts wait in the "
+            "outbox (scoring goes on) until an admin runs: rewardseal-control keys approve %s "
+            "--contract %s (or give the worker a credential from rewardseal-control keys enroll "
+            "in %s)",
+            digest,
+            self._key.key_id,
+            digest,
+            ENROLLMENT_ENV,
+        )
 
     async def _warn_about_pinned_keys(self) -> None:
         """Say when a pinned key is retired or unknown at control: the operator's pin and

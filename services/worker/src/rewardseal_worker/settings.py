@@ -55,6 +55,8 @@ ENV_BY_OPTION = {
     }.items()
 }
 """The environment variable each ``serve`` option falls back to (named in ``--help``)."""
+ENROLLMENT_ENV = f"{ENV_PREFIX}CONTROL_ENROLLMENT_TOKEN"
+"""Where the worker reads a one-time enrollment credential from control's admin (R-C-11)."""
 ADMIN_TOKEN_REFUSED = (
     f"{ENV_PREFIX}CONTROL_ADMIN_TOKEN is set: a worker must not hold the control plane's admin "
     "credential (it could issue and revoke certificates). Unset it and give the worker "
@@ -90,6 +92,10 @@ class WorkerSettings:
     control_token: str | None = field(default=None, repr=False)
     """Control's *worker* credential: registers the contract and this worker's key, forwards
     receipts, reads certificates and revocations (never the admin credential)."""
+    control_enrollment: str | None = field(default=None, repr=False)
+    """A one-time enrollment credential from control's admin
+    (``$REWARDSEAL_WORKER_CONTROL_ENROLLMENT_TOKEN``): presented at registration, it admits this
+    worker's key for the contracts it names (R-C-11). Unset: an admin approves the key."""
     trust_org_keys: tuple[bytes, ...] = ()
     """The pinned organization public keys: the only signers of certificates and revocation
     lists this worker accepts from control."""
@@ -219,6 +225,7 @@ def resolve_settings(
         health_interval_seconds=_positive(env, "HEALTH_INTERVAL_SECONDS", 5.0),
         control_target=control,
         control_token=control_token,
+        control_enrollment=env.get(ENROLLMENT_ENV) or None,
         trust_org_keys=pinned,
         control_tls=_control_tls(
             control_tls_ca, control_tls_cert, control_tls_key, control_tls_server_name, env

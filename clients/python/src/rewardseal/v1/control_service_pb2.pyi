@@ -188,42 +188,286 @@ class RegisterIssuerKeyRequest(_message.Message):
 
     KEY_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    REWARD_CONTRACT_DIGESTS_FIELD_NUMBER: _builtins.int
+    POSSESSION_FIELD_NUMBER: _builtins.int
+    ENROLLMENT_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    BUNDLE_CERTIFICATE_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
+    enrollment_credential: _builtins.str
+    """A worker's one-time enrollment credential (R-C-11), when it has one."""
     @_builtins.property
     def key(self) -> _certificate_pb2.IssuerKey: ...
+    @_builtins.property
+    def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The contracts the key asks to sign receipts for. From the admin credential they are bound
+        at once; from another credential, when its enrollment credential names them (R-C-10).
+        """
+
+    @_builtins.property
+    def possession(self) -> Global___KeyPossession:
+        """Proof of possession (R-C-10): required from every credential but the admin's."""
+
+    @_builtins.property
+    def bundle_certificate(self) -> _certificate_pb2.RewardCertificate:
+        """The certificate the worker's bundle carries (its own, self-signed), so that receipts naming
+        it are known to control (R-C-5).
+        """
+
     def __init__(
         self,
         *,
         key: _certificate_pb2.IssuerKey | None = ...,
         reason: _builtins.str = ...,
+        reward_contract_digests: _abc.Iterable[_builtins.str] | None = ...,
+        possession: Global___KeyPossession | None = ...,
+        enrollment_credential: _builtins.str = ...,
+        bundle_certificate: _certificate_pb2.RewardCertificate | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bundle_certificate", b"bundle_certificate", "key", b"key", "possession", b"possession"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bundle_certificate", b"bundle_certificate", "enrollment_credential", b"enrollment_credential", "key", b"key", "possession", b"possession", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegisterIssuerKeyRequest: _TypeAlias = RegisterIssuerKeyRequest  # noqa: Y015
 
 @_typing.final
+class KeyPossession(_message.Message):
+    """The registering key's signature over the canonical registration statement (docs/spec.md
+    R-C-10): it proves the caller holds the private key it registers.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SIGNED_AT_FIELD_NUMBER: _builtins.int
+    SIGNATURE_FIELD_NUMBER: _builtins.int
+    signature: _builtins.bytes
+    @_builtins.property
+    def signed_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        signed_at: _timestamp_pb2.Timestamp | None = ...,
+        signature: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["signed_at", b"signed_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["signature", b"signature", "signed_at", b"signed_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeyPossession: _TypeAlias = KeyPossession  # noqa: Y015
+
+@_typing.final
+class KeyAdmission(_message.Message):
+    """Whether control trusts a key for the receipt index, and for which contracts (R-C-10)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADMITTED_FIELD_NUMBER: _builtins.int
+    REWARD_CONTRACT_DIGESTS_FIELD_NUMBER: _builtins.int
+    admitted: _builtins.bool
+    @_builtins.property
+    def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        admitted: _builtins.bool = ...,
+        reward_contract_digests: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admitted", b"admitted", "reward_contract_digests", b"reward_contract_digests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___KeyAdmission: _TypeAlias = KeyAdmission  # noqa: Y015
+
+@_typing.final
 class RegisterIssuerKeyResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     KEY_FIELD_NUMBER: _builtins.int
+    ADMISSION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def key(self) -> _certificate_pb2.IssuerKey: ...
+    @_builtins.property
+    def admission(self) -> Global___KeyAdmission: ...
     def __init__(
         self,
         *,
         key: _certificate_pb2.IssuerKey | None = ...,
+        admission: Global___KeyAdmission | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["key", b"key"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "key", b"key"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "key", b"key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegisterIssuerKeyResponse: _TypeAlias = RegisterIssuerKeyResponse  # noqa: Y015
+
+@_typing.final
+class ApproveIssuerKeyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    REWARD_CONTRACT_DIGESTS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    reason: _builtins.str
+    @_builtins.property
+    def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        reward_contract_digests: _abc.Iterable[_builtins.str] | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_id", b"key_id", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveIssuerKeyRequest: _TypeAlias = ApproveIssuerKeyRequest  # noqa: Y015
+
+@_typing.final
+class ApproveIssuerKeyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    ADMISSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def key(self) -> _certificate_pb2.IssuerKey: ...
+    @_builtins.property
+    def admission(self) -> Global___KeyAdmission: ...
+    def __init__(
+        self,
+        *,
+        key: _certificate_pb2.IssuerKey | None = ...,
+        admission: Global___KeyAdmission | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "key", b"key"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApproveIssuerKeyResponse: _TypeAlias = ApproveIssuerKeyResponse  # noqa: Y015
+
+@_typing.final
+class UnbindIssuerKeyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_ID_FIELD_NUMBER: _builtins.int
+    REWARD_CONTRACT_DIGESTS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    key_id: _builtins.str
+    reason: _builtins.str
+    @_builtins.property
+    def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        key_id: _builtins.str = ...,
+        reward_contract_digests: _abc.Iterable[_builtins.str] | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_id", b"key_id", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnbindIssuerKeyRequest: _TypeAlias = UnbindIssuerKeyRequest  # noqa: Y015
+
+@_typing.final
+class UnbindIssuerKeyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEY_FIELD_NUMBER: _builtins.int
+    ADMISSION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def key(self) -> _certificate_pb2.IssuerKey: ...
+    @_builtins.property
+    def admission(self) -> Global___KeyAdmission: ...
+    def __init__(
+        self,
+        *,
+        key: _certificate_pb2.IssuerKey | None = ...,
+        admission: Global___KeyAdmission | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "key", b"key"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnbindIssuerKeyResponse: _TypeAlias = UnbindIssuerKeyResponse  # noqa: Y015
+
+@_typing.final
+class CreateEnrollmentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REWARD_CONTRACT_DIGESTS_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ANY_CONTRACT_FIELD_NUMBER: _builtins.int
+    ttl_seconds: _builtins.int
+    """How long the credential may be used; 0: control's default (one day)."""
+    reason: _builtins.str
+    any_contract: _builtins.bool
+    """Bind the contracts the worker names when it registers (for a worker whose configuration
+    the admin writes, where its contract's digest is not known beforehand).
+    """
+    @_builtins.property
+    def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The contracts the enrolled key is bound to. Empty only with any_contract."""
+
+    def __init__(
+        self,
+        *,
+        reward_contract_digests: _abc.Iterable[_builtins.str] | None = ...,
+        ttl_seconds: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        any_contract: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["any_contract", b"any_contract", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateEnrollmentRequest: _TypeAlias = CreateEnrollmentRequest  # noqa: Y015
+
+@_typing.final
+class CreateEnrollmentResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ENROLLMENT_ID_FIELD_NUMBER: _builtins.int
+    ENROLLMENT_CREDENTIAL_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    enrollment_id: _builtins.str
+    enrollment_credential: _builtins.str
+    """The credential itself: shown once, control keeps only its hash."""
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        enrollment_id: _builtins.str = ...,
+        enrollment_credential: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_at", b"expires_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["enrollment_credential", b"enrollment_credential", "enrollment_id", b"enrollment_id", "expires_at", b"expires_at"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateEnrollmentResponse: _TypeAlias = CreateEnrollmentResponse  # noqa: Y015
 
 @_typing.final
 class ListIssuerKeysRequest(_message.Message):

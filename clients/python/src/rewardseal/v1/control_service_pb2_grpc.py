@@ -66,6 +66,21 @@ class ControlPlaneServiceStub:
                 request_serializer=rewardseal_dot_v1_dot_control__service__pb2.RetireIssuerKeyRequest.SerializeToString,
                 response_deserializer=rewardseal_dot_v1_dot_control__service__pb2.RetireIssuerKeyResponse.FromString,
                 _registered_method=True)
+        self.ApproveIssuerKey = channel.unary_unary(
+                '/rewardseal.v1.ControlPlaneService/ApproveIssuerKey',
+                request_serializer=rewardseal_dot_v1_dot_control__service__pb2.ApproveIssuerKeyRequest.SerializeToString,
+                response_deserializer=rewardseal_dot_v1_dot_control__service__pb2.ApproveIssuerKeyResponse.FromString,
+                _registered_method=True)
+        self.UnbindIssuerKey = channel.unary_unary(
+                '/rewardseal.v1.ControlPlaneService/UnbindIssuerKey',
+                request_serializer=rewardseal_dot_v1_dot_control__service__pb2.UnbindIssuerKeyRequest.SerializeToString,
+                response_deserializer=rewardseal_dot_v1_dot_control__service__pb2.UnbindIssuerKeyResponse.FromString,
+                _registered_method=True)
+        self.CreateEnrollment = channel.unary_unary(
+                '/rewardseal.v1.ControlPlaneService/CreateEnrollment',
+                request_serializer=rewardseal_dot_v1_dot_control__service__pb2.CreateEnrollmentRequest.SerializeToString,
+                response_deserializer=rewardseal_dot_v1_dot_control__service__pb2.CreateEnrollmentResponse.FromString,
+                _registered_method=True)
         self.IssueCertificate = channel.unary_unary(
                 '/rewardseal.v1.ControlPlaneService/IssueCertificate',
                 request_serializer=rewardseal_dot_v1_dot_control__service__pb2.IssueCertificateRequest.SerializeToString,
@@ -156,6 +171,28 @@ class ControlPlaneServiceServicer:
 
     def RetireIssuerKey(self, request, context):
         """Admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ApproveIssuerKey(self, request, context):
+        """Admin. Admit a registered WORKER key and bind it to contracts it may sign receipts for
+        (R-C-10).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnbindIssuerKey(self, request, context):
+        """Admin. Take contracts out of a key's bindings (R-C-10).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateEnrollment(self, request, context):
+        """Admin. A one-time enrollment credential for one worker (R-C-11); answered once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -259,6 +296,21 @@ def add_ControlPlaneServiceServicer_to_server(servicer, server):
                     servicer.RetireIssuerKey,
                     request_deserializer=rewardseal_dot_v1_dot_control__service__pb2.RetireIssuerKeyRequest.FromString,
                     response_serializer=rewardseal_dot_v1_dot_control__service__pb2.RetireIssuerKeyResponse.SerializeToString,
+            ),
+            'ApproveIssuerKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApproveIssuerKey,
+                    request_deserializer=rewardseal_dot_v1_dot_control__service__pb2.ApproveIssuerKeyRequest.FromString,
+                    response_serializer=rewardseal_dot_v1_dot_control__service__pb2.ApproveIssuerKeyResponse.SerializeToString,
+            ),
+            'UnbindIssuerKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnbindIssuerKey,
+                    request_deserializer=rewardseal_dot_v1_dot_control__service__pb2.UnbindIssuerKeyRequest.FromString,
+                    response_serializer=rewardseal_dot_v1_dot_control__service__pb2.UnbindIssuerKeyResponse.SerializeToString,
+            ),
+            'CreateEnrollment': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateEnrollment,
+                    request_deserializer=rewardseal_dot_v1_dot_control__service__pb2.CreateEnrollmentRequest.FromString,
+                    response_serializer=rewardseal_dot_v1_dot_control__service__pb2.CreateEnrollmentResponse.SerializeToString,
             ),
             'IssueCertificate': grpc.unary_unary_rpc_method_handler(
                     servicer.IssueCertificate,
@@ -475,6 +527,87 @@ class ControlPlaneService:
             '/rewardseal.v1.ControlPlaneService/RetireIssuerKey',
             rewardseal_dot_v1_dot_control__service__pb2.RetireIssuerKeyRequest.SerializeToString,
             rewardseal_dot_v1_dot_control__service__pb2.RetireIssuerKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApproveIssuerKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rewardseal.v1.ControlPlaneService/ApproveIssuerKey',
+            rewardseal_dot_v1_dot_control__service__pb2.ApproveIssuerKeyRequest.SerializeToString,
+            rewardseal_dot_v1_dot_control__service__pb2.ApproveIssuerKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnbindIssuerKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rewardseal.v1.ControlPlaneService/UnbindIssuerKey',
+            rewardseal_dot_v1_dot_control__service__pb2.UnbindIssuerKeyRequest.SerializeToString,
+            rewardseal_dot_v1_dot_control__service__pb2.UnbindIssuerKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateEnrollment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rewardseal.v1.ControlPlaneService/CreateEnrollment',
+            rewardseal_dot_v1_dot_control__service__pb2.CreateEnrollmentRequest.SerializeToString,
+            rewardseal_dot_v1_dot_control__service__pb2.CreateEnrollmentResponse.FromString,
             options,
             channel_credentials,
             insecure,

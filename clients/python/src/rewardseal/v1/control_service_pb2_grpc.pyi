@@ -43,6 +43,14 @@ class ControlPlaneServiceStub:
     ListIssuerKeys: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.ListIssuerKeysRequest, _control_service_pb2.ListIssuerKeysResponse]
     RetireIssuerKey: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.RetireIssuerKeyRequest, _control_service_pb2.RetireIssuerKeyResponse]
     """Admin."""
+    ApproveIssuerKey: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.ApproveIssuerKeyRequest, _control_service_pb2.ApproveIssuerKeyResponse]
+    """Admin. Admit a registered WORKER key and bind it to contracts it may sign receipts for
+    (R-C-10).
+    """
+    UnbindIssuerKey: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.UnbindIssuerKeyRequest, _control_service_pb2.UnbindIssuerKeyResponse]
+    """Admin. Take contracts out of a key's bindings (R-C-10)."""
+    CreateEnrollment: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.CreateEnrollmentRequest, _control_service_pb2.CreateEnrollmentResponse]
+    """Admin. A one-time enrollment credential for one worker (R-C-11); answered once."""
     IssueCertificate: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.IssueCertificateRequest, _control_service_pb2.IssueCertificateResponse]
     """Admin. Epsilon is recomputed from the summary's counts (R-CAL-4)."""
     GetCertificate: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.GetCertificateRequest, _control_service_pb2.GetCertificateResponse]
@@ -76,6 +84,14 @@ class ControlPlaneServiceAsyncStub(ControlPlaneServiceStub):
     ListIssuerKeys: _aio.UnaryUnaryMultiCallable[_control_service_pb2.ListIssuerKeysRequest, _control_service_pb2.ListIssuerKeysResponse]  # type: ignore[assignment]
     RetireIssuerKey: _aio.UnaryUnaryMultiCallable[_control_service_pb2.RetireIssuerKeyRequest, _control_service_pb2.RetireIssuerKeyResponse]  # type: ignore[assignment]
     """Admin."""
+    ApproveIssuerKey: _aio.UnaryUnaryMultiCallable[_control_service_pb2.ApproveIssuerKeyRequest, _control_service_pb2.ApproveIssuerKeyResponse]  # type: ignore[assignment]
+    """Admin. Admit a registered WORKER key and bind it to contracts it may sign receipts for
+    (R-C-10).
+    """
+    UnbindIssuerKey: _aio.UnaryUnaryMultiCallable[_control_service_pb2.UnbindIssuerKeyRequest, _control_service_pb2.UnbindIssuerKeyResponse]  # type: ignore[assignment]
+    """Admin. Take contracts out of a key's bindings (R-C-10)."""
+    CreateEnrollment: _aio.UnaryUnaryMultiCallable[_control_service_pb2.CreateEnrollmentRequest, _control_service_pb2.CreateEnrollmentResponse]  # type: ignore[assignment]
+    """Admin. A one-time enrollment credential for one worker (R-C-11); answered once."""
     IssueCertificate: _aio.UnaryUnaryMultiCallable[_control_service_pb2.IssueCertificateRequest, _control_service_pb2.IssueCertificateResponse]  # type: ignore[assignment]
     """Admin. Epsilon is recomputed from the summary's counts (R-CAL-4)."""
     GetCertificate: _aio.UnaryUnaryMultiCallable[_control_service_pb2.GetCertificateRequest, _control_service_pb2.GetCertificateResponse]  # type: ignore[assignment]
@@ -142,6 +158,32 @@ class ControlPlaneServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_control_service_pb2.RetireIssuerKeyResponse, _abc.Awaitable[_control_service_pb2.RetireIssuerKeyResponse]]:
         """Admin."""
+
+    @_abc_1.abstractmethod
+    def ApproveIssuerKey(
+        self,
+        request: _control_service_pb2.ApproveIssuerKeyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_service_pb2.ApproveIssuerKeyResponse, _abc.Awaitable[_control_service_pb2.ApproveIssuerKeyResponse]]:
+        """Admin. Admit a registered WORKER key and bind it to contracts it may sign receipts for
+        (R-C-10).
+        """
+
+    @_abc_1.abstractmethod
+    def UnbindIssuerKey(
+        self,
+        request: _control_service_pb2.UnbindIssuerKeyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_service_pb2.UnbindIssuerKeyResponse, _abc.Awaitable[_control_service_pb2.UnbindIssuerKeyResponse]]:
+        """Admin. Take contracts out of a key's bindings (R-C-10)."""
+
+    @_abc_1.abstractmethod
+    def CreateEnrollment(
+        self,
+        request: _control_service_pb2.CreateEnrollmentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_service_pb2.CreateEnrollmentResponse, _abc.Awaitable[_control_service_pb2.CreateEnrollmentResponse]]:
+        """Admin. A one-time enrollment credential for one worker (R-C-11); answered once."""
 
     @_abc_1.abstractmethod
     def IssueCertificate(

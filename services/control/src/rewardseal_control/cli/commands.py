@@ -10,6 +10,7 @@ from google.protobuf import json_format
 
 from rewardseal.calibration import read_calibration
 from rewardseal.control_client import ControlClient
+from rewardseal.errors import ValidationError
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationEntry, RevocationList
 from rewardseal.v1.enums_pb2 import (
@@ -25,6 +26,7 @@ from rewardseal_control.cli.output import (
     print_table,
     time_text,
 )
+from rewardseal_control.settings import parse_duration
 
 
 def _contracts_list(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
@@ -81,6 +83,56 @@ def _keys_retire(client: ControlClient, args: argparse.Namespace, out: TextIO) -
     with remote():
         retired = client.retire_issuer_key(args.key_id, reason=args.reason)
     return _print_key(retired, args, out)
+
+
+def _keys_approve(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with remote():
+        answer = client.approve_issuer_key(args.key_id, args.contract, reason=args.reason)
+    return _print_admission(answer.key, answer.admission, args, out)
+
+
+def _keys_unbind(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    with remote():
+        answer = client.unbind_issuer_key(args.key_id, args.contract, reason=args.reason)
+    return _print_admission(answer.key, answer.admission, args, out)
+
+
+def _print_admission(
+    key: IssuerKey, admission: pb.KeyAdmission, args: argparse.Namespace, out: TextIO
+) -> int:
+    if args.json:
+        print_json({"key": message_json(key), "admission": message_json(admission)}, out)
+        return 0
+    bound = ", ".join(admission.reward_contract_digests) or "no contract"
+    state = "admitted" if admission.admitted else "not admitted"
+    print(f"{key.key_id}: {state}; signs receipts for {bound}", file=out)
+    return 0
+
+
+def _keys_enroll(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        ttl = parse_duration(args.ttl)
+    except ValidationError as exc:
+        raise UsageError(f"--ttl: {exc.message}") from None
+    with remote():
+        answer = client.create_enrollment(
+            args.contract or (),
+            ttl_seconds=int(ttl.total_seconds()),
+            reason=args.reason,
+            any_contract=args.any_contract,
+        )
+    if args.json:
+        print_json(message_json(answer), out)
+        return 0
+    # The one time the credential is shown: control keeps only its hash.
+    print(answer.enrollment_credential, file=out)
+    print(
+        f"enrollment {answer.enrollment_id}, single use, expires "
+        f"{time_text(answer, 'expires_at')}: give it to one worker as "
+        "REWARDSEAL_WORKER_CONTROL_ENROLLMENT_TOKEN; it is not shown again",
+        file=out,
+    )
+    return 0
 
 
 def _print_key(key: IssuerKey, args: argparse.Namespace, out: TextIO) -> int:
@@ -249,6 +301,9 @@ ADMIN_COMMANDS: Mapping[tuple[str, str], _Handler] = {
     ("contracts", "list"): _contracts_list,
     ("keys", "list"): _keys_list,
     ("keys", "retire"): _keys_retire,
+    ("keys", "approve"): _keys_approve,
+    ("keys", "unbind"): _keys_unbind,
+    ("keys", "enroll"): _keys_enroll,
     ("certificates", "issue"): _certificates_issue,
     ("certificates", "revoke"): _certificates_revoke,
     ("receipts", "summary"): _receipts_summary,

@@ -132,9 +132,52 @@ def build_parser() -> argparse.ArgumentParser:
     keys_register.add_argument("--role", choices=sorted(ROLES), required=True)
     keys_register.add_argument("--name", default="", help="display name")
     keys_register.add_argument("--reason", default="", help="why (audit log)")
+    keys_register.add_argument(
+        "--contract",
+        action="append",
+        default=[],
+        metavar="DIGEST",
+        help="a WORKER key: admit it for this contract at once (repeatable)",
+    )
     keys_retire = keys.add_parser("retire", parents=[client], help="retire a key")
     keys_retire.add_argument("key_id", metavar="KEY_ID")
     keys_retire.add_argument("--reason", required=True, help="why (audit log)")
+    keys_approve = keys.add_parser(
+        "approve",
+        parents=[client],
+        help="admit a registered WORKER key for contracts: its receipts enter the index",
+    )
+    keys_approve.add_argument("key_id", metavar="KEY_ID")
+    keys_approve.add_argument(
+        "--contract", action="append", required=True, metavar="DIGEST", help="(repeatable)"
+    )
+    keys_approve.add_argument("--reason", default="", help="why (audit log)")
+    keys_unbind = keys.add_parser(
+        "unbind", parents=[client], help="stop a WORKER key signing receipts for contracts"
+    )
+    keys_unbind.add_argument("key_id", metavar="KEY_ID")
+    keys_unbind.add_argument(
+        "--contract", action="append", required=True, metavar="DIGEST", help="(repeatable)"
+    )
+    keys_unbind.add_argument("--reason", required=True, help="why (audit log)")
+    keys_enroll = keys.add_parser(
+        "enroll",
+        parents=[client],
+        help="a one-time enrollment credential for one worker (printed once)",
+    )
+    enroll_for = keys_enroll.add_mutually_exclusive_group(required=True)
+    enroll_for.add_argument(
+        "--contract", action="append", metavar="DIGEST", help="bind the key to it (repeatable)"
+    )
+    enroll_for.add_argument(
+        "--any-contract",
+        action="store_true",
+        help="bind the key to the contracts the worker names when it registers",
+    )
+    keys_enroll.add_argument(
+        "--ttl", default="24h", help="how long it may be used (e.g. 24h, 30m; default 24h)"
+    )
+    keys_enroll.add_argument("--reason", default="", help="why (audit log)")
 
     certificates = _group(commands, "certificates", "certificates and revocation")
     issue = certificates.add_parser(

@@ -236,7 +236,7 @@ def keys_register(client: ControlClient, args: argparse.Namespace, out: TextIO) 
         display_name=args.name,
     )
     with remote():
-        registered = client.register_issuer_key(key, reason=args.reason)
+        registered = client.register_issuer_key(key, reason=args.reason, contracts=args.contract)
     return _print_key(registered, args, out)
 
 

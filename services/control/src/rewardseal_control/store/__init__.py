@@ -2,6 +2,8 @@
 
 * :mod:`.contracts`: registered reward contracts (R-C-1);
 * :mod:`.keys`: worker and organization issuer keys, their windows and retirement (R-C-2);
+* :mod:`.key_bindings`: worker keys admitted and bound to contracts, their bundle certificates,
+  one-time enrollment credentials (R-C-10, R-C-11);
 * :mod:`.certificates`: recorded certificates with their revocation (R-C-3);
 * :mod:`.revocations`: revocations and the signed revocation lists (R-C-4);
 * :mod:`.receipts`: the receipt index (R-C-5);

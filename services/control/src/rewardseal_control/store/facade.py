@@ -25,6 +25,7 @@ from rewardseal_control.store.integrity_audits import IntegrityAuditStore
 from rewardseal_control.store.integrity_decisions import IntegrityDecisionStore
 from rewardseal_control.store.integrity_revisions import IntegrityRevisionStore
 from rewardseal_control.store.integrity_shards import SignalShardStore
+from rewardseal_control.store.key_bindings import KeyBindingStore
 from rewardseal_control.store.keys import IssuerKeyStore
 from rewardseal_control.store.receipts import ReceiptIndex
 from rewardseal_control.store.revocations import RevocationStore
@@ -61,6 +62,7 @@ class ControlStore:
             raise
         self.contracts: Final = ContractStore(self._db)
         self.keys: Final = IssuerKeyStore(self._db)
+        self.bindings: Final = KeyBindingStore(self._db)
         self.certificates: Final = CertificateStore(self._db)
         self.revocations: Final = RevocationStore(self._db)
         self.receipts: Final = ReceiptIndex(self._db)

@@ -10,7 +10,7 @@ transaction.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Final, cast
@@ -20,11 +20,11 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.errors import NotFound, SignatureError, ValidationError
 from rewardseal.signing import TrustSet, key_id_for
-from rewardseal.v1.certificate_pb2 import IssuerKey
+from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
-from rewardseal.validation import validate_key_id
+from rewardseal.validation import validate_digest, validate_key_id
 from rewardseal_control.models import ROLE_ORGANIZATION, ROLE_WORKER
-from rewardseal_control.store import audit_log, inputs, tables
+from rewardseal_control.store import audit_log, inputs, key_bindings, tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import LostRace, StoreEngine
@@ -68,18 +68,37 @@ class IssuerKeyStore:
         self._insert = db.insert_ignore(_keys).returning(_keys.c.key_id)
 
     def register_issuer_key(
-        self, key: IssuerKey, actor: str, reason: str = "", *, at: datetime | None = None
+        self,
+        key: IssuerKey,
+        actor: str,
+        reason: str = "",
+        *,
+        at: datetime | None = None,
+        bind: Sequence[str] = (),
+        enrollment_credential: str = "",
+        bundle_certificate: RewardCertificate | None = None,
     ) -> tuple[IssuerKey, bool]:
-        """Register a worker or organization public key (R-C-2, admin); ``(key, created)``.
+        """Register a worker or organization public key (R-C-2); ``(key, created)``.
 
         ``key.key_id`` may be empty (it is computed); if given it must be the key id of
         ``key.public_key``. ``not_before`` defaults to now; ``not_after`` (exclusive) is
         optional. Registering the same key again with the same role (and, where given, the
         same window) is a no-op (``created`` False). Audited as ``issuer_key.register``.
 
+        For a WORKER key, in the same transaction (R-C-10, R-C-11): ``bind`` admits it and
+        binds it to those contracts (the admin's registration; the service passes nothing
+        else's); ``enrollment_credential`` uses that one-time credential (admits the key for
+        the contracts the enrollment names; ``bind`` must be among them);
+        ``bundle_certificate`` records the certificate its receipts may name beside control's.
+        Proof of possession is the service's to check, before this is called.
+
         Raises:
             ValidationError: bad key, role, window or text; the key is retired, or already
-                registered with another role or window.
+                registered with another role or window; binding options for a non-WORKER key;
+                an invalid bundle certificate.
+            NotFound: a contract in ``bind`` is not registered.
+            PermissionDenied: the enrollment credential is unknown, expired, used by another
+                key, or does not name a contract in ``bind``.
         """
         actor = audit_log.check_actor(actor)
         reason = inputs.text(reason, "reason", max_length=inputs.MAX_REASON_LENGTH)
@@ -110,6 +129,12 @@ class IssuerKeyStore:
         not_after = inputs.to_datetime(key.not_after) if key.HasField("not_after") else None
         if not_after is not None and not_after <= not_before:
             raise ValidationError("not_after must be later than not_before")
+        asked = sorted({validate_digest(d, "reward_contract_digest") for d in bind})
+        binding = bool(asked or enrollment_credential or bundle_certificate is not None)
+        if binding and role != ROLE_WORKER:
+            raise ValidationError(
+                "only WORKER keys are bound to contracts or register bundle certificates"
+            )
         row = {
             "key_id": key_id,
             "public_key": public_key,
@@ -146,13 +171,25 @@ class IssuerKeyStore:
                     )
                 stored = existing
                 created = False
+            details: dict[str, object] = {"role": role, "created": created}
+            if enrollment_credential and not _holds(conn, key_id, asked):
+                enrollment_id, bound = key_bindings.enroll_in(
+                    conn, enrollment_credential, key_id, asked, now
+                )
+                details.update(enrollment=enrollment_id, bound=bound)
+            elif asked:
+                key_bindings.bind_in(conn, key_id, asked, now)
+                details.update(bound=asked)
+            if bundle_certificate is not None:
+                key_bindings.register_certificate_in(conn, key_id, bundle_certificate, now)
+                details.update(bundle_certificate=bundle_certificate.certificate_id)
             audit_log.write_audit(
                 conn,
                 actor=actor,
                 action=audit_log.ACTION_REGISTER_KEY,
                 target=key_id,
                 reason=reason,
-                details={"role": role, "created": created},
+                details=details,
                 at=now,
             )
             return _issuer_key(stored), created
@@ -264,6 +301,14 @@ class IssuerKeyStore:
     def worker_trust(self, at: datetime | None = None) -> TrustSet:
         """The active WORKER keys at ``at`` (default now): what receipts are verified against."""
         return self.trust_set(IssuerKeyRole.ISSUER_KEY_ROLE_WORKER, at)
+
+
+def _holds(conn: Connection, key_id: str, asked: Sequence[str]) -> bool:
+    """Whether ``key_id`` is admitted and bound to every contract in ``asked`` already: then
+    the enrollment credential it presents is not needed, and not looked at (a worker restarted
+    with a credential that has expired since an admin approved its key still registers)."""
+    admission = key_bindings.admission_in(conn, key_id)
+    return admission.admitted and set(asked) <= set(admission.contract_digests)
 
 
 def _role_name(role: int) -> str:

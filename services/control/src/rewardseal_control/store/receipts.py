@@ -22,7 +22,10 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.contract import UNSCORED_OUTCOMES
 from rewardseal.errors import (
+    CertificateUnknown,
     DuplicateEpisode,
+    KeyNotAdmitted,
+    KeyNotBound,
     NotFound,
     RewardSealError,
     SignatureError,
@@ -32,7 +35,7 @@ from rewardseal.receipts import OpenedReceipt
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.validation import check_policy_update_field, validate_digest
-from rewardseal_control.store import inputs, tables
+from rewardseal_control.store import inputs, key_bindings, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
@@ -50,6 +53,7 @@ __all__ = [
 ]
 
 _receipts = tables.receipts
+_certificates = tables.certificates
 _SELECT = select(
     _receipts.c.receipt_id,
     _receipts.c.policy_update,
@@ -172,10 +176,19 @@ class ReceiptIndex:
            this schema does not know (they would be stored) -> ValidationError;
         2. the receipt id is stored already: same payload -> ``recorded, duplicate``;
            another payload -> ValidationError;
-        3. the episode has another receipt -> DuplicateEpisode (metadata ``receipt_id``);
-        4. the contract is not registered -> NotFound;
-        5. the issuer key is not registered -> SignatureError (``signature_invalid``);
-        6. otherwise stored -> ``recorded``.
+        3. the contract is not registered -> NotFound;
+        4. the issuer key is not registered -> SignatureError (``signature_invalid``);
+        5. the key is not admitted -> KeyNotAdmitted (R-C-10; retryable);
+        6. the key is not bound to the receipt's contract -> KeyNotBound (R-C-10);
+        7. the receipt names a certificate that control did not issue for its contract and
+           that the key did not register as its bundle certificate (same id, contract and,
+           where the receipt states one, digest) -> CertificateUnknown;
+        8. the episode has another receipt under the same contract -> DuplicateEpisode
+           (metadata ``receipt_id``): the index is keyed by (contract digest, episode id);
+        9. otherwise stored -> ``recorded``.
+
+        Who may write comes before what exists: a key that may not write a contract's receipts
+        learns nothing from the index about its episodes.
 
         A refused item never fails the others. Durable before return.
         """
@@ -195,16 +208,20 @@ class ReceiptIndex:
             return [r for r in results if r is not None]
         digests = sorted({receipt.reward_contract_digest for _, receipt, _ in parsed})
         key_ids = sorted({receipt.issuer_key_id for _, receipt, _ in parsed})
+        certificate_ids = sorted({r.certificate_id for _, r, _ in parsed if r.certificate_id})
 
         def work(conn: Connection) -> list[RecordResult]:
             # One statement per chunk of items reads what exists under their receipt ids OR
             # their episode ids, so an item's two lookups see one state of the table.
             payload_by_id: dict[str, bytes] = {}
-            receipt_by_episode: dict[str, str] = {}
+            receipt_by_episode: dict[tuple[str, str], str] = {}
             for batch in chunks(parsed):
                 found = conn.execute(
                     select(
-                        _receipts.c.receipt_id, _receipts.c.episode_id, _receipts.c.envelope
+                        _receipts.c.receipt_id,
+                        _receipts.c.contract_digest,
+                        _receipts.c.episode_id,
+                        _receipts.c.envelope,
                     ).where(
                         or_(
                             _receipts.c.receipt_id.in_([r.receipt_id for _, r, _ in batch]),
@@ -212,9 +229,20 @@ class ReceiptIndex:
                         )
                     )
                 )
-                for receipt_id, episode_id, stored in found:
+                for receipt_id, contract, episode_id, stored in found:
                     payload_by_id[receipt_id] = SignedEnvelope.FromString(bytes(stored)).payload
-                    receipt_by_episode[episode_id] = receipt_id
+                    receipt_by_episode[(contract, episode_id)] = receipt_id
+            standing = key_bindings.bindings_in(conn, key_ids)
+            issued: dict[tuple[str, str], str] = {}
+            for chunk in chunks(certificate_ids):
+                for certificate_id, contract, digest in conn.execute(
+                    select(
+                        _certificates.c.certificate_id,
+                        _certificates.c.contract_digest,
+                        _certificates.c.digest,
+                    ).where(_certificates.c.certificate_id.in_(chunk))
+                ):
+                    issued[(certificate_id, contract)] = digest
             contracts: set[str] = set()
             for chunk in chunks(digests):
                 contracts.update(
@@ -224,17 +252,11 @@ class ReceiptIndex:
                         )
                     ).scalars()
                 )
-            keys: set[str] = set()
-            for chunk in chunks(key_ids):
-                keys.update(
-                    conn.execute(
-                        select(tables.keys.c.key_id).where(tables.keys.c.key_id.in_(chunk))
-                    ).scalars()
-                )
             decided = list(results)
             rows: list[dict[str, Any]] = []
             for index, receipt, row in parsed:
                 receipt_id = receipt.receipt_id
+                episode = (receipt.reward_contract_digest, receipt.episode_id)
                 previous = payload_by_id.get(receipt_id)
                 error: RewardSealError | None = None
                 if previous is not None:
@@ -244,27 +266,22 @@ class ReceiptIndex:
                     error = ValidationError(
                         f"receipt {receipt_id} is already recorded with other content"
                     )
-                elif receipt_by_episode.get(receipt.episode_id) == receipt_id:
+                elif receipt_by_episode.get(episode) == receipt_id:
                     # Committed concurrently between two reads: read again.
                     raise LostRace("receipt recorded concurrently")
-                elif receipt.episode_id in receipt_by_episode:
-                    error = DuplicateEpisode(
-                        f"episode {receipt.episode_id} already has a receipt",
-                        metadata={"receipt_id": receipt_by_episode[receipt.episode_id]},
-                    )
-                elif receipt.reward_contract_digest not in contracts:
-                    error = NotFound(
-                        f"reward contract {receipt.reward_contract_digest} is not registered"
-                    )
-                elif receipt.issuer_key_id not in keys:
-                    error = SignatureError(
-                        f"issuer key {receipt.issuer_key_id} is not a registered worker key"
-                    )
+                else:
+                    error = _refusal(receipt, contracts, standing, issued)
+                    if error is None and episode in receipt_by_episode:
+                        error = DuplicateEpisode(
+                            f"episode {receipt.episode_id} already has a receipt under contract "
+                            f"{receipt.reward_contract_digest}",
+                            metadata={"receipt_id": receipt_by_episode[episode]},
+                        )
                 if error is not None:
                     decided[index] = RecordResult(receipt_id, recorded=False, error=error)
                     continue
                 payload_by_id[receipt_id] = payloads[index]
-                receipt_by_episode[receipt.episode_id] = receipt_id
+                receipt_by_episode[episode] = receipt_id
                 rows.append(row)
                 decided[index] = RecordResult(receipt_id, recorded=True)
             if rows:
@@ -390,6 +407,44 @@ class ReceiptIndex:
             str(digest): ContractActivity(total=int(count), newest_policy_update=int(newest))
             for digest, count, newest in rows
         }
+
+
+def _refusal(
+    receipt: RewardEvidenceReceipt,
+    contracts: set[str],
+    standing: Mapping[str, key_bindings.KeyStanding],
+    issued: Mapping[tuple[str, str], str],
+) -> RewardSealError | None:
+    """Why the receipt's key may not write it into the index (rules 3 to 7); None if it may."""
+    contract, key_id = receipt.reward_contract_digest, receipt.issuer_key_id
+    if contract not in contracts:
+        return NotFound(f"reward contract {contract} is not registered")
+    key = standing.get(key_id)
+    if key is None:
+        return SignatureError(f"issuer key {key_id} is not a registered worker key")
+    if not key.admitted:
+        return KeyNotAdmitted(
+            f"issuer key {key_id} is registered but not admitted; an admin runs "
+            f"rewardseal-control keys approve {key_id} --contract {contract}",
+            metadata={"issuer_key_id": key_id, "reward_contract_digest": contract},
+        )
+    if contract not in key.contracts:
+        return KeyNotBound(
+            f"issuer key {key_id} is not bound to contract {contract}",
+            metadata={"issuer_key_id": key_id, "reward_contract_digest": contract},
+        )
+    certificate_id = receipt.certificate_id
+    if certificate_id:
+        digest = issued.get((certificate_id, contract)) or key.certificates.get(
+            (certificate_id, contract)
+        )
+        if digest is None or (receipt.certificate_digest and receipt.certificate_digest != digest):
+            return CertificateUnknown(
+                f"certificate {certificate_id} is neither one control issued for contract "
+                f"{contract} nor the bundle certificate key {key_id} registered",
+                metadata={"certificate_id": certificate_id},
+            )
+    return None
 
 
 def _receipt_row(opened: OpenedReceipt, now: datetime) -> dict[str, Any]:

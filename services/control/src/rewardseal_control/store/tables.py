@@ -18,6 +18,7 @@ from rewardseal_control.models import (
     Base,
     Certificate,
     Contract,
+    Enrollment,
     IntegrityAudit,
     IntegrityBundle,
     IntegrityDecision,
@@ -26,6 +27,8 @@ from rewardseal_control.models import (
     IntegrityRevisionRef,
     IntegrityShard,
     IntegrityShardRow,
+    IssuerKeyBinding,
+    IssuerKeyCertificate,
     IssuerKeyRow,
     Receipt,
     Revocation,
@@ -38,6 +41,7 @@ __all__ = [
     "audit",
     "certificates",
     "contracts",
+    "enrollments",
     "heads",
     "integrity_audits",
     "integrity_bundles",
@@ -47,6 +51,8 @@ __all__ = [
     "integrity_revisions",
     "integrity_shard_rows",
     "integrity_shards",
+    "key_bindings",
+    "key_certificates",
     "keys",
     "receipts",
     "revocation_scopes",
@@ -59,6 +65,9 @@ AnyRow: TypeAlias = "Row[*tuple[Any, ...]]"
 _tables = Base.metadata.tables
 contracts: Table = _tables[Contract.__tablename__]
 keys: Table = _tables[IssuerKeyRow.__tablename__]
+key_bindings: Table = _tables[IssuerKeyBinding.__tablename__]
+key_certificates: Table = _tables[IssuerKeyCertificate.__tablename__]
+enrollments: Table = _tables[Enrollment.__tablename__]
 certificates: Table = _tables[Certificate.__tablename__]
 revocations: Table = _tables[Revocation.__tablename__]
 heads: Table = _tables[RevocationListHead.__tablename__]
