@@ -98,7 +98,7 @@ def test_migration_0002_goes_up_and_down_over_existing_data(store_url: str) -> N
         existing = contracts()
         assert not tables() & INTEGRITY_TABLES
         db.upgrade(store_url)
-        assert db.current_revision(store_url) == "0002"
+        assert db.current_revision(store_url) == db.head_revision()  # 0002 and every later one
         assert tables() >= INTEGRITY_TABLES
         assert contracts() == existing
         with ControlStore(store_url) as store:
