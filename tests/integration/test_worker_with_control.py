@@ -152,6 +152,16 @@ async def test_control_down_scoring_unaffected_then_outbox_drains_exactly_once(
         assert len(told) == 1
         assert f"keys approve {stack.app.key.key_id} --contract {stack.digest}" in told[0]
         assert outbox_size(stack.app.store) == 5
+        # A forwarding pass while the key waits says so in one line, not one per receipt (if
+        # the worker's own pass ran first, it said it, and the rows are not due yet).
+        with caplog.at_level(logging.DEBUG, logger="rewardseal_worker.control_link"):
+            await link_of(stack).forward_once()
+        held = [r for r in caplog.records if "receipt(s) back until" in r.getMessage()]
+        assert held and all(r.levelno == logging.WARNING for r in held)
+        assert f"keys approve {stack.app.key.key_id}" in held[0].getMessage()
+        per_receipt = [r for r in caplog.records if "control refused receipt" in r.getMessage()]
+        assert all(r.levelno == logging.DEBUG for r in per_receipt)
+        assert outbox_size(stack.app.store) == 5
         await approve(control, stack)
 
         async def drained() -> bool:

@@ -54,7 +54,7 @@ from rewardseal.certificates import is_current
 from rewardseal.clock import utc_now
 from rewardseal.contract import certificate_digest
 from rewardseal.control_client import AsyncControlClient
-from rewardseal.errors import RewardSealError, SignatureError, ValidationError
+from rewardseal.errors import KeyNotAdmitted, RewardSealError, SignatureError, ValidationError
 from rewardseal.key_possession import sign_registration
 from rewardseal.revocation import RevocationFollower
 from rewardseal.signing import SigningKey, TrustSet, key_id_for
@@ -562,6 +562,7 @@ class ControlLink:
         done: list[str] = []
         refused: list[Refused] = []
         keep_signature_refusals = False
+        waiting = 0
         if any(r.error.reason == SIGNATURE_INVALID for r in results if not r.recorded):
             # Most often this worker's key is unknown or retired at control: said once. While
             # the key is unknown, or when it was registered again after this call was sent (by
@@ -583,8 +584,14 @@ class ControlLink:
                     Refused(item.receipt_id, result.error.code, reason, result.error.message)
                 )
                 continue
-            # A refusal is not a transport problem: retry it much later, and say why.
-            explained = reason == SIGNATURE_INVALID and self._key_refusals.explained
+            # A refusal is not a transport problem: retry it much later, and say why. A key
+            # refusal already explained (a key control forgot, or one awaiting admission: the
+            # registration logged the command to run) says so once per pass, not per receipt.
+            if reason == KeyNotAdmitted.reason:
+                waiting += 1
+            explained = reason == KeyNotAdmitted.reason or (
+                reason == SIGNATURE_INVALID and self._key_refusals.explained
+            )
             _log.log(
                 logging.DEBUG if explained else logging.WARNING,
                 "control refused receipt %s: %s",
@@ -597,6 +604,15 @@ class ControlLink:
                 error=f"control refused: {reason}",
                 now=self._clock(),
                 delay_seconds=backoff(item.attempts + 3),
+            )
+        if waiting:
+            _log.warning(
+                "control holds %d receipt(s) back until this worker's key %s is admitted "
+                "(rewardseal-control keys approve %s --contract %s); they wait in the outbox",
+                waiting,
+                self._key.key_id,
+                self._key.key_id,
+                self._bundle.contract_digest,
             )
         if refused:
             await self._dead_letter(refused)

@@ -40,8 +40,6 @@ does not hold this worker's own key (its database was reset), the refusal is abo
 not the receipt, and registering the key again makes control take it
 (:mod:`rewardseal_worker.key_refusals`); the forwarder then keeps the receipts.
 
-The reasons ``key_not_bound``, ``key_not_admitted`` and ``certificate_unknown`` are compared as
-strings: their error classes belong to the errors module once control gives them.
 """
 
 from __future__ import annotations
@@ -52,22 +50,19 @@ from typing import Final
 import grpc
 
 from rewardseal.errors import (
+    CertificateUnknown,
     DuplicateEpisode,
+    KeyNotAdmitted,
+    KeyNotBound,
     NotFound,
+    RewardSealError,
     SignatureError,
     Unavailable,
     ValidationError,
 )
 from rewardseal.v1.episode_pb2 import EpisodeError
 
-__all__ = ["KEY_NOT_ADMITTED", "KEY_NOT_BOUND", "CERTIFICATE_UNKNOWN", "Refusal", "classify"]
-
-KEY_NOT_BOUND: Final = "key_not_bound"
-"""PERMISSION_DENIED: the signing key is not bound to the receipt's contract."""
-CERTIFICATE_UNKNOWN: Final = "certificate_unknown"
-"""INVALID_ARGUMENT: the receipt names a certificate control did not issue for its contract."""
-KEY_NOT_ADMITTED: Final = "key_not_admitted"
-"""FAILED_PRECONDITION: the signing key awaits an admin's approval."""
+__all__ = ["Refusal", "classify"]
 
 
 class Refusal(enum.Enum):
@@ -85,15 +80,20 @@ def _code(status: grpc.StatusCode) -> int:
     return number
 
 
+def _pair(error: type[RewardSealError]) -> tuple[int, str]:
+    """The (``google.rpc.Code`` number, reason) an error class travels as."""
+    return _code(error.code), error.reason
+
+
 _KINDS: Final[dict[tuple[int, str], Refusal]] = {
-    (_code(DuplicateEpisode.code), DuplicateEpisode.reason): Refusal.PERMANENT,
-    (_code(SignatureError.code), SignatureError.reason): Refusal.PERMANENT,
-    (_code(NotFound.code), NotFound.reason): Refusal.PERMANENT,
-    (_code(ValidationError.code), ValidationError.reason): Refusal.PERMANENT,
-    (_code(grpc.StatusCode.PERMISSION_DENIED), KEY_NOT_BOUND): Refusal.PERMANENT,
-    (_code(grpc.StatusCode.INVALID_ARGUMENT), CERTIFICATE_UNKNOWN): Refusal.PERMANENT,
-    (_code(grpc.StatusCode.FAILED_PRECONDITION), KEY_NOT_ADMITTED): Refusal.RETRYABLE,
-    (_code(Unavailable.code), Unavailable.reason): Refusal.RETRYABLE,
+    _pair(DuplicateEpisode): Refusal.PERMANENT,
+    _pair(SignatureError): Refusal.PERMANENT,
+    _pair(NotFound): Refusal.PERMANENT,
+    _pair(ValidationError): Refusal.PERMANENT,
+    _pair(KeyNotBound): Refusal.PERMANENT,
+    _pair(CertificateUnknown): Refusal.PERMANENT,
+    _pair(KeyNotAdmitted): Refusal.RETRYABLE,
+    _pair(Unavailable): Refusal.RETRYABLE,
 }
 
 
