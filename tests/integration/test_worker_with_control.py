@@ -157,7 +157,8 @@ async def test_control_down_scoring_unaffected_then_outbox_drains_exactly_once(
         with caplog.at_level(logging.DEBUG, logger="rewardseal_worker.control_link"):
             await link_of(stack).forward_once()
         held = [r for r in caplog.records if "receipt(s) back until" in r.getMessage()]
-        assert held and all(r.levelno == logging.WARNING for r in held)
+        assert held
+        assert all(r.levelno == logging.WARNING for r in held)
         assert f"keys approve {stack.app.key.key_id}" in held[0].getMessage()
         per_receipt = [r for r in caplog.records if "control refused receipt" in r.getMessage()]
         assert all(r.levelno == logging.DEBUG for r in per_receipt)
