@@ -14,12 +14,12 @@ checker configuration, issued before or after it. Every entry is permanent.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from sqlalchemy import insert, select
+from sqlalchemy import ColumnElement, Table, insert, select
 from sqlalchemy.engine import Connection
 
 from rewardseal.errors import NotFound, ValidationError
@@ -137,36 +137,19 @@ class RevocationStore:
             ).first()
             if known is None:
                 raise NotFound(f"certificate {certificate_id} is not known")
-            already = conn.execute(
-                select(_revocations.c.list_version).where(
-                    _revocations.c.certificate_id == certificate_id
-                )
-            ).first()
-            head = read_head(conn)
-            created = already is None or head is None
-            if created:
-                version = (head.version if head is not None else 0) + 1
-                if already is None:
-                    conn.execute(
-                        insert(_revocations).values(
-                            certificate_id=certificate_id,
-                            reason=reason,
-                            revoked_at=now,
-                            list_version=version,
-                        )
-                    )
-                head = self._publish(conn, sign, ttl, now, version)
-            assert head is not None
-            audit_log.write_audit(
+            return self._add_entry(
                 conn,
-                actor=actor,
+                _revocations,
+                _revocations.c.certificate_id == certificate_id,
+                {"certificate_id": certificate_id},
                 action=audit_log.ACTION_REVOKE_CERTIFICATE,
                 target=certificate_id,
                 reason=reason,
-                details={"list_version": head.version, "already_revoked": already is not None},
-                at=now,
+                actor=actor,
+                sign=sign,
+                ttl=ttl,
+                now=now,
             )
-            return head, created
 
         return self._db.write(work)
 
@@ -207,33 +190,19 @@ class RevocationStore:
             self._db.advisory_lock(conn, _LOCK_KEY)
             if kind == CONTRACT:
                 require_contract(conn, digest)
-            already = conn.execute(select(_scopes.c.list_version).where(key)).first()
-            head = read_head(conn)
-            created = already is None or head is None
-            if created:
-                version = (head.version if head is not None else 0) + 1
-                if already is None:
-                    conn.execute(
-                        insert(_scopes).values(
-                            kind=kind,
-                            digest=digest,
-                            reason=reason,
-                            revoked_at=now,
-                            list_version=version,
-                        )
-                    )
-                head = self._publish(conn, sign, ttl, now, version)
-            assert head is not None
-            audit_log.write_audit(
+            return self._add_entry(
                 conn,
-                actor=actor,
+                _scopes,
+                key,
+                {"kind": kind, "digest": digest},
                 action=_SCOPE_ACTIONS[kind],
                 target=digest,
                 reason=reason,
-                details={"list_version": head.version, "already_revoked": already is not None},
-                at=now,
+                actor=actor,
+                sign=sign,
+                ttl=ttl,
+                now=now,
             )
-            return head, created
 
         return self._db.write(work)
 
@@ -272,6 +241,46 @@ class RevocationStore:
             return self._publish(conn, sign, ttl, now, version)
 
         return self._db.write(work)
+
+    def _add_entry(
+        self,
+        conn: Connection,
+        table: Table,
+        key: ColumnElement[bool],
+        row: Mapping[str, object],
+        *,
+        action: str,
+        target: str,
+        reason: str,
+        actor: str,
+        sign: RevocationSigner,
+        ttl: timedelta,
+        now: datetime,
+    ) -> tuple[RevocationHead, bool]:
+        """Add the entry ``row`` (found by ``key`` in ``table``) under the next list version and
+        publish that list, unless it is there already and a list is published; audit either
+        way. ``(head, created)``, for :meth:`revoke` and :meth:`revoke_scope` alike."""
+        already = conn.execute(select(table.c.list_version).where(key)).first()
+        head = read_head(conn)
+        created = already is None or head is None
+        if created:
+            version = (head.version if head is not None else 0) + 1
+            if already is None:
+                conn.execute(
+                    insert(table).values(**row, reason=reason, revoked_at=now, list_version=version)
+                )
+            head = self._publish(conn, sign, ttl, now, version)
+        assert head is not None
+        audit_log.write_audit(
+            conn,
+            actor=actor,
+            action=action,
+            target=target,
+            reason=reason,
+            details={"list_version": head.version, "already_revoked": already is not None},
+            at=now,
+        )
+        return head, created
 
     def _publish(
         self,
