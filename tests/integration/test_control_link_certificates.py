@@ -18,7 +18,10 @@ import pytest
 from support.control_mitm import control_mitm
 from support.linked_stack import (
     WORKER_TOKEN,
+    approve,
+    control_receipts,
     control_stub,
+    enrollment,
     eventually,
     in_use,
     issue_certificate,
@@ -484,6 +487,80 @@ async def test_revoking_the_certificate_in_use_leaves_receipts_uncertified(
         await scoring_under(stack, again)
         got = await score_honest(stack, 4)
         assert got.receipt.certificate_id == again
+        assert got.receipt.certified, got.receipt.certification_refusals
+    finally:
+        await stop_stack(stack)
+
+
+async def listed_ids(control: ControlApp, digest: str) -> list[str]:
+    """The ids control lists for ``digest`` (what the worker's poll reads)."""
+    channel, stub = control_stub(control.target)
+    try:
+        answer = await stub.ListCertificates(
+            cpb.ListCertificatesRequest(reward_contract_digest=digest), metadata=WORKER
+        )
+    finally:
+        await channel.close()
+    return [c.certificate_id for c in answer.certificates]
+
+
+async def test_an_accepted_bundle_certificate_is_listed_and_revocable(
+    control: ControlApp, data_dir: Path, adopted: list[str | None]
+) -> None:
+    """The compose path (R-C-11): the admin's enrollment accepts the bundle's self-signed
+    certificate, so control lists it and the linked worker certifies under it; revoked by id
+    like any certificate, receipts are uncertified again (the bundle's own never stands in)."""
+    accepting = await enrollment(control.target, accept_bundle_certificate=True)
+    stack = await start_linked_worker(data_dir, control.target, control.key, env=accepting)
+    try:
+        bundle_certificate = stack.app.bundle.certificate
+        assert bundle_certificate is not None
+        bundle_id = bundle_certificate.certificate_id
+        await asyncio.wait_for(link_of(stack).registered.wait(), 60)
+        assert await listed_ids(control, stack.digest) == [bundle_id]
+        stored = control.store.certificates.get_certificate(bundle_id)
+        assert stored.certificate == bundle_certificate  # signed by the worker key itself
+        assert stored.certificate.issuer_key_id == stack.app.key.key_id
+        await scoring_under(stack, bundle_id)
+        got = await score_honest(stack, 1)
+        assert got.receipt.certificate_id == bundle_id
+        assert got.receipt.certified, got.receipt.certification_refusals
+        # The receipt index takes it: a certificate control lists for the contract.
+        receipt_id = got.receipt.receipt_id
+
+        async def indexed() -> bool:
+            return receipt_id in await control_receipts(control, stack.digest)
+
+        await eventually(indexed)
+
+        await revoke(control, bundle_id)
+        await scoring_under(stack, None)
+        await polled_after(stack)
+        await assert_uncertified(stack, 2)
+        assert adopted == [bundle_id, None]
+        assert control.store.certificates.get_certificate(bundle_id).revoked
+    finally:
+        await stop_stack(stack)
+
+
+async def test_an_approval_that_accepts_the_bundle_certificate_lets_it_certify(
+    control: ControlApp, data_dir: Path
+) -> None:
+    """The approve path: a key registered without enrollment certifies nothing under its
+    bundle's certificate; a plain approval changes nothing there; one with
+    --accept-bundle-certificate makes control list it, and the worker certifies under it."""
+    stack = await start_linked_worker(data_dir, control.target, control.key, enroll=False)
+    try:
+        bundle_certificate = stack.app.bundle.certificate
+        assert bundle_certificate is not None
+        assert await approve(control, stack) == []
+        await polled_after(stack)
+        assert in_use(stack) is None
+        assert await listed_ids(control, stack.digest) == []
+        accepted = await approve(control, stack, accept_bundle_certificate=True)
+        assert accepted == [bundle_certificate.certificate_id]
+        await scoring_under(stack, bundle_certificate.certificate_id)
+        got = await score_honest(stack, 1)
         assert got.receipt.certified, got.receipt.certification_refusals
     finally:
         await stop_stack(stack)
