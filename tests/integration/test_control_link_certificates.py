@@ -17,8 +17,10 @@ import grpc
 import pytest
 from support.control_mitm import control_mitm
 from support.linked_stack import (
+    ADMIN_TOKEN,
     WORKER_TOKEN,
     approve,
+    control_client,
     control_receipts,
     control_stub,
     enrollment,
@@ -39,7 +41,7 @@ from support.worker_stack import RunningStack, stop_stack
 
 from rewardseal.errors import CertificationRefused, ValidationError
 from rewardseal.scoring import score
-from rewardseal.signing import SigningKey
+from rewardseal.signing import SigningKey, sign_certificate
 from rewardseal.v1 import control_service_pb2 as cpb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import CertificateState, IssuerKeyRole, RewardOutcome
@@ -525,6 +527,28 @@ async def test_an_accepted_bundle_certificate_is_listed_and_revocable(
         got = await score_honest(stack, 1)
         assert got.receipt.certificate_id == bundle_id
         assert got.receipt.certified, got.receipt.certification_refusals
+        # Another worker's accepted bundle certificate for the same contract is listed too: this
+        # worker skips it, quietly (not under a pinned key), and keeps its own.
+        other = SigningKey.generate()
+        theirs = RewardCertificate()
+        theirs.CopyFrom(bundle_certificate)
+        theirs.certificate_id = "cert.bundle.other-worker"
+        theirs = sign_certificate(theirs, other)
+        async with control_client(control.target, ADMIN_TOKEN) as admin:
+            registration = cpb.RegisterIssuerKeyRequest(
+                key=IssuerKey(
+                    public_key=other.public_key, role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
+                )
+            )
+            registration.bundle_certificate.CopyFrom(theirs)
+            await admin.register_key(registration)
+            approved = await admin.approve_issuer_key(
+                other.key_id, [stack.digest], accept_bundle_certificate=True
+            )
+        assert list(approved.accepted_certificate_ids) == [theirs.certificate_id]
+        await polled_after(stack)
+        assert in_use(stack) == bundle_id
+        assert link_of(stack)._ignored == set()
         # The receipt index takes it: a certificate control lists for the contract.
         receipt_id = got.receipt.receipt_id
 
