@@ -17,6 +17,10 @@ from control's log ("organization pub") into ``REWARDSEAL_WORKER_TRUST_ORG_KEYS`
 worker starts; and the worker's data volume comes from an earlier start (the session's seeded
 data directory: seeding and calibrating again would add minutes, not coverage).
 
+The worker certifies under its bundle's self-signed certificate because compose's bootstrap
+enrollment accepts it (``REWARDSEAL_CONTROL_WORKER_ENROLLMENT_ACCEPTS_BUNDLE_CERTIFICATE``):
+control lists it, and a linked worker counts only what control lists (R-C-9, R-C-11).
+
 Then, through compose's MockMed: an honest Triage write is VERIFIED and certified, and the
 banner lie (MockMed answers "Saved" and stores nothing) is WRONG_EFFECT, paid nothing. The
 worker's oracle reads with MockMed's read-only token, which cannot write.
@@ -294,6 +298,10 @@ class ComposeStack:
         return f"127.0.0.1:{self.topology.ports[service][1]}"
 
 
+IN_USE = r"certificate in use: none -> (?!none\b)(\S+)"
+"""The worker's line when it adopts a certificate from control's listing."""
+
+
 def banner_value(text: str, label: str) -> str:
     found = re.search(rf"^\s+{re.escape(label)}\s+(\S+)", text, re.MULTILINE)
     assert found, f"no {label!r} in:\n{text}"
@@ -378,7 +386,13 @@ def compose_stack(
             check = [topology.localize(part, name) for part in spec["healthcheck"]["test"]]
             wait_healthy(service, check)
         # Certified needs a fresh revocation list from control: wait until the worker holds it.
-        worker_text = wait_for_line(started["worker"], r"revocation list version \d+ accepted")
+        wait_for_line(started["worker"], r"revocation list version \d+ accepted")
+        # And a certificate control lists: the bundle's own, which compose's bootstrap
+        # enrollment accepted (R-C-11). A linked worker starts under none (its banner says so)
+        # and adopts it from control's listing.
+        worker_text = wait_for_line(started["worker"], IN_USE)
+        in_use = re.search(IN_USE, worker_text, re.MULTILINE)
+        assert in_use is not None
         yield ComposeStack(
             services=started,
             values=values,
@@ -386,6 +400,7 @@ def compose_stack(
             worker_banner={
                 "contract_digest": banner_value(worker_text, "contract digest"),
                 "certificate": banner_value(worker_text, "certificate"),
+                "in_use": in_use.group(1),
             },
         )
     finally:
@@ -446,7 +461,18 @@ def test_the_compose_stack_pays_the_honest_episode_and_not_the_banner_lie(
         named = {inside for (name, inside) in stack.topology.listeners if name == service}
         assert published_listeners(stack, service) == named, service
     digest = stack.worker_banner["contract_digest"]
-    assert stack.worker_banner["certificate"] != "none"
+    # Linked to control, the worker starts under no certificate, then certifies under its
+    # bundle's own once control lists it (compose's enrollment accepted it, R-C-11).
+    assert stack.worker_banner["certificate"] == "none"
+    bundle = json.loads(
+        (
+            stack.topology.volumes["worker-data"]
+            / "contracts"
+            / "mockmed-rest"
+            / "certificate.json"
+        ).read_text()
+    )
+    assert stack.worker_banner["in_use"] == bundle["certificate_id"]
     worker_key = SigningKey.load_or_create(stack.topology.volumes["worker-data"] / KEY_FILE)
     client = WorkerClient(
         stack.target("worker"),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
-from support.builders import ISSUED_AT_UPDATE, make_facts
+from support.builders import ISSUED_AT_UPDATE, make_certificate, make_facts
 from support.control import (
     ADMIN,
     CLIENT_TOKEN,
@@ -177,6 +177,59 @@ async def test_keys_enroll_approve_and_unbind(control: ControlStack) -> None:
     assert "reward_contract_digests" not in answer["admission"]
     actions = [e.action for e in list_audit(control.store).items]
     assert {"enrollment.create", "issuer_key.approve", "issuer_key.unbind"} <= set(actions)
+
+
+async def test_keys_enroll_and_approve_accept_the_bundle_certificate_only_when_told(
+    control: ControlStack,
+) -> None:
+    await register_contract(control)
+    code, out, err = await cli(
+        control, "keys", "enroll", "--contract", DIGEST, "--accept-bundle-certificate"
+    )
+    assert (code, err) == (0, "")
+    assert "bundle certificate the key registers with is accepted" in out.splitlines()[1]
+    [enrolled] = [e for e in list_audit(control.store).items if e.action == "enrollment.create"]
+    assert enrolled.details["accepts_bundle_certificate"] is True
+    # A key the admin registers by hand, with the bundle certificate its worker carries.
+    bundle = make_certificate(CONTRACT, key=WORKER_KEY, certificate_id="cert.bundle.cli")
+    request = pb.RegisterIssuerKeyRequest(
+        key=IssuerKey(public_key=WORKER_KEY.public_key, role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER)
+    )
+    request.bundle_certificate.CopyFrom(bundle)
+    await control.stub().RegisterIssuerKey(request, metadata=ADMIN)
+    code, out, _ = await cli(control, "keys", "approve", WORKER_KEY.key_id, "--contract", DIGEST)
+    assert code == 0
+    assert "accepted" not in out
+    code, out, _ = await cli(control, "certificates", "list", "--contract", DIGEST, "--json")
+    assert json.loads(out).get("certificates", []) == []
+    code, out, err = await cli(
+        control,
+        "keys",
+        "approve",
+        WORKER_KEY.key_id,
+        "--contract",
+        DIGEST,
+        "--accept-bundle-certificate",
+        "--json",
+    )
+    assert (code, err) == (0, "")
+    assert json.loads(out)["accepted_certificate_ids"] == ["cert.bundle.cli"]
+    code, out, _ = await cli(control, "certificates", "list", "--contract", DIGEST, "--json")
+    [listed] = json.loads(out)["certificates"]
+    assert listed["certificate_id"] == "cert.bundle.cli", listed
+    # Accepting again is a no-op that still names it; the table form says how to revoke it.
+    code, out, _ = await cli(
+        control,
+        "keys",
+        "approve",
+        WORKER_KEY.key_id,
+        "--contract",
+        DIGEST,
+        "--accept-bundle-certificate",
+    )
+    assert code == 0
+    assert "accepted bundle certificate cert.bundle.cli" in out
+    assert "certificates revoke cert.bundle.cli" in out
 
 
 # --- certificates and revocation ---

@@ -339,3 +339,159 @@ async def test_bootstrap_enrollment_binds_the_contract_the_worker_registers_once
     )
     assert code == grpc.StatusCode.PERMISSION_DENIED
     assert "already used" in message
+
+
+async def certificate_ids(control: ControlStack, digest: str) -> list[str]:
+    listed = await control.stub().ListCertificates(
+        pb.ListCertificatesRequest(reward_contract_digest=digest), metadata=WORKER
+    )
+    return [c.certificate_id for c in listed.certificates]
+
+
+async def test_an_accepting_enrollment_lists_the_bundle_certificate_and_revoking_it_works(
+    control: ControlStack,
+) -> None:
+    accepted_key, plain_key = SigningKey.generate(), SigningKey.generate()
+    answer = await control.stub().CreateEnrollment(
+        pb.CreateEnrollmentRequest(
+            reward_contract_digests=[DIGEST_A], accept_bundle_certificate=True
+        ),
+        metadata=ADMIN,
+    )
+    bundle = make_certificate(CONTRACT_A, key=accepted_key, certificate_id="cert.bundle.accepted")
+    await control.stub().RegisterIssuerKey(
+        registration(
+            control, accepted_key, DIGEST_A, enrollment=answer.enrollment_credential, bundle=bundle
+        ),
+        metadata=WORKER,
+    )
+    # Without acceptance a key's bundle certificate is known to the index, never listed.
+    plain = make_certificate(CONTRACT_A, key=plain_key, certificate_id="cert.bundle.plain")
+    await control.stub().RegisterIssuerKey(
+        registration(
+            control, plain_key, DIGEST_A, enrollment=await enroll(control, DIGEST_A), bundle=plain
+        ),
+        metadata=WORKER,
+    )
+    assert await certificate_ids(control, DIGEST_A) == ["cert.bundle.accepted"]
+    got = await control.stub().GetCertificate(
+        pb.GetCertificateRequest(certificate_id="cert.bundle.accepted"), metadata=ADMIN
+    )
+    assert got.certificate == bundle  # the worker's bytes, signed by its own key
+    # A restart registers the same certificate again: nothing new is accepted or audited.
+    await control.stub().RegisterIssuerKey(
+        registration(
+            control, accepted_key, DIGEST_A, enrollment=answer.enrollment_credential, bundle=bundle
+        ),
+        metadata=WORKER,
+    )
+    accepts = [e for e in list_audit(control.store).items if e.action == "certificate.accept"]
+    assert [e.target for e in accepts] == ["cert.bundle.accepted"]
+    # Revocable by id like any certificate (R-C-4).
+    await control.stub().RevokeCertificate(
+        pb.RevokeCertificateRequest(certificate_id="cert.bundle.accepted", reason="bad bundle"),
+        metadata=ADMIN,
+    )
+    got = await control.stub().GetCertificate(
+        pb.GetCertificateRequest(certificate_id="cert.bundle.accepted"), metadata=ADMIN
+    )
+    assert got.revoked
+
+
+async def test_approval_accepts_the_registered_bundle_certificate_only_when_asked(
+    control: ControlStack,
+) -> None:
+    key = SigningKey.generate()
+    bundle = make_certificate(CONTRACT_A, key=key, certificate_id="cert.bundle.approved")
+    await control.stub().RegisterIssuerKey(
+        registration(control, key, DIGEST_A, bundle=bundle), metadata=WORKER
+    )
+    stub = control.stub()
+    plain = await stub.ApproveIssuerKey(
+        pb.ApproveIssuerKeyRequest(key_id=bundle.issuer_key_id, reward_contract_digests=[DIGEST_A]),
+        metadata=ADMIN,
+    )
+    assert plain.admission.admitted
+    assert list(plain.accepted_certificate_ids) == []
+    assert await certificate_ids(control, DIGEST_A) == []
+    # Accepting for a contract it registered no bundle certificate for: refused, nothing bound.
+    code, reason, _, message = await call_error(
+        control,
+        "ApproveIssuerKey",
+        pb.ApproveIssuerKeyRequest(
+            key_id=bundle.issuer_key_id,
+            reward_contract_digests=[DIGEST_B],
+            accept_bundle_certificate=True,
+        ),
+        metadata=ADMIN,
+    )
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument")
+    assert "registered no bundle certificate" in message
+    admission = await stub.ApproveIssuerKey(
+        pb.ApproveIssuerKeyRequest(
+            key_id=bundle.issuer_key_id,
+            reward_contract_digests=[DIGEST_A],
+            accept_bundle_certificate=True,
+        ),
+        metadata=ADMIN,
+    )
+    assert list(admission.accepted_certificate_ids) == ["cert.bundle.approved"]
+    assert list(admission.admission.reward_contract_digests) == [DIGEST_A]
+    assert await certificate_ids(control, DIGEST_A) == ["cert.bundle.approved"]
+    # Only the admin approves.
+    code, _, _, _ = await call_error(
+        control,
+        "ApproveIssuerKey",
+        pb.ApproveIssuerKeyRequest(
+            key_id=bundle.issuer_key_id,
+            reward_contract_digests=[DIGEST_A],
+            accept_bundle_certificate=True,
+        ),
+        metadata=WORKER,
+    )
+    assert code == grpc.StatusCode.PERMISSION_DENIED
+
+
+async def test_a_bundle_certificate_under_a_revoked_contract_is_never_accepted(
+    control: ControlStack,
+) -> None:
+    await control.stub().RevokeCertificate(
+        pb.RevokeCertificateRequest(reward_contract_digest=DIGEST_A, reason="contract withdrawn"),
+        metadata=ADMIN,
+    )
+    approved, enrolled = SigningKey.generate(), SigningKey.generate()
+    bundle = make_certificate(CONTRACT_A, key=approved, certificate_id="cert.bundle.late")
+    await control.stub().RegisterIssuerKey(
+        registration(control, approved, DIGEST_A, bundle=bundle), metadata=WORKER
+    )
+    # The admin asked for it explicitly: refused as IssueCertificate refuses (R-C-13), and the
+    # approval it came with is not half done.
+    code, reason, metadata, _ = await call_error(
+        control,
+        "ApproveIssuerKey",
+        pb.ApproveIssuerKeyRequest(
+            key_id=bundle.issuer_key_id,
+            reward_contract_digests=[DIGEST_A],
+            accept_bundle_certificate=True,
+        ),
+        metadata=ADMIN,
+    )
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "certification_refused")
+    assert metadata["rule"] == "R-C-13"
+    assert not control.store.bindings.admission(bundle.issuer_key_id).admitted
+    # Through an accepting enrollment the key is admitted; its certificate stays unlisted.
+    answer = await control.stub().CreateEnrollment(
+        pb.CreateEnrollmentRequest(
+            reward_contract_digests=[DIGEST_A], accept_bundle_certificate=True
+        ),
+        metadata=ADMIN,
+    )
+    late = make_certificate(CONTRACT_A, key=enrolled, certificate_id="cert.bundle.enrolled")
+    registered = await control.stub().RegisterIssuerKey(
+        registration(
+            control, enrolled, DIGEST_A, enrollment=answer.enrollment_credential, bundle=late
+        ),
+        metadata=WORKER,
+    )
+    assert registered.admission.admitted
+    assert await certificate_ids(control, DIGEST_A) == []

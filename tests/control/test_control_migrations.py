@@ -77,7 +77,8 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (db.MIGRATIONS_DIR / "versions" / "0002_integrity.py").is_file()
     assert (db.MIGRATIONS_DIR / "versions" / "0003_key_bindings.py").is_file()
     assert (db.MIGRATIONS_DIR / "versions" / "0004_revocation_scopes.py").is_file()
-    assert db.head_revision() == "0004"
+    assert (db.MIGRATIONS_DIR / "versions" / "0005_accepted_bundle_certificates.py").is_file()
+    assert db.head_revision() == "0005"
     # Built in code: no alembic.ini is read.
     assert db.alembic_config().config_file_name is None
 

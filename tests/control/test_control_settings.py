@@ -9,11 +9,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from support.control_store import list_audit
 
 from rewardseal.errors import ValidationError
 from rewardseal.signing import SigningKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
-from rewardseal_control.app import ensure_organization_key
+from rewardseal_control.app import ensure_organization_key, ensure_worker_enrollment
 from rewardseal_control.settings import (
     ADMIN_TOKEN_ENV,
     CONSOLE_TRUSTED_PROXIES_ENV,
@@ -21,6 +22,8 @@ from rewardseal_control.settings import (
     DEFAULT_REVOCATION_TTL,
     HTTP_PORT_ENV,
     TOKEN_ENV,
+    WORKER_ENROLLMENT_ACCEPTS_ENV,
+    WORKER_ENROLLMENT_ENV,
     parse_duration,
     resolve_settings,
 )
@@ -115,6 +118,47 @@ def test_organization_key_registered_once_and_a_retired_key_stays_retired(tmp_pa
         assert ensure_organization_key(store, key).retired
         organization = IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
         assert [k.key_id for k in store.keys.list_issuer_keys(organization).items] == [key.key_id]
+
+
+BOOTSTRAP = "compose-enrollment-" + "e" * 24
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [("1", True), ("true", True), (" YES ", True), ("0", False), ("", False)]
+)
+def test_the_bootstrap_enrollment_accepts_the_bundle_certificate_only_when_told(
+    tmp_path: Path, value: str, expected: bool
+) -> None:
+    env = {WORKER_ENROLLMENT_ENV: BOOTSTRAP, WORKER_ENROLLMENT_ACCEPTS_ENV: value}
+    settings = resolve_settings(data_dir=tmp_path / "data", env=env)
+    assert settings.worker_enrollment_accepts_bundle_certificate is expected
+    assert not resolve_settings(
+        data_dir=tmp_path / "data", env={WORKER_ENROLLMENT_ENV: BOOTSTRAP}
+    ).worker_enrollment_accepts_bundle_certificate
+    with ControlStore(f"sqlite:///{tmp_path / 'control.sqlite'}") as store:
+        ensure_worker_enrollment(store, BOOTSTRAP, accept_bundle_certificate=expected)
+        [entry] = [e for e in list_audit(store).items if e.action == "enrollment.create"]
+        assert entry.details["accepts_bundle_certificate"] is expected
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        # A typo is refused, never read as either answer, before anything is made.
+        (
+            {WORKER_ENROLLMENT_ENV: BOOTSTRAP, WORKER_ENROLLMENT_ACCEPTS_ENV: "ture"},
+            f"{WORKER_ENROLLMENT_ACCEPTS_ENV} must be 1 or 0",
+        ),
+        # It says what the bootstrap credential accepts: alone it would silently do nothing.
+        ({WORKER_ENROLLMENT_ACCEPTS_ENV: "1"}, f"{WORKER_ENROLLMENT_ENV} is not"),
+    ],
+)
+def test_a_bad_bootstrap_acceptance_setting_is_refused_before_any_work(
+    tmp_path: Path, env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message):
+        resolve_settings(data_dir=tmp_path / "data", env=env)
+    assert not (tmp_path / "data").exists()
 
 
 def test_console_trusted_proxies_come_from_the_flags_or_the_environment(tmp_path: Path) -> None:

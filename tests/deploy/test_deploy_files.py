@@ -477,6 +477,11 @@ def test_the_worker_gets_the_worker_credential_and_a_pinned_key_never_the_admin_
         worker["REWARDSEAL_WORKER_CONTROL_ENROLLMENT_TOKEN"]
         == control["REWARDSEAL_CONTROL_WORKER_ENROLLMENT_TOKEN"]
     )
+    # And it accepts the worker's bundle certificate, so control lists it and the linked
+    # worker certifies under it (R-C-9, R-C-11): explicit, in the file, never a default.
+    from rewardseal_control.settings import WORKER_ENROLLMENT_ACCEPTS_ENV
+
+    assert control[WORKER_ENROLLMENT_ACCEPTS_ENV] == "1"
     assert "REWARDSEAL_WORKER_TRUST_ORG_KEYS" in worker
     container = k8s_container("worker")
     refs = {e["valueFrom"]["secretKeyRef"]["key"] for e in container["env"] if "valueFrom" in e}

@@ -17,8 +17,13 @@ import grpc
 import pytest
 from support.control_mitm import control_mitm
 from support.linked_stack import (
+    ADMIN_TOKEN,
     WORKER_TOKEN,
+    approve,
+    control_client,
+    control_receipts,
     control_stub,
+    enrollment,
     eventually,
     in_use,
     issue_certificate,
@@ -36,7 +41,7 @@ from support.worker_stack import RunningStack, stop_stack
 
 from rewardseal.errors import CertificationRefused, ValidationError
 from rewardseal.scoring import score
-from rewardseal.signing import SigningKey
+from rewardseal.signing import SigningKey, sign_certificate
 from rewardseal.v1 import control_service_pb2 as cpb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import CertificateState, IssuerKeyRole, RewardOutcome
@@ -484,6 +489,102 @@ async def test_revoking_the_certificate_in_use_leaves_receipts_uncertified(
         await scoring_under(stack, again)
         got = await score_honest(stack, 4)
         assert got.receipt.certificate_id == again
+        assert got.receipt.certified, got.receipt.certification_refusals
+    finally:
+        await stop_stack(stack)
+
+
+async def listed_ids(control: ControlApp, digest: str) -> list[str]:
+    """The ids control lists for ``digest`` (what the worker's poll reads)."""
+    channel, stub = control_stub(control.target)
+    try:
+        answer = await stub.ListCertificates(
+            cpb.ListCertificatesRequest(reward_contract_digest=digest), metadata=WORKER
+        )
+    finally:
+        await channel.close()
+    return [c.certificate_id for c in answer.certificates]
+
+
+async def test_an_accepted_bundle_certificate_is_listed_and_revocable(
+    control: ControlApp, data_dir: Path, adopted: list[str | None]
+) -> None:
+    """The compose path (R-C-11): the admin's enrollment accepts the bundle's self-signed
+    certificate, so control lists it and the linked worker certifies under it; revoked by id
+    like any certificate, receipts are uncertified again (the bundle's own never stands in)."""
+    accepting = await enrollment(control.target, accept_bundle_certificate=True)
+    stack = await start_linked_worker(data_dir, control.target, control.key, env=accepting)
+    try:
+        bundle_certificate = stack.app.bundle.certificate
+        assert bundle_certificate is not None
+        bundle_id = bundle_certificate.certificate_id
+        await asyncio.wait_for(link_of(stack).registered.wait(), 60)
+        assert await listed_ids(control, stack.digest) == [bundle_id]
+        stored = control.store.certificates.get_certificate(bundle_id)
+        assert stored.certificate == bundle_certificate  # signed by the worker key itself
+        assert stored.certificate.issuer_key_id == stack.app.key.key_id
+        await scoring_under(stack, bundle_id)
+        got = await score_honest(stack, 1)
+        assert got.receipt.certificate_id == bundle_id
+        assert got.receipt.certified, got.receipt.certification_refusals
+        # Another worker's accepted bundle certificate for the same contract is listed too: this
+        # worker skips it, quietly (not under a pinned key), and keeps its own.
+        other = SigningKey.generate()
+        theirs = RewardCertificate()
+        theirs.CopyFrom(bundle_certificate)
+        theirs.certificate_id = "cert.bundle.other-worker"
+        theirs = sign_certificate(theirs, other)
+        async with control_client(control.target, ADMIN_TOKEN) as admin:
+            registration = cpb.RegisterIssuerKeyRequest(
+                key=IssuerKey(
+                    public_key=other.public_key, role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER
+                )
+            )
+            registration.bundle_certificate.CopyFrom(theirs)
+            await admin.register_key(registration)
+            approved = await admin.approve_issuer_key(
+                other.key_id, [stack.digest], accept_bundle_certificate=True
+            )
+        assert list(approved.accepted_certificate_ids) == [theirs.certificate_id]
+        await polled_after(stack)
+        assert in_use(stack) == bundle_id
+        assert link_of(stack)._ignored == set()
+        # The receipt index takes it: a certificate control lists for the contract.
+        receipt_id = got.receipt.receipt_id
+
+        async def indexed() -> bool:
+            return receipt_id in await control_receipts(control, stack.digest)
+
+        await eventually(indexed)
+
+        await revoke(control, bundle_id)
+        await scoring_under(stack, None)
+        await polled_after(stack)
+        await assert_uncertified(stack, 2)
+        assert adopted == [bundle_id, None]
+        assert control.store.certificates.get_certificate(bundle_id).revoked
+    finally:
+        await stop_stack(stack)
+
+
+async def test_an_approval_that_accepts_the_bundle_certificate_lets_it_certify(
+    control: ControlApp, data_dir: Path
+) -> None:
+    """The approve path: a key registered without enrollment certifies nothing under its
+    bundle's certificate; a plain approval changes nothing there; one with
+    --accept-bundle-certificate makes control list it, and the worker certifies under it."""
+    stack = await start_linked_worker(data_dir, control.target, control.key, enroll=False)
+    try:
+        bundle_certificate = stack.app.bundle.certificate
+        assert bundle_certificate is not None
+        assert await approve(control, stack) == []
+        await polled_after(stack)
+        assert in_use(stack) is None
+        assert await listed_ids(control, stack.digest) == []
+        accepted = await approve(control, stack, accept_bundle_certificate=True)
+        assert accepted == [bundle_certificate.certificate_id]
+        await scoring_under(stack, bundle_certificate.certificate_id)
+        got = await score_honest(stack, 1)
         assert got.receipt.certified, got.receipt.certification_refusals
     finally:
         await stop_stack(stack)

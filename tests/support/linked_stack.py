@@ -109,24 +109,41 @@ SEEDED_DIGEST = contract_digest(mockmed_contract())
 
 
 async def enrollment(
-    target: str, digests: Sequence[str] = (), *, tls: ClientTls | None = None
+    target: str,
+    digests: Sequence[str] = (),
+    *,
+    tls: ClientTls | None = None,
+    accept_bundle_certificate: bool = False,
 ) -> dict[str, str]:
     """A one-time enrollment credential made with the admin credential, as the worker's
     environment variable: for ``digests``, or (none given) for the contract the worker
-    registers, whichever bundle it serves."""
+    registers, whichever bundle it serves; ``accept_bundle_certificate``: it accepts the
+    bundle certificate the worker registers with (control lists it, R-C-11)."""
     async with control_client(target, ADMIN_TOKEN, tls) as admin:
         answer = await admin.create_enrollment(
-            digests, reason="integration test", any_contract=not digests
+            digests,
+            reason="integration test",
+            any_contract=not digests,
+            accept_bundle_certificate=accept_bundle_certificate,
         )
     return {ENROLLMENT_ENV: answer.enrollment_credential}
 
 
-async def approve(control: ControlApp, stack: RunningStack) -> None:
+async def approve(
+    control: ControlApp, stack: RunningStack, *, accept_bundle_certificate: bool = False
+) -> Sequence[str]:
     """Wait for the worker to register, then admit its key for its contract as an admin does
-    (``rewardseal-control keys approve``)."""
+    (``rewardseal-control keys approve [--accept-bundle-certificate]``); the bundle
+    certificates the approval accepted."""
     await asyncio.wait_for(link_of(stack).registered.wait(), 60)
     async with control_client(control.target, ADMIN_TOKEN) as admin:
-        await admin.approve_issuer_key(stack.app.key.key_id, [stack.digest], reason="test")
+        answer = await admin.approve_issuer_key(
+            stack.app.key.key_id,
+            [stack.digest],
+            reason="test",
+            accept_bundle_certificate=accept_bundle_certificate,
+        )
+    return list(answer.accepted_certificate_ids)
 
 
 def link_of(stack: RunningStack) -> ControlLink:

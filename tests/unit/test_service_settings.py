@@ -12,6 +12,7 @@ from rewardseal.errors import ValidationError
 from rewardseal_server.service_settings import (
     MIN_TOKEN_LENGTH,
     default_data_dir,
+    env_flag,
     load_or_create_token,
     load_token,
     read_token_file,
@@ -117,3 +118,19 @@ def test_a_short_variable_token_is_refused(tmp_path: Path) -> None:
     env = {"X_TOKEN": "v" * (MIN_TOKEN_LENGTH - 1)}
     with pytest.raises(ValidationError, match=f"X_TOKEN must have at least {MIN_TOKEN_LENGTH}"):
         load_token(env, env_name="X_TOKEN", path=tmp_path / "token")
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("1", True), ("TRUE", True), (" yes ", True), ("on", True), ("0", False), ("off", False)],
+)
+def test_a_yes_no_setting_reads_the_usual_spellings(raw: str, expected: bool) -> None:
+    assert env_flag({"X_FLAG": raw}, "X_FLAG") is expected
+
+
+def test_a_yes_no_setting_unset_is_the_default_and_a_typo_is_refused() -> None:
+    assert env_flag({}, "X_FLAG") is False
+    assert env_flag({"X_FLAG": " "}, "X_FLAG", default=True) is True
+    for typo in ("ture", "2", "y e s"):
+        with pytest.raises(ValidationError, match="X_FLAG must be 1 or 0"):
+            env_flag({"X_FLAG": typo}, "X_FLAG")

@@ -109,11 +109,20 @@ class ControlClient(BlockingTransport[ControlProtocol]):
         return answer
 
     def approve_issuer_key(
-        self, key_id: str, contracts: Iterable[str], *, reason: str = ""
+        self,
+        key_id: str,
+        contracts: Iterable[str],
+        *,
+        reason: str = "",
+        accept_bundle_certificate: bool = False,
     ) -> pb.ApproveIssuerKeyResponse:
-        """Admit a WORKER key and bind it to ``contracts`` (admin, R-C-10)."""
+        """Admit a WORKER key and bind it to ``contracts`` (admin, R-C-10);
+        ``accept_bundle_certificate``: also accept its bundle certificates for them (R-C-11)."""
         request = pb.ApproveIssuerKeyRequest(
-            key_id=key_id, reward_contract_digests=list(contracts), reason=reason
+            key_id=key_id,
+            reward_contract_digests=list(contracts),
+            reason=reason,
+            accept_bundle_certificate=accept_bundle_certificate,
         )
         answer: pb.ApproveIssuerKeyResponse = self._call("ApproveIssuerKey", request)
         return answer
@@ -135,15 +144,19 @@ class ControlClient(BlockingTransport[ControlProtocol]):
         ttl_seconds: int = 0,
         reason: str = "",
         any_contract: bool = False,
+        accept_bundle_certificate: bool = False,
     ) -> pb.CreateEnrollmentResponse:
         """A one-time enrollment credential for one worker (admin, R-C-11); never retried (a
         resend would make a second credential). ``any_contract`` (no ``contracts``): the key
-        is bound to the contracts the worker names when it registers."""
+        is bound to the contracts the worker names when it registers.
+        ``accept_bundle_certificate``: the bundle certificate the key registers with is accepted
+        (control lists it, R-C-11)."""
         request = pb.CreateEnrollmentRequest(
             reward_contract_digests=list(contracts),
             ttl_seconds=ttl_seconds,
             reason=reason,
             any_contract=any_contract,
+            accept_bundle_certificate=accept_bundle_certificate,
         )
         answer: pb.CreateEnrollmentResponse = self._call("CreateEnrollment", request)
         return answer
@@ -324,11 +337,19 @@ class AsyncControlClient(AsyncTransport[ControlProtocol]):
         return answer
 
     async def approve_issuer_key(
-        self, key_id: str, contracts: Iterable[str], *, reason: str = ""
+        self,
+        key_id: str,
+        contracts: Iterable[str],
+        *,
+        reason: str = "",
+        accept_bundle_certificate: bool = False,
     ) -> pb.ApproveIssuerKeyResponse:
         """Admit and bind a WORKER key; see :meth:`ControlClient.approve_issuer_key`."""
         request = pb.ApproveIssuerKeyRequest(
-            key_id=key_id, reward_contract_digests=list(contracts), reason=reason
+            key_id=key_id,
+            reward_contract_digests=list(contracts),
+            reason=reason,
+            accept_bundle_certificate=accept_bundle_certificate,
         )
         answer: pb.ApproveIssuerKeyResponse = await self._call("ApproveIssuerKey", request)
         return answer
@@ -340,6 +361,7 @@ class AsyncControlClient(AsyncTransport[ControlProtocol]):
         ttl_seconds: int = 0,
         reason: str = "",
         any_contract: bool = False,
+        accept_bundle_certificate: bool = False,
     ) -> pb.CreateEnrollmentResponse:
         """An enrollment credential; see :meth:`ControlClient.create_enrollment`."""
         request = pb.CreateEnrollmentRequest(
@@ -347,6 +369,7 @@ class AsyncControlClient(AsyncTransport[ControlProtocol]):
             ttl_seconds=ttl_seconds,
             reason=reason,
             any_contract=any_contract,
+            accept_bundle_certificate=accept_bundle_certificate,
         )
         answer: pb.CreateEnrollmentResponse = await self._call("CreateEnrollment", request)
         return answer

@@ -38,6 +38,7 @@ __all__ = [
     "MIN_TOKEN_LENGTH",
     "PRIVATE_DIR_MODE",
     "default_data_dir",
+    "env_flag",
     "env_int",
     "load_or_create_token",
     "load_token",
@@ -105,6 +106,32 @@ def env_int(
             "it for the default"
         )
     return value
+
+
+_TRUE: Final = frozenset({"1", "true", "yes", "on"})
+_FALSE: Final = frozenset({"0", "false", "no", "off"})
+
+
+def env_flag(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
+    """``$name`` as a yes/no setting (``1``/``true``/``yes``/``on`` or ``0``/``false``/``no``/
+    ``off``, any case), else ``default`` when it is unset or empty.
+
+    Raises:
+        ValidationError: one line naming the variable and what it may hold (a typo such as
+            ``ture`` is refused, never read as either answer).
+    """
+    raw = env.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValidationError(
+        f"{name} must be 1 or 0 (or true/false, yes/no, on/off), got {raw[:20]!r}: set it to "
+        "one, or unset it for the default"
+    )
 
 
 def _bounds_text(minimum: int | None, maximum: int | None) -> str:

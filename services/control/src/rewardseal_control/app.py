@@ -65,20 +65,28 @@ def ensure_organization_key(
     return entry
 
 
-def ensure_worker_enrollment(store: ControlStore, credential: str) -> None:
+def ensure_worker_enrollment(
+    store: ControlStore, credential: str, *, accept_bundle_certificate: bool = False
+) -> None:
     """Arm the operator's bootstrap enrollment credential once (R-C-11): stored as an "any
-    contract" enrollment if control never saw it; a used or expired one stays what it is."""
+    contract" enrollment if control never saw it; a used or expired one stays what it is.
+    ``accept_bundle_certificate`` (see ``settings.WORKER_ENROLLMENT_ACCEPTS_ENV``): it also
+    accepts the bundle certificate the enrolled key registers with."""
     enrollment = store.bindings.ensure_enrollment(
         credential,
         SYSTEM_ACTOR,
         f"the worker enrollment credential from ${WORKER_ENROLLMENT_ENV}",
+        accept_bundle_certificate=accept_bundle_certificate,
     )
     if enrollment is not None:
         _log.info(
             "armed enrollment %s from %s: the first worker key that presents it is admitted "
-            "for the contract it registers (until %s)",
+            "for the contract it registers%s (until %s)",
             enrollment.enrollment_id,
             WORKER_ENROLLMENT_ENV,
+            ", and its bundle certificate is listed (revoke it like any certificate)"
+            if accept_bundle_certificate
+            else "",
             enrollment.expires_at.isoformat(),
         )
 
@@ -160,7 +168,12 @@ async def start_control(settings: ControlSettings) -> ControlApp:
     try:
         await asyncio.to_thread(ensure_organization_key, store, key)
         if settings.worker_enrollment is not None:
-            await asyncio.to_thread(ensure_worker_enrollment, store, settings.worker_enrollment)
+            await asyncio.to_thread(
+                ensure_worker_enrollment,
+                store,
+                settings.worker_enrollment,
+                accept_bundle_certificate=settings.worker_enrollment_accepts_bundle_certificate,
+            )
         servicer = ControlPlaneServicer(store, key, revocation_ttl=settings.revocation_ttl)
         metrics = ControlMetrics() if settings.metrics_port is not None else None
         if metrics is not None:

@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -274,6 +275,9 @@ class IssuerKeyCertificate(Base):
     contract_digest: Mapped[str] = mapped_column(String(DIGEST_LENGTH))
     certificate_digest: Mapped[str] = mapped_column(String(DIGEST_LENGTH))
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    body: Mapped[bytes | None] = mapped_column(LargeBinary)
+    """The certificate's deterministic proto bytes (an admin's approval may accept it, R-C-11);
+    None for one registered before schema 0005."""
 
 
 class Enrollment(Base):
@@ -291,6 +295,9 @@ class Enrollment(Base):
     used_by_key_id: Mapped[str | None] = mapped_column(
         String(KEY_ID_LENGTH), ForeignKey("issuer_keys.key_id")
     )
+    accepts_bundle_certificate: Mapped[bool] = mapped_column(Boolean, server_default=false())
+    """The enrolled key's bundle certificate is accepted: listed among control's certificates
+    (R-C-11)."""
 
 
 class AuditLog(Base):

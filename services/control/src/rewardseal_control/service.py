@@ -62,6 +62,7 @@ from rewardseal_control.store import (
     RevocationHead,
 )
 from rewardseal_control.store.audit_log import (
+    ACTION_ACCEPT_CERTIFICATE,
     ACTION_ISSUE_CERTIFICATE,
     ACTION_REGISTER_KEY,
     ACTION_RETIRE_KEY,
@@ -363,23 +364,32 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
     async def ApproveIssuerKey(  # noqa: N802
         self, request: pb.ApproveIssuerKeyRequest, context: Context
     ) -> pb.ApproveIssuerKeyResponse:
-        await asyncio.to_thread(
+        _, acceptance = await asyncio.to_thread(
             self.store.bindings.approve,
             request.key_id,
             list(request.reward_contract_digests),
             self._actor(context),
             request.reason,
+            accept_bundle_certificate=request.accept_bundle_certificate,
             at=self.clock(),
         )
         self._audited(ACTION_APPROVE_KEY)
+        if acceptance.accepted:
+            self._audited(ACTION_ACCEPT_CERTIFICATE)
         key = await asyncio.to_thread(self.store.keys.get_issuer_key, request.key_id)
         admission = await self._admission(key)
         _log.info(
-            "admitted worker key %s for %s",
+            "admitted worker key %s for %s%s",
             key.key_id,
             ", ".join(admission.reward_contract_digests),
+            f"; accepted its bundle certificate {', '.join(acceptance.accepted)} (listed, "
+            "revocable like any certificate)"
+            if acceptance.accepted
+            else "",
         )
-        return pb.ApproveIssuerKeyResponse(key=key, admission=admission)
+        return pb.ApproveIssuerKeyResponse(
+            key=key, admission=admission, accepted_certificate_ids=acceptance.accepted
+        )
 
     @maps_errors
     async def UnbindIssuerKey(  # noqa: N802
@@ -422,15 +432,19 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             request.reason,
             ttl=ttl,
             any_contract=request.any_contract,
+            accept_bundle_certificate=request.accept_bundle_certificate,
             at=self.clock(),
         )
         self._audited(ACTION_CREATE_ENROLLMENT)
         # Never the credential itself: it is answered once and kept nowhere but as a hash.
         _log.info(
-            "created enrollment %s for %s (expires %s)",
+            "created enrollment %s for %s (expires %s%s)",
             enrollment.enrollment_id,
             ", ".join(enrollment.contract_digests) or "the contracts the worker names",
             enrollment.expires_at.isoformat(),
+            "; accepts the key's bundle certificate"
+            if enrollment.accepts_bundle_certificate
+            else "",
         )
         answer = pb.CreateEnrollmentResponse(
             enrollment_id=enrollment.enrollment_id,

@@ -31,6 +31,10 @@ WORKER_TOKEN_ENV = f"{ENV_PREFIX}WORKER_TOKEN"
 WORKER_ENROLLMENT_ENV = f"{ENV_PREFIX}WORKER_ENROLLMENT_TOKEN"
 """A one-time worker enrollment credential the operator chose (compose's deploy/.env): stored
 as an "any contract" enrollment on start unless stored before (docs/spec.md R-C-11)."""
+WORKER_ENROLLMENT_ACCEPTS_ENV = f"{ENV_PREFIX}WORKER_ENROLLMENT_ACCEPTS_BUNDLE_CERTIFICATE"
+"""``1``: the bootstrap enrollment (:data:`WORKER_ENROLLMENT_ENV`) also accepts the bundle
+certificate the enrolled key registers with, so control lists it (R-C-11). Read when the
+credential is armed (its first start); only with :data:`WORKER_ENROLLMENT_ENV`."""
 HTTP_PORT_ENV = f"{ENV_PREFIX}HTTP_PORT"
 """The operator console's port (``serve --http-port``); unset: no console."""
 CONSOLE_TRUSTED_PROXIES_ENV = f"{ENV_PREFIX}CONSOLE_TRUSTED_PROXIES"
@@ -79,6 +83,9 @@ class ControlSettings:
     """Serve Prometheus ``/metrics`` here (``--metrics-port``, 0: a free port); None: off."""
     worker_enrollment: str | None = field(default=None, repr=False)
     """``$REWARDSEAL_CONTROL_WORKER_ENROLLMENT_TOKEN``: see :data:`WORKER_ENROLLMENT_ENV`."""
+    worker_enrollment_accepts_bundle_certificate: bool = False
+    """``$REWARDSEAL_CONTROL_WORKER_ENROLLMENT_ACCEPTS_BUNDLE_CERTIFICATE``: see
+    :data:`WORKER_ENROLLMENT_ACCEPTS_ENV`."""
 
     @property
     def key_path(self) -> Path:
@@ -141,10 +148,18 @@ def resolve_settings(
             unusable TLS settings (a certificate without its key, an unreadable file), or
             two equal tokens among admin, client and worker (the roles would be
             indistinguishable), or a console trusted proxy that is not an address or network
-            (or is set without the console).
+            (or is set without the console), or a bootstrap enrollment setting that is not
+            1/0, or set without the bootstrap credential.
     """
     env = os.environ if env is None else env
     # Checked before anything is made: a bad setting leaves no trace behind.
+    enrollment = env.get(WORKER_ENROLLMENT_ENV) or None
+    accepts = service_settings.env_flag(env, WORKER_ENROLLMENT_ACCEPTS_ENV)
+    if accepts and enrollment is None:
+        raise ValidationError(
+            f"{WORKER_ENROLLMENT_ACCEPTS_ENV} is set but {WORKER_ENROLLMENT_ENV} is not: it says "
+            "what the bootstrap enrollment credential accepts; set both, or unset it"
+        )
     console_port = service_settings.resolve_optional_port(http_port, env, env_name=HTTP_PORT_ENV)
     proxies = _console_trusted_proxies(console_trusted_proxies, env, console=console_port)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
@@ -189,7 +204,8 @@ def resolve_settings(
         metrics_port=service_settings.resolve_optional_port(
             metrics_port, env, env_name=f"{ENV_PREFIX}METRICS_PORT"
         ),
-        worker_enrollment=env.get(WORKER_ENROLLMENT_ENV) or None,
+        worker_enrollment=enrollment,
+        worker_enrollment_accepts_bundle_certificate=accepts,
     )
 
 

@@ -354,6 +354,13 @@ class ControlLink:
             if digest == bundle_digest:
                 # The bundle's own: loaded and verified at start, never adopted from a listing.
                 continue
+            if certificate.issuer_key_id not in self._trust.key_ids:
+                # Another worker's accepted bundle certificate (R-C-11, self-signed by its key)
+                # or any other not under a pinned key: never usable here, and not a fault.
+                _log.debug(
+                    "skipping certificate %s: not under a pinned key", certificate.certificate_id
+                )
+                continue
             in_use = self._accept_certificate(certificate)
             if in_use is not None:
                 accepted.append(in_use)

@@ -314,8 +314,14 @@ class ApproveIssuerKeyRequest(_message.Message):
     KEY_ID_FIELD_NUMBER: _builtins.int
     REWARD_CONTRACT_DIGESTS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    ACCEPT_BUNDLE_CERTIFICATE_FIELD_NUMBER: _builtins.int
     key_id: _builtins.str
     reason: _builtins.str
+    accept_bundle_certificate: _builtins.bool
+    """Also accept the bundle certificates the key registered for these contracts (R-C-11):
+    control lists each (ListCertificates), so the linked worker certifies under it until it
+    is revoked like any certificate. Never implied: without it they are not listed.
+    """
     @_builtins.property
     def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -324,10 +330,11 @@ class ApproveIssuerKeyRequest(_message.Message):
         key_id: _builtins.str = ...,
         reward_contract_digests: _abc.Iterable[_builtins.str] | None = ...,
         reason: _builtins.str = ...,
+        accept_bundle_certificate: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_id", b"key_id", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_bundle_certificate", b"accept_bundle_certificate", "key_id", b"key_id", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -339,19 +346,25 @@ class ApproveIssuerKeyResponse(_message.Message):
 
     KEY_FIELD_NUMBER: _builtins.int
     ADMISSION_FIELD_NUMBER: _builtins.int
+    ACCEPTED_CERTIFICATE_IDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def key(self) -> _certificate_pb2.IssuerKey: ...
     @_builtins.property
     def admission(self) -> Global___KeyAdmission: ...
+    @_builtins.property
+    def accepted_certificate_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The bundle certificates this approval accepted (with accept_bundle_certificate), by id."""
+
     def __init__(
         self,
         *,
         key: _certificate_pb2.IssuerKey | None = ...,
         admission: Global___KeyAdmission | None = ...,
+        accepted_certificate_ids: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "key", b"key"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission", b"admission", "key", b"key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted_certificate_ids", b"accepted_certificate_ids", "admission", b"admission", "key", b"key"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -415,12 +428,18 @@ class CreateEnrollmentRequest(_message.Message):
     TTL_SECONDS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     ANY_CONTRACT_FIELD_NUMBER: _builtins.int
+    ACCEPT_BUNDLE_CERTIFICATE_FIELD_NUMBER: _builtins.int
     ttl_seconds: _builtins.int
     """How long the credential may be used; 0: control's default (one day)."""
     reason: _builtins.str
     any_contract: _builtins.bool
     """Bind the contracts the worker names when it registers (for a worker whose configuration
     the admin writes, where its contract's digest is not known beforehand).
+    """
+    accept_bundle_certificate: _builtins.bool
+    """Accept the bundle certificate the enrolled key registers with (R-C-11): control lists it
+    (ListCertificates), revocable like any certificate. Unset: it is not listed, and the
+    linked worker certifies only under certificates control issues.
     """
     @_builtins.property
     def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -433,10 +452,11 @@ class CreateEnrollmentRequest(_message.Message):
         ttl_seconds: _builtins.int = ...,
         reason: _builtins.str = ...,
         any_contract: _builtins.bool = ...,
+        accept_bundle_certificate: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["any_contract", b"any_contract", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept_bundle_certificate", b"accept_bundle_certificate", "any_contract", b"any_contract", "reason", b"reason", "reward_contract_digests", b"reward_contract_digests", "ttl_seconds", b"ttl_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -87,8 +87,15 @@ def _keys_retire(client: ControlClient, args: argparse.Namespace, out: TextIO) -
 
 def _keys_approve(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
     with remote():
-        answer = client.approve_issuer_key(args.key_id, args.contract, reason=args.reason)
-    return _print_admission(answer.key, answer.admission, args, out)
+        answer = client.approve_issuer_key(
+            args.key_id,
+            args.contract,
+            reason=args.reason,
+            accept_bundle_certificate=args.accept_bundle_certificate,
+        )
+    return _print_admission(
+        answer.key, answer.admission, args, out, accepted=answer.accepted_certificate_ids
+    )
 
 
 def _keys_unbind(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
@@ -98,14 +105,28 @@ def _keys_unbind(client: ControlClient, args: argparse.Namespace, out: TextIO) -
 
 
 def _print_admission(
-    key: IssuerKey, admission: pb.KeyAdmission, args: argparse.Namespace, out: TextIO
+    key: IssuerKey,
+    admission: pb.KeyAdmission,
+    args: argparse.Namespace,
+    out: TextIO,
+    *,
+    accepted: Sequence[str] = (),
 ) -> int:
     if args.json:
-        print_json({"key": message_json(key), "admission": message_json(admission)}, out)
+        answer: dict[str, object] = {"key": message_json(key), "admission": message_json(admission)}
+        if accepted:
+            answer["accepted_certificate_ids"] = list(accepted)
+        print_json(answer, out)
         return 0
     bound = ", ".join(admission.reward_contract_digests) or "no contract"
     state = "admitted" if admission.admitted else "not admitted"
     print(f"{key.key_id}: {state}; signs receipts for {bound}", file=out)
+    for certificate_id in accepted:
+        print(
+            f"accepted bundle certificate {certificate_id}: listed by control; revoke it like "
+            f"any certificate (certificates revoke {certificate_id} --reason ...)",
+            file=out,
+        )
     return 0
 
 
@@ -120,6 +141,7 @@ def _keys_enroll(client: ControlClient, args: argparse.Namespace, out: TextIO) -
             ttl_seconds=int(ttl.total_seconds()),
             reason=args.reason,
             any_contract=args.any_contract,
+            accept_bundle_certificate=args.accept_bundle_certificate,
         )
     if args.json:
         print_json(message_json(answer), out)
@@ -129,7 +151,12 @@ def _keys_enroll(client: ControlClient, args: argparse.Namespace, out: TextIO) -
     print(
         f"enrollment {answer.enrollment_id}, single use, expires "
         f"{time_text(answer, 'expires_at')}: give it to one worker as "
-        "REWARDSEAL_WORKER_CONTROL_ENROLLMENT_TOKEN; it is not shown again",
+        "REWARDSEAL_WORKER_CONTROL_ENROLLMENT_TOKEN; it is not shown again"
+        + (
+            "; the bundle certificate the key registers with is accepted (listed by control)"
+            if args.accept_bundle_certificate
+            else ""
+        ),
         file=out,
     )
     return 0

@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--contract", action="append", required=True, metavar="DIGEST", help="(repeatable)"
     )
     keys_approve.add_argument("--reason", default="", help="why (audit log)")
+    keys_approve.add_argument(
+        "--accept-bundle-certificate",
+        action="store_true",
+        help="also accept the bundle certificates the key registered for these contracts: "
+        "control lists them (revocable like any certificate) and the linked worker certifies "
+        "under them",
+    )
     keys_unbind = keys.add_parser(
         "unbind", parents=[client], help="stop a WORKER key signing receipts for contracts"
     )
@@ -178,6 +185,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--ttl", default="24h", help="how long it may be used (e.g. 24h, 30m; default 24h)"
     )
     keys_enroll.add_argument("--reason", default="", help="why (audit log)")
+    keys_enroll.add_argument(
+        "--accept-bundle-certificate",
+        action="store_true",
+        help="accept the bundle certificate the enrolled key registers with: control lists "
+        "it (revocable like any certificate) and the linked worker certifies under it",
+    )
 
     certificates = _group(commands, "certificates", "certificates and revocation")
     issue = certificates.add_parser(

@@ -28,6 +28,7 @@ from rewardseal_server.sqlstore import StoreEngine, as_utc
 __all__ = [
     "AuditEntry",
     "AuditLogStore",
+    "ACTION_ACCEPT_CERTIFICATE",
     "ACTION_ISSUE_CERTIFICATE",
     "ACTION_PATTERN",
     "ACTION_REGISTER_KEY",
@@ -51,6 +52,8 @@ MAX_TARGET_LENGTH: Final = 256
 ACTION_REGISTER_KEY: Final = "issuer_key.register"
 ACTION_RETIRE_KEY: Final = "issuer_key.retire"
 ACTION_ISSUE_CERTIFICATE: Final = "certificate.issue"
+ACTION_ACCEPT_CERTIFICATE: Final = "certificate.accept"
+"""A worker key's own bundle certificate accepted among control's certificates (R-C-11)."""
 ACTION_REVOKE_CERTIFICATE: Final = "certificate.revoke"
 ACTION_REVOKE_CONTRACT: Final = "certificate.revoke_contract"
 """Every certificate of a contract revoked in one entry (R-C-13)."""

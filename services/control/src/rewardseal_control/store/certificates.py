@@ -25,9 +25,9 @@ from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
-from rewardseal_server.sqlstore import LostRace, StoreEngine
+from rewardseal_server.sqlstore import LostRace, StoreEngine, insert_ignore
 
-__all__ = ["CertificateStore", "StoredCertificate"]
+__all__ = ["CertificateStore", "StoredCertificate", "record_in"]
 
 _certificates = tables.certificates
 _revocations = tables.revocations
@@ -73,7 +73,6 @@ class CertificateStore:
     def __init__(self, db: StoreEngine) -> None:
         """Work on ``db`` (owned by the :class:`~rewardseal_control.store.ControlStore`)."""
         self._db = db
-        self._insert = db.insert_ignore(_certificates).returning(_certificates.c.certificate_id)
 
     def record_certificate(
         self,
@@ -98,70 +97,16 @@ class CertificateStore:
         actor = audit_log.check_actor(actor)
         reason = inputs.text(reason, "reason", max_length=inputs.MAX_REASON_LENGTH)
         now = inputs.moment(at)
-        if not isinstance(certificate, RewardCertificate):
-            raise ValidationError("certificate must be a RewardCertificate")
-        validate_certificate(certificate)
-        inputs.no_unknown_fields(certificate)
-        digest = certificate_digest(certificate)
-        certificate_id = certificate.certificate_id
-        row = {
-            "certificate_id": certificate_id,
-            "contract_digest": certificate.reward_contract_digest,
-            "digest": digest,
-            "body": certificate.SerializeToString(deterministic=True),
-            "scope": certificate.calibration_scope,
-            "issuer": certificate.issuer,
-            "issuer_key_id": certificate.issuer_key_id,
-            "issued_at_policy_update": certificate.issued_at_policy_update,
-            "expiry_policy_updates": certificate.expiry_policy_updates,
-            "epsilon": certificate.epsilon,
-            "issued_at": inputs.to_datetime(certificate.issued_at),
-        }
-        by_id = _SELECT.where(_certificates.c.certificate_id == certificate_id)
-
-        def work(conn: Connection) -> tuple[StoredCertificate, bool]:
-            existing = conn.execute(by_id).one_or_none()
-            if existing is not None:
-                if existing.digest != digest:
-                    raise ValidationError(
-                        f"certificate_id {certificate_id} already names another certificate"
-                    )
-                created = False
-                stored = existing
-            else:
-                require_contract(conn, certificate.reward_contract_digest)
-                key_known = conn.execute(
-                    select(tables.keys.c.key_id).where(
-                        tables.keys.c.key_id == certificate.issuer_key_id
-                    )
-                ).first()
-                if key_known is None:
-                    raise ValidationError(
-                        f"issuer key {certificate.issuer_key_id} is not registered"
-                    )
-                if conn.execute(self._insert, row).first() is None:
-                    raise LostRace("certificate recorded concurrently")
-                created = True
-                stored = conn.execute(by_id).one()
-            audit_log.write_audit(
+        return self._db.write(
+            lambda conn: record_in(
                 conn,
+                certificate,
                 actor=actor,
-                action=audit_log.ACTION_ISSUE_CERTIFICATE,
-                target=certificate_id,
                 reason=reason,
-                details={
-                    "reward_contract_digest": certificate.reward_contract_digest,
-                    "certificate_digest": digest,
-                    "issuer_key_id": certificate.issuer_key_id,
-                    "calibration_scope": certificate.calibration_scope,
-                    "issuer": certificate.issuer,
-                    "created": created,
-                },
-                at=now,
+                action=audit_log.ACTION_ISSUE_CERTIFICATE,
+                now=now,
             )
-            return _stored_certificate(stored), created
-
-        return self._db.write(work)
+        )
 
     def get_certificate(self, certificate_id: str) -> StoredCertificate:
         """A recorded certificate with its digest and revocation.
@@ -200,6 +145,88 @@ class CertificateStore:
         )
         scopes = self._db.read(_scope_rows)
         return Page([_revoked_by_scope(_stored_certificate(row), scopes) for row in rows], token)
+
+
+def record_in(
+    conn: Connection,
+    certificate: RewardCertificate,
+    *,
+    actor: str,
+    reason: str,
+    action: str,
+    now: datetime,
+) -> tuple[StoredCertificate, bool]:
+    """Record ``certificate`` inside ``conn`` and audit it as ``action``; ``(stored, created)``.
+
+    The one way into the certificates table: what the service issued (``certificate.issue``)
+    and a worker's bundle certificate an admin accepted (``certificate.accept``, R-C-11, signed
+    by the worker key itself), so each is listed, read and revoked alike. ``actor`` and
+    ``reason`` are checked by the caller.
+
+    Raises:
+        ValidationError: a malformed certificate, an unregistered issuer key, or an id that
+            names another certificate.
+        NotFound: its contract is not registered.
+    """
+    if not isinstance(certificate, RewardCertificate):
+        raise ValidationError("certificate must be a RewardCertificate")
+    validate_certificate(certificate)
+    inputs.no_unknown_fields(certificate)
+    digest = certificate_digest(certificate)
+    certificate_id = certificate.certificate_id
+    by_id = _SELECT.where(_certificates.c.certificate_id == certificate_id)
+    existing = conn.execute(by_id).one_or_none()
+    if existing is not None:
+        if existing.digest != digest:
+            raise ValidationError(
+                f"certificate_id {certificate_id} already names another certificate"
+            )
+        created = False
+        stored = existing
+    else:
+        require_contract(conn, certificate.reward_contract_digest)
+        key_known = conn.execute(
+            select(tables.keys.c.key_id).where(tables.keys.c.key_id == certificate.issuer_key_id)
+        ).first()
+        if key_known is None:
+            raise ValidationError(f"issuer key {certificate.issuer_key_id} is not registered")
+        row = {
+            "certificate_id": certificate_id,
+            "contract_digest": certificate.reward_contract_digest,
+            "digest": digest,
+            "body": certificate.SerializeToString(deterministic=True),
+            "scope": certificate.calibration_scope,
+            "issuer": certificate.issuer,
+            "issuer_key_id": certificate.issuer_key_id,
+            "issued_at_policy_update": certificate.issued_at_policy_update,
+            "expiry_policy_updates": certificate.expiry_policy_updates,
+            "epsilon": certificate.epsilon,
+            "issued_at": inputs.to_datetime(certificate.issued_at),
+        }
+        insert = insert_ignore(conn.dialect.name, _certificates).returning(
+            _certificates.c.certificate_id
+        )
+        if conn.execute(insert, row).first() is None:
+            raise LostRace("certificate recorded concurrently")
+        created = True
+        stored = conn.execute(by_id).one()
+    audit_log.write_audit(
+        conn,
+        actor=actor,
+        action=action,
+        target=certificate_id,
+        reason=reason,
+        details={
+            "reward_contract_digest": certificate.reward_contract_digest,
+            "certificate_digest": digest,
+            "issuer_key_id": certificate.issuer_key_id,
+            "calibration_scope": certificate.calibration_scope,
+            "issuer": certificate.issuer,
+            "created": created,
+        },
+        at=now,
+    )
+    return _stored_certificate(stored), created
 
 
 def _stored_certificate(row: AnyRow) -> StoredCertificate:

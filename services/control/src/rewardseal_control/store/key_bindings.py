@@ -12,6 +12,15 @@ refused ``key_not_bound``, permanently); retiring the key (``keys.retire_issuer_
 Enrollment credentials are random, shown once, and kept as their SHA-256 only; each is used by
 one key, before it expires. Presenting a used credential again with the key that used it (a
 restarted worker) is a no-op, not an error, and binds nothing again (an unbind stays done).
+
+A key's bundle certificate (self-signed by the key, SYNTHETIC) is known to the receipt index
+once registered, but a linked worker certifies under it only while control *lists* it (R-C-9).
+Control lists it only when an admin accepted it (R-C-11, :func:`accept_certificates_in`): with
+an enrollment made with ``accept_bundle_certificate`` (the certificate the key registers with
+when it uses the credential), or with an approval that says so (the certificates the key has
+registered for the approved contracts). Accepting records it among control's certificates
+(audited ``certificate.accept``), so it is listed, read and revoked like one control issued;
+one under a revoked contract or checker configuration (R-C-13) is never accepted.
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ from sqlalchemy.engine import Connection
 
 from rewardseal.contract import certificate_digest
 from rewardseal.digest import digest_bytes
-from rewardseal.errors import NotFound, PermissionDenied, ValidationError
+from rewardseal.errors import CertificationRefused, NotFound, PermissionDenied, ValidationError
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.validation import validate_certificate, validate_digest, validate_key_id
 from rewardseal_control.models import ROLE_WORKER
 from rewardseal_control.store import audit_log, inputs, tables
+from rewardseal_control.store.certificates import record_in
 from rewardseal_control.store.contracts import require_contract
+from rewardseal_control.store.revocations import revoked_scope_in
 from rewardseal_server.sqlstore import StoreEngine, chunks, insert_ignore
 
 __all__ = [
@@ -44,10 +55,13 @@ __all__ = [
     "ENROLLMENT_PREFIX",
     "MAX_BINDINGS_PER_CALL",
     "MAX_ENROLLMENT_TTL",
+    "Acceptance",
     "Admission",
+    "EnrollmentUse",
     "Enrollment",
     "KeyBindingStore",
     "KeyStanding",
+    "accept_certificates_in",
     "admission_in",
     "bind_in",
     "bindings_in",
@@ -84,6 +98,25 @@ class Admission:
 
 
 @dataclass(frozen=True)
+class Acceptance:
+    """What accepting bundle certificates did: the ids now listed among control's
+    certificates, and ``(certificate id, why)`` of each that was not accepted."""
+
+    accepted: tuple[str, ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class EnrollmentUse:
+    """An enrollment credential used at registration: which, what it bound now, and whether
+    it accepts the bundle certificate the key registers with (only at its first use)."""
+
+    enrollment_id: str
+    bound: list[str]
+    accepts_bundle_certificate: bool = False
+
+
+@dataclass(frozen=True)
 class KeyStanding:
     """What the receipt index needs of one signing key: admitted, bound where, and the bundle
     certificates it registered as ``(certificate_id, contract_digest) -> certificate digest``."""
@@ -101,6 +134,7 @@ class Enrollment:
     credential: str
     contract_digests: tuple[str, ...]
     expires_at: datetime
+    accepts_bundle_certificate: bool = False
 
 
 def _digests(values: Iterable[str], *, required: bool) -> list[str]:
@@ -197,12 +231,24 @@ def register_certificate_in(
             _certificates.c.certificate_id == certificate.certificate_id,
         )
     ).one_or_none()
+    body = certificate.SerializeToString(deterministic=True)
     if existing is not None:
         if tuple(existing) != (certificate.reward_contract_digest, digest):
             raise ValidationError(
                 f"bundle certificate {certificate.certificate_id} is registered for key "
                 f"{key_id} with other content; give a new certificate a new id"
             )
+        # Registered before schema 0005 kept no body: this registration supplies it (an
+        # approval may then accept the certificate).
+        conn.execute(
+            update(_certificates)
+            .where(
+                _certificates.c.key_id == key_id,
+                _certificates.c.certificate_id == certificate.certificate_id,
+                _certificates.c.body.is_(None),
+            )
+            .values(body=body)
+        )
         return
     conn.execute(
         insert_ignore(conn.dialect.name, _certificates),
@@ -212,17 +258,109 @@ def register_certificate_in(
             "contract_digest": certificate.reward_contract_digest,
             "certificate_digest": digest,
             "registered_at": now,
+            "body": body,
         },
     )
 
 
+def registered_certificates_in(
+    conn: Connection, key_id: str, contract_digests: Sequence[str]
+) -> list[RewardCertificate]:
+    """The bundle certificates ``key_id`` registered for ``contract_digests`` (with their
+    bytes), oldest registration first."""
+    rows = conn.execute(
+        select(_certificates.c.body)
+        .where(
+            _certificates.c.key_id == key_id,
+            _certificates.c.contract_digest.in_(list(contract_digests)),
+            _certificates.c.body.is_not(None),
+        )
+        .order_by(_certificates.c.registered_at, _certificates.c.certificate_id)
+    ).scalars()
+    return [RewardCertificate.FromString(bytes(body)) for body in rows]
+
+
+def accept_certificates_in(
+    conn: Connection,
+    key_id: str,
+    certificates: Sequence[RewardCertificate],
+    *,
+    actor: str,
+    reason: str,
+    now: datetime,
+    strict: bool,
+) -> Acceptance:
+    """Accept bundle certificates ``key_id`` registered (R-C-11): record each among control's
+    certificates, so ListCertificates lists it and it is revoked like any other (R-C-4,
+    R-C-13). Each must be signed by ``key_id``, for a contract the key is bound to, and not
+    under a revoked contract or checker configuration (it would be revoked at birth).
+
+    ``strict`` (an admin's approval): the first certificate that cannot be accepted raises,
+    and the caller's transaction writes nothing. Otherwise (a registration with an accepting
+    enrollment: the key is admitted whatever happens to its certificate) each such one is
+    left unlisted and reported in :attr:`Acceptance.refused`.
+
+    Raises:
+        CertificationRefused: (strict) under a revoked contract or checker configuration.
+        ValidationError: (strict) not the key's own, for an unbound contract, or its id names
+            another of control's certificates.
+    """
+    bound = set(admission_in(conn, key_id).contract_digests)
+    accepted: list[str] = []
+    refused: list[tuple[str, str]] = []
+    for certificate in certificates:
+        try:
+            _check_acceptable(conn, key_id, certificate, bound)
+            record_in(
+                conn,
+                certificate,
+                actor=actor,
+                reason=reason,
+                action=audit_log.ACTION_ACCEPT_CERTIFICATE,
+                now=now,
+            )
+        except ValidationError as exc:
+            if strict:
+                raise
+            refused.append((certificate.certificate_id, exc.message))
+            continue
+        accepted.append(certificate.certificate_id)
+    return Acceptance(tuple(accepted), tuple(refused))
+
+
+def _check_acceptable(
+    conn: Connection, key_id: str, certificate: RewardCertificate, bound: set[str]
+) -> None:
+    contract = certificate.reward_contract_digest
+    if certificate.issuer_key_id != key_id:
+        raise ValidationError(
+            f"bundle certificate {certificate.certificate_id} is signed by "
+            f"{certificate.issuer_key_id}, not by key {key_id}"
+        )
+    if contract not in bound:
+        raise ValidationError(
+            f"key {key_id} is not bound to contract {contract}, the contract of bundle "
+            f"certificate {certificate.certificate_id}"
+        )
+    revoked = revoked_scope_in(conn, contract, certificate.checker_configuration_digest)
+    if revoked is not None:
+        kind, digest = revoked
+        # As IssueCertificate refuses it: it would be revoked at birth (R-C-13).
+        raise CertificationRefused(
+            f"bundle certificate {certificate.certificate_id} is not accepted: every "
+            f"certificate of {kind} {digest} is revoked",
+            metadata={"rule": "R-C-13", "revoked": kind, "digest": digest},
+        )
+
+
 def enroll_in(
     conn: Connection, credential: str, key_id: str, asked: Sequence[str], now: datetime
-) -> tuple[str, list[str]]:
-    """Use ``credential`` for ``key_id``: ``(enrollment_id, contracts bound now)``.
+) -> EnrollmentUse:
+    """Use ``credential`` for ``key_id``.
 
     Binds the enrollment's contracts that are registered (a worker registers its contract
-    before its key); a contract the key asks for must be among them.
+    before its key); a contract the key asks for must be among them. Says whether the
+    enrollment accepts the key's bundle certificate (the caller accepts it, once registered).
 
     Raises:
         PermissionDenied: unknown, expired or already used by another key; or the key asks for
@@ -246,7 +384,8 @@ def enroll_in(
         )
     if row.used_by_key_id is not None:
         if row.used_by_key_id == key_id:
-            return str(row.enrollment_id), []  # a restart: already enrolled, nothing to bind
+            # A restart: already enrolled, nothing to bind or accept again.
+            return EnrollmentUse(str(row.enrollment_id), [])
         raise PermissionDenied(
             f"enrollment {row.enrollment_id} was already used by another key; an enrollment "
             "credential admits one key (ask the admin for a new one: rewardseal-control keys "
@@ -269,7 +408,7 @@ def enroll_in(
         .where(_enrollments.c.enrollment_id == row.enrollment_id)
         .values(used_at=now, used_by_key_id=key_id)
     )
-    return str(row.enrollment_id), bound
+    return EnrollmentUse(str(row.enrollment_id), bound, bool(row.accepts_bundle_certificate))
 
 
 def _hash(credential: str) -> str:
@@ -310,13 +449,20 @@ class KeyBindingStore:
         actor: str,
         reason: str = "",
         *,
+        accept_bundle_certificate: bool = False,
         at: datetime | None = None,
-    ) -> Admission:
+    ) -> tuple[Admission, Acceptance]:
         """Admit a WORKER key and bind it to ``contract_digests`` (admin; audited as
-        ``issuer_key.approve``). Approving again adds bindings; none is removed.
+        ``issuer_key.approve``); ``(admission, acceptance)``. Approving again adds bindings;
+        none is removed. ``accept_bundle_certificate``: also accept the bundle certificates the
+        key registered for those contracts (:func:`accept_certificates_in`; all or nothing).
 
         Raises:
-            ValidationError: malformed input, no contract, a key that is not WORKER or retired.
+            ValidationError: malformed input, no contract, a key that is not WORKER or retired;
+                with ``accept_bundle_certificate``, a key that registered no bundle certificate
+                for these contracts, or one that cannot be accepted.
+            CertificationRefused: a bundle certificate under a revoked contract or checker
+                configuration (R-C-13).
             NotFound: no such key or contract.
         """
         validate_key_id(key_id, "key_id")
@@ -325,7 +471,7 @@ class KeyBindingStore:
         reason = inputs.text(reason, "reason", max_length=inputs.MAX_REASON_LENGTH)
         now = inputs.moment(at)
 
-        def work(conn: Connection) -> Admission:
+        def work(conn: Connection) -> tuple[Admission, Acceptance]:
             role, retired = _require_key(conn, key_id)
             if role != ROLE_WORKER:
                 raise ValidationError(
@@ -334,16 +480,30 @@ class KeyBindingStore:
             if retired:
                 raise ValidationError(f"issuer key {key_id} is retired; register a new key")
             bind_in(conn, key_id, digests, now)
+            acceptance = Acceptance()
+            details: dict[str, object] = {"contracts": digests}
+            if accept_bundle_certificate:
+                registered = registered_certificates_in(conn, key_id, digests)
+                if not registered:
+                    raise ValidationError(
+                        f"issuer key {key_id} registered no bundle certificate for "
+                        f"{', '.join(digests)}; approve without accept_bundle_certificate, or "
+                        "let its worker register (start it linked to control) and approve again"
+                    )
+                acceptance = accept_certificates_in(
+                    conn, key_id, registered, actor=actor, reason=reason, now=now, strict=True
+                )
+                details["accepted_certificates"] = list(acceptance.accepted)
             audit_log.write_audit(
                 conn,
                 actor=actor,
                 action=ACTION_APPROVE_KEY,
                 target=key_id,
                 reason=reason,
-                details={"contracts": digests},
+                details=details,
                 at=now,
             )
-            return admission_in(conn, key_id)
+            return admission_in(conn, key_id), acceptance
 
         return self._db.write(work)
 
@@ -397,13 +557,15 @@ class KeyBindingStore:
         *,
         ttl: timedelta = DEFAULT_ENROLLMENT_TTL,
         any_contract: bool = False,
+        accept_bundle_certificate: bool = False,
         at: datetime | None = None,
     ) -> Enrollment:
         """A new one-time enrollment credential for ``contract_digests`` (admin; audited as
         ``enrollment.create``, never with the credential). The contracts need not be
         registered yet: the worker registers its contract before it enrolls its key.
         ``any_contract`` (no digests then): the key is bound to the contracts it names when
-        it registers.
+        it registers. ``accept_bundle_certificate``: the bundle certificate the key registers
+        with is accepted (listed among control's certificates, :func:`accept_certificates_in`).
 
         Raises:
             ValidationError: malformed input, no contract (or contracts with
@@ -411,7 +573,14 @@ class KeyBindingStore:
         """
         credential = ENROLLMENT_PREFIX + secrets.token_urlsafe(32)
         enrollment = self._insert_enrollment(
-            credential, contract_digests, actor, reason, ttl=ttl, any_contract=any_contract, at=at
+            credential,
+            contract_digests,
+            actor,
+            reason,
+            ttl=ttl,
+            any_contract=any_contract,
+            accept_bundle_certificate=accept_bundle_certificate,
+            at=at,
         )
         assert enrollment is not None  # a fresh random credential is never stored already
         return enrollment
@@ -423,12 +592,16 @@ class KeyBindingStore:
         reason: str,
         *,
         ttl: timedelta = MAX_ENROLLMENT_TTL,
+        accept_bundle_certificate: bool = False,
         at: datetime | None = None,
     ) -> Enrollment | None:
         """Store ``credential`` (chosen by the operator, e.g. compose's deploy/.env) as an
         "any contract" enrollment unless it is stored already (used or not: a used one is
-        never armed again); the new enrollment, or None. What control does on start with
-        ``REWARDSEAL_CONTROL_WORKER_ENROLLMENT_TOKEN``.
+        never armed again, and what it accepts is what it was armed with); the new
+        enrollment, or None. What control does on start with
+        ``REWARDSEAL_CONTROL_WORKER_ENROLLMENT_TOKEN`` (and, for
+        ``accept_bundle_certificate``,
+        ``REWARDSEAL_CONTROL_WORKER_ENROLLMENT_ACCEPTS_BUNDLE_CERTIFICATE``).
 
         Raises:
             ValidationError: the credential is shorter than 24 or longer than 256 characters.
@@ -441,7 +614,14 @@ class KeyBindingStore:
                 f"{MAX_CREDENTIAL_LENGTH} characters"
             )
         return self._insert_enrollment(
-            credential, (), actor, reason, ttl=ttl, any_contract=True, at=at
+            credential,
+            (),
+            actor,
+            reason,
+            ttl=ttl,
+            any_contract=True,
+            accept_bundle_certificate=accept_bundle_certificate,
+            at=at,
         )
 
     def _insert_enrollment(
@@ -453,6 +633,7 @@ class KeyBindingStore:
         *,
         ttl: timedelta,
         any_contract: bool,
+        accept_bundle_certificate: bool,
         at: datetime | None,
     ) -> Enrollment | None:
         digests = _digests(contract_digests, required=not any_contract)
@@ -481,6 +662,7 @@ class KeyBindingStore:
                     "expires_at": expires_at,
                     "used_at": None,
                     "used_by_key_id": None,
+                    "accepts_bundle_certificate": bool(accept_bundle_certificate),
                 },
             ).first()
             if stored is None:
@@ -494,10 +676,17 @@ class KeyBindingStore:
                 details={
                     "contracts": "any" if any_contract else digests,
                     "expires_at": expires_at.isoformat(),
+                    "accepts_bundle_certificate": bool(accept_bundle_certificate),
                 },
                 at=now,
             )
-            return Enrollment(enrollment_id, credential, tuple(digests), expires_at)
+            return Enrollment(
+                enrollment_id,
+                credential,
+                tuple(digests),
+                expires_at,
+                accepts_bundle_certificate=bool(accept_bundle_certificate),
+            )
 
         return self._db.write(work)
 

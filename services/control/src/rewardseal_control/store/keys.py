@@ -10,6 +10,7 @@ transaction.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
@@ -28,6 +29,8 @@ from rewardseal_control.store import audit_log, inputs, key_bindings, tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import LostRace, StoreEngine
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["MAX_DISPLAY_NAME_LENGTH", "IssuerKeyStore"]
 
@@ -172,17 +175,38 @@ class IssuerKeyStore:
                 stored = existing
                 created = False
             details: dict[str, object] = {"role": role, "created": created}
+            accepts = False
             if enrollment_credential and not _holds(conn, key_id, asked):
-                enrollment_id, bound = key_bindings.enroll_in(
-                    conn, enrollment_credential, key_id, asked, now
-                )
-                details.update(enrollment=enrollment_id, bound=bound)
+                used = key_bindings.enroll_in(conn, enrollment_credential, key_id, asked, now)
+                accepts = used.accepts_bundle_certificate
+                details.update(enrollment=used.enrollment_id, bound=used.bound)
             elif asked:
                 key_bindings.bind_in(conn, key_id, asked, now)
                 details.update(bound=asked)
             if bundle_certificate is not None:
                 key_bindings.register_certificate_in(conn, key_id, bundle_certificate, now)
                 details.update(bundle_certificate=bundle_certificate.certificate_id)
+                if accepts:
+                    # The admin's enrollment accepted it: listed from now on (R-C-11). The key
+                    # is admitted whatever becomes of its certificate.
+                    acceptance = key_bindings.accept_certificates_in(
+                        conn,
+                        key_id,
+                        [bundle_certificate],
+                        actor=actor,
+                        reason=f"accepted by enrollment {details['enrollment']}",
+                        now=now,
+                        strict=False,
+                    )
+                    details.update(accepted_certificates=list(acceptance.accepted))
+                    for certificate_id, why in acceptance.refused:
+                        details.update(refused_certificate=certificate_id)
+                        _log.warning(
+                            "bundle certificate %s of key %s is not accepted: %s",
+                            certificate_id,
+                            key_id,
+                            why,
+                        )
             audit_log.write_audit(
                 conn,
                 actor=actor,

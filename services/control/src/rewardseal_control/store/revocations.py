@@ -38,6 +38,7 @@ __all__ = [
     "RevocationSigner",
     "RevocationStore",
     "read_head",
+    "revoked_scope_in",
 ]
 
 DEFAULT_LIST_TTL: Final = timedelta(hours=24)
@@ -209,12 +210,7 @@ class RevocationStore:
     def revoked_scope(self, contract_digest: str, checker_digest: str) -> tuple[str, str] | None:
         """``(kind, digest)`` of the entry that revokes every certificate of ``contract_digest``
         or of ``checker_digest`` (R-C-13), or None: a certificate under it is revoked at birth."""
-        statement = select(_scopes.c.kind, _scopes.c.digest).where(
-            ((_scopes.c.kind == CONTRACT) & (_scopes.c.digest == contract_digest))
-            | ((_scopes.c.kind == CHECKER) & (_scopes.c.digest == checker_digest))
-        )
-        row = self._db.read(lambda conn: conn.execute(statement).first())
-        return (str(row.kind), str(row.digest)) if row is not None else None
+        return self._db.read(lambda conn: revoked_scope_in(conn, contract_digest, checker_digest))
 
     def publish_revocation_list(
         self,
@@ -345,6 +341,19 @@ class RevocationStore:
     def revocation_head(self) -> RevocationHead | None:
         """The newest signed revocation list; None before the first is published."""
         return self._db.read(read_head)
+
+
+def revoked_scope_in(
+    conn: Connection, contract_digest: str, checker_digest: str
+) -> tuple[str, str] | None:
+    """:meth:`RevocationStore.revoked_scope` inside ``conn`` (what accepting a bundle
+    certificate checks in its transaction, as issuing does, R-C-13)."""
+    statement = select(_scopes.c.kind, _scopes.c.digest).where(
+        ((_scopes.c.kind == CONTRACT) & (_scopes.c.digest == contract_digest))
+        | ((_scopes.c.kind == CHECKER) & (_scopes.c.digest == checker_digest))
+    )
+    row = conn.execute(statement).first()
+    return (str(row.kind), str(row.digest)) if row is not None else None
 
 
 def _check_ttl(ttl: timedelta) -> None:
