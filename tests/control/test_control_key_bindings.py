@@ -398,6 +398,13 @@ async def test_an_accepting_enrollment_lists_the_bundle_certificate_and_revoking
     assert got.revoked
 
 
+def accepting_approval(key_id: str, digest: str) -> pb.ApproveIssuerKeyRequest:
+    """An approval of ``key_id`` for ``digest`` that also accepts its bundle certificate."""
+    return pb.ApproveIssuerKeyRequest(
+        key_id=key_id, reward_contract_digests=[digest], accept_bundle_certificate=True
+    )
+
+
 async def test_approval_accepts_the_registered_bundle_certificate_only_when_asked(
     control: ControlStack,
 ) -> None:
@@ -418,21 +425,13 @@ async def test_approval_accepts_the_registered_bundle_certificate_only_when_aske
     code, reason, _, message = await call_error(
         control,
         "ApproveIssuerKey",
-        pb.ApproveIssuerKeyRequest(
-            key_id=bundle.issuer_key_id,
-            reward_contract_digests=[DIGEST_B],
-            accept_bundle_certificate=True,
-        ),
+        accepting_approval(bundle.issuer_key_id, DIGEST_B),
         metadata=ADMIN,
     )
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument")
     assert "registered no bundle certificate" in message
     admission = await stub.ApproveIssuerKey(
-        pb.ApproveIssuerKeyRequest(
-            key_id=bundle.issuer_key_id,
-            reward_contract_digests=[DIGEST_A],
-            accept_bundle_certificate=True,
-        ),
+        accepting_approval(bundle.issuer_key_id, DIGEST_A),
         metadata=ADMIN,
     )
     assert list(admission.accepted_certificate_ids) == ["cert.bundle.approved"]
@@ -442,11 +441,7 @@ async def test_approval_accepts_the_registered_bundle_certificate_only_when_aske
     code, _, _, _ = await call_error(
         control,
         "ApproveIssuerKey",
-        pb.ApproveIssuerKeyRequest(
-            key_id=bundle.issuer_key_id,
-            reward_contract_digests=[DIGEST_A],
-            accept_bundle_certificate=True,
-        ),
+        accepting_approval(bundle.issuer_key_id, DIGEST_A),
         metadata=WORKER,
     )
     assert code == grpc.StatusCode.PERMISSION_DENIED
@@ -469,11 +464,7 @@ async def test_a_bundle_certificate_under_a_revoked_contract_is_never_accepted(
     code, reason, metadata, _ = await call_error(
         control,
         "ApproveIssuerKey",
-        pb.ApproveIssuerKeyRequest(
-            key_id=bundle.issuer_key_id,
-            reward_contract_digests=[DIGEST_A],
-            accept_bundle_certificate=True,
-        ),
+        accepting_approval(bundle.issuer_key_id, DIGEST_A),
         metadata=ADMIN,
     )
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "certification_refused")
