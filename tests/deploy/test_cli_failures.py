@@ -421,6 +421,27 @@ def test_a_bad_setting_writes_nothing_in_the_data_dir(
     assert not data_dir.exists(), sorted(p.name for p in data_dir.rglob("*"))
 
 
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--db-url", "not-a-url"], "malformed control store URL"),
+        (["--revocation-ttl", "0s"], "must be positive"),
+    ],
+)
+def test_a_bad_control_setting_writes_nothing_in_the_data_dir(
+    capfd: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], expected: str
+) -> None:
+    """Control too checks every setting before it makes its data dir, tokens or organization
+    key (R-W-14's rule on control's side): a malformed store URL used to leave all three."""
+    data_dir = tmp_path / "fresh"
+    code, err = run_main(
+        capfd, control_main, ["serve", "--data-dir", str(data_dir), "--port", "0", *argv]
+    )
+    assert code == EXIT_USAGE
+    assert_one_line(err, expected)
+    assert not data_dir.exists(), sorted(p.name for p in data_dir.rglob("*"))
+
+
 def test_an_admin_command_whose_control_plane_does_not_answer(
     capfd: pytest.CaptureFixture[str],
 ) -> None:

@@ -21,8 +21,9 @@ from pathlib import Path
 from rewardseal.errors import ValidationError
 from rewardseal.tls import ServerTls
 from rewardseal_control.console.peers import Network, parse_trusted_proxies
+from rewardseal_control.db import STORE_NAME
 from rewardseal_server import service_settings
-from rewardseal_server.sqlstore import sqlite_url
+from rewardseal_server.sqlstore import normalize_url, sqlite_url
 
 ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"
@@ -163,18 +164,20 @@ def resolve_settings(
     console_port = service_settings.resolve_optional_port(http_port, env, env_name=HTTP_PORT_ENV)
     proxies = _console_trusted_proxies(console_trusted_proxies, env, console=console_port)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
-    # Made here, 0700, before the tokens, the key or the database land in it.
-    service_settings.make_private_dir(data)
     resolved_port = service_settings.resolve_port(
         port, env, env_name=f"{ENV_PREFIX}PORT", default=DEFAULT_PORT
     )
     url = db_url or env.get(f"{ENV_PREFIX}DB_URL") or sqlite_url(data / DB_FILE)
+    normalize_url(url, what=STORE_NAME)  # a malformed URL, before the data dir is made
     ttl = revocation_ttl
     if ttl is None:
         configured_ttl = env.get(f"{ENV_PREFIX}REVOCATION_TTL")
         ttl = parse_duration(configured_ttl) if configured_ttl else DEFAULT_REVOCATION_TTL
     if ttl <= timedelta(0):
         raise ValidationError("the revocation list lifetime must be positive")
+    # Made here, 0700, once every setting above passed, before the tokens, the key or the
+    # database land in it.
+    service_settings.make_private_dir(data)
     admin_token, admin_source = load_token(
         data, env, env_name=ADMIN_TOKEN_ENV, file_name=ADMIN_TOKEN_FILE
     )
