@@ -690,26 +690,11 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             ValidationError: malformed digest or actor, or no reason.
             NotFound: an unregistered contract.
         """
-        head, created = await asyncio.to_thread(
-            self.store.revocations.revoke_scope,
-            kind,
-            digest,
-            reason,
-            actor,
-            sign=self._sign_list,
-            ttl=self.revocation_ttl,
-            at=self.clock(),
+        return await self._revoked(
+            functools.partial(self.store.revocations.revoke_scope, kind, digest, reason, actor),
+            ACTION_REVOKE_CONTRACT if kind == CONTRACT else ACTION_REVOKE_CHECKER,
+            f"every certificate of {kind} {digest}",
         )
-        self._audited(ACTION_REVOKE_CONTRACT if kind == CONTRACT else ACTION_REVOKE_CHECKER)
-        if created:
-            _log.info(
-                "revoked every certificate of %s %s; revocation list version %d",
-                kind,
-                digest,
-                head.version,
-            )
-        await self._advance(head)
-        return head
 
     async def revoke(self, certificate_id: str, reason: str, actor: str) -> RevocationHead:
         """Revoke ``certificate_id`` for ``actor`` (a role name, audited) and publish the next
@@ -720,20 +705,27 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             ValidationError: malformed id or actor, or no reason.
             NotFound: no such certificate.
         """
-        head, created = await asyncio.to_thread(
-            self.store.revocations.revoke,
-            certificate_id,
-            reason,
-            actor,
-            sign=self._sign_list,
-            ttl=self.revocation_ttl,
-            at=self.clock(),
+        return await self._revoked(
+            functools.partial(self.store.revocations.revoke, certificate_id, reason, actor),
+            ACTION_REVOKE_CERTIFICATE,
+            f"certificate {certificate_id}",
         )
-        self._audited(ACTION_REVOKE_CERTIFICATE)
+
+    async def _revoked(
+        self,
+        revoke: Callable[..., tuple[RevocationHead, bool]],
+        action: str,
+        what: str,
+    ) -> RevocationHead:
+        """Run one of the store's revocations (``revoke``, given everything but the signer, the
+        list's lifetime and the time), count ``action``, say what a new list revoked, and
+        publish the head to watchers."""
+        head, created = await asyncio.to_thread(
+            revoke, sign=self._sign_list, ttl=self.revocation_ttl, at=self.clock()
+        )
+        self._audited(action)
         if created:
-            _log.info(
-                "revoked certificate %s; revocation list version %d", certificate_id, head.version
-            )
+            _log.info("revoked %s; revocation list version %d", what, head.version)
         await self._advance(head)
         return head
 
