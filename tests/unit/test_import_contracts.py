@@ -9,6 +9,7 @@ path, control importing the worker) fails here, not in a review.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -41,12 +42,15 @@ def test_every_import_contract_is_kept() -> None:
 def test_a_forbidden_import_breaks_a_contract(tmp_path: Path) -> None:
     """The contracts bite: a core module that imports the kit is reported.
 
-    ``rewardseal`` is a namespace package, so a directory earlier on the path can add a module to
-    it without touching the tree: ``rewardseal.canary`` imports the kit, as a careless core
-    change would.
+    A copy of the ``rewardseal`` package earlier on the path stands in for the tree (so the tree
+    is not touched): in it, ``rewardseal.canary`` imports the kit, as a careless core change would.
     """
+    shutil.copytree(
+        REPO / "clients/python/src/rewardseal",
+        tmp_path / "rewardseal",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     canary = tmp_path / "rewardseal" / "canary.py"
-    canary.parent.mkdir()
     canary.write_text("import rewardseal_kit.extradup\n")
     done = lint_imports(extra_path=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-import rewardseal
-from rewardseal.errors import ValidationError
-from rewardseal.json_schemas import ACTION_REPORT_SCHEMA, check, load_schema, schema_problems
+import rewardseal.core
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.json_schemas import ACTION_REPORT_SCHEMA, check, load_schema, schema_problems
 
 SECRET = "patient-secret-0001"
 
 
 def test_every_shipped_schema_is_a_valid_2020_12_schema() -> None:
-    shipped = Path(rewardseal.__path__[0]) / "schemas"
+    shipped = Path(rewardseal.core.__path__[0]) / "schemas"
     names = sorted(path.name for path in shipped.glob("*.schema.json"))
     assert ACTION_REPORT_SCHEMA in names
     for name in names:

@@ -25,8 +25,8 @@ from support.mockmed_episodes import CHECKPOINT, descriptor, write_triage
 from support.worker_store import count_receipts
 from worker.conftest import RunningStack
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, WorkerClient, make_descriptor
-from rewardseal.errors import (
+from rewardseal.core.errors import (
+    Code,
     DuplicateEpisode,
     InvalidEpisode,
     NotFound,
@@ -35,7 +35,13 @@ from rewardseal.errors import (
     Unavailable,
     Unscored,
 )
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.rpc.worker_client import (
+    AsyncWorkerClient,
+    VerifiedReceipt,
+    WorkerClient,
+    make_descriptor,
+)
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
@@ -403,7 +409,7 @@ async def test_unavailable_past_the_retry_budget_raises(
         await either.close()
     assert front.flaky.calls[SCORE] == 3
     assert front.flaky.reached[SCORE] == 0
-    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.code == Code.UNAVAILABLE
     # A bare transport status (no ErrorInfo) still surfaces as the class callers catch.
     assert isinstance(caught.value, Unavailable), type(caught.value).__name__
 
@@ -463,7 +469,7 @@ async def test_closed_port_is_unavailable_after_three_attempts(kind: str) -> Non
         await either.close()
     assert sum(counter.calls.values()) == 3
     assert counter.calls[SCORE] == 3
-    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.code == Code.UNAVAILABLE
     assert isinstance(caught.value, Unavailable), type(caught.value).__name__
 
 
@@ -499,7 +505,7 @@ async def test_other_codes_are_not_retried(
             await either.call("begin", "episode.noretry.0001", stack.digest, {"patient_id": "p-nr"})
     finally:
         await either.close()
-    assert caught.value.code == code
+    assert caught.value.code == Code(code.value[0])
     assert front.flaky.calls[BEGIN] == 1
 
 
@@ -543,7 +549,7 @@ async def test_deadline_is_passed_and_mapped(stack: RunningStack, front: Front, 
         elapsed = loop.time() - started
     finally:
         await either.close()
-    assert caught.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert caught.value.code == Code.DEADLINE_EXCEEDED
     assert not isinstance(caught.value, NotFound)
     assert elapsed < 1.2
     assert front.flaky.calls[GET_RECEIPT] == 1

@@ -18,9 +18,9 @@ from support.tls_certs import TlsWorld
 from worker.conftest import RunningStack
 from worker.test_client import KINDS, Either, play
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.tls import ClientTls
+from rewardseal.core.errors import Code, RewardSealError, ValidationError
+from rewardseal.rpc.tls import ClientTls
+from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
 from rewardseal.v1.enums_pb2 import RewardOutcome
 
 
@@ -70,7 +70,7 @@ async def test_mutual_tls_refuses_a_client_without_a_certificate(
             await either.call("health")
     finally:
         await either.close()
-    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.code == Code.UNAVAILABLE
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -83,7 +83,7 @@ async def test_a_plaintext_client_gets_nothing_from_a_tls_port(
             await either.call("health")
     finally:
         await either.close()
-    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.code == Code.UNAVAILABLE
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -100,7 +100,7 @@ async def test_a_server_from_another_ca_is_refused(
             await either.call("health")
     finally:
         await either.close()
-    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
+    assert caught.value.code == Code.UNAVAILABLE
 
 
 async def test_a_ready_channel_and_tls_settings_are_not_combined(

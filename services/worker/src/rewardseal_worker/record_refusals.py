@@ -47,9 +47,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-import grpc
-
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     CertificateUnknown,
     DuplicateEpisode,
     KeyNotAdmitted,
@@ -74,15 +72,9 @@ class Refusal(enum.Enum):
     """Keep it in the outbox and send it again later (backoff)."""
 
 
-def _code(status: grpc.StatusCode) -> int:
-    """The ``google.rpc.Code`` number of ``status`` (what ``EpisodeError.code`` carries)."""
-    number: int = status.value[0]
-    return number
-
-
 def _pair(error: type[RewardSealError]) -> tuple[int, str]:
     """The (``google.rpc.Code`` number, reason) an error class travels as."""
-    return _code(error.code), error.reason
+    return int(error.code), error.reason
 
 
 _KINDS: Final[dict[tuple[int, str], Refusal]] = {

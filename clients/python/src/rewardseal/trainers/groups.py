@@ -18,16 +18,15 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-import grpc
-
-from rewardseal.client import ReceiptOrError, VerifiedReceipt
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     CertificationRefused,
+    Code,
     ReceiptMismatch,
     RewardSealError,
     Unavailable,
     ValidationError,
 )
+from rewardseal.rpc.worker_client import ReceiptOrError, VerifiedReceipt
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome
 
 __all__ = [
@@ -63,14 +62,10 @@ METADATA_COLUMNS: Final = (
 """The per-sample metadata columns, in the order :func:`metadata_columns` returns them."""
 
 # A call failing with these codes is a passing outage: its samples are unscored, the run goes on.
-_TRANSIENT_CODES: Final = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
-)
+_TRANSIENT_CODES: Final = frozenset({Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED})
 # Refused for these, every sample would be refused alike: a setup bug, which must stop the run
 # rather than turn a whole batch into unscored samples.
-_SETUP_CODES: Final = frozenset(
-    {grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
-)
+_SETUP_CODES: Final = frozenset({Code.UNAUTHENTICATED, Code.PERMISSION_DENIED})
 _SETUP_REASONS: Final = frozenset({"contract_mismatch"})
 
 _OUTCOME_PREFIX = "REWARD_OUTCOME_"

@@ -1,7 +1,7 @@
 """Rewardseal errors as HTTP answers: one status per gRPC code, one JSON body (R-H-1).
 
 The body is ``{"error": reason, "detail": sentence}`` (the ``ErrorInfo.reason`` and message the
-gRPC face sends, cut the same way by :mod:`rewardseal.rpc_status`), plus the error's metadata
+gRPC face sends, cut the same way by :mod:`rewardseal.rpc.status`), plus the error's metadata
 as further fields: ``receipt_id`` on ``duplicate_episode``, so a client that lost an answer can
 ``GET /v1/rewards/{receipt_id}``. Every INVALID_ARGUMENT and FAILED_PRECONDITION reason of
 docs/spec.md §8 (``unscored`` for the grader among them) is 422.
@@ -13,22 +13,21 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import grpc
 from starlette.responses import Response
 
-from rewardseal.errors import RewardSealError
-from rewardseal.rpc_status import wire_message, wire_metadata
+from rewardseal.core.errors import Code, RewardSealError
+from rewardseal.rpc.status import wire_message, wire_metadata
 
-STATUS_BY_CODE: Mapping[grpc.StatusCode, int] = {
-    grpc.StatusCode.INVALID_ARGUMENT: 422,
-    grpc.StatusCode.FAILED_PRECONDITION: 422,
-    grpc.StatusCode.ALREADY_EXISTS: 409,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.UNAUTHENTICATED: 401,
-    grpc.StatusCode.PERMISSION_DENIED: 403,
-    grpc.StatusCode.UNAVAILABLE: 503,
+STATUS_BY_CODE: Mapping[Code, int] = {
+    Code.INVALID_ARGUMENT: 422,
+    Code.FAILED_PRECONDITION: 422,
+    Code.ALREADY_EXISTS: 409,
+    Code.NOT_FOUND: 404,
+    Code.UNAUTHENTICATED: 401,
+    Code.PERMISSION_DENIED: 403,
+    Code.UNAVAILABLE: 503,
 }
-"""The HTTP status of each gRPC code a worker error carries; any other code is 500."""
+"""The HTTP status of each status code a worker error carries; any other code is 500."""
 
 
 def json_response(
