@@ -40,7 +40,7 @@ from support.metrics_scrape import scrape, value
 from support.worker_stack import RunningStack, stop_stack
 from support.worker_store import outbox_size
 
-from rewardseal.core.errors import RewardSealError
+from rewardseal.core.errors import Code, RewardSealError
 from rewardseal.core.receipts import OpenedReceipt
 from rewardseal_control.app import ControlApp
 from rewardseal_control.store.receipts import RecordResult
@@ -53,7 +53,7 @@ W = "rewardseal_worker_"
 def refusal(reason: str, code: grpc.StatusCode, message: str) -> RewardSealError:
     """A per-item refusal as control would build it for ``reason`` under ``code``."""
     error = RewardSealError(message, reason=reason)
-    error.code = code
+    error.code = Code(code.value[0])
     return error
 
 
