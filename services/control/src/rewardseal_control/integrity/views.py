@@ -21,7 +21,7 @@ from rewardseal.integrity.profiles import METRIC_NAMES, IntegrityProfile
 from rewardseal.integrity.retention import RetainedRow
 from rewardseal.integrity_messages import enum_value, enum_word
 from rewardseal.v1 import integrity_pb2 as pb
-from rewardseal_control.integrity_convert import metric_results, sample_message
+from rewardseal_control.integrity.convert import metric_results, sample_message
 from rewardseal_control.store.pagination import fingerprint, offset_page
 
 __all__ = [
