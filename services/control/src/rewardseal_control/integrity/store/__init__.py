@@ -11,5 +11,5 @@ inputs, pagination and audit log) and are composed by its
 :class:`~rewardseal_control.store.ControlStore` (``store.integrity_revisions``,
 ``store.integrity_shards``, ``store.integrity_audits``, ``store.integrity_decisions``), which
 holds every other rule of the store (one method, one transaction; audit rows in the same
-transaction; only :mod:`rewardseal.errors` classes leave).
+transaction; only :mod:`rewardseal.core.errors` classes leave).
 """
