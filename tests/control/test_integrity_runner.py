@@ -26,7 +26,7 @@ from rewardseal.core.errors import Unavailable
 from rewardseal.core.integrity import AuditReport, audit_boundary
 from rewardseal.core.signing import SigningKey
 from rewardseal.v1 import integrity_pb2 as pb
-from rewardseal_control.integrity_runner import DEFAULT_LEASE, MAX_ATTEMPTS
+from rewardseal_control.integrity.runner import DEFAULT_LEASE, MAX_ATTEMPTS
 
 
 class Gate:

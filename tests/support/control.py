@@ -17,8 +17,8 @@ from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1 import integrity_pb2_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount
 from rewardseal_control.app import ensure_organization_key
-from rewardseal_control.integrity_runner import AuditFunction
-from rewardseal_control.integrity_service import RewardIntegrityServicer
+from rewardseal_control.integrity.runner import AuditFunction
+from rewardseal_control.integrity.service import RewardIntegrityServicer
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.store import ControlStore

@@ -19,7 +19,7 @@ from rewardseal.v1 import (
     integrity_pb2,
     integrity_pb2_grpc,
 )
-from rewardseal_control.integrity_service import RewardIntegrityServicer
+from rewardseal_control.integrity.service import RewardIntegrityServicer
 from rewardseal_control.service import (
     ADMIN_ROLE,
     TRAINER_ROLE,

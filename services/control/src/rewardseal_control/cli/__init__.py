@@ -39,7 +39,6 @@ from rewardseal_control.cli.common import (
     Refused,
     UsageError,
 )
-from rewardseal_control.cli.integrity import run_integrity
 from rewardseal_control.cli.parser import build_parser
 from rewardseal_control.cli.serve import migrate, serve
 from rewardseal_control.settings import ENV_PREFIX
@@ -85,6 +84,11 @@ def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if args.command == "migrate":
             return migrate(args, out)
         if args.command == "integrity":
+            # Imported here: the integrity commands (rewardseal_control.integrity.cli) build on
+            # this package's admin helpers, so importing them at the top would make loading them
+            # first load this package, which would need them before they exist.
+            from rewardseal_control.integrity.cli.commands import run_integrity
+
             return run_integrity(args, out)
         return run_admin(args, out)
     except Refused as refused:

@@ -13,7 +13,6 @@ from rewardseal_control.cli.common import (
     SCOPES,
     TARGET_ENV,
 )
-from rewardseal_control.cli.integrity_parser import add_integrity_commands
 from rewardseal_control.cli.views_parser import (
     OPTION_ENV,
     add_audit_command,
@@ -21,6 +20,7 @@ from rewardseal_control.cli.views_parser import (
     add_serve_observability,
     add_state_option,
 )
+from rewardseal_control.integrity.cli.parser import add_integrity_commands
 from rewardseal_control.settings import (
     CONSOLE_TRUSTED_PROXIES_ENV,
     CONSOLE_TRUSTED_PROXY_FLAG,

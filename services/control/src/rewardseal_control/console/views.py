@@ -30,6 +30,7 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
 )
 from rewardseal_control.console.chart import Chart, timeline_chart
+from rewardseal_control.integrity.store.audits import StoredAudit
 from rewardseal_control.store import (
     MAX_PAGE_SIZE,
     ControlStore,
@@ -38,7 +39,6 @@ from rewardseal_control.store import (
     StoredCertificate,
 )
 from rewardseal_control.store.audit_log import AuditEntry
-from rewardseal_control.store.integrity_audits import StoredAudit
 from rewardseal_control.store.receipts import ContractActivity
 
 __all__ = [

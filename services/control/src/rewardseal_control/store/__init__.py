@@ -7,8 +7,8 @@
 * :mod:`.certificates`: recorded certificates with their revocation (R-C-3);
 * :mod:`.revocations`: revocations and the signed revocation lists (R-C-4);
 * :mod:`.receipts`: the receipt index (R-C-5);
-* :mod:`.integrity_revisions`, :mod:`.integrity_shards`, :mod:`.integrity_audits`,
-  :mod:`.integrity_decisions`: reward integrity (§12): revisions, signal shards, audits (a state
+* :mod:`rewardseal_control.integrity.store` (``revisions``, ``shards``, ``audits``,
+  ``decisions``): reward integrity (§12): revisions, signal shards, audits (a state
   machine a runner claims), bundles and decision histories;
 * :mod:`.audit_log`: the append-only log every admin action writes in its transaction;
 * :mod:`.pagination`, :mod:`.inputs`, :mod:`.tables`: what the aggregates share;

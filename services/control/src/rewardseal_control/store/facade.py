@@ -5,7 +5,7 @@ and hands each aggregate the same engine: ``store.contracts``, ``store.keys``,
 ``store.certificates``, ``store.revocations``, ``store.receipts``, ``store.audit_log``, and for
 reward integrity
 ``store.integrity_revisions``, ``store.integrity_shards``, ``store.integrity_audits`` and
-``store.integrity_decisions``. The service, the app and
+``store.integrity_decisions`` (:mod:`rewardseal_control.integrity.store`). The service, the app and
 the tests hold one ControlStore and reach the aggregate they mean by name, so a call reads as
 what it touches (``store.revocations.revoke(...)``).
 """
@@ -21,10 +21,6 @@ from rewardseal_control import db
 from rewardseal_control.store.audit_log import AuditLogStore
 from rewardseal_control.store.certificates import CertificateStore
 from rewardseal_control.store.contracts import ContractStore
-from rewardseal_control.store.integrity_audits import IntegrityAuditStore
-from rewardseal_control.store.integrity_decisions import IntegrityDecisionStore
-from rewardseal_control.store.integrity_revisions import IntegrityRevisionStore
-from rewardseal_control.store.integrity_shards import SignalShardStore
 from rewardseal_control.store.key_bindings import KeyBindingStore
 from rewardseal_control.store.keys import IssuerKeyStore
 from rewardseal_control.store.receipts import ReceiptIndex
@@ -67,7 +63,15 @@ class ControlStore:
         self.revocations: Final = RevocationStore(self._db)
         self.receipts: Final = ReceiptIndex(self._db)
         self.audit_log: Final = AuditLogStore(self._db)
-        # Reward integrity (docs/spec.md §12).
+        # Reward integrity (docs/spec.md §12). Its aggregates (rewardseal_control.integrity.store)
+        # build on this package's tables and inputs, so they are imported here, when a store
+        # opens: importing them at the top would make loading one of them first load this
+        # package, which would need it before it exists.
+        from rewardseal_control.integrity.store.audits import IntegrityAuditStore
+        from rewardseal_control.integrity.store.decisions import IntegrityDecisionStore
+        from rewardseal_control.integrity.store.revisions import IntegrityRevisionStore
+        from rewardseal_control.integrity.store.shards import SignalShardStore
+
         self.integrity_revisions: Final = IntegrityRevisionStore(self._db)
         self.integrity_shards: Final = SignalShardStore(self._db, self.integrity_revisions)
         self.integrity_audits: Final = IntegrityAuditStore(self._db, self.integrity_revisions)

@@ -132,11 +132,12 @@ def sor_check(
 ) -> SorCheck:
     """Judge the spec's effect from snapshots of ``spec.collection`` taken before and after.
 
-    The core judge (:func:`rewardseal.core.judging.judge_snapshots`) judges :meth:`WriteSpec.effect`:
-    exactly ``spec_count`` new records must belong to the spec identity; each must carry every
-    spec field with its value and nothing outside ``allowed_fields``. The kit's store belongs to
-    one trial, so a new record under another identity (``wrong_subject``) and a pre-existing
-    record of the spec identity that changed or vanished (``altered_record``) are refused too.
+    The core judge (:func:`rewardseal.core.judging.judge_snapshots`) judges
+    :meth:`WriteSpec.effect`: exactly ``spec_count`` new records must belong to the spec identity;
+    each must carry every spec field with its value and nothing outside ``allowed_fields``. The
+    kit's store belongs to one trial, so a new record under another identity (``wrong_subject``) and
+    a pre-existing record of the spec identity that changed or vanished (``altered_record``) are
+    refused too.
     """
     judgement = judge_snapshots(spec.effect(), {}, before, after)
     new_count = len(judgement.new_record_ids)

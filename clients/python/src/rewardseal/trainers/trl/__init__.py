@@ -99,7 +99,7 @@ from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 __all__ = [
     "AsyncCertifiedRewardFunction",
     "CertifiedRewardFunction",
-    "IntegrityGate",  # noqa: F822 - a lazy module attribute (transformers on first access)
+    "IntegrityGate",
     "PAID_SHARE_METRIC",
     "UNSCORED_SHARE_METRIC",
 ]

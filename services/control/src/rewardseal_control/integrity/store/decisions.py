@@ -23,8 +23,8 @@ from rewardseal.core.errors import AuditStateConflict, NotFound, ValidationError
 from rewardseal.core.integrity import DecisionEntry, Review, current_entry, review_decision
 from rewardseal.core.strict_json import loads as strict_loads
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal_control.integrity.store.revisions import content_json
 from rewardseal_control.store import audit_log, inputs, tables
-from rewardseal_control.store.integrity_revisions import content_json
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import StoreEngine
 

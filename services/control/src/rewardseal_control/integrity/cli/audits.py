@@ -17,13 +17,6 @@ from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.cli.admin import connect
 from rewardseal_control.cli.common import UsageError, remote
-from rewardseal_control.cli.integrity_parser import (
-    AUDIT_STATES,
-    OUTCOME_FILTERS,
-    PAIRINGS,
-    POPULATIONS,
-    REVIEW_ACTIONS,
-)
 from rewardseal_control.cli.output import (
     enum_short,
     message_json,
@@ -31,6 +24,13 @@ from rewardseal_control.cli.output import (
     print_listing,
     print_table,
     time_text,
+)
+from rewardseal_control.integrity.cli.parser import (
+    AUDIT_STATES,
+    OUTCOME_FILTERS,
+    PAIRINGS,
+    POPULATIONS,
+    REVIEW_ACTIONS,
 )
 
 __all__ = ["AUDIT_COMMANDS"]

@@ -21,7 +21,7 @@ from rewardseal.core.integrity.metrics import sample_outcome
 from rewardseal.core.integrity.profiles import METRIC_NAMES, IntegrityProfile
 from rewardseal.core.integrity.retention import RetainedRow
 from rewardseal.v1 import integrity_pb2 as pb
-from rewardseal_control.integrity_convert import metric_results, sample_message
+from rewardseal_control.integrity.convert import metric_results, sample_message
 from rewardseal_control.store.pagination import fingerprint, offset_page
 
 __all__ = [

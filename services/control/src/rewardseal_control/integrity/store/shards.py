@@ -34,8 +34,8 @@ from rewardseal.core.integrity import (
 )
 from rewardseal.core.strict_json import loads as strict_loads
 from rewardseal.core.validation import validate_id
+from rewardseal_control.integrity.store.revisions import IntegrityRevisionStore, content_json
 from rewardseal_control.store import inputs, tables
-from rewardseal_control.store.integrity_revisions import IntegrityRevisionStore, content_json
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import StoreEngine

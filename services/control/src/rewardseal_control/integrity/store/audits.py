@@ -29,15 +29,15 @@ from rewardseal.core.errors import (
 )
 from rewardseal.core.integrity import AuditStanding, DecisionEntry
 from rewardseal.core.validation import validate_id
-from rewardseal_control.store import audit_log, inputs, tables
-from rewardseal_control.store.integrity_decisions import (
+from rewardseal_control.integrity.store.decisions import (
     NewBundle,
     current_in,
     insert_bundle,
     insert_entry,
 )
-from rewardseal_control.store.integrity_revisions import IntegrityRevisionStore
-from rewardseal_control.store.integrity_shards import get_shard_in
+from rewardseal_control.integrity.store.revisions import IntegrityRevisionStore
+from rewardseal_control.integrity.store.shards import get_shard_in
+from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import LostRace, StoreEngine

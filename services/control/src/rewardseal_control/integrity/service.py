@@ -3,7 +3,7 @@
 Served by the control plane next to ``ControlPlaneService``, over the same store and the same
 credentials (roles in ``server.py``). The rules are core's (:mod:`rewardseal.core.integrity`); the
 store keeps revisions, shards, audits, bundles and decisions; audits run in the
-:class:`~rewardseal_control.integrity_runner.AuditRunner`, never on an RPC: StartAudit and
+:class:`~rewardseal_control.integrity.runner.AuditRunner`, never on an RPC: StartAudit and
 RetryAudit answer with a queued audit at once, GetAudit and WatchAudit follow it. Errors are
 ``rewardseal.core.errors`` classes mapped in one place (``rewardseal.rpc.status``); a refused
 request stores nothing (every write is one transaction of the store).
@@ -41,7 +41,7 @@ from rewardseal.core.signing import SigningKey
 from rewardseal.rpc.status import abort, maps_errors
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal.v1 import integrity_pb2_grpc as pb_grpc
-from rewardseal_control.integrity_convert import (
+from rewardseal_control.integrity.convert import (
     audit_message,
     entry_message,
     profile_message,
@@ -49,17 +49,17 @@ from rewardseal_control.integrity_convert import (
     shard_message,
     system_message,
 )
-from rewardseal_control.integrity_runner import AuditFunction, AuditRunner, verified_report
-from rewardseal_control.integrity_views import (
+from rewardseal_control.integrity.runner import AuditFunction, AuditRunner, verified_report
+from rewardseal_control.integrity.store.audits import TERMINAL_STATES, StoredAudit
+from rewardseal_control.integrity.store.revisions import StoredRevision, SystemFilter
+from rewardseal_control.integrity.store.shards import MAX_APPEND_ROWS
+from rewardseal_control.integrity.views import (
     compare_audits,
     list_samples,
     metrics_response,
     samples_of,
 )
 from rewardseal_control.store import ControlStore
-from rewardseal_control.store.integrity_audits import TERMINAL_STATES, StoredAudit
-from rewardseal_control.store.integrity_revisions import StoredRevision, SystemFilter
-from rewardseal_control.store.integrity_shards import MAX_APPEND_ROWS
 
 __all__ = ["RewardIntegrityServicer"]
 

@@ -41,10 +41,10 @@ from rewardseal.core.integrity.audits import AuditReport
 from rewardseal.core.integrity.bootstrap import RESAMPLES
 from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal_control.integrity.store.audits import StoredAudit
+from rewardseal_control.integrity.store.decisions import NewBundle, StoredBundle
+from rewardseal_control.integrity.store.shards import LoadedShard
 from rewardseal_control.store import ControlStore
-from rewardseal_control.store.integrity_audits import StoredAudit
-from rewardseal_control.store.integrity_decisions import NewBundle, StoredBundle
-from rewardseal_control.store.integrity_shards import LoadedShard
 
 __all__ = [
     "DEFAULT_LEASE",

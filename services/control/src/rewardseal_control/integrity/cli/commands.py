@@ -1,5 +1,5 @@
 """``rewardseal-control integrity``: reward systems, protocols, profiles, bindings and shards
-(docs/integrity.md); the audit commands are in :mod:`.integrity_audits`.
+(docs/integrity.md); the audit commands are in :mod:`.audits`.
 
 Each handler asks ``RewardIntegrityService`` and prints a table, or one JSON document with
 ``--json``. A refusal by control is exit status 1; so is a spec with blockers and a binding that
@@ -28,7 +28,6 @@ from rewardseal.rpc.integrity_client import IntegrityClient, RewardSystemQuery
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_control.cli.admin import connect
 from rewardseal_control.cli.common import TARGET_ENV, Refused, UsageError, remote
-from rewardseal_control.cli.integrity_audits import AUDIT_COMMANDS
 from rewardseal_control.cli.output import (
     message_json,
     print_json,
@@ -36,6 +35,7 @@ from rewardseal_control.cli.output import (
     print_table,
     time_text,
 )
+from rewardseal_control.integrity.cli.audits import AUDIT_COMMANDS
 
 __all__ = ["INTEGRITY_COMMANDS", "read_spec", "run_integrity"]
 

@@ -18,10 +18,10 @@ from rewardseal.core.integrity.messages import enum_value, signal_row_message, s
 from rewardseal.core.integrity.profiles import METRIC_NAMES, IntegrityProfile
 from rewardseal.core.integrity.retention import RetainedRow
 from rewardseal.v1 import integrity_pb2 as pb
+from rewardseal_control.integrity.store.audits import StoredAudit
+from rewardseal_control.integrity.store.revisions import StoredRevision
+from rewardseal_control.integrity.store.shards import StoredShard
 from rewardseal_control.store.inputs import timestamp
-from rewardseal_control.store.integrity_audits import StoredAudit
-from rewardseal_control.store.integrity_revisions import StoredRevision
-from rewardseal_control.store.integrity_shards import StoredShard
 
 __all__ = [
     "audit_message",
