@@ -70,13 +70,12 @@ from rewardseal_control.store.audit_log import (
     ACTION_REVOKE_CHECKER,
     ACTION_REVOKE_CONTRACT,
 )
-from rewardseal_control.store.key_bindings import (
-    ACTION_APPROVE_KEY,
+from rewardseal_control.store.enrollments import (
     ACTION_CREATE_ENROLLMENT,
-    ACTION_UNBIND_KEY,
     DEFAULT_ENROLLMENT_TTL,
     MAX_ENROLLMENT_TTL,
 )
+from rewardseal_control.store.key_bindings import ACTION_APPROVE_KEY, ACTION_UNBIND_KEY
 
 __all__ = [
     "ADMIN_ROLE",

@@ -2,8 +2,10 @@
 
 * :mod:`.contracts`: registered reward contracts (R-C-1);
 * :mod:`.keys`: worker and organization issuer keys, their windows and retirement (R-C-2);
-* :mod:`.key_bindings`: worker keys admitted and bound to contracts, their bundle certificates,
-  one-time enrollment credentials (R-C-10, R-C-11);
+* :mod:`.key_bindings`: approving and unbinding worker keys, making enrollment credentials
+  (R-C-10, R-C-11), over :mod:`.key_admission` (a key's admission and bindings inside a
+  transaction), :mod:`.bundle_certificates` (the bundle certificates a key registers and their
+  acceptance) and :mod:`.enrollments` (one-time enrollment credentials and their use);
 * :mod:`.certificates`: recorded certificates with their revocation (R-C-3);
 * :mod:`.revocations`: revocations and the signed revocation lists (R-C-4);
 * :mod:`.receipts`: the receipt index (R-C-5);
@@ -14,7 +16,7 @@
 * :mod:`.pagination`, :mod:`.inputs`, :mod:`.tables`: what the aggregates share;
 * :mod:`.facade`: :class:`ControlStore`, which opens the database and composes the aggregates.
 
-Deviations from the team notes (``control_interfaces.md``, "Repository"), all additive:
+What the aggregates answer, where a plain value would not do:
 
 * ``revocations.revoke(certificate_id, reason, actor, *, sign, ttl, at)`` returns
   ``(RevocationHead, created)``, not a bare version: the new signed list must be made in the
@@ -24,10 +26,10 @@ Deviations from the team notes (``control_interfaces.md``, "Repository"), all ad
   new version (first list at start-up; periodic re-sign before expiry).
 * ``keys.register_issuer_key`` returns ``(IssuerKey, created)``; the certificate method is
   ``certificates.record_certificate(certificate, actor, reason) -> (StoredCertificate, created)``.
-* ``list_*`` return :class:`Page` (a NamedTuple ``(items, next_page_token)``: it unpacks as the
-  notes' ``(items, next_token)``).
-* ``receipts.contract_digest`` and ``receipts.issuer_key_id`` are foreign keys (the notes say
-  "indexed"): ``record_receipts`` refuses, per item, a receipt whose contract is not registered
+* ``list_*`` return :class:`Page` (a NamedTuple ``(items, next_page_token)``: it unpacks as
+  ``(items, next_token)``).
+* ``receipts.contract_digest`` and ``receipts.issuer_key_id`` are foreign keys:
+  ``record_receipts`` refuses, per item, a receipt whose contract is not registered
   (NotFound) or whose issuer key is not registered (SignatureError, ``signature_invalid``).
 
 Rules that hold for every method:

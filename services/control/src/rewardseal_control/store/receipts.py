@@ -35,8 +35,9 @@ from rewardseal.receipts import OpenedReceipt
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.validation import check_policy_update_field, validate_digest
-from rewardseal_control.store import inputs, key_bindings, tables
+from rewardseal_control.store import inputs, tables
 from rewardseal_control.store.contracts import require_contract
+from rewardseal_control.store.key_admission import KeyStanding, bindings_in
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import LostRace, StoreEngine, chunks
@@ -232,7 +233,7 @@ class ReceiptIndex:
                 for receipt_id, contract, episode_id, stored in found:
                     payload_by_id[receipt_id] = SignedEnvelope.FromString(bytes(stored)).payload
                     receipt_by_episode[(contract, episode_id)] = receipt_id
-            standing = key_bindings.bindings_in(conn, key_ids)
+            standing = bindings_in(conn, key_ids)
             issued: dict[tuple[str, str], str] = {}
             for chunk in chunks(certificate_ids):
                 for certificate_id, contract, digest in conn.execute(
@@ -412,7 +413,7 @@ class ReceiptIndex:
 def _refusal(
     receipt: RewardEvidenceReceipt,
     contracts: set[str],
-    standing: Mapping[str, key_bindings.KeyStanding],
+    standing: Mapping[str, KeyStanding],
     issued: Mapping[tuple[str, str], str],
 ) -> RewardSealError | None:
     """Why the receipt's key may not write it into the index (rules 3 to 7); None if it may."""
