@@ -1,7 +1,8 @@
 """The gRPC face of reward integrity: ``RewardIntegrityService`` (docs/spec.md §12, R-I-1..10).
 
 Served by the control plane next to ``ControlPlaneService``, over the same store and the same
-credentials (roles in ``server.py``). The rules are core's (:mod:`rewardseal.integrity`); the
+credentials (roles in :mod:`rewardseal_control.roles`; the audit log names the role the
+interceptor recorded for the call). The rules are core's (:mod:`rewardseal.integrity`); the
 store keeps revisions, shards, audits, bundles and decisions; audits run in the
 :class:`~rewardseal_control.integrity_runner.AuditRunner`, never on an RPC: StartAudit and
 RetryAudit answer with a queued audit at once, GetAudit and WatchAudit follow it. Errors are
@@ -51,6 +52,7 @@ from rewardseal_control.integrity_views import (
     metrics_response,
     samples_of,
 )
+from rewardseal_control.roles import caller_actor
 from rewardseal_control.store import ControlStore
 from rewardseal_control.store.integrity_audits import TERMINAL_STATES, StoredAudit
 from rewardseal_control.store.integrity_revisions import StoredRevision, SystemFilter
@@ -58,7 +60,6 @@ from rewardseal_control.store.integrity_shards import MAX_APPEND_ROWS
 
 __all__ = ["RewardIntegrityServicer"]
 
-UNKNOWN_ACTOR: Final = "unknown"
 WATCH_POLL_SECONDS: Final = 0.5
 """A watcher re-reads its audit at least this often (another replica may run it)."""
 _REPORT_CACHE: Final = 256
@@ -93,8 +94,6 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         self.key = key
         self.clock = clock
         self.resamples = resamples
-        self.role_for: Callable[[str], str | None] | None = None
-        """Set by ``start_control_server``: the auth interceptor's token -> role lookup."""
         extra: dict[str, Any] = {} if audit is None else {"audit": audit}
         self.runner = AuditRunner(
             store, key, clock=clock, on_change=self._notify, resamples=resamples, **extra
@@ -119,12 +118,6 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
-
-    def _actor(self, context: Context) -> str:
-        metadata = context.invocation_metadata() or ()
-        header = next((str(value) for key, value in metadata if key == "authorization"), "")
-        role = self.role_for(header) if self.role_for is not None else None
-        return role or UNKNOWN_ACTOR
 
     # ------------------------------------------------------------------ audits as messages
 
@@ -179,7 +172,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_system,
             struct_document(request.spec),
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         return pb.CreateRewardSystemResponse(
@@ -253,7 +246,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_protocol,
             struct_document(request.spec),
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         return pb.CreateRetentionProtocolResponse(
@@ -293,7 +286,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_profile,
             struct_document(request.spec),
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         return pb.CreateIntegrityProfileResponse(
@@ -521,7 +514,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
             self.store.integrity_audits.cancel,
             request.audit_id,
             request.reason,
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         await self._notify()
@@ -535,7 +528,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
             self.store.integrity_audits.retry,
             request.audit_id,
             request.reason,
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         self.runner.wake()
@@ -553,7 +546,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         if supersedes is None:
             history = await asyncio.to_thread(decisions.history, request.audit_id)
             supersedes = history[-1].sequence if history else 0
-        actor = self._actor(context)
+        actor = caller_actor()
         review = Review(
             action=enum_word(pb.ReviewAction, request.action, "REVIEW_ACTION_") or "",
             reason=request.reason,

@@ -88,7 +88,8 @@ class KeyBindingStore:
         """Admit a WORKER key and bind it to ``contract_digests`` (admin; audited as
         ``issuer_key.approve``); ``(admission, acceptance)``. Approving again adds bindings;
         none is removed. ``accept_bundle_certificate``: also accept the bundle certificates the
-        key registered for those contracts (:func:`~.bundle_certificates.accept_certificates_in`; all or nothing).
+        key registered for those contracts (all or nothing,
+        :func:`~.bundle_certificates.accept_certificates_in`).
 
         Raises:
             ValidationError: malformed input, no contract, a key that is not WORKER or retired;
@@ -198,7 +199,8 @@ class KeyBindingStore:
         registered yet: the worker registers its contract before it enrolls its key.
         ``any_contract`` (no digests then): the key is bound to the contracts it names when
         it registers. ``accept_bundle_certificate``: the bundle certificate the key registers
-        with is accepted (listed among control's certificates, :func:`~.bundle_certificates.accept_certificates_in`).
+        with is accepted (listed among control's certificates,
+        :func:`~.bundle_certificates.accept_certificates_in`).
 
         Raises:
             ValidationError: malformed input, no contract (or contracts with
