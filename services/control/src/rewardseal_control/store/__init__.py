@@ -20,8 +20,9 @@ What the aggregates answer, where a plain value would not do:
 
 * ``revocations.revoke(certificate_id, reason, actor, *, sign, ttl, at)`` returns
   ``(RevocationHead, created)``, not a bare version: the new signed list must be made in the
-  same transaction as the revocation, so the service passes ``sign`` (its organization key, as
-  a :data:`RevocationSigner`) and gets the stored head back (``head.version`` is the version).
+  same transaction as the revocation, so the revocation publisher
+  (:mod:`rewardseal_control.domain.revocation`) passes ``sign`` (its organization key, as a
+  :data:`RevocationSigner`) and gets the stored head back (``head.version`` is the version).
   ``publish_revocation_list(sign=..., ttl=..., at=...)`` re-signs the current entries under a
   new version (first list at start-up; periodic re-sign before expiry).
 * ``keys.register_issuer_key`` returns ``(IssuerKey, created)``; the certificate method is
@@ -41,9 +42,9 @@ Rules that hold for every method:
 * inputs are validated here too (ids, digests, key ids, ranges, text without NUL), by core's
   rules where core has them, so nothing malformed reaches the database; only
   :mod:`rewardseal.errors` classes leave this package;
-* signature verification and certificate/list signing are the service's job: the store keeps
-  what it is given and hands the service what it needs (``keys.active_key``,
-  ``keys.worker_trust``, ``keys.trust_set``);
+* signature verification and certificate/list signing are the domain layer's job
+  (:mod:`rewardseal_control.domain`): the store keeps what it is given and hands the domain
+  layer what it needs (``keys.active_key``, ``keys.worker_trust``, ``keys.trust_set``);
 * page tokens are opaque and bound to their listing and filters (:mod:`.pagination`).
 """
 

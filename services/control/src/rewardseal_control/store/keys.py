@@ -4,7 +4,7 @@ A key is registered once with one role and one validity window (``not_before`` i
 ``not_after`` exclusive) and may be retired; a retired key is never active, nor registered
 again. What is active at a moment is what receipts and certificates are verified against
 (:meth:`IssuerKeyStore.active_key`, :meth:`IssuerKeyStore.trust_set`); the verifying itself
-is the service's job. Registering and retiring are admin actions, audited in their
+is the domain layer's job. Registering and retiring are admin actions, audited in their
 transaction.
 """
 

@@ -1,12 +1,13 @@
 """The receipt index (R-C-5): forwarded receipt envelopes and their privacy-safe columns.
 
-The service opens each envelope (:func:`~rewardseal.receipts.open_receipt`: the signature over
-the exact bytes against the active worker keys, then the strict parse, core's rules and the
-envelope flags) and hands :meth:`ReceiptIndex.record_receipts` the
-:class:`~rewardseal.receipts.OpenedReceipt`: the index takes a receipt only in that form, so it
-never parses or validates one again. A receipt is stored once per receipt id and once per
-episode; the contract and issuer key it names must be registered. Only columns that identify and
-score a receipt are kept beside the signed envelope: never record contents.
+The domain layer (:mod:`rewardseal_control.domain.receipts`) opens each envelope
+(:func:`~rewardseal.receipts.open_receipt`: the signature over the exact bytes against the
+active worker keys, then the strict parse, core's rules and the envelope flags) and hands
+:meth:`ReceiptIndex.record_receipts` the :class:`~rewardseal.receipts.OpenedReceipt`: the
+index takes a receipt only in that form, so it never parses or validates one again. A receipt
+is stored once per receipt id and once per episode; the contract and issuer key it names must be
+registered. Only columns that identify and score a receipt are kept beside the signed envelope:
+never record contents.
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ class ReceiptIndex:
     ) -> list[RecordResult]:
         """Store forwarded receipts in ONE transaction; one result per item, in order.
 
-        The caller (the service) opened each envelope against :meth:`worker_trust` with
+        The caller (the domain layer) opened each envelope against :meth:`worker_trust` with
         :func:`~rewardseal.receipts.open_receipt`: signature, strict parse, every rule and the
         envelope flags are checked there, once. Here each receipt's privacy-safe columns are
         stored with its envelope. Per item, the first rule that fires wins:
