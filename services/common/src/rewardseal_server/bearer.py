@@ -51,8 +51,8 @@ class BearerTokens:
 
 def serve_as(role: str | None) -> None:
     """Record ``role`` as the caller's role for the rest of the call being served (the
-    interceptor's one decision). Each gRPC call runs in its own task, so this never leaks from
-    one call into another."""
+    interceptor's one decision). A ``grpc.aio`` server runs each call's interceptors and handler
+    in one task of its own, so the handler sees it and no other call does."""
     _CALLER_ROLE.set(role)
 
 

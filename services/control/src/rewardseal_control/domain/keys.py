@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from rewardseal.errors import PermissionDenied, ValidationError
 from rewardseal.key_possession import verify_registration
@@ -41,10 +42,10 @@ __all__ = ["KeyAdmissions", "enum_name"]
 _log = logging.getLogger("rewardseal_control.domain")
 
 
-def enum_name(enum: object, value: int) -> str:
+def enum_name(enum: Any, value: int) -> str:
     """``value``'s name in the protobuf ``enum`` (the number when it has none)."""
     try:
-        return str(enum.Name(value))  # type: ignore[attr-defined]
+        return str(enum.Name(value))
     except ValueError:
         return str(value)
 
