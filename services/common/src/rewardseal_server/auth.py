@@ -14,8 +14,8 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from rewardseal.errors import PermissionDenied, RewardSealError, Unauthenticated
-from rewardseal.rpc_status import TooDeep, guard_decoding, to_status
+from rewardseal.core.errors import PermissionDenied, RewardSealError, Unauthenticated
+from rewardseal.rpc.status import TooDeep, guard_decoding, to_status
 from rewardseal_server.bearer import BearerTokens, serve_as
 
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
@@ -39,7 +39,7 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
     ) -> None:
         """``tokens`` maps each accepted token to its role name (or is that map, checked);
         ``too_deep`` makes the error for a request nested past protobuf's parse limit (see
-        :func:`rewardseal.rpc_status.guard_decoding`).
+        :func:`rewardseal.rpc.status.guard_decoding`).
 
         Raises:
             ValueError: no token, or one shorter than 16 characters.

@@ -4,7 +4,7 @@ docs/spec.md §9 (R-C-1..5), R-MSG-5, R-CAL-4; errors per section 8. Handlers on
 a request in, a call of the domain layer (:mod:`rewardseal_control.domain`: the issuing, key,
 revocation and receipt rules) or a plain read of the store (in a worker thread: the store is
 synchronous and must not stall the event loop), an answer out. Every domain error reaches the
-wire through ``rewardseal.rpc_status`` (one mapping). Roles are enforced by the auth
+wire through ``rewardseal.rpc.status`` (one mapping). Roles are enforced by the auth
 interceptor (``server.py``, the table in :mod:`rewardseal_control.roles`), which records the
 caller's role once per call; the servicer names that role in the audit log.
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 import grpc
 
-from rewardseal.clock import utc_now
-from rewardseal.rpc_status import maps_errors, to_episode_error
-from rewardseal.signing import SigningKey
+from rewardseal.core.clock import utc_now
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.status import maps_errors, to_episode_error
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal_control.domain import ControlPlane

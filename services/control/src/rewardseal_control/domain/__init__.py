@@ -4,7 +4,7 @@ The gRPC servicers (``rewardseal_control.service``), the operator console
 (``rewardseal_control.console``) and the command line call these; none of them imports grpc.
 Each class applies its rules, runs the synchronous store in a worker thread (the store must not
 stall the event loop), logs one line per event (the ``rewardseal_control.domain`` logger), and
-returns store or core types; errors are :mod:`rewardseal.errors` classes.
+returns store or core types; errors are :mod:`rewardseal.core.errors` classes.
 
 * :mod:`.contracts`: registering a contract under the digest the caller states (R-C-1);
 * :mod:`.keys`: issuer keys: registration with proof of possession, admission and bindings,

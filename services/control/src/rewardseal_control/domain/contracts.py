@@ -6,10 +6,10 @@ import asyncio
 from collections.abc import Callable
 from datetime import datetime
 
-from rewardseal.contract import contract_digest
-from rewardseal.errors import ContractMismatch, ValidationError
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import ContractMismatch, ValidationError
+from rewardseal.core.validation import validate_contract, validate_digest
 from rewardseal.v1.contract_pb2 import RewardContract
-from rewardseal.validation import validate_contract, validate_digest
 from rewardseal_control.store import ControlStore
 
 __all__ = ["ContractRegistry"]

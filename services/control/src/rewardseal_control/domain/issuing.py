@@ -11,19 +11,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from rewardseal.calibration import delta_from_summary
-from rewardseal.errors import CertificationRefused, NotFound, ValidationError
-from rewardseal.issuing import check_summary_for, issue_certificate
-from rewardseal.signing import SigningKey
-from rewardseal.v1.certificate_pb2 import CalibrationSummary, IssuerKey, RewardCertificate
-from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, IssuerKeyRole
-from rewardseal.validation import (
+from rewardseal.core.calibration import delta_from_summary
+from rewardseal.core.errors import CertificationRefused, NotFound, ValidationError
+from rewardseal.core.issuing import check_summary_for, issue_certificate
+from rewardseal.core.signing import SigningKey
+from rewardseal.core.validation import (
     check_policy_update_field,
     validate_calibration_summary,
     validate_digest,
     validate_id,
     validate_key_id,
 )
+from rewardseal.v1.certificate_pb2 import CalibrationSummary, IssuerKey, RewardCertificate
+from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, IssuerKeyRole
 from rewardseal_control.domain.keys import enum_name
 from rewardseal_control.store import ControlStore, StoredCertificate
 from rewardseal_control.store.audit_log import ACTION_ISSUE_CERTIFICATE

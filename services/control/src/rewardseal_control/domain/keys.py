@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from rewardseal.errors import PermissionDenied, ValidationError
-from rewardseal.key_possession import verify_registration
-from rewardseal.signing import SigningKey
+from rewardseal.core.errors import PermissionDenied, ValidationError
+from rewardseal.core.key_possession import verify_registration
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.control_service_pb2 import RegisterIssuerKeyRequest
 from rewardseal.v1.enums_pb2 import IssuerKeyRole

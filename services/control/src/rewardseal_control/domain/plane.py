@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
-from rewardseal.clock import utc_now
-from rewardseal.receipts import OpenedReceipt
-from rewardseal.signing import SigningKey
+from rewardseal.core.clock import utc_now
+from rewardseal.core.receipts import OpenedReceipt
+from rewardseal.core.signing import SigningKey
 from rewardseal_control.domain.contracts import ContractRegistry
 from rewardseal_control.domain.issuing import CertificateIssuing
 from rewardseal_control.domain.keys import KeyAdmissions

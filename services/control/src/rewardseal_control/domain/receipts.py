@@ -4,9 +4,10 @@ Per receipt, the first check that fails decides its refusal; one bad receipt nev
 batch:
 
 1. the signature over the exact bytes against the registered, active worker keys, then the
-   strict parse, core's rules and the envelope flags (:func:`~rewardseal.receipts.open_receipt`:
-   ``signature_invalid`` and the receipt's own errors), here, before anything is parsed or
-   stored; an unverified payload is never parsed, not even for its receipt id;
+   strict parse, core's rules and the envelope flags
+   (:func:`~rewardseal.core.receipts.open_receipt`: ``signature_invalid`` and the receipt's own
+   errors), here, before anything is parsed or stored; an unverified payload is never parsed, not
+   even for its receipt id;
 2. in the index's one transaction (a consistent state of what exists,
    :meth:`~rewardseal_control.store.receipts.ReceiptIndex.record_receipts` lists every rule):
    the same receipt stored already (``duplicate``), an unregistered contract (``not_found``),
@@ -21,9 +22,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Final
 
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.receipts import OpenedReceipt, open_receipt
-from rewardseal.signing import TrustSet
+from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.core.receipts import OpenedReceipt, open_receipt
+from rewardseal.core.signing import TrustSet
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.store import ControlStore, RecordResult
 

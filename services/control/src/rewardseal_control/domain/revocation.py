@@ -16,9 +16,9 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta
 
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.revocation import CHECKER, CONTRACT, sign_revocation_list
-from rewardseal.signing import SigningKey
+from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.core.revocation import CHECKER, CONTRACT, sign_revocation_list
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import RevocationList
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.store import ControlStore, RevocationHead

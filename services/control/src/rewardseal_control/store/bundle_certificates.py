@@ -19,10 +19,10 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from rewardseal.contract import certificate_digest
-from rewardseal.errors import CertificationRefused, ValidationError
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.errors import CertificationRefused, ValidationError
+from rewardseal.core.validation import validate_certificate
 from rewardseal.v1.certificate_pb2 import RewardCertificate
-from rewardseal.validation import validate_certificate
 from rewardseal_control.store import audit_log, tables
 from rewardseal_control.store.certificates import record_in
 from rewardseal_control.store.key_admission import admission_in

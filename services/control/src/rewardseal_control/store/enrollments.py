@@ -18,8 +18,8 @@ from typing import Final
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from rewardseal.digest import digest_bytes
-from rewardseal.errors import PermissionDenied, ValidationError
+from rewardseal.core.digest import digest_bytes
+from rewardseal.core.errors import PermissionDenied, ValidationError
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.key_admission import bind_in, checked_contract_digests
 from rewardseal_server.sqlstore import StoreEngine

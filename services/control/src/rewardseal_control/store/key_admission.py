@@ -18,8 +18,8 @@ from typing import Final
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import NotFound, ValidationError
-from rewardseal.validation import validate_digest
+from rewardseal.core.errors import NotFound, ValidationError
+from rewardseal.core.validation import validate_digest
 from rewardseal_control.store import tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_server.sqlstore import chunks, insert_ignore

@@ -18,8 +18,8 @@ from typing import Final
 from sqlalchemy import delete
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import ValidationError
-from rewardseal.validation import validate_key_id
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.validation import validate_key_id
 from rewardseal_control.models import ROLE_WORKER
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.bundle_certificates import (
