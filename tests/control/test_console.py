@@ -73,7 +73,9 @@ class Seeded:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Seeded]:
     stack = await start_control(sqlite_url(tmp_path_factory.mktemp("console") / "control.sqlite"))
-    server: RunningHttpServer = await start_console(stack.servicer, host="127.0.0.1", port=0)
+    server: RunningHttpServer = await start_console(
+        stack.plane, tokens=stack.tokens, host="127.0.0.1", port=0
+    )
     store = stack.store
     digest = seeded(store)
     html_contract = contract_version(7)
@@ -107,7 +109,7 @@ async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[See
         sealed("episode.c005", policy_update=130),
     ]
     assert all(r.recorded for r in store.receipts.record_receipts(opened(*receipts)))
-    await stack.servicer.revoke("cert.console.html", HTML_REASON, "admin")
+    await stack.plane.revocations.revoke("cert.console.html", HTML_REASON, "admin")
     # Reward integrity: one boundary captured, sealed and audited, then a reviewed decision.
     system_id = await create_system(stack)
     shard = await capture(stack, agreeing_rows(20), system_id=system_id)
@@ -461,7 +463,7 @@ async def test_a_contract_revocation_shows_as_one_entry_and_revokes_its_certific
         "admin",
         "seed",
     )
-    await console.app.servicer.revoke_scope(
+    await console.app.plane.revocations.revoke_scope(
         "contract", console.html_digest, "checker broken", "admin"
     )
     trainer = await signed_in(console, CLIENT_TOKEN)
@@ -512,7 +514,9 @@ async def test_with_controls_tls_the_console_serves_https(
     tls = ServerTls.from_files(
         world.server.cert, world.server.key, world.ca.cert if mutual else None
     )
-    server = await start_console(console.app.servicer, host="127.0.0.1", port=0, tls=tls)
+    server = await start_console(
+        console.app.plane, tokens=console.app.tokens, host="127.0.0.1", port=0, tls=tls
+    )
     try:
         assert server.url.startswith("https://")
         trusted = ssl.create_default_context(cafile=str(world.ca.cert))
@@ -531,7 +535,7 @@ async def test_with_controls_tls_the_console_serves_https(
 
 async def test_plain_http_is_refused_off_loopback(console: Seeded) -> None:
     with pytest.raises(ValidationError, match="loopback addresses only"):
-        await start_console(console.app.servicer, host="0.0.0.0", port=0)
+        await start_console(console.app.plane, tokens=console.app.tokens, host="0.0.0.0", port=0)
 
 
 async def test_the_console_port_comes_from_the_flag_or_the_environment(tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ async def test_trainer_sign_ins_never_evict_an_admin_session(
     1,030 times (past the old table-wide limit of 1,024); the admin's session still works and
     may still open an admin-only page, and the trainer's earliest sessions are the ones ended."""
     stack = await start_control(sqlite_url(tmp_path_factory.mktemp("caps") / "control.sqlite"))
-    server = await start_console(stack.servicer, host="127.0.0.1", port=0)
+    server = await start_console(stack.plane, tokens=stack.tokens, host="127.0.0.1", port=0)
     admin = ConsoleBrowser(server.url)
     try:
         assert (await admin.sign_in(ADMIN_TOKEN)).status_code == 303

@@ -144,7 +144,7 @@ async def console(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Con
         sqlite_url(tmp_path_factory.mktemp("throttle") / "control.sqlite")
     )
     clock = Ticks()
-    app = create_console_app(stack.servicer, throttle=SignInThrottle(clock=clock))
+    app = create_console_app(stack.plane, tokens=stack.tokens, throttle=SignInThrottle(clock=clock))
     server = await start_http_server(app, host="127.0.0.1", port=0, name="console")
     try:
         yield Console(server.url, clock)
@@ -229,7 +229,9 @@ async def test_a_trusted_proxy_names_the_client_and_nobody_else_does(
     another one behind the same proxy still signs in, and the log names both hops."""
     stack = await start_control(sqlite_url(tmp_path_factory.mktemp("proxy") / "control.sqlite"))
     proxies = parse_trusted_proxies(["127.0.0.1", "10.0.0.0/8"], source="test")
-    server = await start_console(stack.servicer, host="127.0.0.1", port=0, trusted_proxies=proxies)
+    server = await start_console(
+        stack.plane, tokens=stack.tokens, host="127.0.0.1", port=0, trusted_proxies=proxies
+    )
     browser = ConsoleBrowser(server.url)
 
     async def sign_in(token: str, forwarded_for: str) -> int:

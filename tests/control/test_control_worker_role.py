@@ -32,8 +32,7 @@ from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import integrity_pb2
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
-from rewardseal_control.server import ADMIN_METHODS, ROLES_BY_METHOD, roles_by_method
-from rewardseal_control.service import WORKER_ROLE
+from rewardseal_control.roles import ADMIN_METHODS, ROLES_BY_METHOD, WORKER_ROLE, roles_by_method
 from rewardseal_control.settings import (
     ADMIN_TOKEN_ENV,
     TOKEN_ENV,

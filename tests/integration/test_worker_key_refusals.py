@@ -130,12 +130,10 @@ async def test_a_worker_key_control_forgot_is_registered_again(
 async def test_control_logs_key_registrations_and_certificate_issues(
     tmp_path: Path, data_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="rewardseal_control.service")
+    caplog.set_level(logging.INFO, logger="rewardseal_control.domain")
     control, stack = await linked(tmp_path, data_dir)
     try:
-        messages = [
-            r.getMessage() for r in caplog.records if r.name == "rewardseal_control.service"
-        ]
+        messages = [r.getMessage() for r in caplog.records if r.name == "rewardseal_control.domain"]
         registered = [m for m in messages if m.startswith("registered WORKER key")]
         assert registered == [
             f"registered WORKER key {stack.app.key.key_id} (by the worker credential)"

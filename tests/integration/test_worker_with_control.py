@@ -110,9 +110,10 @@ async def test_rolled_back_revocation_list_makes_certification_unknown(
         old = control.store.revocations.revocation_head()
         assert old is not None
         head = await asyncio.to_thread(
-            control.store.revocations.publish_revocation_list, sign=control.servicer._sign_list
+            control.store.revocations.publish_revocation_list,
+            sign=control.plane.revocations._sign_list,
         )
-        await control.servicer._advance(head)
+        await control.plane.revocations._advance(head)
 
         async def newer() -> bool:
             follower = link._follower

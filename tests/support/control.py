@@ -17,12 +17,15 @@ from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1 import integrity_pb2_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount
 from rewardseal_control.app import ensure_organization_key
+from rewardseal_control.domain import ControlPlane
 from rewardseal_control.integrity.runner import AuditFunction
 from rewardseal_control.integrity.service import RewardIntegrityServicer
+from rewardseal_control.roles import control_tokens
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.store import ControlStore
 from rewardseal_kit.mockmed import CALIBRATION_CORPUS, CORPUS_DIGEST, THRESHOLD
+from rewardseal_server.bearer import BearerTokens
 from rewardseal_server.serving import RunningServer
 
 ADMIN_TOKEN = "admin-token-" + "a" * 24
@@ -58,6 +61,18 @@ class ControlStack:
     ttl: timedelta
     integrity: RewardIntegrityServicer
     channels: list[grpc.aio.Channel] = field(default_factory=list)
+
+    @property
+    def plane(self) -> ControlPlane:
+        """The domain layer the servicer (and a console) calls."""
+        return self.servicer.plane
+
+    @property
+    def tokens(self) -> BearerTokens:
+        """The credentials this control plane accepts (what a console signs in with)."""
+        return control_tokens(
+            admin_token=ADMIN_TOKEN, token=CLIENT_TOKEN, worker_token=WORKER_TOKEN
+        )
 
     @property
     def target(self) -> str:

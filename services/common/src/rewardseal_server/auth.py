@@ -1,13 +1,14 @@
 """Bearer-token authentication for the rewardseal gRPC servers (R-W-10, R-C roles).
 
-One interceptor serves both services: each token maps to a role, some methods are open
-(health), some need particular roles (control's admin RPCs; the worker role's narrow set).
-Tokens are compared in constant time and never logged.
+One interceptor serves both services: each token maps to a role (:class:`BearerTokens`), some
+methods are open (health), some need particular roles (control's admin RPCs; the worker role's
+narrow set). The role is found once per call and recorded for the handler
+(:func:`~rewardseal_server.bearer.caller_role`). Tokens are compared in constant time and never
+logged.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeAlias
 
@@ -15,6 +16,7 @@ import grpc
 
 from rewardseal.core.errors import PermissionDenied, RewardSealError, Unauthenticated
 from rewardseal.rpc.status import TooDeep, guard_decoding, to_status
+from rewardseal_server.bearer import BearerTokens, serve_as
 
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_METHOD_PREFIX = "/grpc.reflection."
@@ -29,18 +31,20 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
 
     def __init__(
         self,
-        tokens: Mapping[str, str],
+        tokens: Mapping[str, str] | BearerTokens,
         *,
         open_methods: Collection[str] = (),
         roles_by_method: Mapping[str, Collection[str]] | None = None,
         too_deep: TooDeep | None = None,
     ) -> None:
-        """``tokens`` maps each accepted token to its role name; ``too_deep`` makes the error
-        for a request nested past protobuf's parse limit (see
-        :func:`rewardseal.rpc.status.guard_decoding`)."""
-        if not tokens or any(len(token) < 16 for token in tokens):
-            raise ValueError("every bearer token must have at least 16 characters")
-        self._tokens = [(token.encode(), role) for token, role in tokens.items()]
+        """``tokens`` maps each accepted token to its role name (or is that map, checked);
+        ``too_deep`` makes the error for a request nested past protobuf's parse limit (see
+        :func:`rewardseal.rpc.status.guard_decoding`).
+
+        Raises:
+            ValueError: no token, or one shorter than 16 characters.
+        """
+        self.tokens = tokens if isinstance(tokens, BearerTokens) else BearerTokens(tokens)
         self._open = frozenset(open_methods)
         self._roles_by_method = {m: frozenset(r) for m, r in (roles_by_method or {}).items()}
         self._too_deep = too_deep
@@ -50,17 +54,8 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         self._guarded: dict[str, tuple[_AnyHandler, _AnyHandler | None]] = {}
 
     def role_for(self, authorization: str) -> str | None:
-        """The role of the presented header value, or None; every token is compared."""
-        scheme, _, presented = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not presented:
-            return None
-        given = presented.strip().encode()
-        role = None
-        # Compare against every token (no early exit) so timing says nothing about which matched.
-        for token, token_role in self._tokens:
-            if hmac.compare_digest(given, token):
-                role = token_role
-        return role
+        """The role of the presented header value, or None (:meth:`BearerTokens.role_for`)."""
+        return self.tokens.role_for(authorization)
 
     async def intercept_service(
         self,
@@ -68,6 +63,9 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> _AnyHandler | None:
         method: str = handler_call_details.method
+        # Set for every call, open or refused too: the handler reads the role the one decision
+        # here made, never the header again (each call runs in its own task and context).
+        serve_as(None)
         if (
             method in self._open
             or method.startswith(HEALTH_METHOD_PREFIX)
@@ -87,6 +85,7 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
             return _refusing(
                 handler, PermissionDenied(f"{method} needs {needs}, not the {role} credential")
             )
+        serve_as(role)
         return self._guard(method, handler)
 
     def _guard(self, method: str, handler: _AnyHandler | None) -> _AnyHandler | None:

@@ -15,7 +15,9 @@ from rewardseal.core.errors import NotFound
 from rewardseal.core.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal_control.domain import ControlPlane
 from rewardseal_control.metrics import ControlMetrics
+from rewardseal_control.roles import control_tokens
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.settings import (
@@ -103,6 +105,11 @@ class ControlApp:
     metrics: MetricsEndpoint | None = None
 
     @property
+    def plane(self) -> ControlPlane:
+        """The domain layer the servicer and the console call."""
+        return self.servicer.plane
+
+    @property
     def port(self) -> int:
         """The port the server listens on."""
         return self.running.port
@@ -177,7 +184,7 @@ async def start_control(settings: ControlSettings) -> ControlApp:
         servicer = ControlPlaneServicer(store, key, revocation_ttl=settings.revocation_ttl)
         metrics = ControlMetrics() if settings.metrics_port is not None else None
         if metrics is not None:
-            metrics.watch(servicer)
+            metrics.watch(servicer.plane)
         running = await start_control_server(
             servicer,
             admin_token=settings.admin_token,
@@ -207,7 +214,12 @@ async def start_control(settings: ControlSettings) -> ControlApp:
 
         try:
             app.console = await start_console(
-                servicer,
+                servicer.plane,
+                tokens=control_tokens(
+                    admin_token=settings.admin_token,
+                    token=settings.token,
+                    worker_token=settings.worker_token,
+                ),
                 host=settings.host,
                 port=settings.http_port,
                 tls=settings.tls,

@@ -20,7 +20,7 @@ from prometheus_client import Counter
 
 from rewardseal.core.clock import utc_now
 from rewardseal.core.receipts import OpenedReceipt
-from rewardseal_control.service import ControlPlaneServicer
+from rewardseal_control.domain import ControlPlane
 from rewardseal_server.metrics import Sample, ScrapeGauges, ServiceMetrics, receipt_labels
 
 NAMESPACE = "rewardseal_control"
@@ -47,32 +47,30 @@ class ControlMetrics(ServiceMetrics):
         )
 
     def count_recorded(self, receipts: Sequence[OpenedReceipt]) -> None:
-        """Count receipts the index stored now (the servicer's ``on_recorded``)."""
+        """Count receipts the index stored now (the control plane's ``on_recorded``)."""
         for opened in receipts:
             receipt = opened.receipt
             self.receipts.labels(*receipt_labels(receipt.reward_outcome, receipt.certified)).inc()
 
     def count_action(self, action: str) -> None:
-        """Count one audited admin action (the servicer's ``on_admin_action``)."""
+        """Count one audited admin action (the control plane's ``on_admin_action``)."""
         self.admin_actions.labels(action).inc()
 
-    def watch(
-        self, servicer: ControlPlaneServicer, *, clock: Callable[[], datetime] = utc_now
-    ) -> None:
-        """Feed the counters from ``servicer`` and register the revocation-list gauges."""
-        servicer.on_recorded = self.count_recorded
-        servicer.on_admin_action = self.count_action
+    def watch(self, plane: ControlPlane, *, clock: Callable[[], datetime] = utc_now) -> None:
+        """Feed the counters from ``plane`` and register the revocation-list gauges."""
+        plane.on_recorded = self.count_recorded
+        plane.on_admin_action = self.count_action
 
         def version() -> Iterable[Sample]:
-            head = servicer.revocation_head
+            head = plane.revocations.head
             return [((), float(head.version))] if head is not None else []
 
         def age() -> Iterable[Sample]:
-            head = servicer.revocation_head
+            head = plane.revocations.head
             return [((), (clock() - head.issued_at).total_seconds())] if head is not None else []
 
         def expires_in() -> Iterable[Sample]:
-            head = servicer.revocation_head
+            head = plane.revocations.head
             return [((), (head.expires_at - clock()).total_seconds())] if head is not None else []
 
         for name, documentation, read in (

@@ -3,5 +3,5 @@ control process itself (``rewardseal-control serve --http-port P``), docs/consol
 
 :func:`~rewardseal_control.console.server.start_console` serves
 :func:`~rewardseal_control.console.app.create_console_app` beside the gRPC server, in its event
-loop, over its store and servicer.
+loop, over the control plane's domain layer (:class:`~rewardseal_control.domain.ControlPlane`).
 """

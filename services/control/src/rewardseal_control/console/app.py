@@ -2,8 +2,9 @@
 
 Read-only for every signed-in operator (the admin or the client credential); revoking a
 certificate needs the admin credential, a confirmation (typing the certificate id again and a
-reason) and the session's CSRF token, and goes through the servicer's one revocation path (the
-signed list is published and pushed to watching workers exactly as for the RPC). Every page is
+reason) and the session's CSRF token, and goes through the domain layer's one revocation path
+(:class:`~rewardseal_control.domain.revocation.RevocationPublisher`: the signed list is
+published and pushed to watching workers exactly as for the RPC). Every page is
 rendered by Jinja2 with autoescaping on; no page carries a script, and the security headers
 (:data:`SECURITY_HEADERS`) forbid one, forbid framing and forbid caching.
 """
@@ -38,7 +39,9 @@ from rewardseal_control.console.sessions import (
     SessionStore,
 )
 from rewardseal_control.console.throttle import SignInThrottle
-from rewardseal_control.service import ADMIN_ROLE, TRAINER_ROLE, ControlPlaneServicer
+from rewardseal_control.domain import ControlPlane
+from rewardseal_control.roles import ADMIN_ROLE, TRAINER_ROLE
+from rewardseal_server.bearer import BearerTokens
 
 __all__ = ["CONSOLE_ACTOR", "SECURITY_HEADERS", "create_console_app"]
 
@@ -103,14 +106,16 @@ def _when(value: datetime | None) -> str:
 
 
 def create_console_app(
-    servicer: ControlPlaneServicer,
+    plane: ControlPlane,
     *,
+    tokens: BearerTokens,
     secure_cookies: bool = True,
     sessions: SessionStore | None = None,
     throttle: SignInThrottle | None = None,
     trusted_proxies: TrustedProxies | None = None,
 ) -> FastAPI:
-    """The console over ``servicer``'s store, credentials (its ``role_for``) and revocation.
+    """The console over ``plane``'s store and revocation; ``tokens`` (the control plane's
+    credentials) say which role a typed token signs in as.
 
     ``secure_cookies``: mark cookies Secure (keep True; browsers accept Secure cookies from
     ``http://localhost`` and ``http://127.0.0.1``, and over anything else the console serves
@@ -118,7 +123,7 @@ def create_console_app(
     (default: :class:`SignInThrottle`'s). ``trusted_proxies``: the proxies whose
     ``X-Forwarded-For`` names the client (default none: the socket peer is the client).
     """
-    store = servicer.store
+    store = plane.store
     sessions = sessions or SessionStore()
     throttle = throttle or SignInThrottle()
     proxies = trusted_proxies or TrustedProxies()
@@ -264,8 +269,7 @@ def create_console_app(
         ):
             return login_page(403, "the sign-in form expired or did not come from this console")
         token = form.get("token", "").strip()
-        role_for = servicer.role_for
-        role = role_for(f"Bearer {token}") if role_for is not None and token else None
+        role = tokens.role_for(f"Bearer {token}") if token else None
         # The limit and the session keep only a keyed digest of what was typed.
         credential = sessions.credential_digest(token)
         if role not in CONSOLE_ROLES:
@@ -329,7 +333,7 @@ def create_console_app(
             rows=rows,
             next_token=next_token,
             asked_update=asked,
-            revocation=views.revocation_status(head, servicer.clock()),
+            revocation=views.revocation_status(head, plane.clock()),
         )
 
     @app.get("/certificates/{certificate_id}")
@@ -360,7 +364,7 @@ def create_console_app(
             error = "a reason is required: it is published in the signed revocation list"
         if not error:
             try:
-                await servicer.revoke(certificate_id, reason.strip(), CONSOLE_ACTOR)
+                await plane.revocations.revoke(certificate_id, reason.strip(), CONSOLE_ACTOR)
             except ValidationError as exc:
                 error = exc.message
         if error:
@@ -371,7 +375,7 @@ def create_console_app(
     async def keys(request: Request) -> Response:
         session = signed_in(request)
         rows, next_token = await read(
-            views.keys, servicer.clock(), page_token=request.query_params.get("page", "")
+            views.keys, plane.clock(), page_token=request.query_params.get("page", "")
         )
         return render("keys.html", session, rows=rows, next_token=next_token)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from rewardseal.core.errors import ValidationError
 from rewardseal_control.console.app import create_console_app
 from rewardseal_control.console.peers import Network, TrustedProxies
-from rewardseal_control.service import ControlPlaneServicer
+from rewardseal_control.domain import ControlPlane
+from rewardseal_server.bearer import BearerTokens
 from rewardseal_server.embedded_http import RunningHttpServer, start_http_server
 from rewardseal_server.serving import is_loopback
 from rewardseal_server.tls import ServerTls
@@ -14,14 +15,16 @@ __all__ = ["start_console"]
 
 
 async def start_console(
-    servicer: ControlPlaneServicer,
+    plane: ControlPlane,
     *,
+    tokens: BearerTokens,
     host: str,
     port: int,
     tls: ServerTls | None = None,
     trusted_proxies: tuple[Network, ...] = (),
 ) -> RunningHttpServer:
-    """Serve the console for ``servicer`` on ``host:port`` (0: a free port).
+    """Serve the console for ``plane`` on ``host:port`` (0: a free port); ``tokens`` are the
+    control plane's credentials (:func:`~rewardseal_control.roles.control_tokens`).
 
     With ``tls`` (control's own certificate) it serves HTTPS, and asks browsers for a client
     certificate when control requires one. Without TLS it serves loopback addresses only: a
@@ -38,5 +41,5 @@ async def start_console(
             f"the console serves plain HTTP on loopback addresses only, not {host}: "
             "configure control's TLS certificate and key (--tls-cert, --tls-key)"
         )
-    app = create_console_app(servicer, trusted_proxies=TrustedProxies(trusted_proxies))
+    app = create_console_app(plane, tokens=tokens, trusted_proxies=TrustedProxies(trusted_proxies))
     return await start_http_server(app, host=host, port=port, tls=tls, name="console")

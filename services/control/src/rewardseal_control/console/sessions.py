@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from rewardseal_control.service import ADMIN_ROLE
+from rewardseal_control.roles import ADMIN_ROLE
 
 __all__ = [
     "LOGIN_COOKIE",

@@ -1,7 +1,8 @@
 """The gRPC face of reward integrity: ``RewardIntegrityService`` (docs/spec.md §12, R-I-1..10).
 
 Served by the control plane next to ``ControlPlaneService``, over the same store and the same
-credentials (roles in ``server.py``). The rules are core's (:mod:`rewardseal.core.integrity`); the
+credentials (roles in :mod:`rewardseal_control.roles`; the audit log names the role the
+interceptor recorded for the call). The rules are core's (:mod:`rewardseal.core.integrity`); the
 store keeps revisions, shards, audits, bundles and decisions; audits run in the
 :class:`~rewardseal_control.integrity.runner.AuditRunner`, never on an RPC: StartAudit and
 RetryAudit answer with a queued audit at once, GetAudit and WatchAudit follow it. Errors are
@@ -59,11 +60,11 @@ from rewardseal_control.integrity.views import (
     metrics_response,
     samples_of,
 )
+from rewardseal_control.roles import caller_actor
 from rewardseal_control.store import ControlStore
 
 __all__ = ["RewardIntegrityServicer"]
 
-UNKNOWN_ACTOR: Final = "unknown"
 WATCH_POLL_SECONDS: Final = 0.5
 """A watcher re-reads its audit at least this often (another replica may run it)."""
 _REPORT_CACHE: Final = 256
@@ -98,8 +99,6 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         self.key = key
         self.clock = clock
         self.resamples = resamples
-        self.role_for: Callable[[str], str | None] | None = None
-        """Set by ``start_control_server``: the auth interceptor's token -> role lookup."""
         extra: dict[str, Any] = {} if audit is None else {"audit": audit}
         self.runner = AuditRunner(
             store, key, clock=clock, on_change=self._notify, resamples=resamples, **extra
@@ -124,12 +123,6 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
     async def _notify(self) -> None:
         async with self._changed:
             self._changed.notify_all()
-
-    def _actor(self, context: Context) -> str:
-        metadata = context.invocation_metadata() or ()
-        header = next((str(value) for key, value in metadata if key == "authorization"), "")
-        role = self.role_for(header) if self.role_for is not None else None
-        return role or UNKNOWN_ACTOR
 
     # ------------------------------------------------------------------ audits as messages
 
@@ -184,7 +177,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_system,
             struct_document(request.spec),
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         return pb.CreateRewardSystemResponse(
@@ -258,7 +251,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_protocol,
             struct_document(request.spec),
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         return pb.CreateRetentionProtocolResponse(
@@ -298,7 +291,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         stored, created = await asyncio.to_thread(
             self.store.integrity_revisions.create_profile,
             struct_document(request.spec),
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         return pb.CreateIntegrityProfileResponse(
@@ -526,7 +519,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
             self.store.integrity_audits.cancel,
             request.audit_id,
             request.reason,
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         await self._notify()
@@ -540,7 +533,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
             self.store.integrity_audits.retry,
             request.audit_id,
             request.reason,
-            self._actor(context),
+            caller_actor(),
             at=self.clock(),
         )
         self.runner.wake()
@@ -558,7 +551,7 @@ class RewardIntegrityServicer(pb_grpc.RewardIntegrityServiceServicer):
         if supersedes is None:
             history = await asyncio.to_thread(decisions.history, request.audit_id)
             supersedes = history[-1].sequence if history else 0
-        actor = self._actor(context)
+        actor = caller_actor()
         review = Review(
             action=enum_word(pb.ReviewAction, request.action, "REVIEW_ACTION_") or "",
             reason=request.reason,

@@ -2,8 +2,10 @@
 
 * :mod:`.contracts`: registered reward contracts (R-C-1);
 * :mod:`.keys`: worker and organization issuer keys, their windows and retirement (R-C-2);
-* :mod:`.key_bindings`: worker keys admitted and bound to contracts, their bundle certificates,
-  one-time enrollment credentials (R-C-10, R-C-11);
+* :mod:`.key_bindings`: approving and unbinding worker keys, making enrollment credentials
+  (R-C-10, R-C-11), over :mod:`.key_admission` (a key's admission and bindings inside a
+  transaction), :mod:`.bundle_certificates` (the bundle certificates a key registers and their
+  acceptance) and :mod:`.enrollments` (one-time enrollment credentials and their use);
 * :mod:`.certificates`: recorded certificates with their revocation (R-C-3);
 * :mod:`.revocations`: revocations and the signed revocation lists (R-C-4);
 * :mod:`.receipts`: the receipt index (R-C-5);
@@ -14,20 +16,21 @@
 * :mod:`.pagination`, :mod:`.inputs`, :mod:`.tables`: what the aggregates share;
 * :mod:`.facade`: :class:`ControlStore`, which opens the database and composes the aggregates.
 
-Deviations from the team notes (``control_interfaces.md``, "Repository"), all additive:
+What the aggregates answer, where a plain value would not do:
 
 * ``revocations.revoke(certificate_id, reason, actor, *, sign, ttl, at)`` returns
   ``(RevocationHead, created)``, not a bare version: the new signed list must be made in the
-  same transaction as the revocation, so the service passes ``sign`` (its organization key, as
-  a :data:`RevocationSigner`) and gets the stored head back (``head.version`` is the version).
+  same transaction as the revocation, so the revocation publisher
+  (:mod:`rewardseal_control.domain.revocation`) passes ``sign`` (its organization key, as a
+  :data:`RevocationSigner`) and gets the stored head back (``head.version`` is the version).
   ``publish_revocation_list(sign=..., ttl=..., at=...)`` re-signs the current entries under a
   new version (first list at start-up; periodic re-sign before expiry).
 * ``keys.register_issuer_key`` returns ``(IssuerKey, created)``; the certificate method is
   ``certificates.record_certificate(certificate, actor, reason) -> (StoredCertificate, created)``.
-* ``list_*`` return :class:`Page` (a NamedTuple ``(items, next_page_token)``: it unpacks as the
-  notes' ``(items, next_token)``).
-* ``receipts.contract_digest`` and ``receipts.issuer_key_id`` are foreign keys (the notes say
-  "indexed"): ``record_receipts`` refuses, per item, a receipt whose contract is not registered
+* ``list_*`` return :class:`Page` (a NamedTuple ``(items, next_page_token)``: it unpacks as
+  ``(items, next_token)``).
+* ``receipts.contract_digest`` and ``receipts.issuer_key_id`` are foreign keys:
+  ``record_receipts`` refuses, per item, a receipt whose contract is not registered
   (NotFound) or whose issuer key is not registered (SignatureError, ``signature_invalid``).
 
 Rules that hold for every method:
@@ -39,9 +42,9 @@ Rules that hold for every method:
 * inputs are validated here too (ids, digests, key ids, ranges, text without NUL), by core's
   rules where core has them, so nothing malformed reaches the database; only
   :mod:`rewardseal.core.errors` classes leave this package;
-* signature verification and certificate/list signing are the service's job: the store keeps
-  what it is given and hands the service what it needs (``keys.active_key``,
-  ``keys.worker_trust``, ``keys.trust_set``);
+* signature verification and certificate/list signing are the domain layer's job
+  (:mod:`rewardseal_control.domain`): the store keeps what it is given and hands the domain
+  layer what it needs (``keys.active_key``, ``keys.worker_trust``, ``keys.trust_set``);
 * page tokens are opaque and bound to their listing and filters (:mod:`.pagination`).
 """
 

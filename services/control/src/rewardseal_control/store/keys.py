@@ -4,7 +4,7 @@ A key is registered once with one role and one validity window (``not_before`` i
 ``not_after`` exclusive) and may be retired; a retired key is never active, nor registered
 again. What is active at a moment is what receipts and certificates are verified against
 (:meth:`IssuerKeyStore.active_key`, :meth:`IssuerKeyStore.trust_set`); the verifying itself
-is the service's job. Registering and retiring are admin actions, audited in their
+is the domain layer's job. Registering and retiring are admin actions, audited in their
 transaction.
 """
 
@@ -25,7 +25,9 @@ from rewardseal.core.validation import validate_digest, validate_key_id
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.models import ROLE_ORGANIZATION, ROLE_WORKER
-from rewardseal_control.store import audit_log, inputs, key_bindings, tables
+from rewardseal_control.store import audit_log, bundle_certificates, inputs, tables
+from rewardseal_control.store.enrollments import enroll_in
+from rewardseal_control.store.key_admission import admission_in, bind_in
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import LostRace, StoreEngine
@@ -177,19 +179,19 @@ class IssuerKeyStore:
             details: dict[str, object] = {"role": role, "created": created}
             accepts = False
             if enrollment_credential and not _holds(conn, key_id, asked):
-                used = key_bindings.enroll_in(conn, enrollment_credential, key_id, asked, now)
+                used = enroll_in(conn, enrollment_credential, key_id, asked, now)
                 accepts = used.accepts_bundle_certificate
                 details.update(enrollment=used.enrollment_id, bound=used.bound)
             elif asked:
-                key_bindings.bind_in(conn, key_id, asked, now)
+                bind_in(conn, key_id, asked, now)
                 details.update(bound=asked)
             if bundle_certificate is not None:
-                key_bindings.register_certificate_in(conn, key_id, bundle_certificate, now)
+                bundle_certificates.register_certificate_in(conn, key_id, bundle_certificate, now)
                 details.update(bundle_certificate=bundle_certificate.certificate_id)
                 if accepts:
                     # The admin's enrollment accepted it: listed from now on (R-C-11). The key
                     # is admitted whatever becomes of its certificate.
-                    acceptance = key_bindings.accept_certificates_in(
+                    acceptance = bundle_certificates.accept_certificates_in(
                         conn,
                         key_id,
                         [bundle_certificate],
@@ -331,7 +333,7 @@ def _holds(conn: Connection, key_id: str, asked: Sequence[str]) -> bool:
     """Whether ``key_id`` is admitted and bound to every contract in ``asked`` already: then
     the enrollment credential it presents is not needed, and not looked at (a worker restarted
     with a credential that has expired since an admin approved its key still registers)."""
-    admission = key_bindings.admission_in(conn, key_id)
+    admission = admission_in(conn, key_id)
     return admission.admitted and set(asked) <= set(admission.contract_digests)
 
 

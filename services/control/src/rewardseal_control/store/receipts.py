@@ -1,12 +1,13 @@
 """The receipt index (R-C-5): forwarded receipt envelopes and their privacy-safe columns.
 
-The service opens each envelope (:func:`~rewardseal.core.receipts.open_receipt`: the signature over
-the exact bytes against the active worker keys, then the strict parse, core's rules and the
-envelope flags) and hands :meth:`ReceiptIndex.record_receipts` the
-:class:`~rewardseal.core.receipts.OpenedReceipt`: the index takes a receipt only in that form, so it
-never parses or validates one again. A receipt is stored once per receipt id and once per
-episode; the contract and issuer key it names must be registered. Only columns that identify and
-score a receipt are kept beside the signed envelope: never record contents.
+The domain layer (:mod:`rewardseal_control.domain.receipts`) opens each envelope
+(:func:`~rewardseal.core.receipts.open_receipt`: the signature over the exact bytes against the
+active worker keys, then the strict parse, core's rules and the envelope flags) and hands
+:meth:`ReceiptIndex.record_receipts` the :class:`~rewardseal.core.receipts.OpenedReceipt`: the
+index takes a receipt only in that form, so it never parses or validates one again. A receipt
+is stored once per receipt id and once per episode; the contract and issuer key it names must be
+registered. Only columns that identify and score a receipt are kept beside the signed envelope:
+never record contents.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from rewardseal.core.receipts import OpenedReceipt
 from rewardseal.core.validation import check_policy_update_field, validate_digest
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal_control.store import inputs, key_bindings, tables
+from rewardseal_control.store import inputs, tables
 from rewardseal_control.store.contracts import require_contract
+from rewardseal_control.store.key_admission import KeyStanding, bindings_in
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import LostRace, StoreEngine, chunks
@@ -167,7 +169,7 @@ class ReceiptIndex:
     ) -> list[RecordResult]:
         """Store forwarded receipts in ONE transaction; one result per item, in order.
 
-        The caller (the service) opened each envelope against :meth:`worker_trust` with
+        The caller (the domain layer) opened each envelope against :meth:`worker_trust` with
         :func:`~rewardseal.core.receipts.open_receipt`: signature, strict parse, every rule and the
         envelope flags are checked there, once. Here each receipt's privacy-safe columns are
         stored with its envelope. Per item, the first rule that fires wins:
@@ -232,7 +234,7 @@ class ReceiptIndex:
                 for receipt_id, contract, episode_id, stored in found:
                     payload_by_id[receipt_id] = SignedEnvelope.FromString(bytes(stored)).payload
                     receipt_by_episode[(contract, episode_id)] = receipt_id
-            standing = key_bindings.bindings_in(conn, key_ids)
+            standing = bindings_in(conn, key_ids)
             issued: dict[tuple[str, str], str] = {}
             for chunk in chunks(certificate_ids):
                 for certificate_id, contract, digest in conn.execute(
@@ -412,7 +414,7 @@ class ReceiptIndex:
 def _refusal(
     receipt: RewardEvidenceReceipt,
     contracts: set[str],
-    standing: Mapping[str, key_bindings.KeyStanding],
+    standing: Mapping[str, KeyStanding],
     issued: Mapping[tuple[str, str], str],
 ) -> RewardSealError | None:
     """Why the receipt's key may not write it into the index (rules 3 to 7); None if it may."""
