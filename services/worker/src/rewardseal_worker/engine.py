@@ -27,14 +27,11 @@ from rewardseal.clock import utc_now
 from rewardseal.digest import digest_bytes
 from rewardseal.errors import (
     ContractMismatch,
-    DuplicateEpisode,
     IdentityConflict,
     IdentityMismatch,
     IdentityMissing,
     InvalidEpisode,
     NotFound,
-    PolicyUpdateJump,
-    PolicyUpdateRegressed,
     RewardSealError,
     Unavailable,
     ValidationError,
@@ -62,9 +59,20 @@ from rewardseal_worker.batching import CallCount, MicroBatcher, run_placed
 from rewardseal_worker.begins import BeginJob, BeginOutcome, begin_batch, repeat_of_earlier
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.identity import Identity
+from rewardseal_worker.ledger_refusals import (
+    duplicate_episode,
+    policy_update_jumped,
+    policy_update_regressed,
+)
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
 from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP
-from rewardseal_worker.store import BatchLookup, ReceiptToCommit, WorkerStore
+from rewardseal_worker.store import (
+    BatchLookup,
+    Committed,
+    CreditsTaken,
+    ReceiptToCommit,
+    WorkerStore,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -328,7 +336,7 @@ class Scorer:
             episode_id = jobs[index].descriptor.episode_id
             outcome = outcomes[first]
             if first in committed_ids:
-                outcomes[index] = _duplicate(episode_id, committed_ids[first])
+                outcomes[index] = duplicate_episode(episode_id, committed_ids[first])
             elif isinstance(outcome, RewardSealError):
                 outcomes[index] = outcome
             else:
@@ -371,19 +379,14 @@ class Scorer:
         retry: list[int] = []
         answered: list[RewardEvidenceReceipt] = []
         for item, result in zip(to_commit, results, strict=True):
-            descriptor = jobs[item.index].descriptor
-            if result.duplicate_of is not None:
-                outcomes[item.index] = _duplicate(descriptor.episode_id, result.duplicate_of)
-            elif result.regressed:
-                outcomes[item.index] = _regressed(descriptor.policy_update, None)
-            elif result.jumped:
-                outcomes[item.index] = self._jumped(descriptor.policy_update, None)
-            elif result.credit_conflicts:
-                retry.append(item.index)
-            else:
+            if isinstance(result, Committed):
                 outcomes[item.index] = item.envelope
                 committed_ids[item.index] = result.receipt_id
                 answered.append(item.receipt)
+            elif isinstance(result, CreditsTaken):
+                retry.append(item.index)
+            else:
+                outcomes[item.index] = result.error()
         if committed_ids and self.on_commit is not None:
             self.on_commit()
         for item in prepared:
@@ -419,16 +422,20 @@ class Scorer:
             descriptor = jobs[index].descriptor
             try:
                 if descriptor.episode_id in known.receipts:
-                    raise _duplicate(descriptor.episode_id, known.receipts[descriptor.episode_id])
+                    raise duplicate_episode(
+                        descriptor.episode_id, known.receipts[descriptor.episode_id]
+                    )
                 if known.highest is not None and descriptor.policy_update < known.highest:
-                    raise _regressed(descriptor.policy_update, known.highest)
+                    raise policy_update_regressed(descriptor.policy_update, known.highest)
                 if (
                     known.highest is not None
                     and descriptor.policy_update > known.highest + self.max_policy_update_jump
                 ):
                     # Refused before the read and the judge; the commit checks again under the
                     # ledger lock (and bounds a first batch on an empty ledger, see the store).
-                    raise self._jumped(descriptor.policy_update, known.highest)
+                    raise policy_update_jumped(
+                        descriptor.policy_update, known.highest, self.max_policy_update_jump
+                    )
                 registration = known.open.get(descriptor.episode_id)
                 identity = self._resolve_identity(
                     descriptor, registration.identity if registration else None
@@ -546,19 +553,6 @@ class Scorer:
 
     # --- Checks (R-W-2, docs/spec.md §8) ---
 
-    def _jumped(self, policy_update: int, highest: int | None) -> PolicyUpdateJump:
-        """The error for a descriptor further above the ledger than one call may move it."""
-        above = (
-            f"{highest}, the highest scored for this contract"
-            if highest is not None
-            else "the highest scored for this contract when the call began"
-        )
-        return PolicyUpdateJump(
-            f"policy update {policy_update} is more than {self.max_policy_update_jump} above "
-            f"{above} (REWARDSEAL_WORKER_MAX_POLICY_UPDATE_JUMP)",
-            metadata={"max_jump": str(self.max_policy_update_jump)},
-        )
-
     def _check_contract_digest(self, digest: str) -> None:
         validate_digest(digest, "reward_contract_digest", error=InvalidEpisode)
         if digest != self.bundle.contract_digest:
@@ -675,17 +669,3 @@ def new_receipt_id(random: bytes | None = None, issued_at: datetime | None = Non
     # 12 hex digits hold every datetime (year 9999 < 10889); a clock before 1970 counts as 0.
     millis = max(since // _MILLISECOND, 0)
     return f"rcpt.{millis:012x}{(os.urandom(16) if random is None else random[:16]).hex()}"
-
-
-def _duplicate(episode_id: str, receipt_id: str) -> DuplicateEpisode:
-    return DuplicateEpisode(
-        f"episode {episode_id} already has a receipt", metadata={"receipt_id": receipt_id}
-    )
-
-
-def _regressed(policy_update: int, highest: int | None) -> PolicyUpdateRegressed:
-    below = f"below {highest}, " if highest is not None else "below "
-    return PolicyUpdateRegressed(
-        f"policy update {policy_update} is {below}the highest already scored for this "
-        "contract (R-W-7)"
-    )
