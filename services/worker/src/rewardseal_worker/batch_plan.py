@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from rewardseal.errors import RewardSealError, ValidationError
+from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal_worker.batching import CallCount, MicroBatcher, run_placed
 
 __all__ = [

@@ -15,10 +15,10 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from rewardseal.control_client import AsyncControlClient
-from rewardseal.errors import RewardSealError
-from rewardseal.key_possession import sign_registration
-from rewardseal.signing import SigningKey, TrustSet, key_id_for
+from rewardseal.core.errors import RewardSealError
+from rewardseal.core.key_possession import sign_registration
+from rewardseal.core.signing import SigningKey, TrustSet, key_id_for
+from rewardseal.rpc.control_client import AsyncControlClient
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole

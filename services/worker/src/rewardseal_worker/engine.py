@@ -17,20 +17,25 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from rewardseal.accepting import CertificateInUse
-from rewardseal.certificates import certificate_state
-from rewardseal.clock import utc_now
-from rewardseal.digest import digest_bytes
-from rewardseal.errors import (
+from rewardseal.core.accepting import CertificateInUse
+from rewardseal.core.certificates import certificate_state
+from rewardseal.core.clock import utc_now
+from rewardseal.core.digest import digest_bytes
+from rewardseal.core.errors import (
     InvalidEpisode,
     NotFound,
     RewardSealError,
     Unavailable,
     ValidationError,
 )
-from rewardseal.judging import judge_episode
-from rewardseal.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
-from rewardseal.signing import SigningKey
+from rewardseal.core.judging import judge_episode
+from rewardseal.core.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
+from rewardseal.core.signing import SigningKey
+from rewardseal.core.validation import (
+    runtime_signal_of,
+    validate_descriptor,
+    validate_id,
+)
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
@@ -38,11 +43,6 @@ from rewardseal.v1.worker_service_pb2 import (
     BeginEpisodeRequest,
     BeginEpisodeResponse,
     HealthResponse,
-)
-from rewardseal.validation import (
-    runtime_signal_of,
-    validate_descriptor,
-    validate_id,
 )
 from rewardseal_worker.batch_plan import BatchPlan, BatchRunner
 from rewardseal_worker.batching import MicroBatcher

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from google.protobuf import json_format
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     ContractMismatch,
     IdentityConflict,
     IdentityMismatch,
@@ -20,9 +20,9 @@ from rewardseal.errors import (
     InvalidEpisode,
     preview,
 )
+from rewardseal.core.validation import check_identity_values, validate_digest
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.validation import check_identity_values, validate_digest
 from rewardseal_worker.identity import Identity
 
 __all__ = ["EpisodeChecks"]

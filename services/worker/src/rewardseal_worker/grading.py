@@ -14,12 +14,12 @@ from typing import Any
 
 from google.protobuf import json_format
 
-from rewardseal.errors import InvalidEpisode, Unscored, preview
-from rewardseal.receipts import grader_score, is_unscored
+from rewardseal.core.errors import InvalidEpisode, Unscored, preview
+from rewardseal.core.receipts import grader_score, is_unscored
+from rewardseal.core.validation import parse_strict
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import parse_strict
 from rewardseal_worker.engine import ScoreJob, Scorer
 
 __all__ = ["Graded", "descriptor_from_item", "grade_item"]

@@ -4,12 +4,12 @@ A score is refused for these either before it is judged (the scorer's checks aga
 store's read, which knows the contract's highest update) or by the commit that would have
 stored it (:mod:`rewardseal_worker.store.receipts`' outcomes, decided under the ledger lock,
 which name no highest update: it moved while the batch was judged). Both build the error here,
-so the two paths cannot word it apart. The classes are :mod:`rewardseal.errors`'.
+so the two paths cannot word it apart. The classes are :mod:`rewardseal.core.errors`'.
 """
 
 from __future__ import annotations
 
-from rewardseal.errors import DuplicateEpisode, PolicyUpdateJump, PolicyUpdateRegressed
+from rewardseal.core.errors import DuplicateEpisode, PolicyUpdateJump, PolicyUpdateRegressed
 
 __all__ = ["duplicate_episode", "policy_update_jumped", "policy_update_regressed"]
 

@@ -17,8 +17,8 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from rewardseal.control_client import AsyncControlClient
-from rewardseal.errors import KeyNotAdmitted, RewardSealError
+from rewardseal.core.errors import KeyNotAdmitted, RewardSealError
+from rewardseal.rpc.control_client import AsyncControlClient
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_worker.control_calls import LINK_LOGGER, backoff
 from rewardseal_worker.key_refusals import SIGNATURE_INVALID, KeyRefusals

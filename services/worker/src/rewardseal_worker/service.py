@@ -1,7 +1,7 @@
 """The gRPC face of the worker: ``RewardWorkerService`` over one ``Scorer`` (docs/spec.md §7-8).
 
 Handlers only translate: requests in, ``Scorer`` calls, responses or mapped errors out. Every
-domain error reaches the wire through ``rewardseal.rpc_status`` (one mapping).
+domain error reaches the wire through ``rewardseal.rpc.status`` (one mapping).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
-from rewardseal.errors import InvalidEpisode, RewardSealError, ValidationError
-from rewardseal.rpc_status import maps_errors, to_episode_error
+from rewardseal.core.errors import InvalidEpisode, RewardSealError, ValidationError
+from rewardseal.rpc.status import maps_errors, to_episode_error
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal_worker import __version__

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, TypeAlias
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Row
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     DuplicateEpisode,
     PolicyUpdateJump,
     PolicyUpdateRegressed,
