@@ -19,8 +19,9 @@ from rewardseal.core.errors import ValidationError
 from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.rpc.worker_client import make_begin, make_descriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+from rewardseal_worker.batch_plan import INLINE_BATCH, BatchPlan
 from rewardseal_worker.bundle import ContractBundle, load_bundle
-from rewardseal_worker.engine import INLINE_BATCH, ScoreJob, Scorer
+from rewardseal_worker.engine import ScoreJob, Scorer
 from rewardseal_worker.oracles.http import HttpReader
 from rewardseal_worker.oracles.registry import make_reader
 from rewardseal_worker.settings import KEY_FILE, resolve_settings
@@ -48,7 +49,8 @@ def make_scorer(
 ) -> Scorer:
     key = SigningKey.load_or_create(data_dir / KEY_FILE)
     reader = make_reader(bundle.recipe, bundle.path)
-    return Scorer(bundle=bundle, store=store, reader=reader, key=key, inline_batch=inline_batch)
+    plan = BatchPlan.for_store(store.dialect, local_reader=reader.local, inline_batch=inline_batch)
+    return Scorer(bundle=bundle, store=store, reader=reader, key=key, plan=plan)
 
 
 def test_sqlite_store_and_sqlite_oracle_run_small_batches_on_the_loop(
@@ -56,7 +58,7 @@ def test_sqlite_store_and_sqlite_oracle_run_small_batches_on_the_loop(
 ) -> None:
     scorer = make_scorer(bundle, store, data_dir)
     assert scorer.reader.local
-    assert scorer.inline_batch == INLINE_BATCH > 0
+    assert scorer.plan.inline_batch == INLINE_BATCH > 0
 
 
 def test_an_oracle_across_a_network_keeps_every_batch_in_a_thread(
@@ -73,9 +75,10 @@ def test_an_oracle_across_a_network_keeps_every_batch_in_a_thread(
     )
     try:
         key = SigningKey.load_or_create(data_dir / KEY_FILE)
-        scorer = Scorer(bundle=bundle, store=store, reader=reader, key=key)
+        plan = BatchPlan.for_store(store.dialect, local_reader=reader.local)
+        scorer = Scorer(bundle=bundle, store=store, reader=reader, key=key, plan=plan)
         assert not reader.local
-        assert scorer.inline_batch == 0
+        assert scorer.plan.inline_batch == 0
     finally:
         reader.close()
 

@@ -27,7 +27,7 @@ from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal_worker.app import start_worker
 from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP, resolve_settings
-from rewardseal_worker.store import ReceiptToCommit, WorkerStore
+from rewardseal_worker.store import Jumped, ReceiptToCommit, WorkerStore
 
 JUMP = DEFAULT_MAX_POLICY_UPDATE_JUMP
 
@@ -185,7 +185,7 @@ def test_store_bounds_against_the_ledger_before_the_transaction(tmp_path: Path) 
         results = store.commit_receipts(
             [_item("ep-1", 9), _item("ep-2", 10), _item("ep-3", 11)], max_jump=3
         )
-        assert [(r.stored, r.jumped) for r in results] == [
+        assert [(r.stored, isinstance(r, Jumped)) for r in results] == [
             (True, False),
             (True, False),
             (False, True),

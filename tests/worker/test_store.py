@@ -41,10 +41,14 @@ from rewardseal_worker.store import (
     OUTBOX_ERROR_MAX,
     BeginItem,
     CommitResult,
+    Committed,
+    CreditsTaken,
+    Duplicate,
     KeptRegistration,
     OpenEpisode,
     OutboxItem,
     ReceiptToCommit,
+    Regressed,
     StoredReceipt,
     WorkerStore,
 )
@@ -151,7 +155,7 @@ def test_begin_open_close_lifecycle(store: WorkerStore) -> None:
     assert open_episode(store, OTHER_CONTRACT, "ep-1") is None
 
     [result] = store.commit_receipts([item("ep-1", credited=("enc-2",))])
-    assert result == CommitResult(receipt_id="r-ep-1")
+    assert result == Committed(receipt_id="r-ep-1")
     assert result.stored
     assert open_episode(store, CONTRACT, "ep-1") is None, "commit closes the open episode"
     # The identity is free again for the next episode.
@@ -284,9 +288,9 @@ def test_duplicates_in_one_batch_store_only_the_first(store: WorkerStore) -> Non
         ]
     )
     assert results == [
-        CommitResult(receipt_id="first"),
-        CommitResult(receipt_id="other"),
-        CommitResult(receipt_id="second", duplicate_of="first"),
+        Committed(receipt_id="first"),
+        Committed(receipt_id="other"),
+        Duplicate(receipt_id="second", duplicate_of="first", episode_id="ep-1"),
     ]
     assert not results[2].stored
     assert store.receipt_by_id("second") is None
@@ -298,6 +302,7 @@ def test_duplicates_in_one_batch_store_only_the_first(store: WorkerStore) -> Non
 def test_duplicate_across_batches_points_at_the_stored_receipt(store: WorkerStore) -> None:
     store.commit_receipts([item("ep-1", "first")])
     [again] = store.commit_receipts([item("ep-1", "retry", credited=("enc-z",))])
+    assert isinstance(again, Duplicate)
     assert again.duplicate_of == "first"
     assert store.receipt_by_id("retry") is None
     assert count_receipts(store) == 1
@@ -308,7 +313,7 @@ def test_duplicate_wins_over_regression(store: WorkerStore) -> None:
     store.commit_receipts([item("ep-1", "first", policy_update=100)])
     store.commit_receipts([item("ep-2", policy_update=300)])
     [again] = store.commit_receipts([item("ep-1", "retry", policy_update=100)])
-    assert again == CommitResult(receipt_id="retry", duplicate_of="first")
+    assert again == Duplicate(receipt_id="retry", duplicate_of="first", episode_id="ep-1")
 
 
 def test_credited_record_is_never_credited_twice(store: WorkerStore) -> None:
@@ -319,7 +324,7 @@ def test_credited_record_is_never_credited_twice(store: WorkerStore) -> None:
     assert credited_record_ids(store, OTHER_CONTRACT, key(PATIENT)) == set()
 
     [second] = store.commit_receipts([item("ep-2", credited=("enc-3", "enc-4"))])
-    assert second == CommitResult(receipt_id="r-ep-2", credit_conflicts=("enc-3",))
+    assert second == CreditsTaken(receipt_id="r-ep-2", credit_conflicts=("enc-3",))
     assert not second.stored
     assert store.receipt_by_episode("ep-2") is None
     assert credited_record_ids(store, CONTRACT, key(PATIENT)) == {"enc-2", "enc-3"}
@@ -329,7 +334,7 @@ def test_credited_record_is_never_credited_twice(store: WorkerStore) -> None:
         [item("ep-3", credited=("enc-5",)), item("ep-4", credited=("enc-5",))]
     )
     assert results[0].stored
-    assert results[1].credit_conflicts == ("enc-5",)
+    assert results[1] == CreditsTaken(receipt_id="r-ep-4", credit_conflicts=("enc-5",))
     # The same record id under another contract is another record.
     [other] = store.commit_receipts([item("ep-5", contract=OTHER_CONTRACT, credited=("enc-3",))])
     assert other.stored
@@ -351,7 +356,7 @@ def test_policy_update_regression_stores_nothing(store: WorkerStore) -> None:
     assert store.highest_policy_update(CONTRACT) == 10
 
     [regressed] = store.commit_receipts([item("ep-2", policy_update=9, credited=("enc-7",))])
-    assert regressed == CommitResult(receipt_id="r-ep-2", regressed=True)
+    assert regressed == Regressed(receipt_id="r-ep-2", policy_update=9)
     assert not regressed.stored
     assert store.receipt_by_episode("ep-2") is None
     assert credited_record_ids(store, CONTRACT, key(PATIENT)) == set()
@@ -367,7 +372,7 @@ def test_policy_update_regression_stores_nothing(store: WorkerStore) -> None:
             item("ep-5", policy_update=1, contract=OTHER_CONTRACT),
         ]
     )
-    assert [r.regressed for r in results] == [False, False, True, False]
+    assert [isinstance(r, Regressed) for r in results] == [False, False, True, False]
     assert store.highest_policy_update(CONTRACT) == 12
     assert store.highest_policy_update(OTHER_CONTRACT) == 1
 
@@ -675,19 +680,19 @@ def test_commit_receipts_mixed_batch(store: WorkerStore) -> None:
     ]
     results = store.commit_receipts(batch)
     assert results == [
-        CommitResult("r-ep-a"),
-        CommitResult("r-old-retry", duplicate_of="r-old"),
-        CommitResult("r-a2", duplicate_of="r-ep-a"),
-        CommitResult("r-ep-b", regressed=True),
-        CommitResult("r-ep-c", credit_conflicts=("enc-1",)),
-        CommitResult("r-ep-d", credit_conflicts=("enc-2",)),
-        CommitResult("r-ep-e"),
-        CommitResult("r-ep-f", regressed=True),
-        CommitResult("r-c2"),
-        CommitResult("r-ep-g"),
-        CommitResult("r-b2"),
-        CommitResult("r-ep-h"),
-        CommitResult("r-i", regressed=True),  # 100 < 121: regression is checked first
+        Committed("r-ep-a"),
+        Duplicate("r-old-retry", duplicate_of="r-old", episode_id="ep-old"),
+        Duplicate("r-a2", duplicate_of="r-ep-a", episode_id="ep-a"),
+        Regressed("r-ep-b", policy_update=99),
+        CreditsTaken("r-ep-c", credit_conflicts=("enc-1",)),
+        CreditsTaken("r-ep-d", credit_conflicts=("enc-2",)),
+        Committed("r-ep-e"),
+        Regressed("r-ep-f", policy_update=110),
+        Committed("r-c2"),
+        Committed("r-ep-g"),
+        Committed("r-b2"),
+        Committed("r-ep-h"),
+        Regressed("r-i", policy_update=100),  # 100 < 121: regression is checked first
     ]
     stored = {(r, e, c, p) for r, e, c, p, *_ in table_rows(store, receipts)}
     assert stored == {
@@ -864,7 +869,7 @@ while not go.exists():
     policy_update=100, identity_key=None, envelope=b"e", evidence=b"{}",
     credited_record_ids=(f"enc-{n}",))])
 store.close()
-print(json.dumps({"stored": result.stored, "duplicate_of": result.duplicate_of}))
+print(json.dumps({"stored": result.stored, "duplicate_of": getattr(result, "duplicate_of", None)}))
 """
 
 

@@ -19,6 +19,7 @@ from rewardseal_server.serving import (
     is_loopback,
     transport,
 )
+from rewardseal_worker.batch_plan import BatchPlan
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.control_link import ControlLink
 from rewardseal_worker.data_dir_lock import DataDirLock, lock_data_dir
@@ -236,7 +237,11 @@ async def _start(
         key=key,
         episode_ttl_seconds=settings.episode_ttl_seconds,
         max_policy_update_jump=settings.max_policy_update_jump,
-        inline_batch=settings.inline_batch,
+        # Where batches run is the serving layer's choice, from what it opened: the store's
+        # dialect and whether the oracle is a file on this host (rewardseal_worker.batch_plan).
+        plan=BatchPlan.for_store(
+            store.dialect, local_reader=reader.local, inline_batch=settings.inline_batch
+        ),
     )
     control = None
     if settings.control_target is not None and settings.control_token is not None:

@@ -7,6 +7,12 @@ recorded (control is idempotent by receipt id, so a resend after a crash is harm
 receipt arrives exactly once). A receipt control refuses for good moves to the dead letter
 instead of being resent forever (R-C-12, :mod:`rewardseal_worker.record_refusals`).
 
+:class:`ControlLink` runs the link's tasks and follows certificates and revocations itself;
+its other parts have modules of their own: :mod:`.control_registration` (the contract and the
+worker key, R-C-10/R-C-11), :mod:`.receipt_forwarding` (the outbox, R-C-5/R-C-12),
+:mod:`.key_refusals` (a key control forgot) and :mod:`.control_calls` (backoff, deadline, the
+one log name).
+
 Trust is pinned, never asked for. Certificates and revocation lists count only when a pinned
 organization key (``--trust-org-key``) signed them; what control's issuer-key registry says is
 read for a warning, never for a decision, so a man in the middle or a rogue control plane
@@ -53,28 +59,23 @@ from rewardseal.core.accepting import CertificateInUse, accept_certificate
 from rewardseal.core.certificates import is_current
 from rewardseal.core.clock import utc_now
 from rewardseal.core.contract import certificate_digest
-from rewardseal.core.errors import KeyNotAdmitted, RewardSealError, SignatureError, ValidationError
-from rewardseal.core.key_possession import sign_registration
+from rewardseal.core.errors import RewardSealError, SignatureError, ValidationError
 from rewardseal.core.revocation import RevocationFollower
-from rewardseal.core.signing import SigningKey, TrustSet, key_id_for
+from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.rpc.control_client import AsyncControlClient
 from rewardseal.rpc.tls import ClientTls
-from rewardseal.v1 import control_service_pb2 as control_pb
-from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
-from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal.v1.certificate_pb2 import RevocationList, RewardCertificate
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_worker.bundle import ContractBundle
+from rewardseal_worker.control_calls import CALL_TIMEOUT_SECONDS, LINK_LOGGER, backoff
+from rewardseal_worker.control_registration import Registration
 from rewardseal_worker.engine import Revocation, Scorer
-from rewardseal_worker.key_refusals import SIGNATURE_INVALID, KeyRefusals
-from rewardseal_worker.record_refusals import Refusal, classify
-from rewardseal_worker.settings import ENROLLMENT_ENV
-from rewardseal_worker.store import REVOCATION_VERSION, Refused, WorkerStore
+from rewardseal_worker.key_refusals import KeyRefusals
+from rewardseal_worker.receipt_forwarding import ReceiptForwarder
+from rewardseal_worker.store import REVOCATION_VERSION, WorkerStore
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger(LINK_LOGGER)
 
-CALL_TIMEOUT_SECONDS = 10.0
-FORWARD_BATCH = 256
-MAX_BACKOFF_SECONDS = 30.0
 CERTIFICATE_PAGE_SIZE = 50
 """Certificates asked for per ListCertificates page (control may send fewer)."""
 MAX_CERTIFICATE_PAGES = 1000
@@ -83,11 +84,6 @@ control plane: the client stops reading, warns, and what was read stands."""
 
 CertificateChange = Callable[[CertificateInUse, CertificateInUse, str], None]
 """Told ``(old, new, why)`` whenever the certificate in use changes (banner, ready file)."""
-
-
-def backoff(attempt: int) -> float:
-    """Seconds to wait before retry number ``attempt`` (exponential, capped)."""
-    return float(min(0.25 * 2 ** min(attempt, 10), MAX_BACKOFF_SECONDS))
 
 
 def newness(certificate: RewardCertificate) -> tuple[int, int, int, str]:
@@ -144,12 +140,10 @@ class ControlLink:
             tls=tls,
         )
         self._trust = trust
-        self._key = key
         self._bundle = bundle
         self._store = store
         self._scorer = scorer
         self._clock = clock
-        self._forward_interval = forward_interval
         self._poll_interval = poll_interval
         self._follower: RevocationFollower | None = None
         self._persisted_version = 0
@@ -161,19 +155,26 @@ class ControlLink:
         self._training_update: int | None = None
         """The contract's highest scored policy update when certificates were last chosen."""
         self._ignored: set[str] = set()
-        self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._key_refusals = KeyRefusals(self._control, key, self._register)
-        self._enrollment = enrollment
-        self._told_not_admitted = False
-        self.admitted = False
-        """Whether control's last answer to registration admitted this key for the contract."""
+        self._registration = Registration(
+            control=self._control,
+            key=key,
+            bundle=bundle,
+            trust=trust,
+            clock=clock,
+            enrollment=enrollment,
+        )
+        self._forwarder = ReceiptForwarder(
+            control=self._control,
+            store=store,
+            key_refusals=KeyRefusals(self._control, key, self._registration.register),
+            key_id=key.key_id,
+            contract_digest=bundle.contract_digest,
+            clock=clock,
+            interval=forward_interval,
+        )
         self.on_certificate_change: CertificateChange | None = None
-        self.registered = asyncio.Event()
-        self.forwarded = 0
-        self.dead_lettered = 0
-        """Receipts this link moved to the dead letter (R-C-12); tests wait on it."""
         self.polls = 0
         """Certificate polls completed (every page read); tests wait on it."""
         # Linked, the bundle's certificate counts only once control lists it (R-C-9): until
@@ -213,16 +214,43 @@ class ControlLink:
         """
         self._loop = asyncio.get_running_loop()
         if primary:
-            self._spawn(self._register_until_done())
+            self._spawn(self._registration.until_done())
         self._spawn(self._follow_revocations())
         self._spawn(self._poll_certificates())
         if primary:
-            self._spawn(self._forward_forever())
+            self._spawn(self._forwarder.forward_forever(self.registered))
 
     def notify(self) -> None:
         """Tell the forwarder that new receipts wait in the outbox (safe from any thread)."""
         if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._wake.set)
+            self._loop.call_soon_threadsafe(self._forwarder.wake)
+
+    # --- Registration and forwarding (their own modules; read here by tests and metrics) ---
+
+    @property
+    def registered(self) -> asyncio.Event:
+        """Set once control took this worker's registration (primary process only)."""
+        return self._registration.registered
+
+    @property
+    def admitted(self) -> bool:
+        """Whether control's last answer to registration admitted this key for the contract."""
+        return self._registration.admitted
+
+    @property
+    def forwarded(self) -> int:
+        """Receipts control recorded from this link; tests wait on it."""
+        return self._forwarder.forwarded
+
+    @property
+    def dead_lettered(self) -> int:
+        """Receipts this link moved to the dead letter (R-C-12); tests wait on it."""
+        return self._forwarder.dead_lettered
+
+    async def forward_once(self) -> int:
+        """Send one batch of due outbox rows; return how many control recorded
+        (:meth:`.receipt_forwarding.ReceiptForwarder.forward_once`)."""
+        return await self._forwarder.forward_once()
 
     async def stop(self) -> None:
         """Cancel the background tasks and close the channel."""
@@ -235,93 +263,6 @@ class ControlLink:
         task = asyncio.create_task(coroutine)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    # --- Registration ---
-
-    async def _register_until_done(self) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self._register()
-                break
-            except RewardSealError as exc:
-                _log.warning(
-                    "could not register with control (%s: %s); retrying", exc.reason, exc.message
-                )
-                await asyncio.sleep(backoff(attempt))
-                attempt += 1
-        self.registered.set()
-        await self._warn_about_pinned_keys()
-
-    async def _register(self) -> None:
-        """Register the contract and this worker's own WORKER key (the worker credential may
-        do exactly that; an ORGANIZATION key it could not register).
-
-        The registration is signed by the key itself (proof of possession, R-C-10), names the
-        contract the key signs receipts for, carries the one-time enrollment credential when
-        the operator gave one (the key is then admitted at once) and the bundle's own
-        certificate (so control knows the certificate id its receipts may name, R-C-5).
-        """
-        bundle = self._bundle
-        await self._control.register_contract(bundle.contract, bundle.contract_digest)
-        request = control_pb.RegisterIssuerKeyRequest(
-            key=IssuerKey(
-                key_id=self._key.key_id,
-                public_key=self._key.public_key,
-                role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER,
-                display_name=f"worker for {bundle.contract.contract_id}",
-            ),
-            reason="worker start",
-            reward_contract_digests=[bundle.contract_digest],
-            enrollment_credential=self._enrollment,
-        )
-        if bundle.certificate is not None:
-            request.bundle_certificate.CopyFrom(bundle.certificate)
-        sign_registration(request, self._key, self._clock())
-        answer = await self._control.register_key(request)
-        self._say_admission(answer.admission)
-
-    def _say_admission(self, admission: control_pb.KeyAdmission) -> None:
-        """One line, once, when control does not yet let this key's receipts into the index:
-        what the operator runs. Scoring goes on; the receipts wait in the outbox."""
-        digest = self._bundle.contract_digest
-        self.admitted = admission.admitted and digest in admission.reward_contract_digests
-        if self.admitted or self._told_not_admitted:
-            return
-        self._told_not_admitted = True
-        _log.warning(
-            "control has not admitted this worker's key for contract %s: receipts wait in the "
-            "outbox (scoring goes on) until an admin runs: rewardseal-control keys approve %s "
-            "--contract %s (or give the worker a credential from rewardseal-control keys enroll "
-            "in %s)",
-            digest,
-            self._key.key_id,
-            digest,
-            ENROLLMENT_ENV,
-        )
-
-    async def _warn_about_pinned_keys(self) -> None:
-        """Say when a pinned key is retired or unknown at control: the operator's pin and
-        control's registry disagree. Informational only: trust stays with the pin."""
-        try:
-            listed = await self._organization_keys()
-        except RewardSealError as exc:
-            _log.info("could not list control's organization keys (%s)", exc.reason)
-            return
-        for key_id in sorted(self._trust.key_ids):
-            entry = listed.get(key_id)
-            if entry is None:
-                _log.warning("pinned organization key %s is not registered at control", key_id)
-            elif entry.retired:
-                _log.warning("pinned organization key %s is retired at control", key_id)
-
-    async def _organization_keys(self) -> dict[str, IssuerKey]:
-        keys: dict[str, IssuerKey] = {}
-        async for entry in self._control.issuer_keys(
-            role=IssuerKeyRole.ISSUER_KEY_ROLE_ORGANIZATION
-        ):
-            keys[key_id_for(bytes(entry.public_key))] = entry
-        return keys
 
     # --- Certificates ---
 
@@ -522,123 +463,3 @@ class ControlLink:
             # The follower still refuses older lists while this process runs; the next
             # accepted list tries to store the floor again.
             _log.warning("could not store revocation list version %d (%s)", version, exc.reason)
-
-    # --- Receipt forwarding (R-C-5, R-C-12) ---
-
-    async def _forward_forever(self) -> None:
-        # Not before registration: a receipt sent before control knows the contract would be
-        # refused not_found, which is permanent (R-C-12), for a cause of our own making.
-        await self.registered.wait()
-        attempt = 0
-        while True:
-            try:
-                sent = await self.forward_once()
-                attempt = 0
-            except RewardSealError as exc:
-                _log.warning("forwarding receipts failed (%s); will retry", exc.reason)
-                await asyncio.sleep(backoff(attempt))
-                attempt += 1
-                continue
-            if sent == 0:
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._forward_interval)
-
-    async def forward_once(self) -> int:
-        """Send one batch of due outbox rows; return how many control recorded.
-
-        A receipt control refuses permanently (:mod:`rewardseal_worker.record_refusals`) moves
-        to the dead letter; any other refusal, and a failed call, stays in the outbox for later.
-        """
-        due = await asyncio.to_thread(self._store.outbox_due, FORWARD_BATCH, self._clock())
-        if not due:
-            return 0
-        envelopes = [SignedEnvelope.FromString(item.envelope) for item in due]
-        registrations = self._key_refusals.registrations
-        try:
-            results = await self._control.record_receipts(envelopes)
-        except RewardSealError as exc:
-            await asyncio.to_thread(
-                self._store.outbox_later,
-                [item.receipt_id for item in due],
-                error=f"control: {exc.reason}",
-                now=self._clock(),
-                delay_seconds=backoff(max(item.attempts for item in due)),
-            )
-            raise
-        done: list[str] = []
-        refused: list[Refused] = []
-        keep_signature_refusals = False
-        waiting = 0
-        if any(r.error.reason == SIGNATURE_INVALID for r in results if not r.recorded):
-            # Most often this worker's key is unknown or retired at control: said once. While
-            # the key is unknown, or when it was registered again after this call was sent (by
-            # another pass), the refusals are the key's, and the receipts stay.
-            keep_signature_refusals = (
-                await self._key_refusals.explain()
-                or self._key_refusals.registrations != registrations
-            )
-        for item, result in zip(due, results, strict=True):
-            if result.recorded:
-                done.append(item.receipt_id)
-                self._key_refusals.recorded()
-                continue
-            reason = result.error.reason or "refused"
-            if classify(result.error) is Refusal.PERMANENT and not (
-                reason == SIGNATURE_INVALID and keep_signature_refusals
-            ):
-                refused.append(
-                    Refused(item.receipt_id, result.error.code, reason, result.error.message)
-                )
-                continue
-            # A refusal is not a transport problem: retry it much later, and say why. A key
-            # refusal already explained (a key control forgot, or one awaiting admission: the
-            # registration logged the command to run) says so once per pass, not per receipt.
-            if reason == KeyNotAdmitted.reason:
-                waiting += 1
-            explained = reason == KeyNotAdmitted.reason or (
-                reason == SIGNATURE_INVALID and self._key_refusals.explained
-            )
-            _log.log(
-                logging.DEBUG if explained else logging.WARNING,
-                "control refused receipt %s: %s",
-                item.receipt_id,
-                reason,
-            )
-            await asyncio.to_thread(
-                self._store.outbox_later,
-                [item.receipt_id],
-                error=f"control refused: {reason}",
-                now=self._clock(),
-                delay_seconds=backoff(item.attempts + 3),
-            )
-        if waiting:
-            _log.warning(
-                "control holds %d receipt(s) back until this worker's key %s is admitted "
-                "(rewardseal-control keys approve %s --contract %s); they wait in the outbox",
-                waiting,
-                self._key.key_id,
-                self._key.key_id,
-                self._bundle.contract_digest,
-            )
-        if refused:
-            await self._dead_letter(refused)
-        await asyncio.to_thread(self._store.outbox_done, done)
-        self.forwarded += len(done)
-        return len(done)
-
-    async def _dead_letter(self, refused: list[Refused]) -> None:
-        """Move permanently refused receipts to the dead letter; one line for each moved."""
-        moved = await asyncio.to_thread(self._store.dead_letter_refused, refused, now=self._clock())
-        for entry in moved:
-            _log.warning(
-                "receipt %s (episode %s) moved to the dead letter: control refused it "
-                "permanently (%s: %s); it is kept, not resent. Once the cause is fixed: "
-                "rewardseal-worker outbox dead-letter retry %s",
-                entry.receipt_id,
-                entry.episode_id,
-                entry.reason,
-                entry.message,
-                entry.receipt_id,
-            )
-        self.dead_lettered += len(moved)

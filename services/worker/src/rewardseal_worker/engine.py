@@ -1,53 +1,39 @@
 """The scoring pipeline: identity, ledger, oracle read, judge, receipt, signature, durable commit.
 
 R-W-1..8. Every RPC that scores goes through ``Scorer.score_jobs`` so the unary, batched,
-streamed and grader paths cannot disagree. A batch runs in one worker thread (or, small and with
-nothing across a network to wait for, on the event loop: ``Scorer.inline_batch``) and ends in one
-store transaction, so the fsync that makes receipts durable is paid once per batch;
-``Scorer.score`` groups concurrent unary calls into such batches.
+streamed and grader paths cannot disagree. A batch ends in one store transaction, so the fsync
+that makes receipts durable is paid once per batch; ``Scorer.score`` groups concurrent unary
+calls into such batches. Where a batch runs (a worker thread, or the event loop) is not decided
+here: the serving layer gives the scorer a :class:`~rewardseal_worker.batch_plan.BatchPlan`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import functools
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
-
-from google.protobuf import json_format
+from typing import Any
 
 from rewardseal.core.accepting import CertificateInUse
 from rewardseal.core.certificates import certificate_state
 from rewardseal.core.clock import utc_now
 from rewardseal.core.digest import digest_bytes
 from rewardseal.core.errors import (
-    ContractMismatch,
-    DuplicateEpisode,
-    IdentityConflict,
-    IdentityMismatch,
-    IdentityMissing,
     InvalidEpisode,
     NotFound,
-    PolicyUpdateJump,
-    PolicyUpdateRegressed,
     RewardSealError,
     Unavailable,
     ValidationError,
-    preview,
 )
 from rewardseal.core.judging import judge_episode
 from rewardseal.core.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
 from rewardseal.core.signing import SigningKey
 from rewardseal.core.validation import (
-    check_identity_values,
     runtime_signal_of,
     validate_descriptor,
-    validate_digest,
     validate_id,
 )
 from rewardseal.v1.certificate_pb2 import RewardCertificate
@@ -58,40 +44,37 @@ from rewardseal.v1.worker_service_pb2 import (
     BeginEpisodeResponse,
     HealthResponse,
 )
-from rewardseal_worker.batching import CallCount, MicroBatcher, run_placed
+from rewardseal_worker.batch_plan import BatchPlan, BatchRunner
+from rewardseal_worker.batching import MicroBatcher
 from rewardseal_worker.begins import BeginJob, BeginOutcome, begin_batch, repeat_of_earlier
 from rewardseal_worker.bundle import ContractBundle
+from rewardseal_worker.episode_checks import EpisodeChecks
 from rewardseal_worker.identity import Identity
+from rewardseal_worker.ledger_refusals import (
+    duplicate_episode,
+    policy_update_jumped,
+    policy_update_regressed,
+)
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
 from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP
-from rewardseal_worker.store import BatchLookup, ReceiptToCommit, WorkerStore
+from rewardseal_worker.store import (
+    BatchLookup,
+    Committed,
+    CreditsTaken,
+    ReceiptToCommit,
+    WorkerStore,
+)
 
 _log = logging.getLogger(__name__)
-
-_Job = TypeVar("_Job")
-_Outcome = TypeVar("_Outcome")
 
 MAX_CREDIT_ROUNDS = 3
 """How often one batch re-judges a job whose records a concurrent commit credited first."""
 
-UNARY_IN_FLIGHT = 3
-"""Batches of unary calls (scores, begins) that may run at once; see MicroBatcher."""
-
-DEFAULT_BATCH_CALLS = {"sqlite": 1, "postgresql": 2}
-"""Batch calls that run at once by store dialect (see ``Scorer.__init__``)."""
-
-INLINE_BATCH = 64
-"""The largest batch run on the event loop when the store and the oracle are files on this host
-(see rewardseal_worker.batching): about 15-20 ms of work on a 2-core machine, the longest a call
-waits behind one. Larger batches, and every batch over a network store or oracle, run in a
-worker thread."""
-
-GATHER_SECONDS = 0.002
-"""How long, under load, a unary call waits for company when batches run on the event loop: a
-step of the wait, which grows with the calls in the worker (MicroBatcher._gather_wait)."""
-
 RANDOM_BYTES_PER_RECEIPT = 48
 """Fresh random bytes one receipt takes: evidence salt, nonce, receipt id (16 each)."""
+
+EVERY_BATCH_IN_A_THREAD = BatchPlan()
+"""The plan of a scorer the serving layer gave none: every batch in a worker thread."""
 
 Record = dict[str, Any]
 Clock = Callable[[], datetime]
@@ -162,9 +145,7 @@ class Scorer:
         revoked: RevocationCheck = never_revoked,
         episode_ttl_seconds: float = 3600.0,
         max_policy_update_jump: int = DEFAULT_MAX_POLICY_UPDATE_JUMP,
-        max_batch: int = 256,
-        max_concurrent_batches: int | None = None,
-        inline_batch: int | None = None,
+        plan: BatchPlan = EVERY_BATCH_IN_A_THREAD,
     ) -> None:
         if max_policy_update_jump < 0:
             raise ValidationError("max_policy_update_jump must be 0 or more")
@@ -176,8 +157,8 @@ class Scorer:
         self.revoked = revoked
         self.in_use = CertificateInUse(bundle.certificate, bundle.certificate_digest)
         """Replaced whole (one attribute store), never changed in place: see use_certificate."""
-        self._identity_keys = frozenset(bundle.contract.oracle.identity_keys)
-        """The contract's identity key names (R-W-2), as a set once, not per identity."""
+        self._checks = EpisodeChecks(bundle.contract, bundle.contract_digest)
+        """The checks that need no read (R-W-2, docs/spec.md §8)."""
         self._issuer: tuple[CertificateInUse, ReceiptIssuer] | None = None
         """The receipt issuer of one :attr:`in_use` value (see _issuer_for)."""
         self.on_commit: Callable[[], None] | None = None
@@ -189,40 +170,13 @@ class Scorer:
         self.max_policy_update_jump = max_policy_update_jump
         """How far above the contract's highest policy update (before the call) one call may
         score; applied again, under the ledger lock, when the batch commits."""
-        # Few batch calls (BeginEpisodes, ScoreEpisodes, stream runs) in flight on purpose: every
-        # batch pays a fixed cost (store round trips, one durable commit), and calls that arrive
-        # while one runs form a larger next batch. On SQLite (one writer) a second batch thread
-        # only fought the first for the GIL: one at a time cost 13% less CPU per episode for 5%
-        # more episodes/s (bench/peer_bench.py batched, paired runs); PostgreSQL overlaps one
-        # batch's round trips with another's work, so it keeps two. Unary calls have their own
-        # batcher below and never wait for these.
-        if max_concurrent_batches is None:
-            max_concurrent_batches = DEFAULT_BATCH_CALLS.get(store.dialect, 2)
-        self._slots = asyncio.Semaphore(max_concurrent_batches)
-        # Batches of at most inline_batch calls run on the event loop where nothing they wait
-        # for is across a network (SQLite store, a local-file oracle): cheaper than a worker
-        # thread (see rewardseal_worker.batching). Never over a network: a slow database or API
-        # would stop every call.
-        if inline_batch is None:
-            inline_batch = INLINE_BATCH if store.dialect == "sqlite" and reader.local else 0
-        if inline_batch < 0:
-            raise ValidationError("inline_batch must be 0 or more")
-        self.inline_batch = inline_batch
-        # Unary calls: one batch at a time under light load; beside a large batch up to
-        # UNARY_IN_FLIGHT, the last slot kept for lone calls, so a lone call never waits for a
-        # large batch to finish (see MicroBatcher).
-        unary = functools.partial(
-            MicroBatcher,
-            max_batch=max_batch,
-            in_flight=UNARY_IN_FLIGHT,
-            inline_max=inline_batch,
-            gather_seconds=GATHER_SECONDS if inline_batch else 0.0,
-            calls=CallCount(),
-        )
-        self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = unary(
+        self.plan = plan
+        """Where its batches run: the serving layer's choice (:mod:`.batch_plan`)."""
+        self._runner = BatchRunner(plan)
+        self._scores: MicroBatcher[ScoreJob, SignedEnvelope] = self._runner.unary(
             self.score_jobs_sync, name="scoring"
         )
-        self._begins: MicroBatcher[BeginJob, BeginEpisodeResponse] = unary(
+        self._begins: MicroBatcher[BeginJob, BeginEpisodeResponse] = self._runner.unary(
             self._begin_batch, name="begin"
         )
 
@@ -233,7 +187,7 @@ class Scorer:
         return await self._begins.submit(self.begin_job(request))
 
     async def begin_many(self, requests: Sequence[BeginEpisodeRequest]) -> list[BeginOutcome]:
-        """Begin a batch in one worker thread (or on the loop: see ``inline_batch``) and ONE
+        """Begin a batch in one worker thread (or on the loop: see :attr:`plan`) and ONE
         store transaction; one outcome per request, in order.
 
         A request refused by its checks or by the store, or repeating an earlier request's
@@ -251,15 +205,15 @@ class Scorer:
             except RewardSealError as exc:
                 outcomes[index] = exc
         if jobs:
-            begun = await self._batch_call(self._begin_batch, list(jobs.values()))
+            begun = await self._runner.call(self._begin_batch, list(jobs.values()))
             outcomes.update(zip(jobs, begun, strict=True))
         return [outcomes[index] for index in range(len(requests))]
 
     def begin_job(self, request: BeginEpisodeRequest) -> BeginJob:
         """``request`` checked without a read: its id, contract and identity (R-W-2)."""
         validate_id(request.episode_id, "episode_id", error=InvalidEpisode)
-        self._check_contract_digest(request.reward_contract_digest)
-        identity = self._check_identity_keys(dict(request.oracle_identity), "oracle_identity")
+        self._checks.contract_digest(request.reward_contract_digest)
+        identity = self._checks.identity(dict(request.oracle_identity), "oracle_identity")
         return BeginJob(request.episode_id, identity)
 
     def _begin_batch(self, jobs: Sequence[BeginJob]) -> list[BeginOutcome]:
@@ -279,12 +233,12 @@ class Scorer:
         return await self._scores.submit(job)
 
     async def score_jobs(self, jobs: Sequence[ScoreJob]) -> list[ScoreOutcome]:
-        """Score a batch in one thread (or on the loop: see ``inline_batch``) and one commit;
+        """Score a batch in one thread (or on the loop: see :attr:`plan`) and one commit;
         one outcome per job, in order."""
         if not jobs:
             return []
         try:
-            return await self._batch_call(self.score_jobs_sync, list(jobs))
+            return await self._runner.call(self.score_jobs_sync, list(jobs))
         except RewardSealError:
             raise
         except Exception as exc:
@@ -293,16 +247,9 @@ class Scorer:
                 f"the worker could not score the batch: {type(exc).__name__}"
             ) from exc
 
-    async def _batch_call(
-        self, run: Callable[[Sequence[_Job]], list[_Outcome]], jobs: Sequence[_Job]
-    ) -> list[_Outcome]:
-        """``run(jobs)`` for a batch call: in its slot, on the loop or in a worker thread."""
-        async with self._slots:
-            return await run_placed(run, jobs, self.inline_batch)
-
     def score_jobs_sync(self, jobs: Sequence[ScoreJob]) -> list[ScoreOutcome]:
         """The blocking pipeline for a batch (in a worker thread, or on the loop: see
-        ``inline_batch``)."""
+        :attr:`plan`)."""
         outcomes: list[ScoreOutcome | None] = [None] * len(jobs)
         first_index_of: dict[str, int] = {}
         repeats: dict[int, int] = {}
@@ -328,7 +275,7 @@ class Scorer:
             episode_id = jobs[index].descriptor.episode_id
             outcome = outcomes[first]
             if first in committed_ids:
-                outcomes[index] = _duplicate(episode_id, committed_ids[first])
+                outcomes[index] = duplicate_episode(episode_id, committed_ids[first])
             elif isinstance(outcome, RewardSealError):
                 outcomes[index] = outcome
             else:
@@ -371,19 +318,14 @@ class Scorer:
         retry: list[int] = []
         answered: list[RewardEvidenceReceipt] = []
         for item, result in zip(to_commit, results, strict=True):
-            descriptor = jobs[item.index].descriptor
-            if result.duplicate_of is not None:
-                outcomes[item.index] = _duplicate(descriptor.episode_id, result.duplicate_of)
-            elif result.regressed:
-                outcomes[item.index] = _regressed(descriptor.policy_update, None)
-            elif result.jumped:
-                outcomes[item.index] = self._jumped(descriptor.policy_update, None)
-            elif result.credit_conflicts:
-                retry.append(item.index)
-            else:
+            if isinstance(result, Committed):
                 outcomes[item.index] = item.envelope
                 committed_ids[item.index] = result.receipt_id
                 answered.append(item.receipt)
+            elif isinstance(result, CreditsTaken):
+                retry.append(item.index)
+            else:
+                outcomes[item.index] = result.error()
         if committed_ids and self.on_commit is not None:
             self.on_commit()
         for item in prepared:
@@ -407,7 +349,7 @@ class Scorer:
         for index in indexes:
             try:
                 validate_descriptor(jobs[index].descriptor)
-                self._check_descriptor_contract(jobs[index].descriptor)
+                self._checks.descriptor_contract(jobs[index].descriptor)
                 valid.append(index)
             except RewardSealError as exc:
                 outcomes[index] = exc
@@ -419,18 +361,22 @@ class Scorer:
             descriptor = jobs[index].descriptor
             try:
                 if descriptor.episode_id in known.receipts:
-                    raise _duplicate(descriptor.episode_id, known.receipts[descriptor.episode_id])
+                    raise duplicate_episode(
+                        descriptor.episode_id, known.receipts[descriptor.episode_id]
+                    )
                 if known.highest is not None and descriptor.policy_update < known.highest:
-                    raise _regressed(descriptor.policy_update, known.highest)
+                    raise policy_update_regressed(descriptor.policy_update, known.highest)
                 if (
                     known.highest is not None
                     and descriptor.policy_update > known.highest + self.max_policy_update_jump
                 ):
                     # Refused before the read and the judge; the commit checks again under the
                     # ledger lock (and bounds a first batch on an empty ledger, see the store).
-                    raise self._jumped(descriptor.policy_update, known.highest)
+                    raise policy_update_jumped(
+                        descriptor.policy_update, known.highest, self.max_policy_update_jump
+                    )
                 registration = known.open.get(descriptor.episode_id)
-                identity = self._resolve_identity(
+                identity = self._checks.resolve_identity(
                     descriptor, registration.identity if registration else None
                 )
             except RewardSealError as exc:
@@ -544,85 +490,6 @@ class Scorer:
         """The certificate in use now (see :attr:`in_use` for it and its digest together)."""
         return self.in_use.certificate
 
-    # --- Checks (R-W-2, docs/spec.md §8) ---
-
-    def _jumped(self, policy_update: int, highest: int | None) -> PolicyUpdateJump:
-        """The error for a descriptor further above the ledger than one call may move it."""
-        above = (
-            f"{highest}, the highest scored for this contract"
-            if highest is not None
-            else "the highest scored for this contract when the call began"
-        )
-        return PolicyUpdateJump(
-            f"policy update {policy_update} is more than {self.max_policy_update_jump} above "
-            f"{above} (REWARDSEAL_WORKER_MAX_POLICY_UPDATE_JUMP)",
-            metadata={"max_jump": str(self.max_policy_update_jump)},
-        )
-
-    def _check_contract_digest(self, digest: str) -> None:
-        validate_digest(digest, "reward_contract_digest", error=InvalidEpisode)
-        if digest != self.bundle.contract_digest:
-            raise ContractMismatch(
-                f"this worker scores contract {self.bundle.contract_digest}, not {digest}"
-            )
-
-    def _check_descriptor_contract(self, descriptor: EpisodeDescriptor) -> None:
-        self._check_contract_digest(descriptor.reward_contract_digest)
-        contract = self.bundle.contract
-        if descriptor.HasField("task_id") and descriptor.task_id != contract.task_id:
-            raise ContractMismatch(f"task {descriptor.task_id} is not the contract's task")
-        if (
-            descriptor.HasField("environment_id")
-            and descriptor.environment_id != contract.environment_id
-        ):
-            raise ContractMismatch(
-                f"environment {descriptor.environment_id} is not the contract's environment"
-            )
-
-    def _check_identity_keys(self, identity: Mapping[str, object], field: str) -> Identity:
-        """The identity, checked: shape first (every entry point: sizes, names, values), then
-        its key set against the contract's (R-W-2); ``field`` names it in messages. The one
-        place an :class:`Identity` (and its key) is made for scoring or BeginEpisode."""
-        if not identity:
-            raise IdentityMissing("no oracle identity was given")
-        check_identity_values(identity, field)
-        expected = self._identity_keys
-        if identity.keys() != expected:
-            given = preview(", ".join(sorted(identity)), 128, quoted=False)
-            raise IdentityMismatch(
-                f"oracle identity keys [{given}] differ from the contract's {sorted(expected)}"
-            )
-        if isinstance(identity, Identity):
-            return identity  # its key is already computed
-        return Identity({name: str(value) for name, value in identity.items()})
-
-    def _resolve_identity(
-        self, descriptor: EpisodeDescriptor, registered: Identity | None
-    ) -> Identity:
-        """Descriptor field, else metadata.oracle_identity, else the registration; a
-        registration wins and a descriptor naming another subject is refused (R-W-2)."""
-        given: dict[str, str] | None = None
-        if descriptor.oracle_identity:
-            given = dict(descriptor.oracle_identity)
-        elif "oracle_identity" in descriptor.metadata.fields:
-            raw = json_format.MessageToDict(descriptor.metadata).get("oracle_identity")
-            if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
-                raise IdentityMismatch("metadata.oracle_identity must map names to strings")
-            # Shape first, so an oversized identity is refused before it is compared or quoted.
-            check_identity_values(raw, "metadata.oracle_identity")
-            given = raw
-        if registered is not None:
-            if given is not None and given != dict(registered):
-                raise IdentityConflict(
-                    "the descriptor names another subject than the BeginEpisode registration"
-                )
-            return self._check_identity_keys(registered, "registered oracle_identity")
-        if given is None:
-            raise IdentityMissing(
-                "no oracle identity in the descriptor, its metadata, or a BeginEpisode"
-            )
-        return self._check_identity_keys(given, "oracle_identity")
-
     # --- Reads ---
 
     def get_receipt(self, *, receipt_id: str = "", episode_id: str = "") -> SignedEnvelope:
@@ -675,17 +542,3 @@ def new_receipt_id(random: bytes | None = None, issued_at: datetime | None = Non
     # 12 hex digits hold every datetime (year 9999 < 10889); a clock before 1970 counts as 0.
     millis = max(since // _MILLISECOND, 0)
     return f"rcpt.{millis:012x}{(os.urandom(16) if random is None else random[:16]).hex()}"
-
-
-def _duplicate(episode_id: str, receipt_id: str) -> DuplicateEpisode:
-    return DuplicateEpisode(
-        f"episode {episode_id} already has a receipt", metadata={"receipt_id": receipt_id}
-    )
-
-
-def _regressed(policy_update: int, highest: int | None) -> PolicyUpdateRegressed:
-    below = f"below {highest}, " if highest is not None else "below "
-    return PolicyUpdateRegressed(
-        f"policy update {policy_update} is {below}the highest already scored for this "
-        "contract (R-W-7)"
-    )

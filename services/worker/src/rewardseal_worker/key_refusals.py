@@ -31,10 +31,11 @@ from rewardseal.core.signing import SigningKey
 from rewardseal.rpc.control_client import AsyncControlClient
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal_worker.control_calls import LINK_LOGGER
 
 __all__ = ["SIGNATURE_INVALID", "KeyRefusals"]
 
-_log = logging.getLogger("rewardseal_worker.control_link")
+_log = logging.getLogger(LINK_LOGGER)
 
 SIGNATURE_INVALID: Final = SignatureError.reason
 """The refusal reason control gives a receipt no registered, active WORKER key verifies."""

@@ -8,31 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf import json_format
 
-from rewardseal.core.errors import (
-    InvalidEpisode,
-    RewardSealError,
-    Unscored,
-    ValidationError,
-    preview,
-)
-from rewardseal.core.receipts import grader_score, is_unscored
-from rewardseal.core.validation import parse_strict
+from rewardseal.core.errors import InvalidEpisode, RewardSealError, ValidationError
 from rewardseal.rpc.status import maps_errors, to_episode_error
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
-from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_worker import __version__
 from rewardseal_worker.begins import BeginOutcome
 from rewardseal_worker.engine import ScoreJob, ScoreOutcome, Scorer
+from rewardseal_worker.grading import grade_item
 
 _log = logging.getLogger(__name__)
 
@@ -140,27 +130,6 @@ def _episode_id(request: pb.StreamEpisodesRequest) -> str:
 def _kind(request: pb.StreamEpisodesRequest) -> str:
     """``begin`` or ``descriptor`` (a request with neither set is an empty descriptor)."""
     return "begin" if request.WhichOneof("request") == "begin" else "descriptor"
-
-
-def descriptor_from_item(item: Mapping[str, Any]) -> EpisodeDescriptor:
-    """The episode descriptor a grader ``item`` carries by field name."""
-    descriptor = EpisodeDescriptor()
-    known = {f.name for f in EpisodeDescriptor.DESCRIPTOR.fields}
-    fields = {k: v for k, v in item.items() if k in known}
-    try:
-        # Struct numbers arrive as floats; the JSON mapping accepts integral floats for ints.
-        if isinstance(fields.get("policy_update"), float):
-            value = fields["policy_update"]
-            if not value.is_integer():
-                raise InvalidEpisode("policy_update must be an integer")
-            fields["policy_update"] = int(value)
-        json_format.ParseDict(fields, descriptor)
-    except json_format.ParseError as exc:
-        # The parser's message quotes the caller's value, which may be any size: cut it.
-        raise InvalidEpisode(
-            f"the grader item is not an episode descriptor: {preview(exc, quoted=False)}"
-        ) from exc
-    return descriptor
 
 
 class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
@@ -290,32 +259,3 @@ class RewardWorkerServicer(pb_grpc.RewardWorkerServiceServicer):
             raise InvalidEpisode("the grader item has no JSON form (NaN or infinity)") from exc
         graded = await grade_item(self.scorer, item)
         return pb.GradeOpenAIResponse(score=graded.score, envelope=graded.envelope)
-
-
-@dataclass(frozen=True)
-class Graded:
-    """The grader mirror's answer for one item: its score and the receipt behind it."""
-
-    score: float
-    receipt: RewardEvidenceReceipt
-    envelope: SignedEnvelope
-
-
-async def grade_item(scorer: Scorer, item: Mapping[str, Any]) -> Graded:
-    """Score the episode a grader ``item`` names without burning its id when it is unscored,
-    and grade it (the gRPC GradeOpenAI RPC and ``POST /v1/graders/openai`` alike).
-
-    Raises:
-        Unscored: the episode is unscored; the grader shape cannot say so and 0.0 would train
-            on noise (R-W-9).
-        RewardSealError: the item is not a descriptor, or scoring refused it.
-    """
-    descriptor = descriptor_from_item(item)
-    envelope = await scorer.score(ScoreJob(descriptor, commit_unscored=False))
-    receipt = parse_strict(RewardEvidenceReceipt, envelope.payload)
-    if is_unscored(receipt):
-        raise Unscored(
-            f"episode {descriptor.episode_id} is unscored; drop the sample",
-            metadata={"reward_outcome": RewardOutcome.Name(receipt.reward_outcome)},
-        )
-    return Graded(grader_score(receipt), receipt, envelope)

@@ -22,6 +22,7 @@ from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_worker import __version__
 from rewardseal_worker.engine import ScoreJob, Scorer
+from rewardseal_worker.grading import grade_item
 from rewardseal_worker.http.guards import MAX_BODY_BYTES, RequestGuard
 from rewardseal_worker.http.responses import error_response, json_response, plain_error
 from rewardseal_worker.http.shapes import (
@@ -39,7 +40,6 @@ from rewardseal_worker.http.shapes import (
     health_view,
     reward_view,
 )
-from rewardseal_worker.service import grade_item
 
 TITLE = "rewardseal worker"
 NOT_SERVING = (

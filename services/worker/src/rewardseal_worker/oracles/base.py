@@ -94,7 +94,7 @@ class OracleReader(Protocol):
     timeout_seconds: float
     local: bool
     """Reads a file on this host, with no network round trip to wait for: the worker may run
-    small batches, reads included, on its event loop (rewardseal_worker.engine.INLINE_BATCH)."""
+    small batches, reads included, on its event loop (rewardseal_worker.batch_plan.INLINE_BATCH)."""
 
     def read(self, identity: Mapping[str, str]) -> list[dict[str, Any]]:
         """Every record of ``identity``: a string ``"id"`` plus field -> JSON scalar."""

@@ -69,9 +69,15 @@ from rewardseal_worker.store.episodes import (
 from rewardseal_worker.store.outbox import OUTBOX_ERROR_MAX, OutboxItem, OutboxStore
 from rewardseal_worker.store.receipts import (
     BatchLookup,
+    CommitRefusal,
     CommitResult,
+    Committed,
+    CreditsTaken,
+    Duplicate,
+    Jumped,
     ReceiptStore,
     ReceiptToCommit,
+    Regressed,
     StoredReceipt,
 )
 from rewardseal_worker.store.schema import create_schema
@@ -85,13 +91,19 @@ __all__ = [
     "BatchLookup",
     "BeginDecision",
     "BeginItem",
+    "CommitRefusal",
     "CommitResult",
+    "Committed",
+    "CreditsTaken",
     "DeadLetter",
+    "Duplicate",
+    "Jumped",
     "KeptRegistration",
     "OpenEpisode",
     "OutboxItem",
     "ReceiptToCommit",
     "Refused",
+    "Regressed",
     "StoredReceipt",
     "WorkerStore",
 ]

@@ -7,7 +7,9 @@ reads them for identities without a registration); :meth:`ReceiptStore.commit_re
 the signed receipts of a batch in one transaction: exactly one receipt per episode, one credit
 per record and contract, a ledger that never goes back (and, with ``max_jump``, never jumps too
 far forward), the episodes' open registrations closed and, with the outbox on, one outbox row per
-receipt stored.
+receipt stored. It answers each item with a typed outcome (:data:`CommitResult`): committed,
+a refusal that carries its error (duplicate, regressed, jumped) or lost credits (judge again),
+so the scorer passes refusals on instead of re-deriving them.
 
 Concurrency: on PostgreSQL a commit first locks the ledger rows of its contracts in sorted order
 (creating missing rows), so everything it checks for a contract is read under that lock; an
@@ -21,14 +23,24 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar, TypeAlias
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Row
 
-from rewardseal.core.errors import RewardSealError
+from rewardseal.core.errors import (
+    DuplicateEpisode,
+    PolicyUpdateJump,
+    PolicyUpdateRegressed,
+    RewardSealError,
+)
 from rewardseal_server.sqlstore import UNIQUE_VIOLATION, DriverConnection, LostRace, sqlstate
 from rewardseal_worker.identity import Identity
+from rewardseal_worker.ledger_refusals import (
+    duplicate_episode,
+    policy_update_jumped,
+    policy_update_regressed,
+)
 from rewardseal_worker.store import evidence_codec, schema
 from rewardseal_worker.store.core import StorePart
 from rewardseal_worker.store.episodes import OpenEpisode
@@ -62,34 +74,76 @@ class ReceiptToCommit:
     credited_record_ids: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class CommitResult:
-    """What happened to one :class:`ReceiptToCommit`.
-
-    Exactly one of these holds: the receipt was stored (``duplicate_of`` is None, ``regressed``
-    and ``jumped`` are False and ``credit_conflicts`` is empty); the episode already had a
-    receipt (``duplicate_of`` names it); the policy update went backwards (``regressed``); it
-    went further forward than one call may move the ledger (``jumped``); or a record to credit
-    is already credited to another receipt (``credit_conflicts`` names them: the caller must
-    judge again with the fresh credited set). Only in the first case was anything stored for
-    the item.
-    """
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """The receipt was stored by this commit (its records credited, the ledger raised)."""
 
     receipt_id: str
-    duplicate_of: str | None = None
-    regressed: bool = False
-    credit_conflicts: tuple[str, ...] = ()
-    jumped: bool = False
+    stored: ClassVar[bool] = True
 
-    @property
-    def stored(self) -> bool:
-        """True when this item's receipt was committed by this call."""
-        return (
-            self.duplicate_of is None
-            and not self.regressed
-            and not self.jumped
-            and not self.credit_conflicts
-        )
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """The episode already had a receipt, ``duplicate_of`` (stored before, or earlier in the
+    batch): nothing was stored for the item (R-W-8)."""
+
+    receipt_id: str
+    duplicate_of: str
+    episode_id: str
+    stored: ClassVar[bool] = False
+
+    def error(self) -> DuplicateEpisode:
+        """The refusal the caller answers with."""
+        return duplicate_episode(self.episode_id, self.duplicate_of)
+
+
+@dataclass(frozen=True, slots=True)
+class Regressed:
+    """``policy_update`` was below the contract's highest committed update: nothing was stored
+    for the item (R-W-7)."""
+
+    receipt_id: str
+    policy_update: int
+    stored: ClassVar[bool] = False
+
+    def error(self) -> PolicyUpdateRegressed:
+        """The refusal the caller answers with (the highest moved while it judged: unnamed)."""
+        return policy_update_regressed(self.policy_update, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Jumped:
+    """``policy_update`` was more than ``max_jump`` above where the contract's ledger stood
+    when the transaction began: nothing was stored for the item."""
+
+    receipt_id: str
+    policy_update: int
+    max_jump: int
+    stored: ClassVar[bool] = False
+
+    def error(self) -> PolicyUpdateJump:
+        """The refusal the caller answers with."""
+        return policy_update_jumped(self.policy_update, None, self.max_jump)
+
+
+@dataclass(frozen=True, slots=True)
+class CreditsTaken:
+    """The item lost a race for records: ``credit_conflicts`` (sorted) were already credited
+    for the contract, before or to an earlier item of the batch. Nothing was stored for it and
+    it is not refused: the caller judges it again against the fresh credited set (R-W-3)."""
+
+    receipt_id: str
+    credit_conflicts: tuple[str, ...]
+    stored: ClassVar[bool] = False
+
+
+CommitRefusal: TypeAlias = Duplicate | Regressed | Jumped
+"""An outcome that refuses the item: its ``error()`` is what the caller answers with."""
+
+CommitResult: TypeAlias = Committed | CommitRefusal | CreditsTaken
+"""What happened to one :class:`ReceiptToCommit`: exactly one of these (a closed set); only a
+:class:`Committed` item stored anything. Every one names the item's ``receipt_id`` and says
+whether it was ``stored``."""
 
 
 @dataclass(frozen=True)
@@ -216,19 +270,20 @@ class ReceiptStore(StorePart):
         Items are applied in order; per item, the first check that fires wins:
 
         1. the episode already has a receipt (stored before, or earlier in this batch) ->
-           ``duplicate_of`` = that receipt's id;
+           :class:`Duplicate` of that receipt's id;
         2. ``policy_update`` is below the contract's highest committed update (before, or by
-           an earlier item of this batch) -> ``regressed``;
+           an earlier item of this batch) -> :class:`Regressed`;
         2b. with ``max_jump`` set, ``policy_update`` is more than ``max_jump`` above the
-           contract's highest update *as it was before this transaction* -> ``jumped``. On an
+           contract's highest update *as it was before this transaction* -> :class:`Jumped`. On an
            empty ledger the first item stored by this transaction stands in for it: the first
            episode of a contract may start at any update, but one transaction never moves the
            ledger more than ``max_jump`` past where it started, however many items it holds;
         3. a record to credit is already credited for the contract (before, or to an earlier
-           item of this batch) -> ``credit_conflicts`` (sorted);
-        4. otherwise the receipt is inserted, its records credited, the episode's open
-           registration closed and the ledger raised to ``max(highest, policy_update)``; with
-           the outbox on, an outbox row is inserted for it (due at once).
+           item of this batch) -> :class:`CreditsTaken` (the records, sorted);
+        4. otherwise -> :class:`Committed`: the receipt is inserted, its records credited, the
+           episode's open registration closed and the ledger raised to
+           ``max(highest, policy_update)``; with the outbox on, an outbox row is inserted for
+           it (due at once).
 
         Nothing is stored for an item in cases 1-3. Set-based (:mod:`.hot_sql`): after the
         contracts' ledger rows are locked, ONE query reads the batch's existing receipts and
@@ -268,11 +323,11 @@ class ReceiptStore(StorePart):
                 contract = entry.contract_digest
                 duplicate_of = existing.get(entry.episode_id)
                 if duplicate_of is not None:
-                    results.append(CommitResult(entry.receipt_id, duplicate_of=duplicate_of))
+                    results.append(Duplicate(entry.receipt_id, duplicate_of, entry.episode_id))
                     continue
                 current = highest[contract]
                 if current is not None and entry.policy_update < current:
-                    results.append(CommitResult(entry.receipt_id, regressed=True))
+                    results.append(Regressed(entry.receipt_id, entry.policy_update))
                     continue
                 start = base[contract]
                 if (
@@ -280,12 +335,12 @@ class ReceiptStore(StorePart):
                     and start is not None
                     and entry.policy_update > start + max_jump
                 ):
-                    results.append(CommitResult(entry.receipt_id, jumped=True))
+                    results.append(Jumped(entry.receipt_id, entry.policy_update, max_jump))
                     continue
                 wanted = sorted(set(entry.credited_record_ids))
                 conflicts = tuple(r for r in wanted if (contract, r) in taken)
                 if conflicts:
-                    results.append(CommitResult(entry.receipt_id, credit_conflicts=conflicts))
+                    results.append(CreditsTaken(entry.receipt_id, conflicts))
                     continue
                 existing[entry.episode_id] = entry.receipt_id
                 taken.update((contract, r) for r in wanted)
@@ -314,7 +369,7 @@ class ReceiptStore(StorePart):
                     }
                     for record_id in wanted
                 )
-                results.append(CommitResult(entry.receipt_id))
+                results.append(Committed(entry.receipt_id))
             if receipt_rows:
                 self._write_receipts(conn, receipt_rows, careful)
             if credit_rows and self._hot.insert_credits(conn, credit_rows) != len(credit_rows):
