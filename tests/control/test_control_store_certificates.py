@@ -34,7 +34,7 @@ from rewardseal.validation import parse_strict
 from rewardseal_control.store import (
     ControlStore,
 )
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 # ---------------------------------------------------------------------- certificates
 

@@ -39,7 +39,6 @@ from rewardseal.integrity import (
 )
 from rewardseal.signing import SigningKey
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal_kit.extradup import CONTROL, FAMILIES, HACKING_FAMILIES
 from rewardseal_kit.proof.conditions import MockMedUI
 from rewardseal_kit.proof.integrity.case import (
     CASE_RECORDS,
@@ -54,6 +53,7 @@ from rewardseal_kit.proof.integrity.case import (
     signal_rows,
 )
 from rewardseal_kit.proof.rewards import SCREEN_T0
+from rewardseal_mockmed.extradup import CONTROL, FAMILIES, HACKING_FAMILIES
 from rewardseal_server.sqlstore import sqlite_url
 from rewardseal_worker.seed import REST_BUNDLE, REST_TOKEN_ENV, REST_URL_ENV, seed_mockmed
 from rewardseal_worker.settings import KEY_FILE

@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 
 from rewardseal.errors import ValidationError
-from rewardseal_kit.extradup import CONTROL
 from rewardseal_kit.proof.integrity.plot import write_integrity_png
 from rewardseal_kit.proof.integrity.report import (
     ASYMMETRIC,
@@ -40,6 +39,7 @@ from rewardseal_kit.proof.integrity.run import (
     CaseRun,
     boundary_families,
 )
+from rewardseal_mockmed.extradup import CONTROL
 
 CLI = Path(sys.executable).parent / "rewardseal-kit"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -22,7 +22,7 @@ from rewardseal_control.integrity_service import RewardIntegrityServicer
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.store import ControlStore
-from rewardseal_kit.mockmed import CALIBRATION_CORPUS, CORPUS_DIGEST, THRESHOLD
+from rewardseal_mockmed.contract import CALIBRATION_CORPUS, CORPUS_DIGEST, THRESHOLD
 from rewardseal_server.serving import RunningServer
 
 ADMIN_TOKEN = "admin-token-" + "a" * 24

@@ -17,7 +17,7 @@ from support.worker_stack import RunningStack, start_stack, stop_stack
 from rewardseal.client import WorkerClient
 from rewardseal.errors import Unscored
 from rewardseal.trainers.grader import OpenAIGrader
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 SAMPLE = {"output_text": "The triage encounter is saved."}
 

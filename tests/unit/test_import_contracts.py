@@ -47,8 +47,8 @@ def test_a_forbidden_import_breaks_a_contract(tmp_path: Path) -> None:
     """
     canary = tmp_path / "rewardseal" / "canary.py"
     canary.parent.mkdir()
-    canary.write_text("import rewardseal_kit.extradup\n")
+    canary.write_text("import rewardseal_kit.actors\n")
     done = lint_imports(extra_path=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "rewardseal.canary -> rewardseal_kit.extradup" in done.stdout
+    assert "rewardseal.canary -> rewardseal_kit.actors" in done.stdout
     assert "Nothing in production imports the kit BROKEN" in done.stdout

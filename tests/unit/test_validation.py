@@ -51,7 +51,7 @@ from rewardseal.validation import (
     validate_key_id,
     validate_receipt,
 )
-from rewardseal_kit.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
+from rewardseal_mockmed.contract import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=Exception)

@@ -27,8 +27,8 @@ from rewardseal.v1.enums_pb2 import (
     RuntimeSignal,
 )
 from rewardseal.validation import validate_certificate
-from rewardseal_kit.mockmed import CORPUS_DIGEST, mockmed_contract_digest
 from rewardseal_mockmed import seeding
+from rewardseal_mockmed.contract import CORPUS_DIGEST, mockmed_contract_digest
 from rewardseal_mockmed.seeding import (
     add_background_rows,
     count_encounters,

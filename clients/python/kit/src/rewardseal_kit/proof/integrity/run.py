@@ -37,7 +37,6 @@ from rewardseal.integrity_messages import signal_row_message
 from rewardseal.signing import TrustSet
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.contract_pb2 import RewardContract
-from rewardseal_kit.extradup import CONTROL
 from rewardseal_kit.proof.conditions import MockMedUI
 from rewardseal_kit.proof.integrity.case import (
     CASE_RECORDS,
@@ -50,6 +49,7 @@ from rewardseal_kit.proof.integrity.case import (
     signal_rows,
 )
 from rewardseal_kit.proof.rewards import SCREEN_T0
+from rewardseal_mockmed.extradup import CONTROL
 from rewardseal_server.localstack import HOST, LocalServices, serve_command
 
 __all__ = [
