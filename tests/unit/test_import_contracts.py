@@ -2,8 +2,8 @@
 
 stubs <- core rules <- clients <- trainers; core <- server plumbing <- worker / control / MockMed;
 the kit imports core and MockMed, and nothing in production imports the kit. A forbidden import
-(a trainer module reaching for SQLAlchemy plumbing, the worker importing the kit outside its seed
-path, control importing the worker) fails here, not in a review.
+(a trainer module reaching for SQLAlchemy plumbing, the worker importing the kit, control importing
+the worker, an import circle inside the kit) fails here, not in a review.
 """
 
 from __future__ import annotations
