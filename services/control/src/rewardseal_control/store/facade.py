@@ -16,7 +16,7 @@ from typing import Final
 
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import Unavailable
+from rewardseal.core.errors import Unavailable
 from rewardseal_control import db
 from rewardseal_control.store.audit_log import AuditLogStore
 from rewardseal_control.store.certificates import CertificateStore

@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _given_services(args: argparse.Namespace) -> Services:
-    from rewardseal.errors import ValidationError
+    from rewardseal.core.errors import ValidationError
     from rewardseal_kit.proof.run import Services
 
     needed = ("worker_public_key", "contract_digest", "mockmed_url")

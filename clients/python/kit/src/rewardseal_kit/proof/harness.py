@@ -74,7 +74,7 @@ def guarded(work: Callable[[], _T]) -> tuple[_T | None, int]:
     import grpc
     import httpx
 
-    from rewardseal.errors import RewardSealError
+    from rewardseal.core.errors import RewardSealError
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
@@ -127,7 +127,7 @@ def conclude(
     A report that cannot be written (matplotlib missing for ``--png``) prints why and returns
     :data:`EXIT_NOT_RUN`.
     """
-    from rewardseal.errors import RewardSealError
+    from rewardseal.core.errors import RewardSealError
 
     try:
         write_reports(
