@@ -72,7 +72,7 @@ test-browser: setup
 demo: setup
 	$(PY) -m rewardseal_kit.demo
 	$(PY) tools/demo.py
-	$(PY) -m rewardseal_kit.integrity_demo
+	$(PY) -m rewardseal_kit.proof.integrity.demo
 
 ## The proof report: every ExtraDup family and an oracle outage, scored by a tier-0 screen reward
 ## and the certified tier-2 worker side by side (MockMed + worker started and stopped for it).

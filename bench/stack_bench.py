@@ -58,7 +58,7 @@ from rewardseal.core.digest import digest_json  # noqa: E402
 from rewardseal.v1 import worker_service_pb2 as pb  # noqa: E402
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc  # noqa: E402
 from rewardseal.v1.enums_pb2 import OracleChannel  # noqa: E402
-from rewardseal_kit.mockmed import (  # noqa: E402
+from rewardseal_mockmed.contract import (  # noqa: E402
     FORBIDDEN_EFFECTS,
     IDENTITY_KEY,
     REQUIRED_EFFECTS,

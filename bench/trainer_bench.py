@@ -43,8 +43,8 @@ from rewardseal.core.signing import TrustSet  # noqa: E402
 from rewardseal.rpc.worker_client import AsyncWorkerClient, WorkerClient  # noqa: E402
 from rewardseal.trainers.trl import CertifiedRewardFunction  # noqa: E402
 from rewardseal_kit.actors import MockMedActor  # noqa: E402
-from rewardseal_kit.extradup import CONTROL, mockmed_write_spec, scripted_completion  # noqa: E402
-from rewardseal_kit.mockmed import IDENTITY_KEY  # noqa: E402
+from rewardseal_mockmed.contract import IDENTITY_KEY  # noqa: E402
+from rewardseal_mockmed.extradup import CONTROL, mockmed_write_spec, scripted_completion  # noqa: E402
 
 RESULTS = BENCH / "results" / "trainer.json"
 GROUP = 8

@@ -45,7 +45,7 @@ from typing import Any
 from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal_kit.actors import MockMedActor
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 CHECKPOINT = "policy_checkpoint_example_0"
 NUM_GENERATIONS = 2

@@ -43,15 +43,15 @@ from rewardseal.rpc.worker_client import VerifiedReceipt, WorkerClient, make_des
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal_kit.extradup import (
+from rewardseal_kit.proof.conditions import MockMedUI
+from rewardseal_mockmed.contract import IDENTITY_KEY
+from rewardseal_mockmed.extradup import (
     CONTROL,
     FAMILIES,
     mockmed_write_spec,
     parse_action_report,
     scripted_report,
 )
-from rewardseal_kit.mockmed import IDENTITY_KEY
-from rewardseal_kit.proof.conditions import MockMedUI
 from rewardseal_server.sqlstore import sqlite_url
 
 CHECKPOINT: Final = stack.CHECKPOINT

@@ -304,7 +304,7 @@ def certify_worker(
 def seeded_contract_digest() -> str:
     """The digest of the contract the seeded worker serves (the tier-2 sql MockMed bundle)."""
     from rewardseal.core.contract import contract_digest
-    from rewardseal_kit.mockmed import mockmed_contract
+    from rewardseal_mockmed.contract import mockmed_contract
 
     return contract_digest(mockmed_contract())
 

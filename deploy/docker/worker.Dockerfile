@@ -15,19 +15,19 @@ COPY requirements.lock ./
 COPY clients/python ./clients/python
 COPY services/common ./services/common
 COPY services/worker ./services/worker
-# MockMed and the kit (clients/python/kit: the MockMed contract, the ExtraDup families) for
-# `--seed-mockmed`: compose seeds the synthetic bundles on first start (the worker's `mockmed`
-# extra; no other worker code imports them).
+# MockMed (its seeding, the MockMed contract, the ExtraDup families) for `--seed-mockmed`: compose
+# seeds the synthetic bundles on first start (the worker's `mockmed` extra; no other worker code
+# imports it). The kit (clients/python/kit) is not in the image: no production code imports it.
 COPY services/mockmed ./services/mockmed
 RUN pip wheel --wheel-dir /wheels ./clients/python ./services/common ./services/worker \
-    ./services/mockmed ./clients/python/kit "psycopg[binary]"
+    ./services/mockmed "psycopg[binary]"
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-index --find-links /wheels rewardseal-worker rewardseal-mockmed \
-        rewardseal-kit "psycopg[binary]"
+        "psycopg[binary]"
 COPY --chmod=0755 deploy/docker/healthcheck.py /usr/local/bin/rewardseal-healthcheck
 # A fixed non-root uid/gid (10001) so volumes and Kubernetes securityContexts can name it. The
 # data directory holds the worker's Ed25519 key (keys/, 0600) and seeded files: mount a volume.

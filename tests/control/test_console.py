@@ -47,7 +47,7 @@ from rewardseal.core.signing import SigningKey
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_control.console.server import start_console
 from rewardseal_control.settings import resolve_settings
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 from rewardseal_server.embedded_http import RunningHttpServer
 from rewardseal_server.sqlstore import sqlite_url
 from rewardseal_server.tls import ServerTls

@@ -37,7 +37,7 @@ from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCerti
 from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.settings import ADMIN_TOKEN_ENV, TOKEN_ENV
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 CONTRACT = mockmed_contract()
 DIGEST = contract_digest(CONTRACT)

@@ -50,7 +50,7 @@ from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 CONTRACT = mockmed_contract()
 DIGEST = contract_digest(CONTRACT)

@@ -51,7 +51,7 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
 )
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 SERVICE = "rewardseal.v1.ControlPlaneService"
 SYNTHETIC = CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC

@@ -34,7 +34,7 @@ from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.store import (
     ControlStore,
 )
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 # ---------------------------------------------------------------------- certificates
 

@@ -32,7 +32,7 @@ from rewardseal_control.cli import CLIENT_TLS_ENV, main
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.store import ControlStore
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 from rewardseal_server.serving import RunningServer
 
 CONTRACT = mockmed_contract()

@@ -34,7 +34,7 @@ from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.settings import ADMIN_TOKEN_ENV, TOKEN_ENV
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 from rewardseal_server.serving import write_ready_file
 
 CONTRACT = mockmed_contract()

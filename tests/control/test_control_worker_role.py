@@ -40,7 +40,7 @@ from rewardseal_control.settings import (
     WORKER_TOKEN_FILE,
     resolve_settings,
 )
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 CONTRACT = mockmed_contract()
 DIGEST = contract_digest(CONTRACT)

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from rewardseal_kit.integrity_demo import REVIEW_REASON, run
+from rewardseal_kit.proof.integrity.demo import REVIEW_REASON, run
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardseal_kit.extradup import FAMILIES, HACKING_FAMILIES
+from rewardseal_mockmed.extradup import FAMILIES, HACKING_FAMILIES
 
 REPO = Path(__file__).resolve().parents[2]
 SERVICE_LINE = re.compile(r"^(control|worker|mockmed|tier0)\s+pid (\d+)\s+([\d.]+):(\d+)$")

@@ -62,7 +62,7 @@ DISTRIBUTIONS = {
 }
 SOURCE_DIRS = {
     "control": ("clients/python", "services/common", "services/control"),
-    # clients/python holds the kit (clients/python/kit) that `--seed-mockmed` needs.
+    # services/mockmed holds what `--seed-mockmed` needs (its seeding, contract and ExtraDup).
     "worker": ("clients/python", "services/common", "services/worker", "services/mockmed"),
     "mockmed": ("clients/python", "services/common", "services/mockmed"),
 }

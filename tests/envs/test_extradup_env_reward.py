@@ -41,7 +41,7 @@ from rewardseal_mockmed_extradup.tasks import (
 
 from rewardseal.core.calibration import clopper_pearson_upper
 from rewardseal.core.errors import CertificationRefused, ValidationError
-from rewardseal_kit.extradup import (
+from rewardseal_mockmed.extradup import (
     FAMILIES,
     HACKING_FAMILIES,
     WriteSpec,

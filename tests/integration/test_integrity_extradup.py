@@ -6,7 +6,7 @@ and key, reading the same MockMed through its HTTP API) and a second ``sql`` wor
 bundle and database (its own receipt store). A scripted policy plays every ExtraDup family
 through MockMed, 13 episodes each over distinct patients (104 records: above the evidence
 rule's 100); every episode is scored by the proof's tier-0 screen reward and by all three
-workers. The rows are built by :mod:`rewardseal_kit.integrity_case` and audited with the
+workers. The rows are built by :mod:`rewardseal_kit.proof.integrity.case` and audited with the
 built-in protocol and profile:
 
 * A: optimizer = the screen reward, sentinel = the ``sql`` worker -> ``fail``, asymmetric
@@ -39,8 +39,8 @@ from rewardseal.core.integrity import (
 from rewardseal.core.signing import SigningKey
 from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal_kit.extradup import CONTROL, FAMILIES, HACKING_FAMILIES
-from rewardseal_kit.integrity_case import (
+from rewardseal_kit.proof.conditions import MockMedUI
+from rewardseal_kit.proof.integrity.case import (
     CASE_RECORDS,
     CaseAudit,
     CaseEpisode,
@@ -52,8 +52,8 @@ from rewardseal_kit.integrity_case import (
     screen_source,
     signal_rows,
 )
-from rewardseal_kit.proof.conditions import MockMedUI
 from rewardseal_kit.proof.rewards import SCREEN_T0
+from rewardseal_mockmed.extradup import CONTROL, FAMILIES, HACKING_FAMILIES
 from rewardseal_server.sqlstore import sqlite_url
 from rewardseal_worker.seed import REST_BUNDLE, REST_TOKEN_ENV, REST_URL_ENV, seed_mockmed
 from rewardseal_worker.settings import KEY_FILE

@@ -28,8 +28,8 @@ from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.trainers.trl import PAID_SHARE_METRIC, CertifiedRewardFunction
 from rewardseal_kit.actors import MockMedActor
-from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_kit.tiny_models import char_tokenizer, tiny_grpo_config, tiny_llama
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 # Only the integrations venv has trl (and torch, transformers, datasets, tokenizers).
 pytest.importorskip("trl")

@@ -47,9 +47,9 @@ from rewardseal.trainers.integrity.monitor import (
 from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_kit.actors import MockMedActor
-from rewardseal_kit.integrity_case import reward_source
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_kit.proof.integrity.case import reward_source
 from rewardseal_kit.tiny_models import char_tokenizer, tiny_grpo_config, tiny_llama
+from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_server.sqlstore import sqlite_url
 from rewardseal_worker.seed import REST_BUNDLE, REST_TOKEN_ENV, REST_URL_ENV, seed_mockmed
 from rewardseal_worker.settings import KEY_FILE

@@ -43,8 +43,8 @@ from rewardseal.trainers.verl.streaming import (
     fill_streamed_rewards,
     reward_positions,
 )
-from rewardseal_kit import mockmed
 from rewardseal_kit.tiny_models import SPECIAL, char_tokenizer
+from rewardseal_mockmed import contract as mockmed
 from rewardseal_mockmed.seeding import write_encounter
 
 verl = pytest.importorskip("verl")

@@ -26,20 +26,20 @@ from typing import Any
 import pytest
 
 from rewardseal.core.errors import ValidationError
-from rewardseal_kit.extradup import CONTROL
-from rewardseal_kit.proof.integrity_plot import write_integrity_png
-from rewardseal_kit.proof.integrity_report import (
+from rewardseal_kit.proof.integrity.plot import write_integrity_png
+from rewardseal_kit.proof.integrity.report import (
     ASYMMETRIC,
     CORRELATED,
     check_integrity,
     render_integrity_markdown,
 )
-from rewardseal_kit.proof.integrity_run import (
+from rewardseal_kit.proof.integrity.run import (
     DRIFT,
     DRIFT_FAMILY,
     CaseRun,
     boundary_families,
 )
+from rewardseal_mockmed.extradup import CONTROL
 
 CLI = Path(sys.executable).parent / "rewardseal-kit"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from rewardseal_kit.extradup import FAMILIES, HACKING_FAMILIES
 from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE
 from rewardseal_kit.proof.report import check_report, summarize
 from rewardseal_kit.proof.rewards import CERTIFIED_T2, SCREEN_T0, TrialResult
+from rewardseal_mockmed.extradup import FAMILIES, HACKING_FAMILIES
 
 TRIALS = 3
 CLI = Path(sys.executable).parent / "rewardseal-kit"

@@ -42,7 +42,7 @@ from rewardseal.core.errors import DuplicateEpisode, RewardSealError
 from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 T = TypeVar("T")
 EPISODES = 2000

@@ -31,7 +31,7 @@ from rewardseal.core.validation import FORBIDDEN_METADATA_KEYS
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_worker.server import SERVICE_NAME
 
 ALLOWED = frozenset(

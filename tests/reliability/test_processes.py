@@ -41,7 +41,7 @@ from support.worker_store import count_receipts
 from rewardseal.core.errors import DuplicateEpisode, IdentityBusy
 from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt, message_size_options
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_worker.store import WorkerStore
 
 pytestmark = [

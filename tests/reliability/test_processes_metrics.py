@@ -14,7 +14,7 @@ from support.metrics_scrape import matching, scrape_sync
 from support.mockmed_episodes import descriptor, write_triage
 from support.worker_process import spawn_worker
 
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 RECEIPTS = "rewardseal_worker_receipts_total"
 pytestmark = pytest.mark.slow  # three processes start (about 5 s on a quiet 2-core machine)

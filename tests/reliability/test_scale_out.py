@@ -32,7 +32,7 @@ from support.worker_process import WorkerProcess, spawn_worker, worker_process
 from rewardseal.core.errors import DuplicateEpisode
 from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 REPLICAS = 3
 EPISODES = 200

@@ -18,7 +18,7 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
     Uncertainty,
 )
-from rewardseal_kit.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
+from rewardseal_mockmed.contract import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 
 FIXED_TIME = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 ISSUED_AT_UPDATE = 100

@@ -24,7 +24,7 @@ from rewardseal_control.roles import control_tokens
 from rewardseal_control.server import start_control_server
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_control.store import ControlStore
-from rewardseal_kit.mockmed import CALIBRATION_CORPUS, CORPUS_DIGEST, THRESHOLD
+from rewardseal_mockmed.contract import CALIBRATION_CORPUS, CORPUS_DIGEST, THRESHOLD
 from rewardseal_server.bearer import BearerTokens
 from rewardseal_server.serving import RunningServer
 

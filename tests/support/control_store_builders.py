@@ -25,7 +25,7 @@ from rewardseal_control.store import (
     Page,
     RevocationSigner,
 )
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 from support.builders import FIXED_TIME, make_certificate, make_facts
 
 WORKER = IssuerKeyRole.ISSUER_KEY_ROLE_WORKER

@@ -26,7 +26,7 @@ from rewardseal.trainers.integrity.capture import CapturedSample, IntegrityCaptu
 from rewardseal.trainers.integrity.gate import BoundaryGate, StepGate
 from rewardseal.trainers.integrity.monitor import IntegrityBinding, IntegrityMonitor
 from rewardseal.trainers.verl.loop_gate import LoopGate, install_loop_gate
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_server.sqlstore import sqlite_url
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_control, stop_control
 from support.integrity_specs import spec

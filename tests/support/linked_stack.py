@@ -28,7 +28,7 @@ from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer
 from rewardseal_control.app import ControlApp, start_control
 from rewardseal_control.settings import KEY_FILE as CONTROL_KEY_FILE
 from rewardseal_control.settings import resolve_settings as control_settings
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 from rewardseal_worker.app import start_worker
 from rewardseal_worker.calibration import summary_from_json
 from rewardseal_worker.control_link import ControlLink

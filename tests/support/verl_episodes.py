@@ -13,7 +13,7 @@ from typing import Any
 
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.v1.contract_pb2 import ScoringPolicy
-from rewardseal_kit import mockmed
+from rewardseal_mockmed import contract as mockmed
 from rewardseal_mockmed.seeding import write_encounter
 from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration import (

@@ -30,8 +30,8 @@ from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.integrity.capture import IntegrityCapture, output_digest
 from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal_kit.actors import MockMedActor
-from rewardseal_kit.extradup import CONTROL, mockmed_write_spec, scripted_completion
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
+from rewardseal_mockmed.extradup import CONTROL, mockmed_write_spec, scripted_completion
 from rewardseal_worker.seed import REST_BUNDLE, REST_TOKEN_ENV, REST_URL_ENV, seed_mockmed
 from rewardseal_worker.settings import KEY_FILE
 

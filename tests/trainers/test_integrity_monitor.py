@@ -36,7 +36,7 @@ from rewardseal.trainers.integrity.monitor import (
     IntegrityMonitor,
 )
 from rewardseal.v1 import integrity_pb2 as ipb
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 RECORDS = 100  # the evidence rule's minimum for a full decision (R-I-7)
 

@@ -17,7 +17,7 @@ from support.worker_stack import RunningStack, start_stack, stop_stack
 from rewardseal.core.errors import Unscored
 from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.grader import OpenAIGrader
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 SAMPLE = {"output_text": "The triage encounter is saved."}
 

@@ -35,7 +35,7 @@ from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal.trainers.verl import CertifiedRewardManager, ManagerSettings
 from rewardseal.trainers.verl.loop import LoopScorer, settings_from_config
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 
 KINDS = ["sync", "async"]
 

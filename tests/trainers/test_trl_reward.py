@@ -36,8 +36,8 @@ from rewardseal.trainers.trl import (
 )
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_kit.actors import MockMedActor
-from rewardseal_kit.extradup import CONTROL, mockmed_write_spec, scripted_completion
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
+from rewardseal_mockmed.extradup import CONTROL, mockmed_write_spec, scripted_completion
 from rewardseal_mockmed.seeding import count_encounters
 from rewardseal_worker.server import SERVICE_NAME
 

@@ -37,7 +37,7 @@ from rewardseal.trainers.verl import (
     register_with_verl,
     samples_from_batch,
 )
-from rewardseal_kit import mockmed
+from rewardseal_mockmed import contract as mockmed
 from rewardseal_mockmed.seeding import write_encounter
 
 

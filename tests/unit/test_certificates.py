@@ -23,7 +23,7 @@ from rewardseal.core.certificates import (
 )
 from rewardseal.core.errors import ValidationError
 from rewardseal.v1.enums_pb2 import CertificateState
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 State = CertificateState
 ISSUED = ISSUED_AT_UPDATE

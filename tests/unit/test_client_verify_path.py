@@ -33,7 +33,7 @@ from rewardseal.rpc.worker_protocol import VerifiedReceipt, WorkerProtocol
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 OTHER_KEY = SigningKey.from_seed(bytes(range(1, 33)))
 PROTOCOL = WorkerProtocol("token-client-verify", TrustSet([TEST_KEY.public_key]), 5.0, 0)

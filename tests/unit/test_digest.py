@@ -39,7 +39,7 @@ from rewardseal.core.digest import (
 from rewardseal.core.errors import ValidationError
 from rewardseal.v1.contract_pb2 import RewardComponent, RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
-from rewardseal_kit.mockmed import CORPUS_DIGEST, mockmed_contract
+from rewardseal_mockmed.contract import CORPUS_DIGEST, mockmed_contract
 
 DIGEST_RE = re.compile(r"\Asha256:[0-9a-f]{64}\Z")
 

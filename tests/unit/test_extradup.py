@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewardseal.core.errors import ValidationError
-from rewardseal_kit.extradup import (
+from rewardseal_mockmed.contract import ENCOUNTER_FIELDS
+from rewardseal_mockmed.extradup import (
     CONTROL,
     FAMILIES,
     HACKING_FAMILIES,
@@ -35,7 +36,6 @@ from rewardseal_kit.extradup import (
     sor_check,
     variants,
 )
-from rewardseal_kit.mockmed import ENCOUNTER_FIELDS
 
 MOCKMED = mockmed_write_spec("patient-0000a1b2", "Synthetic: sore throat; fluids advised.")
 OPENEMR = openemr_write_spec("pid-0000c3d4", "Synthetic: allergy follow-up.")

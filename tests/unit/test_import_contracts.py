@@ -2,8 +2,8 @@
 
 stubs <- core rules <- clients <- trainers; core <- server plumbing <- worker / control / MockMed;
 the kit imports core and MockMed, and nothing in production imports the kit. A forbidden import
-(a trainer module reaching for SQLAlchemy plumbing, the worker importing the kit outside its seed
-path, control importing the worker) fails here, not in a review.
+(a trainer module reaching for SQLAlchemy plumbing, the worker importing the kit, control importing
+the worker, an import circle inside the kit) fails here, not in a review.
 """
 
 from __future__ import annotations
@@ -51,8 +51,24 @@ def test_a_forbidden_import_breaks_a_contract(tmp_path: Path) -> None:
         ignore=shutil.ignore_patterns("__pycache__"),
     )
     canary = tmp_path / "rewardseal" / "canary.py"
-    canary.write_text("import rewardseal_kit.extradup\n")
+    canary.write_text("import rewardseal_kit.actors\n")
     done = lint_imports(extra_path=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "rewardseal.canary -> rewardseal_kit.extradup" in done.stdout
+    assert "rewardseal.canary -> rewardseal_kit.actors" in done.stdout
     assert "Nothing in production imports the kit BROKEN" in done.stdout
+
+
+def test_no_module_of_the_kit_imports_itself_back() -> None:
+    """No import circle inside the kit, modules taken one by one (the ``kit-acyclic`` contract
+    takes sibling packages whole; this also catches a package's ``__init__`` and its own module,
+    which that contract never compares). Function-level and TYPE_CHECKING imports count."""
+    import grimp
+
+    graph = grimp.build_graph("rewardseal_kit", cache_dir=None)
+    circles = [
+        (importer, imported)
+        for importer in sorted(graph.modules)
+        for imported in sorted(graph.find_modules_directly_imported_by(importer))
+        if graph.find_shortest_chain(imported, importer) is not None
+    ]
+    assert circles == []

@@ -25,7 +25,7 @@ from rewardseal.core.judging import (
 )
 from rewardseal.core.receipts import build_receipt
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal, Uncertainty
-from rewardseal_kit.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, mockmed_contract
+from rewardseal_mockmed.contract import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, mockmed_contract
 
 Out = RewardOutcome
 S = RuntimeSignal

@@ -14,7 +14,7 @@ from rewardseal.core.judging import (
     parse_effects,
     same_value,
 )
-from rewardseal_kit.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS
+from rewardseal_mockmed.contract import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS
 
 IDENTITY = {"patient_id": "p-001"}
 

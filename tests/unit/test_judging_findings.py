@@ -22,7 +22,7 @@ from rewardseal.core.judging import (
     new_records,
     required_findings,
 )
-from rewardseal_kit.extradup import (
+from rewardseal_mockmed.extradup import (
     CONTROL,
     FAULTS,
     HACKING_FAMILIES,

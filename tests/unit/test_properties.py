@@ -27,7 +27,7 @@ from rewardseal.core.validation import validate_contract, validate_receipt
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardComponent, RewardContract, ScoringPolicy
 from rewardseal.v1.enums_pb2 import CertificateState, RewardOutcome, Uncertainty
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 Outcome = RewardOutcome
 TRUST = TrustSet([TEST_KEY.public_key])

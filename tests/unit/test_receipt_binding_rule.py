@@ -22,7 +22,7 @@ from rewardseal.core.receipts import (
 from rewardseal.rpc.worker_client import make_descriptor
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 
 def receipt(

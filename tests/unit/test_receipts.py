@@ -33,7 +33,7 @@ from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, 
 from rewardseal.v1.contract_pb2 import RewardComponent, ScoringPolicy
 from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 Outcome = RewardOutcome
 OTHER_KEY = SigningKey.from_seed(bytes(range(32, 64)))

@@ -22,7 +22,7 @@ from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 ORG = SigningKey.from_seed(bytes(range(32)))
 TRUST = TrustSet([ORG.public_key])

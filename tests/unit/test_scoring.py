@@ -18,7 +18,7 @@ from rewardseal.core.scoring import (
 )
 from rewardseal.v1.contract_pb2 import ScoringPolicy
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 Outcome = RewardOutcome
 

@@ -6,7 +6,8 @@ import random
 
 from rewardseal.core.digest import digest_json
 from rewardseal.core.faults import GENERIC_FAULT_CLASSES
-from rewardseal_kit import extradup, mockmed
+from rewardseal_mockmed import contract as mockmed
+from rewardseal_mockmed import extradup
 from rewardseal_mockmed.synthetic import COMPLAINTS, PLANS, synthetic_note
 from rewardseal_worker import calibration
 

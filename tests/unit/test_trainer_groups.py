@@ -46,7 +46,7 @@ from rewardseal.trainers.groups import (
     sample_results,
 )
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
 WRONG_EFFECT = RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT

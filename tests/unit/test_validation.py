@@ -51,7 +51,7 @@ from rewardseal.v1.enums_pb2 import (
 )
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal_kit.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
+from rewardseal_mockmed.contract import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 
 M = TypeVar("M", bound=Message)
 E = TypeVar("E", bound=Exception)

@@ -18,7 +18,7 @@ from rewardseal.core.errors import ValidationError
 from rewardseal.core.judging import parse_effects
 from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.enums_pb2 import OracleChannel
-from rewardseal_kit.mockmed import (
+from rewardseal_mockmed.contract import (
     FORBIDDEN_EFFECTS,
     REQUIRED_EFFECTS,
     TIER0_RECIPE,

@@ -17,7 +17,7 @@ from rewardseal.core.judging import (
     new_records,
     required_findings,
 )
-from rewardseal_kit.mockmed import (
+from rewardseal_mockmed.contract import (
     FORBIDDEN_EFFECTS,
     REQUIRED_EFFECTS,
     TIER2_RECIPE,

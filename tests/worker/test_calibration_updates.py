@@ -16,7 +16,7 @@ from rewardseal.core.digest import digest_json
 from rewardseal.core.judging import judge_episode
 from rewardseal.v1.contract_pb2 import OracleSpec
 from rewardseal.v1.enums_pb2 import OracleChannel
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration import (
     GENERIC_FAULT_CLASSES,

@@ -10,7 +10,7 @@ import pytest
 
 from rewardseal.core.digest import digest_json
 from rewardseal.core.signing import SigningKey
-from rewardseal_kit import mockmed
+from rewardseal_mockmed import contract as mockmed
 from rewardseal_worker.authoring.schema_check import SCHEMA_FILES, load_schema, schema_problems
 from rewardseal_worker.authoring.templates import INIT_KINDS
 from rewardseal_worker.bundle import inspect_bundle, load_bundle, write_bundle

@@ -27,7 +27,7 @@ from rewardseal.core.validation import MAX_IDENTITY_VALUE_LENGTH
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal_kit.mockmed import mockmed_contract
+from rewardseal_mockmed.contract import mockmed_contract
 
 HUGE = 20_000
 """Characters in a hostile key or value: far over gRPC's 8 kB default trailer budget."""

@@ -20,7 +20,7 @@ from worker.conftest import RunningStack, start_stack, stop_stack
 
 from rewardseal.core.errors import ValidationError
 from rewardseal.v1.enums_pb2 import OracleChannel, RewardOutcome, Uncertainty
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_worker.oracles import OracleUnavailable, make_reader, validate_recipe
 from rewardseal_worker.oracles.base import OracleReader
 from rewardseal_worker.seed import REST_BUNDLE, REST_TOKEN_ENV, REST_URL_ENV

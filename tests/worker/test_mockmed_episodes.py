@@ -36,7 +36,8 @@ from rewardseal.v1.enums_pb2 import (
     RuntimeSignal,
     Uncertainty,
 )
-from rewardseal_kit.extradup import (
+from rewardseal_mockmed.contract import ENCOUNTER_FIELDS, IDENTITY_KEY
+from rewardseal_mockmed.extradup import (
     CONTROL,
     FAMILIES,
     HACKING_FAMILIES,
@@ -45,7 +46,6 @@ from rewardseal_kit.extradup import (
     parse_action_report,
     scripted_report,
 )
-from rewardseal_kit.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
 from rewardseal_mockmed.seeding import count_encounters, show_on_screen, write_encounter
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED

@@ -19,7 +19,12 @@ import sqlalchemy as sa
 from rewardseal.core.errors import IdentityMismatch, ValidationError
 from rewardseal.core.judging import judge_episode, parse_effects
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
-from rewardseal_kit.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, TIER0_RECIPE, TIER2_RECIPE
+from rewardseal_mockmed.contract import (
+    FORBIDDEN_EFFECTS,
+    REQUIRED_EFFECTS,
+    TIER0_RECIPE,
+    TIER2_RECIPE,
+)
 from rewardseal_worker import oracles
 from rewardseal_worker.oracles import OracleUnavailable, make_reader, validate_recipe
 from rewardseal_worker.oracles import sql as sql_module

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from support.postgres import PostgresServer
 
 from rewardseal.core.calibration import epsilon_from_summary, summary_from_json
-from rewardseal_kit import mockmed
+from rewardseal_mockmed import contract as mockmed
 from rewardseal_worker.authoring.entry import run_authoring_command
 from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST

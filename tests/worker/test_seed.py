@@ -10,6 +10,9 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
@@ -27,8 +30,8 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
     RuntimeSignal,
 )
-from rewardseal_kit.mockmed import CORPUS_DIGEST, mockmed_contract_digest
 from rewardseal_mockmed import seeding
+from rewardseal_mockmed.contract import CORPUS_DIGEST, mockmed_contract_digest
 from rewardseal_mockmed.seeding import (
     add_background_rows,
     count_encounters,
@@ -376,3 +379,36 @@ def test_the_key_file_is_never_touched(seeded):
     assert oct(os.stat(key_file).st_mode & 0o777) == "0o600"
     seed_mockmed(data_dir, key=key)
     assert SigningKey.load_or_create(key_file).key_id == key.key_id
+
+
+def test_seeding_runs_without_the_kit(tmp_path):
+    """The worker's ``mockmed`` extra (and its image) install MockMed, not the kit: seeding, with
+    every ``rewardseal_kit`` import refused, still writes a certified bundle."""
+    script = textwrap.dedent(
+        """
+        import importlib.abc, sys
+        from pathlib import Path
+
+        class NoKit(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name.partition(".")[0] == "rewardseal_kit":
+                    raise ModuleNotFoundError(f"no kit here: {name}", name=name)
+                return None
+
+        sys.meta_path.insert(0, NoKit())
+        from rewardseal.core.signing import SigningKey
+        from rewardseal_worker.seed import seed_mockmed
+
+        seeded = seed_mockmed(Path(sys.argv[1]), key=SigningKey.generate())
+        print(seeded.certificate.certificate_id)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from rewardseal_kit.mockmed import TIER2_RECIPE
+from rewardseal_mockmed.contract import TIER2_RECIPE
 from rewardseal_worker.oracles import OracleUnavailable, make_reader
 from rewardseal_worker.oracles.sql import SqlReader
 

@@ -22,8 +22,7 @@ from rewardseal.core.signing import SigningKey, TrustSet, verify_certificate
 from rewardseal.core.validation import validate_calibration_summary, validate_certificate
 from rewardseal.v1.certificate_pb2 import CalibrationSummary
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, RewardOutcome
-from rewardseal_kit.extradup import HACKING_FAMILIES
-from rewardseal_kit.mockmed import (
+from rewardseal_mockmed.contract import (
     CORPUS_DIGEST,
     ENCOUNTER_FIELDS,
     FORBIDDEN_EFFECTS,
@@ -33,6 +32,7 @@ from rewardseal_kit.mockmed import (
     mockmed_contract,
     mockmed_contract_digest,
 )
+from rewardseal_mockmed.extradup import HACKING_FAMILIES
 from rewardseal_worker.bundle import load_bundle, write_bundle
 from rewardseal_worker.calibration import (
     GENERIC_FAULT_CLASSES,

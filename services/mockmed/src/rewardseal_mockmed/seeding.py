@@ -119,7 +119,8 @@ def _background_rows(rng: random.Random, count: int) -> list[tuple[Any, ...]]:
     generator is seeded with the rows already there) and are what seeded data directories
     already hold, so their shape stays as it is.
     """
-    # 10 hex digits: never the 8-digit ids of rewardseal_kit.extradup.variants or the calibration.
+    # 10 hex digits: never the 8-digit ids of extradup.variants (beside this module) or the
+    # calibration's.
     patients = [f"patient-{rng.getrandbits(40):010x}" for _ in range(max(1, math.ceil(count / 4)))]
     rows: list[tuple[Any, ...]] = []
     for _ in range(count):

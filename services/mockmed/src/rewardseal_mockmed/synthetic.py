@@ -1,9 +1,9 @@
 """Synthetic clinical text for MockMed-shaped records: invented, never real patient data.
 
 One vocabulary serves every generator of synthetic encounter notes (MockMed's seeded background
-rows, :mod:`rewardseal_mockmed.seeding`, and the ExtraDup variants of the kit,
-:mod:`rewardseal_kit.extradup`), so they read alike and a change to the wording happens in one
-place. It lives with MockMed, whose records these are; the kit imports it from here.
+rows, :mod:`rewardseal_mockmed.seeding`, and the ExtraDup variants,
+:mod:`rewardseal_mockmed.extradup`), so they read alike and a change to the wording happens in one
+place. It lives with MockMed, whose records these are.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ _log = logging.getLogger(__name__)
 if TYPE_CHECKING:
     from rewardseal_server.embedded_http import RunningHttpServer
 
-    # Seeding MockMed is a demo feature that needs rewardseal-mockmed and the kit: imported only
-    # to seed (the import contracts allow the worker's kit imports on this path alone).
+    # Seeding MockMed is a demo feature that needs rewardseal-mockmed (its seeding, its contract
+    # and the ExtraDup replay): imported only to seed, so a worker without the extra still serves.
     from rewardseal_worker.seed import SeedResult
 
 
@@ -114,9 +114,9 @@ def prepare_worker(
     first start) and, with ``seed_mockmed``, the MockMed seed (under the data dir's seed lock).
 
     Raises:
-        ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed or rewardseal-kit is not
-            installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`); or
-            it is not set and there is no bundle to serve.
+        ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed is not installed, or
+            seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`); or it is not set
+            and there is no bundle to serve.
     """
     # What can be refused is refused before the key is made (nothing written for a bad start).
     if not settings.seed_mockmed:
@@ -130,10 +130,10 @@ def prepare_worker(
     try:
         from rewardseal_worker.seed import seed_mockmed
     except ModuleNotFoundError as exc:
-        if exc.name is None or not exc.name.startswith(("rewardseal_mockmed", "rewardseal_kit")):
+        if exc.name is None or not exc.name.startswith("rewardseal_mockmed"):
             raise
         raise ValidationError(
-            "--seed-mockmed needs the rewardseal-mockmed and rewardseal-kit distributions "
+            "--seed-mockmed needs the rewardseal-mockmed distribution "
             "(pip install 'rewardseal-worker[mockmed]')"
         ) from None
     key = SigningKey.load_or_create(settings.key_path)
@@ -169,8 +169,8 @@ async def start_worker(
         CannotListen: the port is in use by another process or cannot be bound.
         DataDirInUse: ``exclusive`` and another worker holds the data dir.
         SystemOfRecordUnavailable: the SoR does not answer the start-up probe (R-W-16).
-        ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed or rewardseal-kit is not
-            installed, or seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
+        ValidationError: ``seed_mockmed`` is set but rewardseal-mockmed is not installed, or
+            seeding refused (see :func:`rewardseal_worker.seed.seed_mockmed`).
     """
     if not shared_port:
         # Before seeding and calibrating (minutes): a taken port is refused at once.

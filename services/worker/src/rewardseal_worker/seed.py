@@ -1,13 +1,13 @@
 """Seed a worker data directory with MockMed: the synthetic SoR, three bundles, certificates.
 
 A demo and development feature (``rewardseal-worker serve --seed-mockmed``): the worker imports
-this module only when asked to seed, and it needs the ``rewardseal-mockmed`` distribution, whose
-:mod:`rewardseal_mockmed.seeding` writes the database and the screen dump, and the kit
-(``rewardseal-kit``: the MockMed contract, the ExtraDup families' replay). This module is the
-one place in production that imports the kit (the import contracts allow it here only). What is
-the worker's here: the bundles, their calibration with the ExtraDup families
-(:data:`MOCKMED_FAULT_FAMILIES`), the self-signed SYNTHETIC certificates, the seeding lock and
-idempotence.
+this module only when asked to seed, and it needs the ``rewardseal-mockmed`` distribution
+(the worker's ``mockmed`` extra): :mod:`rewardseal_mockmed.seeding` writes the database and the
+screen dump, :mod:`rewardseal_mockmed.contract` is the MockMed contract and
+:mod:`rewardseal_mockmed.extradup.calibration` the ExtraDup families' replay (the kit builds on
+the same modules; nothing in production imports the kit). What is the worker's here: the bundles,
+their calibration with the ExtraDup families (:data:`MOCKMED_FAULT_FAMILIES`), the self-signed
+SYNTHETIC certificates, the seeding lock and idempotence.
 
 :func:`seed_mockmed` lays out::
 
@@ -68,8 +68,8 @@ from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
-from rewardseal_kit import mockmed
-from rewardseal_kit.calibration import EXTRADUP_REPLAY
+from rewardseal_mockmed import contract as mockmed
+from rewardseal_mockmed.extradup.calibration import EXTRADUP_REPLAY
 from rewardseal_mockmed.schema import ENCOUNTERS_TABLE
 from rewardseal_mockmed.seeding import DEFAULT_BACKGROUND_ROWS, create_database, create_screen
 from rewardseal_mockmed.store import DEFAULT_SEED

@@ -24,7 +24,7 @@ from typing import Any
 
 from rewardseal.core.calibration import METHOD, clopper_pearson_upper
 from rewardseal.core.errors import CertificationRefused
-from rewardseal_kit.extradup import (
+from rewardseal_mockmed.extradup import (
     CONTROL,
     FAMILIES,
     HACKING_FAMILIES,

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from rewardseal_kit.extradup import CONTROL, FAMILIES
+from rewardseal_mockmed.extradup import CONTROL, FAMILIES
 
 from .evaluation import FamilyEval, evaluate_family
 from .scripted_policy import ScriptedPolicyServer

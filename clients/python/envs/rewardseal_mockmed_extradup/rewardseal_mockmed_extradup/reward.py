@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardseal.core.errors import ValidationError
-from rewardseal_kit.extradup import (
+from rewardseal_mockmed.extradup import (
     REFUSED,
     VERIFIED,
     InMemoryStore,

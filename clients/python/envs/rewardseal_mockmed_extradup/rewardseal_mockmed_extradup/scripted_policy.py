@@ -29,7 +29,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from rewardseal.core.errors import ValidationError
-from rewardseal_kit.extradup import FAMILIES, scripted_completion
+from rewardseal_mockmed.extradup import FAMILIES, scripted_completion
 from rewardseal_server.serving import write_ready_file
 
 from .tasks import spec_from_prompt

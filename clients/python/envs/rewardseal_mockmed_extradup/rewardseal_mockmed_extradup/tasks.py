@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from rewardseal.core.errors import ValidationError
-from rewardseal_kit.extradup import FAMILIES, WriteSpec, scripted_completion, variants
+from rewardseal_mockmed.extradup import FAMILIES, WriteSpec, scripted_completion, variants
 
 __all__ = [
     "STORES",

@@ -18,8 +18,8 @@ from typing import Final
 from rewardseal.core.errors import ValidationError
 from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.v1.enums_pb2 import RuntimeSignal
-from rewardseal_kit.extradup import MOCKMED_COLLECTION, ActionReport, parse_action_report
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
+from rewardseal_mockmed.extradup import MOCKMED_COLLECTION, ActionReport, parse_action_report
 
 __all__ = ["MockMedActor"]
 
@@ -28,7 +28,7 @@ _SERVER_ERROR: Final = 500
 
 
 class MockMedActor:
-    """Executes a JSON action report (see :mod:`rewardseal_kit.extradup`) on MockMed's REST API.
+    """Executes a JSON action report (see :mod:`rewardseal_mockmed.extradup`) on MockMed's REST API.
 
     Only ``encounters`` creates are posted (other collections are skipped: MockMed has none).
     A create for the dataset row's patient is redirected to the completion's sandbox patient;

@@ -27,7 +27,7 @@ from rewardseal.v1.enums_pb2 import (
     RewardOutcome,
     Uncertainty,
 )
-from rewardseal_kit.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
+from rewardseal_mockmed.contract import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 
 ISSUED_AT = 0
 EXPIRY = 100

@@ -1,9 +1,9 @@
 """The generic fault classes of calibration (R-CAL-1): the ways a write can be wrong.
 
 The worker calibrates every contract on those of these classes its effects can express, and the
-MockMed calibration corpus (:data:`rewardseal_kit.mockmed.CALIBRATION_CORPUS`) names all of them, so
-the list lives here once. The order is part of both: it is the worker's round-robin order and it
-enters the MockMed corpus digest.
+MockMed calibration corpus (:data:`rewardseal_mockmed.contract.CALIBRATION_CORPUS`) names all of
+them, so the list lives here once. The order is part of both: it is the worker's round-robin order
+and it enters the MockMed corpus digest.
 """
 
 from __future__ import annotations

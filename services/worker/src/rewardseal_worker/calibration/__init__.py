@@ -30,7 +30,7 @@ Fault classes (R-CAL-3) are derived from the contract's own effect documents:
 
 A class that a contract cannot express (no exact count, no expected field, no forbidden effect)
 is left out. A caller that passes :class:`FaultFamilies` for the bundle's task (the seeded
-MockMed bundles do, R-MM-3, with the ExtraDup kit's families) adds the task's scripted hacking
+MockMed bundles do, R-MM-3, with MockMed's ExtraDup families) adds the task's scripted hacking
 families (``extradup.dup`` ... ``extradup.wrong_record``): each family is replayed by the caller's
 :class:`FamilyReplay` on a store that already holds background records, and the store's
 before/after records become the baseline and current reads. Their write comes from the task's

@@ -1,9 +1,10 @@
 """The hacking families a caller adds to a calibration, passed in as data (R-CAL-3, R-MM-3).
 
 Calibration knows no task and no family by name. A caller that has scripted hacking families for
-a task (the seeded MockMed bundles have the ExtraDup kit's, :mod:`rewardseal_kit.calibration`)
-passes a :class:`FaultFamilies`: which task they are for, the task's published required-effects
-document their write comes from, and a :class:`FamilyReplay` that plays one family on a store.
+a task (the seeded MockMed bundles have the ExtraDup families,
+:mod:`rewardseal_mockmed.extradup.calibration`) passes a :class:`FaultFamilies`: which task they
+are for, the task's published required-effects document their write comes from, and a
+:class:`FamilyReplay` that plays one family on a store.
 The worker drives the store (background records, credited ids, concurrent writes) and judges the
 before/after reads exactly as the engine does; the replay only acts as the family's policy.
 """

@@ -6,8 +6,10 @@
     rewardseal-kit proof --integrity --json out.json --markdown out.md [--png out.png]
                      [--records 104] [--run-dir DIR]
 
-``--integrity`` runs the integrity proof instead (:mod:`rewardseal_kit.proof.integrity_command`):
-always on services it starts itself (control, MockMed, three workers).
+``--integrity`` runs the integrity proof instead (:mod:`rewardseal_kit.proof.integrity.command`):
+always on services it starts itself (control, MockMed, three workers). What the two share (exit
+statuses, the run directory, the SIGTERM-safe run, writing the reports) is
+:mod:`rewardseal_kit.proof.harness`.
 
 By default MockMed and the seeded rest worker are started as child processes in a temporary
 directory (``--run-dir`` keeps them in DIR instead) and stopped on exit, also on errors and
@@ -22,50 +24,24 @@ name it), 2 when the proof could not run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import signal
 import sys
-import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import FrameType
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Final
+
+from rewardseal_kit.proof.harness import EXIT_NOT_RUN, conclude, guarded, run_directory
 
 if TYPE_CHECKING:
-    from rewardseal_kit.proof.report import Row
     from rewardseal_kit.proof.rewards import TrialResult
     from rewardseal_kit.proof.run import Services
 
-__all__ = [
-    "EXIT_CHECK_FAILED",
-    "EXIT_NOT_RUN",
-    "EXIT_OK",
-    "HELP",
-    "Stopped",
-    "add_arguments",
-    "guarded",
-    "on_sigterm",
-    "run",
-    "run_directory",
-    "verdict",
-    "write_reports",
-    "written",
-]
+__all__ = ["HELP", "add_arguments", "run"]
 
-_T = TypeVar("_T")
-
-EXIT_OK: Final = 0
-EXIT_CHECK_FAILED: Final = 1
-EXIT_NOT_RUN: Final = 2
 HELP: Final = (
     "score every ExtraDup family and an oracle outage with a screen and a certified reward"
 )
-
-
-class Stopped(Exception):
-    """SIGTERM arrived: unwind so every started process is stopped."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -131,55 +107,16 @@ def _services(args: argparse.Namespace) -> Iterator[Services]:
             yield services
 
 
-@contextmanager
-def run_directory(run_dir: Path | None) -> Iterator[Path]:
-    """Where started services keep their files: ``run_dir`` (created new, 0700, and kept), or
-    a temporary directory removed on exit."""
-    if run_dir is not None:
-        run_dir = run_dir.expanduser().resolve()
-        run_dir.mkdir(parents=True, mode=0o700)
-        yield run_dir
-    else:
-        with tempfile.TemporaryDirectory(prefix="rewardseal-proof-") as tmp:
-            yield Path(tmp)
-
-
-def write_reports(
-    document: Mapping[str, Any],
-    markdown: str,
-    rows: Sequence[Row],
-    *,
-    json_path: Path,
-    markdown_path: Path,
-    png_path: Path | None,
-) -> None:
-    """Write the JSON report, the Markdown report and (with ``png_path``) the chart."""
-    from rewardseal_kit.proof.plot import write_png
-
-    for path in (json_path, markdown_path, png_path):
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    markdown_path.write_text(markdown, encoding="utf-8")
-    if png_path is not None:
-        write_png(rows, png_path)
-
-
-def on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM handler: raise :class:`Stopped` so every ``with`` block unwinds."""
-    raise Stopped
-
-
 def run(args: argparse.Namespace) -> int:
     """Run the proof as ``args`` say, write the reports; the exit status."""
     import time
 
-    from rewardseal.core.errors import RewardSealError
+    from rewardseal_kit.proof.plot import write_png
     from rewardseal_kit.proof.report import check_report, render_markdown, report_json, summarize
     from rewardseal_kit.proof.run import MIN_TRIALS, run_trials
 
     if args.integrity:
-        from rewardseal_kit.proof.integrity_command import run_integrity
+        from rewardseal_kit.proof.integrity.command import run_integrity
 
         return run_integrity(args)
     if args.records is not None:
@@ -210,59 +147,11 @@ def run(args: argparse.Namespace) -> int:
         "trials_seconds": round(finished - ready, 3),
     }
     document = report_json(rows, results, problems, meta)
-    try:
-        write_reports(
-            document,
-            render_markdown(rows, problems, meta),
-            rows,
-            json_path=args.json,
-            markdown_path=args.markdown,
-            png_path=args.png,
-        )
-    except RewardSealError as exc:
-        print(f"proof: {exc.message}", file=sys.stderr)
-        return EXIT_NOT_RUN
-    return verdict(problems, f"{len(results)} trial results; wrote {written(args)}")
-
-
-def guarded(work: Callable[[], _T]) -> tuple[_T | None, int]:
-    """Run ``work`` (start services, play, stop them) so that SIGTERM unwinds it.
-
-    Returns its value and :data:`EXIT_OK`, or None and the exit status once the reason it could
-    not run is printed: :data:`EXIT_NOT_RUN` for a refusal or a failed service or call, 130 for
-    an interruption (every process it started is stopped by then).
-    """
-    import grpc
-    import httpx
-
-    from rewardseal.core.errors import RewardSealError
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        return work(), EXIT_OK
-    except RewardSealError as exc:
-        print(f"proof: {exc.message}", file=sys.stderr)
-        return None, EXIT_NOT_RUN
-    except (grpc.RpcError, httpx.HTTPError, OSError) as exc:
-        print(f"proof failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return None, EXIT_NOT_RUN
-    except (KeyboardInterrupt, Stopped):
-        print("proof interrupted; every process it started was stopped", file=sys.stderr)
-        return None, 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def written(args: argparse.Namespace) -> str:
-    """The files a proof run wrote, each named (``--json``, ``--markdown``, ``--png``)."""
-    paths = [args.json, args.markdown, args.png]
-    return ", ".join(str(path) for path in paths if path is not None)
-
-
-def verdict(problems: Sequence[str], where: str) -> int:
-    """Print every failed check and the verdict line; the exit status."""
-    for problem in problems:
-        print(f"FAIL {problem}", file=sys.stderr)
-    said = "PASS" if not problems else f"FAIL ({len(problems)} checks)"
-    print(f"proof: {said}; {where}")
-    return EXIT_OK if not problems else EXIT_CHECK_FAILED
+    return conclude(
+        args,
+        document,
+        render_markdown(rows, problems, meta),
+        problems,
+        draw=lambda path: write_png(rows, path),
+        done=f"{len(results)} trial results; ",
+    )

@@ -18,8 +18,8 @@ from typing import Any, Final, Literal
 import httpx
 
 from rewardseal.core.errors import Unavailable, ValidationError
-from rewardseal_kit.extradup import CONTROL, FAMILIES, mockmed_write_spec, scripted_report
-from rewardseal_kit.mockmed import IDENTITY_KEY
+from rewardseal_mockmed.contract import IDENTITY_KEY
+from rewardseal_mockmed.extradup import CONTROL, FAMILIES, mockmed_write_spec, scripted_report
 
 __all__ = [
     "CONDITIONS",
@@ -123,8 +123,8 @@ class MockMedUI:
 def play(condition: str, patient_id: str, ui: MockMedUI) -> Screen:
     """Play ``condition``'s scripted policy for ``patient_id`` through ``ui``; the final screen.
 
-    The action report comes from :func:`rewardseal_kit.extradup.scripted_report` (the outage plays
-    the control's). Submitted creates are submitted (``wrong_record``'s lands on its decoy
+    The action report comes from :func:`rewardseal_mockmed.extradup.scripted_report` (the outage
+    plays the control's). Submitted creates are submitted (``wrong_record``'s lands on its decoy
     patient); an unsubmitted report only fills the form; a report with no action either claims
     in words (the UI's claim banner) or offers screen evidence (``screen_only``: that text is
     the screen it offers).

@@ -10,7 +10,7 @@ What a reader must not misread, and how the chart keeps them from it:
 * The y-axis is a share: it stops at 1.
 
 :func:`bars` computes what is drawn (pure, tested); :func:`write_png` draws it. matplotlib is
-imported here only (:func:`load_pyplot`, also used by :mod:`.integrity_plot`), lazily, with the
+imported here only (:func:`load_pyplot`, also used by :mod:`.integrity.plot`), lazily, with the
 Agg backend: it is the ``proof`` extra of the rewardseal distribution, and nothing else in the
 package needs it.
 """

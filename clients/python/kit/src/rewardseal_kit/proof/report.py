@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from rewardseal_kit.extradup import CONTROL
 from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE, gold
 from rewardseal_kit.proof.rewards import CERTIFIED_T2, REWARDS, SCREEN_T0, TrialResult
+from rewardseal_mockmed.extradup import CONTROL
 
 __all__ = [
     "SCHEMA",

@@ -20,8 +20,8 @@ from typing import Final
 from rewardseal.core.scoring import score
 from rewardseal.rpc.worker_client import VerifiedReceipt
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
-from rewardseal_kit.mockmed import ENCOUNTER_FIELDS, mockmed_contract
 from rewardseal_kit.proof.conditions import Screen
+from rewardseal_mockmed.contract import ENCOUNTER_FIELDS, mockmed_contract
 
 __all__ = [
     "CERTIFIED_T2",

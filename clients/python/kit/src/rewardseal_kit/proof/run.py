@@ -20,9 +20,9 @@ from typing import Final
 from rewardseal.core.errors import ValidationError
 from rewardseal.core.signing import TrustSet
 from rewardseal.rpc.worker_client import WorkerClient, make_descriptor
-from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE, MockMedUI, play
 from rewardseal_kit.proof.rewards import TrialResult, certified_result, screen_result
+from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_server.localstack import HOST, LocalServices, serve_command
 
 __all__ = [

@@ -1,8 +1,8 @@
 """The judge: does a system-of-record read show a contract's effects, and what is the outcome?
 
 One judge, pure functions over plain records, no I/O. The worker's scoring engine and its
-calibration judge episodes with it, and the ExtraDup kit (:mod:`rewardseal_kit.extradup`) and the
-verifiers environment that pays through the kit judge their in-memory store with it.
+calibration judge episodes with it, and the ExtraDup families (:mod:`rewardseal_mockmed.extradup`)
+and the verifiers environment that pays through the kit judge their in-memory store with it.
 
 - :mod:`~rewardseal.core.judging.effects`: effect specifications and their JSON documents
   (R-MSG-1).

@@ -7,7 +7,7 @@ vocabulary around the judge maps onto these faults:
   :meth:`Finding.reason` (``missing``, ``partial: ...``, ``duplicate: ...``, ``omitted_field:
   <field>``, ``wrong_field: <field>``, ``extra_field: <fields>``, ``present``); they enter
   evidence digests, so their wording is frozen;
-- the ExtraDup kit's fault codes (R-MM-3, :data:`rewardseal_kit.extradup.FAULTS`), which are the
+- the ExtraDup fault codes (R-MM-3, :data:`rewardseal_mockmed.extradup.FAULTS`), which are the
   :class:`Fault` values themselves;
 - the calibration fault classes (R-CAL-3,
   :data:`rewardseal.core.faults.GENERIC_FAULT_CLASSES`) and the ExtraDup families, which say how

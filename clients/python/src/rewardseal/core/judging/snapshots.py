@@ -2,7 +2,7 @@
 
 The worker reads a system of record by identity and judges with
 :func:`rewardseal.core.judging.verdicts.judge_required`. A store that belongs to one trial (the
-ExtraDup kit's :class:`~rewardseal_kit.extradup.InMemoryStore`) can be read whole, so
+ExtraDup :class:`~rewardseal_mockmed.extradup.InMemoryStore`) can be read whole, so
 :func:`judge_snapshots` also sees what a by-identity read cannot: new records written for another
 subject (:attr:`Fault.WRONG_SUBJECT`) and records of the subject that existed before and changed
 or vanished (:attr:`Fault.ALTERED_RECORD`). The findings on the subject's new records are exactly

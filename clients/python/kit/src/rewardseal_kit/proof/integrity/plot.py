@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from rewardseal_kit.proof.integrity_run import BoundaryAudit, CaseRun
+from rewardseal_kit.proof.integrity.run import BoundaryAudit, CaseRun
 from rewardseal_kit.proof.plot import load_pyplot
 
 __all__ = ["write_integrity_png"]

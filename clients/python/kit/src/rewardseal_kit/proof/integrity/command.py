@@ -6,25 +6,19 @@
 Control, MockMed and three workers are started as child processes in a temporary directory
 (``--run-dir`` keeps them in DIR) and stopped on exit, also on errors and SIGTERM. Exit status
 as the other proof: 0 every check holds, 1 a check failed (reports still written), 2 it could
-not run.
+not run; what the two proofs share is :mod:`rewardseal_kit.proof.harness`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
+from pathlib import Path
 from typing import Final
 
-from rewardseal_kit.proof.command import (
-    EXIT_NOT_RUN,
-    guarded,
-    run_directory,
-    verdict,
-    written,
-)
-from rewardseal_kit.proof.integrity_run import (
+from rewardseal_kit.proof.harness import EXIT_NOT_RUN, conclude, guarded, run_directory
+from rewardseal_kit.proof.integrity.run import (
     DRIFT,
     REST,
     SQL,
@@ -49,9 +43,8 @@ CASES: Final[tuple[tuple[str, str, str], ...]] = (
 
 def run_integrity(args: argparse.Namespace) -> int:
     """Run the integrity proof as ``args`` say, write the reports; the exit status."""
-    from rewardseal.core.errors import RewardSealError
-    from rewardseal_kit.integrity_case import CASE_RECORDS
-    from rewardseal_kit.proof.integrity_report import (
+    from rewardseal_kit.proof.integrity.case import CASE_RECORDS
+    from rewardseal_kit.proof.integrity.report import (
         check_integrity,
         integrity_json,
         render_integrity_markdown,
@@ -98,17 +91,16 @@ def run_integrity(args: argparse.Namespace) -> int:
         "audit_seconds": round(finished - played, 3),
     }
     document = integrity_json(cases, DRIFT, problems, meta)
-    try:
-        for path in (args.json, args.markdown, args.png):
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-        args.markdown.write_text(render_integrity_markdown(cases, DRIFT, problems, meta))
-        if args.png is not None:
-            from rewardseal_kit.proof.integrity_plot import write_integrity_png
 
-            write_integrity_png(cases, DRIFT, args.png)
-    except RewardSealError as exc:
-        print(f"proof: {exc.message}", file=sys.stderr)
-        return EXIT_NOT_RUN
-    return verdict(problems, f"wrote {written(args)}")
+    def draw(path: Path) -> None:
+        from rewardseal_kit.proof.integrity.plot import write_integrity_png
+
+        write_integrity_png(cases, DRIFT, path)
+
+    return conclude(
+        args,
+        document,
+        render_integrity_markdown(cases, DRIFT, problems, meta),
+        problems,
+        draw=draw,
+    )

@@ -1,4 +1,4 @@
-"""The integrity proof's checks, JSON and Markdown (the chart is :mod:`.integrity_plot`).
+"""The integrity proof's checks, JSON and Markdown (the chart is :mod:`.plot`).
 
 Three cases over the same drifting policy (docs/proof.md, "The integrity proof"):
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from rewardseal_kit.proof.integrity_run import CaseRun
+from rewardseal_kit.proof.integrity.run import CaseRun
 
 __all__ = [
     "ASYMMETRIC",

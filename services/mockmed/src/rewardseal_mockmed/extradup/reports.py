@@ -15,8 +15,8 @@ from typing import Any, Final, Literal
 from rewardseal.core import strict_json
 from rewardseal.core.errors import ValidationError
 from rewardseal.core.json_schemas import ACTION_REPORT_SCHEMA, check, load_schema
-from rewardseal_kit.extradup.specs import frozen_fields
-from rewardseal_kit.extradup.store import InMemoryStore
+from rewardseal_mockmed.extradup.specs import frozen_fields
+from rewardseal_mockmed.extradup.store import InMemoryStore
 
 __all__ = [
     "MAX_ACTIONS",

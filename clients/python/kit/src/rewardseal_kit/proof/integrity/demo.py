@@ -7,7 +7,7 @@ Control audits the boundary: the screen reward pays what the worker refuses, so 
 and the run pauses. A reviewer then records ``continue`` with a reason (the admin credential),
 and the step prints the audit's decision history, oldest first, the last one in force.
 
-    python -m rewardseal_kit.integrity_demo
+    python -m rewardseal_kit.proof.integrity.demo
 
 Exit status 0 when the history is exactly an automatic fail/pause then a reviewed continue.
 """
@@ -22,7 +22,7 @@ from typing import Any, Final, TextIO
 
 from rewardseal.rpc.integrity_client import IntegrityClient
 from rewardseal.v1 import integrity_pb2 as ipb
-from rewardseal_kit.proof.integrity_run import (
+from rewardseal_kit.proof.integrity.run import (
     SQL,
     BoundaryAudit,
     local_integrity_services,

@@ -52,10 +52,10 @@ from rewardseal.core.integrity import (
 )
 from rewardseal.rpc.worker_client import VerifiedReceipt, WorkerClient, make_descriptor
 from rewardseal.trainers.integrity.capture import sentinel_observation
-from rewardseal_kit.extradup import FAMILIES, mockmed_write_spec, scripted_completion
-from rewardseal_kit.mockmed import IDENTITY_KEY, THRESHOLD, mockmed_contract
 from rewardseal_kit.proof.conditions import MockMedUI, play
 from rewardseal_kit.proof.rewards import SCREEN_T0, TrialResult, screen_result, screen_says_saved
+from rewardseal_mockmed.contract import IDENTITY_KEY, THRESHOLD, mockmed_contract
+from rewardseal_mockmed.extradup import FAMILIES, mockmed_write_spec, scripted_completion
 
 __all__ = [
     "CASE_MAPPING",

@@ -10,7 +10,7 @@ from typing import Literal
 
 from rewardseal.core.errors import ValidationError
 from rewardseal.core.judging import EffectSpec
-from rewardseal_kit.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
+from rewardseal_mockmed.contract import ENCOUNTER_FIELDS, IDENTITY_KEY
 from rewardseal_mockmed.synthetic import synthetic_note
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 WRITE_EFFECT_NAME = "extradup_write"
-"""The effect name of :meth:`WriteSpec.effect` (a kit task has one effect)."""
+"""The effect name of :meth:`WriteSpec.effect` (an ExtraDup task has one effect)."""
 MOCKMED_COLLECTION = "encounters"
 """The MockMed collection a Triage encounter is created in."""
 OPENEMR_COLLECTION = "form_encounter"

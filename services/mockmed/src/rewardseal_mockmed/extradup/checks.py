@@ -1,9 +1,9 @@
-"""The system-of-record check: the core judge's read of one spec, in the kit's words.
+"""The system-of-record check: the core judge's read of one spec, in ExtraDup's words.
 
 :func:`sor_check` judges the store's before/after snapshots with
 :func:`rewardseal.core.judging.judge_snapshots` on
-:meth:`~rewardseal_kit.extradup.specs.WriteSpec.effect` (the same findings the worker refuses
-for) and names them as the kit's fault codes and reason
+:meth:`~rewardseal_mockmed.extradup.specs.WriteSpec.effect` (the same findings the worker refuses
+for) and names them as ExtraDup's fault codes and reason
 sentences; :func:`seal_verdict` turns that read into ``VERIFIED`` or ``REFUSED``.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardseal.core.judging import Fault, Finding, judge_snapshots
-from rewardseal_kit.extradup.specs import WriteSpec
+from rewardseal_mockmed.extradup.specs import WriteSpec
 
 __all__ = ["FAULTS", "REFUSED", "VERIFIED", "SorCheck", "seal_verdict", "sor_check"]
 
@@ -69,7 +69,7 @@ class SorCheck:
 def _reasons(
     findings: Sequence[Finding], spec: WriteSpec, new_count: int, submitted: bool | None
 ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """The kit's faults, reason sentences and field unions for the judge's findings.
+    """ExtraDup's faults, reason sentences and field unions for the judge's findings.
 
     One fault per kind in :data:`FAULTS` order; the field faults are unions over the new records.
     """
@@ -134,10 +134,10 @@ def sor_check(
 
     The core judge (:func:`rewardseal.core.judging.judge_snapshots`) judges
     :meth:`WriteSpec.effect`: exactly ``spec_count`` new records must belong to the spec identity;
-    each must carry every spec field with its value and nothing outside ``allowed_fields``. The
-    kit's store belongs to one trial, so a new record under another identity (``wrong_subject``) and
-    a pre-existing record of the spec identity that changed or vanished (``altered_record``) are
-    refused too.
+    each must carry every spec field with its value and nothing outside ``allowed_fields``.
+    ExtraDup's store belongs to one trial, so a new record under another identity
+    (``wrong_subject``) and a pre-existing record of the spec identity that changed or vanished
+    (``altered_record``) are refused too.
     """
     judgement = judge_snapshots(spec.effect(), {}, before, after)
     new_count = len(judgement.new_record_ids)

@@ -16,15 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rewardseal.core.errors import ValidationError
-from rewardseal_kit.extradup.checks import REFUSED, VERIFIED, SorCheck, seal_verdict, sor_check
-from rewardseal_kit.extradup.reports import (
+from rewardseal_mockmed.extradup.checks import REFUSED, VERIFIED, SorCheck, seal_verdict, sor_check
+from rewardseal_mockmed.extradup.reports import (
     ActionReport,
     ReplayResult,
     parse_action_report,
     replay,
 )
-from rewardseal_kit.extradup.specs import WriteSpec
-from rewardseal_kit.extradup.store import InMemoryStore
+from rewardseal_mockmed.extradup.specs import WriteSpec
+from rewardseal_mockmed.extradup.store import InMemoryStore
 
 __all__ = [
     "CONTROL",

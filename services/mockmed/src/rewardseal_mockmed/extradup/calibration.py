@@ -3,7 +3,9 @@
 The worker's calibration (:mod:`rewardseal_worker.calibration`) knows no family by name; the
 caller that calibrates the seeded MockMed bundles (the worker's ``--seed-mockmed`` path) passes
 ``FaultFamilies(..., replay=EXTRADUP_REPLAY)``. :class:`ExtraDupReplay` satisfies the worker's
-``FamilyReplay`` protocol structurally, so the kit never imports the worker.
+``FamilyReplay`` protocol structurally, so MockMed never imports the worker (contract
+``mockmed-alone``). It lives here, beside the families, because the worker's seeding and the kit
+both use it and nothing in production may import the kit.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Protocol
 
-from rewardseal_kit import extradup
+from rewardseal_mockmed.extradup.families import CONTROL, HACKING_FAMILIES, run_family
+from rewardseal_mockmed.extradup.specs import WriteSpec
+from rewardseal_mockmed.extradup.store import InMemoryStore
 
 __all__ = ["EXTRADUP_REPLAY", "ExtraDupReplay", "TaskWrite"]
 
@@ -35,29 +39,29 @@ class TaskWrite(Protocol):
 
 
 class ExtraDupReplay:
-    """Plays the ExtraDup families (:data:`rewardseal_kit.extradup.HACKING_FAMILIES`)."""
+    """Plays the ExtraDup families (:data:`rewardseal_mockmed.extradup.HACKING_FAMILIES`)."""
 
     @property
     def control(self) -> str:
         """The gold family, ``control``."""
-        return extradup.CONTROL
+        return CONTROL
 
     def families_for(self, write: TaskWrite) -> tuple[str, ...]:
-        """Every hacking family, in kit order; ``omit`` only when there is a field to drop.
+        """Every hacking family, in family order; ``omit`` only when there is a field to drop.
 
         ``omit`` drops one non-identity field of the write: a write of the identity alone has
         none, and its ``omit`` trial would be the gold write.
         """
         droppable = any(name != write.identity_field for name in write.fields)
-        return tuple(f for f in extradup.HACKING_FAMILIES if f != _OMIT or droppable)
+        return tuple(f for f in HACKING_FAMILIES if f != _OMIT or droppable)
 
     def writes_for_decoy(self, family: str) -> bool:
         """True for ``wrong_record``: the gold content written on a decoy identity."""
         return family == _WRONG_RECORD
 
-    def new_store(self) -> extradup.InMemoryStore:
-        """An empty :class:`~rewardseal_kit.extradup.InMemoryStore`."""
-        return extradup.InMemoryStore()
+    def new_store(self) -> InMemoryStore:
+        """An empty :class:`~rewardseal_mockmed.extradup.InMemoryStore`."""
+        return InMemoryStore()
 
     def run(
         self,
@@ -71,18 +75,18 @@ class ExtraDupReplay:
         """Replay ``family``'s scripted report for ``subject`` on ``store``.
 
         ``store`` is typed as the worker's protocol sees it; it must be one :meth:`new_store`
-        made (the families act through the kit's store).
+        made (the families act through their in-memory store).
         """
-        if not isinstance(store, extradup.InMemoryStore):
+        if not isinstance(store, InMemoryStore):
             raise TypeError("ExtraDupReplay.run needs a store made by ExtraDupReplay.new_store")
-        spec = extradup.WriteSpec(
+        spec = WriteSpec(
             collection=write.collection,
             fields={write.identity_field: subject, **write.fields},
             spec_count=write.spec_count,
             allowed_fields=write.allowed_fields,
             identity_field=write.identity_field,
         )
-        extradup.run_family(family, spec, store=store, decoy_identity=decoy_identity)
+        run_family(family, spec, store=store, decoy_identity=decoy_identity)
 
 
 EXTRADUP_REPLAY: Final = ExtraDupReplay()

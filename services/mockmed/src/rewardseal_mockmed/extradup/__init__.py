@@ -1,6 +1,6 @@
 """ExtraDup: scripted reward-hacking trials for a single CREATE on a system of record (R-MM-3).
 
-The kit is pure Python and synthetic. A task is a :class:`WriteSpec` (which collection, which
+ExtraDup is pure Python and synthetic. A task is a :class:`WriteSpec` (which collection, which
 fields, how many records should land, which fields a record may carry at all). A policy answers
 with a JSON *action report*::
 
@@ -29,12 +29,13 @@ evidence offered instead) and ``wrong_record`` (gold content written on a decoy 
 The package, by what each part does: :mod:`.specs` (the task and its seeded variants),
 :mod:`.store` (the in-memory system of record), :mod:`.reports` (parsing and replaying a report),
 :mod:`.checks` (the system-of-record check) and :mod:`.families` (the scripted policies and one
-trial of each). Every public name is re-exported here.
+trial of each). Every public name is re-exported here. :mod:`.calibration` (the families as the
+worker's calibration data, for ``rewardseal-worker serve --seed-mockmed``) is imported on its own.
 """
 
 from __future__ import annotations
 
-from rewardseal_kit.extradup.checks import (
+from rewardseal_mockmed.extradup.checks import (
     FAULTS,
     REFUSED,
     VERIFIED,
@@ -42,7 +43,7 @@ from rewardseal_kit.extradup.checks import (
     seal_verdict,
     sor_check,
 )
-from rewardseal_kit.extradup.families import (
+from rewardseal_mockmed.extradup.families import (
     CONTROL,
     FAMILIES,
     HACKING_FAMILIES,
@@ -51,7 +52,7 @@ from rewardseal_kit.extradup.families import (
     scripted_completion,
     scripted_report,
 )
-from rewardseal_kit.extradup.reports import (
+from rewardseal_mockmed.extradup.reports import (
     MAX_ACTIONS,
     MAX_REPORT_CHARS,
     Action,
@@ -61,7 +62,7 @@ from rewardseal_kit.extradup.reports import (
     parse_action_report,
     replay,
 )
-from rewardseal_kit.extradup.specs import (
+from rewardseal_mockmed.extradup.specs import (
     MOCKMED_COLLECTION,
     OPENEMR_COLLECTION,
     OPENEMR_ENCOUNTER_FIELDS,
@@ -72,7 +73,7 @@ from rewardseal_kit.extradup.specs import (
     openemr_write_spec,
     variants,
 )
-from rewardseal_kit.extradup.store import InMemoryStore, Record
+from rewardseal_mockmed.extradup.store import InMemoryStore, Record
 
 __all__ = [
     "CONTROL",

@@ -6,9 +6,9 @@ that database, a ``rest``-channel worker (its own data directory and key, readin
 its HTTP API) and a second ``sql`` worker on the first one's data directory (same bundle, recipe
 and key; its own receipt store). :func:`play_boundaries` plays every boundary's episodes once,
 each begun and scored by the ``sql`` and the ``rest`` worker and paid by the tier-0 screen
-reward (:func:`rewardseal_kit.integrity_case.play_case`): the policy is scripted, so what it does
-at boundary k does not depend on which reward a case optimizes, and every case reads the same
-outputs. :func:`run_case` then sends a case's rows to control boundary after boundary (append,
+reward (:func:`rewardseal_kit.proof.integrity.case.play_case`): the policy is scripted, so what
+it does at boundary k does not depend on which reward a case optimizes, and every case reads the
+same outputs. :func:`run_case` then sends a case's rows to control boundary after boundary (append,
 seal, audit, wait), verifies every signed bundle against control's organization key, and stops
 at the first decision that pauses the run: later boundaries are not trained.
 """
@@ -37,8 +37,8 @@ from rewardseal.rpc.integrity_client import IntegrityClient
 from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.contract_pb2 import RewardContract
-from rewardseal_kit.extradup import CONTROL
-from rewardseal_kit.integrity_case import (
+from rewardseal_kit.proof.conditions import MockMedUI
+from rewardseal_kit.proof.integrity.case import (
     CASE_RECORDS,
     CaseEpisode,
     CaseWorker,
@@ -48,8 +48,8 @@ from rewardseal_kit.integrity_case import (
     screen_source,
     signal_rows,
 )
-from rewardseal_kit.proof.conditions import MockMedUI
 from rewardseal_kit.proof.rewards import SCREEN_T0
+from rewardseal_mockmed.extradup import CONTROL
 from rewardseal_server.localstack import HOST, LocalServices, serve_command
 
 __all__ = [
