@@ -19,7 +19,9 @@ of the store's tables at the newest revision instead (first start, processes rac
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -192,25 +194,29 @@ class Migrations:
             Unavailable: the schema is not current, or the database cannot be reached.
         """
         head = self.head()
+        with _quiet_alembic():
+            current = self._checked(db, head, create_fresh=create_fresh)
+        if current != head:
+            raise Unavailable(self._refusal(current, head))
+
+    def _checked(self, db: StoreEngine, head: str, *, create_fresh: bool) -> str | None:
+        """The store's revision; with ``create_fresh``, ``head`` once a fresh one is made."""
 
         def current_of(conn: Connection) -> str | None:
             return MigrationContext.configure(conn).get_current_revision()
 
         if not create_fresh:
-            current = db.read(current_of, snapshot=True)
-        else:
+            return db.read(current_of, snapshot=True)
 
-            def check_or_create(conn: Connection) -> str | None:
-                db.advisory_lock(conn, self.lock_key)
-                current = current_of(conn)
-                if current is None and not self._holds_tables(conn):
-                    command.upgrade(self.config(conn), "head")
-                    return head
-                return current
+        def check_or_create(conn: Connection) -> str | None:
+            db.advisory_lock(conn, self.lock_key)
+            current = current_of(conn)
+            if current is None and not self._holds_tables(conn):
+                command.upgrade(self.config(conn), "head")
+                return head
+            return current
 
-            current = db.write(check_or_create)
-        if current != head:
-            raise Unavailable(self._refusal(current, head))
+        return db.write(check_or_create)
 
     def _holds_tables(self, conn: Connection) -> bool:
         """Whether any of the store's tables exists (a store downgraded to base keeps only an
@@ -240,3 +246,16 @@ class Migrations:
             f"{self.what} schema is at revision {current!r}, this build needs {head!r}: "
             f"run the migrations ({self.migrate_command})"
         )
+
+
+@contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Alembic's INFO lines (its context, each revision it runs) while a service starts: they
+    would add lines to a start whose failure is one line, and say nothing an operator acts on."""
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
