@@ -373,3 +373,15 @@ def test_serve_refuses_a_schema_not_at_head_in_one_line(
     lines = [entry for entry in err.splitlines() if entry.strip()]
     assert code == EXIT_RUNTIME, err
     assert lines == [f"rewardseal-worker: {line}"]
+
+
+def test_migrate_to_a_revision_this_build_lacks_is_a_usage_error(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert worker_main(["migrate", "--db-url", store_url, "--revision", "0099"]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "rewardseal-worker: cannot migrate the worker store: Can't locate revision identified "
+        "by '0099'"
+    ]
+    assert MIGRATIONS.current(store_url) is None

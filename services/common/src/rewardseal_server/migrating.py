@@ -35,7 +35,7 @@ from alembic.util import CommandError
 from sqlalchemy import MetaData, inspect
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import Unavailable
+from rewardseal.errors import Unavailable, ValidationError
 from rewardseal_server.sqlstore import StoreEngine, normalize_url, translated
 
 __all__ = ["Migrations", "Recognise"]
@@ -144,6 +144,7 @@ class Migrations:
         store made before migrations (see :attr:`recognise`).
 
         Raises:
+            ValidationError: ``revision`` is none this build ships.
             Unavailable: the database cannot be reached, or its schema is at a revision this
                 build does not ship (a newer build migrated it), or is no revision's.
         """
@@ -164,10 +165,13 @@ class Migrations:
                     command.stamp(config, self.recognise(conn))
                 elif current is not None and not self._ships(current):
                     raise Unavailable(self._refusal(current, self.head()))
-                if step == "upgrade":
-                    command.upgrade(config, revision)
-                else:
-                    command.downgrade(config, revision)
+                try:
+                    if step == "upgrade":
+                        command.upgrade(config, revision)
+                    else:
+                        command.downgrade(config, revision)
+                except CommandError as exc:  # a revision it does not ship, or no such step
+                    raise ValidationError(f"cannot migrate the {self.what}: {exc}") from exc
         finally:
             store.dispose()
 
