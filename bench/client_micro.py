@@ -2,11 +2,11 @@
 
 No server and no network: the seeded MockMed worker's ``Scorer`` (as in ``hot_path_micro.py``)
 makes real answers up front (begin registrations and receipt envelopes signed by a real key),
-and a loopback channel hands them to a real :class:`rewardseal.client.AsyncWorkerClient` the
-way gRPC would: each request goes through the generated stub's serializer, each answer through
+and a loopback channel hands them to a real :class:`rewardseal.rpc.worker_client.AsyncWorkerClient`
+the way gRPC would: each request goes through the generated stub's serializer, each answer through
 its deserializer. What is timed is everything the client library does between the two (request
-building, ``_call``, signature verification against the pinned key, strict parse, validation,
-the binding of every answer to its request, the result objects), per episode, in thread CPU:
+building, ``_call``, signature verification against the pinned key, strict parse, validation, the
+binding of every answer to its request, the result objects), per episode, in thread CPU:
 
 - ``unary``: ``begin`` then ``score`` of one episode (the descriptor built by ``make_descriptor``);
 - ``batched``: ``begin_many`` of 64 (``make_begin``) then ``score_many`` of 64.
@@ -37,8 +37,8 @@ from typing import Any
 
 import nacl.bindings
 
-from rewardseal.client import AsyncWorkerClient, make_begin, make_descriptor
-from rewardseal.signing import SigningKey, TrustSet, pae
+from rewardseal.core.signing import SigningKey, TrustSet, pae
+from rewardseal.rpc.worker_client import AsyncWorkerClient, make_begin, make_descriptor
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_worker.bundle import load_bundle

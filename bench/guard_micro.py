@@ -1,7 +1,7 @@
 """In-process micro-benchmark of two per-request guards: what the metadata check and the HTTP
 body's nesting pre-scan cost (issue 24, finding 7).
 
-* ``check_metadata`` (``rewardseal.validation``) runs on every descriptor of every face. It now
+* ``check_metadata`` (``rewardseal.core.validation``) runs on every descriptor of every face. It now
   walks the Struct with an explicit stack and bounds the depth (R-MSG-9); before, it converted
   the Struct to a dict and walked that recursively.
 * ``nests_deeper_than`` (``rewardseal_worker.http.guards``) scans every HTTP body before JSON
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from google.protobuf.struct_pb2 import Struct
 
-from rewardseal.validation import check_metadata
+from rewardseal.core.validation import check_metadata
 
 # What trainers put in metadata (a few scalars, a group, a list of tags).
 METADATA = {"trainer": "trl", "step": 12, "group": {"index": 3, "size": 8}, "tags": ["a", "b"]}

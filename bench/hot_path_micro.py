@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rewardseal.client import make_begin, make_descriptor
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.rpc.worker_client import make_begin, make_descriptor
 from rewardseal_worker.bundle import load_bundle
 from rewardseal_worker.engine import ScoreJob, Scorer
 from rewardseal_worker.oracles.registry import make_reader

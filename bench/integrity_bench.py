@@ -1,6 +1,6 @@
 """Reward-integrity audit of one boundary shard (``make bench``; not a test).
 
-The pure pipeline a control-plane audit runner calls (``rewardseal.integrity.audit_boundary``):
+The pure pipeline a control-plane audit runner calls (``rewardseal.core.integrity.audit_boundary``):
 verify the sealed shard against its manifest, check the evidence, compute every R-I-6 metric over
 the core, 10,000 record-grouped bootstrap resamples (seed 42), subgroups, the decision, then sign
 the bundle. Two shards of 512 retained rows, graded rewards, two candidates per record:
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rewardseal.integrity import (
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     RetentionProtocol,
@@ -45,8 +45,8 @@ from rewardseal.integrity import (
     retain,
     seal_shard,
 )
-from rewardseal.integrity.metrics import metric_columns
-from rewardseal.signing import SigningKey
+from rewardseal.core.integrity.metrics import metric_columns
+from rewardseal.core.signing import SigningKey
 
 RESULTS = Path(__file__).resolve().parent / "results" / "integrity.json"
 RESAMPLES = 10_000

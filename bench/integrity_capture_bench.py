@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rewardseal.integrity import RewardMapping
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.trainers.integrity_buffer import BufferedEntry, SignalBuffer
-from rewardseal.trainers.integrity_capture import CapturedSample, IntegrityCapture
+from rewardseal.core.integrity import RewardMapping
+from rewardseal.rpc.integrity_client import IntegrityClient
+from rewardseal.trainers.integrity.buffer import BufferedEntry, SignalBuffer
+from rewardseal.trainers.integrity.capture import CapturedSample, IntegrityCapture
 
 RESULTS = Path(__file__).parent / "results" / "integrity_capture.json"
 MAPPING = RewardMapping.from_json({"normalization": {"min": 0, "max": 1}, "threshold": 0.5})

@@ -21,9 +21,10 @@ reference with a scratch HOME), and driven from this one process:
 - the two sides alternate in short rounds (which side goes first flips every round) and each
   figure is the median over rounds: these machines are noisy.
 
-rewardseal is called through ``rewardseal.client.AsyncWorkerClient``, which verifies every receipt
-(signature and binding to its request) in this process; the reference is called with httpx and
-its JSON answers are parsed but not verified. Client and servers share this machine's cores.
+rewardseal is called through ``rewardseal.rpc.worker_client.AsyncWorkerClient``, which verifies
+every receipt (signature and binding to its request) in this process; the reference is called with
+httpx and its JSON answers are parsed but not verified. Client and servers share this machine's
+cores.
 
 Server CPU is the server process tree's utime + stime from ``/proc`` before and after each
 window, divided by the episodes the window completed. Unless ``--no-profile`` (or ``--quick``), a
@@ -65,7 +66,9 @@ from typing import Any
 import grpc
 import httpx
 
-from rewardseal.client import (
+from rewardseal.core.errors import RewardSealError
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.worker_client import (
     AsyncWorkerClient,
     StreamItem,
     VerifiedReceipt,
@@ -73,8 +76,6 @@ from rewardseal.client import (
     make_descriptor,
     message_size_options,
 )
-from rewardseal.errors import RewardSealError
-from rewardseal.signing import TrustSet
 from rewardseal.v1.enums_pb2 import RewardOutcome
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -54,7 +54,7 @@ from worker_bench import (  # noqa: E402
     summary,
 )
 
-from rewardseal.digest import digest_json  # noqa: E402
+from rewardseal.core.digest import digest_json  # noqa: E402
 from rewardseal.v1 import worker_service_pb2 as pb  # noqa: E402
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc  # noqa: E402
 from rewardseal.v1.enums_pb2 import OracleChannel  # noqa: E402

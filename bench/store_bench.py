@@ -47,7 +47,7 @@ from support.worker_store import (  # noqa: E402
     open_episode,
 )
 
-from rewardseal.digest import canonical_json  # noqa: E402
+from rewardseal.core.digest import canonical_json  # noqa: E402
 from rewardseal_server.sqlstore import sqlite_url  # noqa: E402
 from rewardseal_worker import store as store_module  # noqa: E402
 from rewardseal_worker.identity import Identity  # noqa: E402

@@ -39,8 +39,8 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "tests")]
 from stack_bench import mockmed  # noqa: E402
 from worker_bench import Worker, percentile, run_bench, start_worker, write_rows  # noqa: E402
 
-from rewardseal.client import AsyncWorkerClient, WorkerClient  # noqa: E402
-from rewardseal.signing import TrustSet  # noqa: E402
+from rewardseal.core.signing import TrustSet  # noqa: E402
+from rewardseal.rpc.worker_client import AsyncWorkerClient, WorkerClient  # noqa: E402
 from rewardseal.trainers.trl import CertifiedRewardFunction  # noqa: E402
 from rewardseal_kit.actors import MockMedActor  # noqa: E402
 from rewardseal_kit.extradup import CONTROL, mockmed_write_spec, scripted_completion  # noqa: E402

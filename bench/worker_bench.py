@@ -39,7 +39,7 @@ from typing import Any
 
 import grpc
 
-from rewardseal.client import make_descriptor
+from rewardseal.rpc.worker_client import make_descriptor
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal_mockmed.seeding import add_background_rows, count_encounters

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewardseal.client import WorkerClient
+from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_kit.mockmed import IDENTITY_KEY

@@ -36,10 +36,10 @@ from typing import Any, Final, TextIO
 import grpc
 import stack
 
-from rewardseal.client import VerifiedReceipt, WorkerClient, make_descriptor
-from rewardseal.control_client import ControlClient
-from rewardseal.errors import RewardSealError
-from rewardseal.signing import TrustSet
+from rewardseal.core.errors import RewardSealError
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.control_client import ControlClient
+from rewardseal.rpc.worker_client import VerifiedReceipt, WorkerClient, make_descriptor
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor

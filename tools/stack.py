@@ -45,12 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from rewardseal.errors import Unavailable
+from rewardseal.core.errors import Unavailable
 from rewardseal_server import localstack
 from rewardseal_server.sqlstore import sqlite_url
 
 if TYPE_CHECKING:
-    from rewardseal.tls import ClientTls
+    from rewardseal.rpc.tls import ClientTls
 
 REPO: Final = Path(__file__).resolve().parent.parent
 DEFAULT_RUN_DIR: Final = REPO / ".run"
@@ -262,10 +262,10 @@ def certify_worker(
     """
     from google.protobuf import json_format
 
-    from rewardseal.calibration import read_calibration
-    from rewardseal.client import WorkerClient
-    from rewardseal.control_client import ControlClient, issue_certificate_request
-    from rewardseal.signing import TrustSet
+    from rewardseal.core.calibration import read_calibration
+    from rewardseal.core.signing import TrustSet
+    from rewardseal.rpc.control_client import ControlClient, issue_certificate_request
+    from rewardseal.rpc.worker_client import WorkerClient
     from rewardseal.v1.contract_pb2 import RewardContract
 
     digest = str(worker["contract_digest"])
@@ -303,7 +303,7 @@ def certify_worker(
 
 def seeded_contract_digest() -> str:
     """The digest of the contract the seeded worker serves (the tier-2 sql MockMed bundle)."""
-    from rewardseal.contract import contract_digest
+    from rewardseal.core.contract import contract_digest
     from rewardseal_kit.mockmed import mockmed_contract
 
     return contract_digest(mockmed_contract())
@@ -456,7 +456,7 @@ def grpc_healthy(target: str, timeout: float = 3.0, tls: ClientTls | None = None
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from rewardseal.tls import channel as dial
+    from rewardseal.rpc.tls import channel as dial
 
     with dial(target, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
@@ -735,8 +735,8 @@ def usage(state: Mapping[str, Any]) -> str:
         f"    .venv/bin/rewardseal-control receipts summary --target {ct}",
         "",
         "Python (.venv/bin/python):",
-        "  from rewardseal.client import WorkerClient, make_descriptor",
-        "  from rewardseal.signing import TrustSet",
+        "  from rewardseal.rpc.worker_client import WorkerClient, make_descriptor",
+        "  from rewardseal.core.signing import TrustSet",
         f'  WORKER_PUBLIC_KEY = bytes.fromhex("{worker["public_key"]}")',
         f'  DIGEST = "{digest}"',
         f'  with WorkerClient("{wt}", token="{tokens["worker"]}",',

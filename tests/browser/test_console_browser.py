@@ -30,8 +30,8 @@ from support.linked_stack import (
 )
 from support.mockmed_episodes import descriptor, write_triage
 
-from rewardseal.client import AsyncWorkerClient
-from rewardseal.signing import TrustSet, key_id_for
+from rewardseal.core.signing import TrustSet, key_id_for
+from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal_server.localstack import HOST, LocalServices, enroll_worker, serve_command
 
 CHROMIUM = Path("/usr/bin/chromium")

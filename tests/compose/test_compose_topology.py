@@ -52,8 +52,8 @@ import pytest
 import yaml
 from support.postgres import PostgresServer
 
-from rewardseal.client import WorkerClient, make_descriptor
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.rpc.worker_client import WorkerClient, make_descriptor
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal_worker.settings import KEY_FILE
 

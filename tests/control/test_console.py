@@ -41,16 +41,16 @@ from support.integrity import agreeing_rows, audit_to_end, capture, create_syste
 from support.linked_stack import start_control_plane
 from support.tls_certs import TlsWorld
 
-from rewardseal.contract import contract_digest
-from rewardseal.errors import ValidationError
-from rewardseal.signing import SigningKey
-from rewardseal.tls import ServerTls
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_control.console.server import start_console
 from rewardseal_control.settings import resolve_settings
 from rewardseal_kit.mockmed import mockmed_contract
 from rewardseal_server.embedded_http import RunningHttpServer
 from rewardseal_server.sqlstore import sqlite_url
+from rewardseal_server.tls import ServerTls
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -27,11 +27,11 @@ from support.control import (
 from support.control_cli import cli, table_rows
 from support.control_store import list_audit
 
-from rewardseal.calibration import clopper_pearson_upper
-from rewardseal.contract import contract_digest
-from rewardseal.receipts import build_receipt, seal_receipt
-from rewardseal.revocation import RevocationFollower
-from rewardseal.signing import SigningKey, TrustSet, verify_certificate
+from rewardseal.core.calibration import clopper_pearson_upper
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.receipts import build_receipt, seal_receipt
+from rewardseal.core.revocation import RevocationFollower
+from rewardseal.core.signing import SigningKey, TrustSet, verify_certificate
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome

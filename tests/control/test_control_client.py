@@ -1,4 +1,4 @@
-"""``rewardseal.control_client`` against a real control plane on port 0: every method, sync and
+"""``rewardseal.rpc.control_client`` against a real control plane on port 0: every method, sync and
 asyncio; listings read through every page; refusals arrive as the rewardseal error classes;
 retries only for idempotent calls answered UNAVAILABLE; TLS and mutual TLS."""
 
@@ -26,15 +26,8 @@ from support.linked_stack import CLIENT_TOKEN as LINKED_CLIENT_TOKEN
 from support.linked_stack import start_control_plane
 from support.tls_certs import TlsWorld
 
-from rewardseal.contract import contract_digest
-from rewardseal.control_client import (
-    AsyncControlClient,
-    ControlClient,
-    ReceiptQuery,
-    issue_certificate_request,
-)
-from rewardseal.control_protocol import ControlProtocol
-from rewardseal.errors import (
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import (
     NotFound,
     PermissionDenied,
     ReceiptMismatch,
@@ -42,10 +35,17 @@ from rewardseal.errors import (
     Unavailable,
     ValidationError,
 )
-from rewardseal.receipts import build_receipt, seal_receipt
-from rewardseal.revocation import open_revocation_list
-from rewardseal.signing import SigningKey
-from rewardseal.tls import ClientTls
+from rewardseal.core.receipts import build_receipt, seal_receipt
+from rewardseal.core.revocation import open_revocation_list
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.control_client import (
+    AsyncControlClient,
+    ControlClient,
+    ReceiptQuery,
+    issue_certificate_request,
+)
+from rewardseal.rpc.control_protocol import ControlProtocol
+from rewardseal.rpc.tls import ClientTls
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole, RewardOutcome

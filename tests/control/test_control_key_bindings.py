@@ -21,9 +21,9 @@ from support.control import wire_error as call_error
 from support.control_store import list_audit
 from support.control_store_builders import contract_version, sealed
 
-from rewardseal.contract import contract_digest
-from rewardseal.key_possession import MAX_POSSESSION_SKEW, sign_registration
-from rewardseal.signing import SigningKey
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.key_possession import MAX_POSSESSION_SKEW, sign_registration
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole

@@ -14,7 +14,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from support.postgres import PostgresServer
 
-from rewardseal.errors import Unavailable, ValidationError
+from rewardseal.core.errors import Unavailable, ValidationError
 from rewardseal_control import db
 from rewardseal_control.models import Base
 from rewardseal_control.store import ControlStore

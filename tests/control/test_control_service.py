@@ -29,12 +29,17 @@ from support.control import (
 )
 from support.control_store import list_audit
 
-from rewardseal.calibration import clopper_pearson_upper
-from rewardseal.contract import certificate_digest, contract_digest
-from rewardseal.errors import SignatureError, StaleRevocationList
-from rewardseal.receipts import build_receipt, seal_receipt
-from rewardseal.revocation import RevocationFollower, open_revocation_list
-from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, sign_envelope, verify_certificate
+from rewardseal.core.calibration import clopper_pearson_upper
+from rewardseal.core.contract import certificate_digest, contract_digest
+from rewardseal.core.errors import SignatureError, StaleRevocationList
+from rewardseal.core.receipts import build_receipt, seal_receipt
+from rewardseal.core.revocation import RevocationFollower, open_revocation_list
+from rewardseal.core.signing import (
+    RECEIPT_PAYLOAD_TYPE,
+    SigningKey,
+    sign_envelope,
+    verify_certificate,
+)
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList
 from rewardseal.v1.contract_pb2 import RewardContract

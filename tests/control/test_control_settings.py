@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from support.control_store import list_audit
 
-from rewardseal.errors import ValidationError
-from rewardseal.signing import SigningKey
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.app import ensure_organization_key, ensure_worker_enrollment
 from rewardseal_control.settings import (

@@ -19,18 +19,18 @@ from support.control_store_builders import (
     signer,
 )
 
-from rewardseal.contract import contract_digest
-from rewardseal.errors import (
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import (
     NotFound,
     ValidationError,
 )
-from rewardseal.signing import (
+from rewardseal.core.signing import (
     REVOCATION_LIST_PAYLOAD_TYPE,
     TrustSet,
 )
+from rewardseal.core.validation import parse_strict
 from rewardseal.v1.certificate_pb2 import RevocationList, RewardCertificate
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal.validation import parse_strict
 from rewardseal_control.store import (
     ControlStore,
 )

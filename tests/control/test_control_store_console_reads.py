@@ -15,8 +15,8 @@ from support.control_store_builders import (
     seed_receipts,
 )
 
-from rewardseal.contract import contract_digest
-from rewardseal.errors import ValidationError
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import ValidationError
 from rewardseal_control.store import ControlStore
 
 

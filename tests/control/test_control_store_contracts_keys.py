@@ -20,12 +20,12 @@ from support.control_store_builders import (
     seeded,
 )
 
-from rewardseal.contract import contract_digest
-from rewardseal.errors import (
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import (
     NotFound,
     ValidationError,
 )
-from rewardseal.signing import (
+from rewardseal.core.signing import (
     SigningKey,
     TrustSet,
 )

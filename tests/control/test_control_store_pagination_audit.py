@@ -22,7 +22,7 @@ from support.control_store_builders import (
     signer,
 )
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     ValidationError,
 )
 from rewardseal_control.store import (

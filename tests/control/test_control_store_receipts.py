@@ -24,18 +24,18 @@ from support.control_store_builders import (
     seeded,
 )
 
-from rewardseal.contract import contract_digest
-from rewardseal.errors import (
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import (
     DuplicateEpisode,
     NotFound,
     SignatureError,
     ValidationError,
 )
-from rewardseal.receipts import seal_receipt
-from rewardseal.signing import SigningKey
+from rewardseal.core.receipts import seal_receipt
+from rewardseal.core.signing import SigningKey
+from rewardseal.core.validation import parse_strict
 from rewardseal.v1.enums_pb2 import CertificateState, RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import parse_strict
 from rewardseal_control.store import (
     MAX_PAGE_SIZE,
     ControlStore,

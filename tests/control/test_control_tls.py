@@ -22,9 +22,9 @@ import pytest
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, TRAINER
 from support.tls_certs import TlsWorld
 
-from rewardseal.contract import contract_digest
-from rewardseal.signing import SigningKey
-from rewardseal.tls import aio_channel
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.tls import aio_channel
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal_control.app import ensure_organization_key

@@ -26,10 +26,10 @@ from support.control import (
 from support.control_cli import cli, table_rows
 from support.integrity_specs import spec, write_spec
 
-from rewardseal.contract import contract_digest
-from rewardseal.key_possession import sign_registration
-from rewardseal.receipts import build_receipt, seal_receipt
-from rewardseal.signing import SigningKey
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.key_possession import sign_registration
+from rewardseal.core.receipts import build_receipt, seal_receipt
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole

@@ -24,10 +24,10 @@ from support.control import (
 )
 from support.control_store import list_audit
 
-from rewardseal.contract import contract_digest
-from rewardseal.errors import ValidationError
-from rewardseal.key_possession import sign_registration
-from rewardseal.signing import SigningKey
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.key_possession import sign_registration
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import integrity_pb2
 from rewardseal.v1.certificate_pb2 import IssuerKey

@@ -14,8 +14,8 @@ from support.integrity import (
     edit_stored,
 )
 
-from rewardseal.integrity import BUILTIN_PROFILES, verify_bundle
-from rewardseal.signing import TrustSet
+from rewardseal.core.integrity import BUILTIN_PROFILES, verify_bundle
+from rewardseal.core.signing import TrustSet
 from rewardseal.v1 import integrity_pb2 as pb
 
 HUMAN = BUILTIN_PROFILES["human_aligned_integrity"]

@@ -17,13 +17,13 @@ from support.control import CLIENT_TOKEN, ControlStack, start_control, stop_cont
 from support.control_cli import cli, table_rows
 from support.integrity_specs import capture, spec, write_spec
 
-from rewardseal.integrity import (
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     correlation_reasons,
     parse_reward_system,
 )
-from rewardseal.integrity_client import AsyncIntegrityClient
+from rewardseal.rpc.integrity_client import AsyncIntegrityClient
 from rewardseal_control.cli import main
 from rewardseal_control.settings import ADMIN_TOKEN_ENV, TOKEN_ENV
 

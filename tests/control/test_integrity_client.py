@@ -14,7 +14,7 @@ from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_contr
 from support.integrity_builders import CONTRACT_A
 from support.integrity_specs import capture, spec
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     DecisionSuperseded,
     IntegritySpecInvalid,
     NotFound,
@@ -24,16 +24,16 @@ from rewardseal.errors import (
     Unavailable,
     ValidationError,
 )
-from rewardseal.integrity import BUILTIN_PROFILES, BUILTIN_PROTOCOLS, parse_reward_system
-from rewardseal.integrity_client import (
+from rewardseal.core.integrity import BUILTIN_PROFILES, BUILTIN_PROTOCOLS, parse_reward_system
+from rewardseal.core.integrity.messages import spec_struct, struct_document
+from rewardseal.rpc.integrity_client import (
     AsyncIntegrityClient,
     IntegrityClient,
     RewardSystemQuery,
     SampleQuery,
 )
-from rewardseal.integrity_messages import spec_struct, struct_document
-from rewardseal.integrity_protocol import IntegrityProtocol
-from rewardseal.tls import ClientTls
+from rewardseal.rpc.integrity_protocol import IntegrityProtocol
+from rewardseal.rpc.tls import ClientTls
 from rewardseal.v1 import integrity_pb2 as ipb
 
 DONE = ipb.AuditState.AUDIT_STATE_DONE

@@ -5,7 +5,7 @@ The attack: with the trainer token alone, a fresh audit of an already failed, se
 the report-only profile ``exploratory`` answered ``continue``, and a gate that read the newest
 audit of the run turned a pause, then a reviewer's final stop, into continue. Now a shard is
 audited once (a second audit is the admin's retry), only under the run's binding, and every gate
-reader answers :func:`rewardseal.integrity.run_gate`: the decision in force for each boundary,
+reader answers :func:`rewardseal.core.integrity.run_gate`: the decision in force for each boundary,
 a stop final.
 """
 
@@ -20,11 +20,11 @@ from support.control import ADMIN, CLIENT_TOKEN, TRAINER, ControlStack, wire_err
 from support.integrity import agreeing_rows, audit_to_end, capture, create_system, wait_for_audit
 from support.integrity_trainer import make_capture, trainer_client
 
-from rewardseal.errors import BindingMismatch, IntegrityHalted, ShardAlreadyAudited
-from rewardseal.integrity import BUILTIN_PROFILES
-from rewardseal.integrity_client import AsyncIntegrityClient
-from rewardseal.trainers.integrity_gate import BoundaryGate
-from rewardseal.trainers.integrity_monitor import GateOutcome, IntegrityBinding, IntegrityMonitor
+from rewardseal.core.errors import BindingMismatch, IntegrityHalted, ShardAlreadyAudited
+from rewardseal.core.integrity import BUILTIN_PROFILES
+from rewardseal.rpc.integrity_client import AsyncIntegrityClient
+from rewardseal.trainers.integrity.gate import BoundaryGate
+from rewardseal.trainers.integrity.monitor import GateOutcome, IntegrityBinding, IntegrityMonitor
 from rewardseal.v1 import integrity_pb2 as pb
 
 RUN = "run-gate-0001"

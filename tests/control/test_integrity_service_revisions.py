@@ -19,8 +19,8 @@ from support.control import (
 )
 from support.integrity import create_system, spec
 
-from rewardseal.integrity import BUILTIN_PROFILES, BUILTIN_PROTOCOLS
-from rewardseal.integrity_messages import spec_struct, struct_document
+from rewardseal.core.integrity import BUILTIN_PROFILES, BUILTIN_PROTOCOLS
+from rewardseal.core.integrity.messages import spec_struct, struct_document
 from rewardseal.v1 import integrity_pb2 as pb
 
 OTHER_SENTINEL = {"kind": "external", "fingerprints": {"implementation": "judge-llm-v2"}}

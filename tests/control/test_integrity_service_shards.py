@@ -13,8 +13,8 @@ from support.control import TRAINER, WORKER, ControlStack, wire_error
 from support.integrity import agreeing_rows, capture, create_system
 from support.integrity import system as core_system
 
-from rewardseal.integrity import BUILTIN_PROTOCOLS, retain, seal_shard
-from rewardseal.integrity_messages import signal_row_message
+from rewardseal.core.integrity import BUILTIN_PROTOCOLS, retain, seal_shard
+from rewardseal.core.integrity.messages import signal_row_message
 from rewardseal.v1 import integrity_pb2 as pb
 
 RUN = "run-0001"

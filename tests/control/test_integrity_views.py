@@ -12,7 +12,7 @@ import pytest
 from support.control import TRAINER, WORKER, ControlStack, start_control, stop_control, wire_error
 from support.integrity import agreeing_rows, audit_to_end, capture, create_system
 
-from rewardseal.integrity import AuditReport, audit_boundary
+from rewardseal.core.integrity import AuditReport, audit_boundary
 from rewardseal.v1 import integrity_pb2 as pb
 
 RUN = "run-0001"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardseal.errors import Unavailable, ValidationError
+from rewardseal.core.errors import Unavailable, ValidationError
 from rewardseal_control.cli import main as control_main
 from rewardseal_mockmed.cli import main as mockmed_main
 from rewardseal_server.cli_failures import (

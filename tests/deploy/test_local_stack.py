@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from rewardseal.client import WorkerClient, make_descriptor
-from rewardseal.control_client import ControlClient
-from rewardseal.signing import TrustSet
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.control_client import ControlClient
+from rewardseal.rpc.worker_client import WorkerClient, make_descriptor
 from rewardseal.v1.enums_pb2 import RewardOutcome
 
 REPO = Path(__file__).resolve().parents[2]

@@ -39,8 +39,8 @@ from rewardseal_mockmed_extradup.tasks import (
     train_rows,
 )
 
-from rewardseal.calibration import clopper_pearson_upper
-from rewardseal.errors import CertificationRefused, ValidationError
+from rewardseal.core.calibration import clopper_pearson_upper
+from rewardseal.core.errors import CertificationRefused, ValidationError
 from rewardseal_kit.extradup import (
     FAMILIES,
     HACKING_FAMILIES,

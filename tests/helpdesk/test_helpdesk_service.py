@@ -19,7 +19,7 @@ from helpdesk.bundles import KINDS, bundle_files
 from helpdesk.cli import main
 from helpdesk.policies import report_for
 from helpdesk.reports import parse_report
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.bundle import load_bundle
 

@@ -25,8 +25,8 @@ from support.linked_stack import (
 )
 from support.postgres import PostgresServer
 
-from rewardseal.client import make_descriptor
-from rewardseal.errors import NotFound
+from rewardseal.core.errors import NotFound
+from rewardseal.rpc.worker_client import make_descriptor
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome, RuntimeSignal
 from rewardseal_control.cli import main as control_main
 from rewardseal_worker.cli import main as worker_main

@@ -39,9 +39,9 @@ from support.linked_stack import (
 )
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.errors import CertificationRefused, ValidationError
-from rewardseal.scoring import score
-from rewardseal.signing import SigningKey, sign_certificate
+from rewardseal.core.errors import CertificationRefused, ValidationError
+from rewardseal.core.scoring import score
+from rewardseal.core.signing import SigningKey, sign_certificate
 from rewardseal.v1 import control_service_pb2 as cpb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import CertificateState, IssuerKeyRole, RewardOutcome

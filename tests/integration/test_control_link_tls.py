@@ -33,9 +33,9 @@ from support.mockmed_episodes import descriptor, write_triage
 from support.tls_certs import TlsWorld
 from support.worker_stack import stop_stack
 
-from rewardseal.client import AsyncWorkerClient
-from rewardseal.signing import TrustSet
-from rewardseal.tls import ClientTls
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.tls import ClientTls
+from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal_control.app import ControlApp
 from rewardseal_server.localstack import HOST, LocalServices, enroll_worker, serve_command
 
@@ -221,7 +221,7 @@ class _ControlHandle:
     """What the issuing helpers need of a control plane that runs as a process."""
 
     def __init__(self, target: str, banner: dict[str, object], tls: ClientTls) -> None:
-        from rewardseal.signing import key_id_for
+        from rewardseal.core.signing import key_id_for
 
         self.target = target
         self.key = _PublicKey(key_id_for(bytes.fromhex(str(banner["organization_public_key"]))))

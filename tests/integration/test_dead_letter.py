@@ -40,8 +40,8 @@ from support.metrics_scrape import scrape, value
 from support.worker_stack import RunningStack, stop_stack
 from support.worker_store import outbox_size
 
-from rewardseal.errors import RewardSealError
-from rewardseal.receipts import OpenedReceipt
+from rewardseal.core.errors import RewardSealError
+from rewardseal.core.receipts import OpenedReceipt
 from rewardseal_control.app import ControlApp
 from rewardseal_control.store.receipts import RecordResult
 from rewardseal_worker.cli import main as worker_main

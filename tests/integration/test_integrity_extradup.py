@@ -26,9 +26,8 @@ import pytest
 from support.mockmed_service import running_mockmed
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.client import WorkerClient
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     DEFAULT_PROFILE,
@@ -37,7 +36,8 @@ from rewardseal.integrity import (
     resolve_binding,
     verify_shard,
 )
-from rewardseal.signing import SigningKey
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal_kit.extradup import CONTROL, FAMILIES, HACKING_FAMILIES
 from rewardseal_kit.integrity_case import (

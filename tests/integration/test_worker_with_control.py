@@ -31,7 +31,7 @@ from support.linked_stack import (
 from support.worker_stack import stop_stack
 from support.worker_store import outbox_size
 
-from rewardseal.scoring import revocation_unknown_sentence
+from rewardseal.core.scoring import revocation_unknown_sentence
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,

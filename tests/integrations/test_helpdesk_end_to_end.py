@@ -42,9 +42,9 @@ from helpdesk.bundles import API_TOKEN_ENV, API_URL_ENV, READER_URL_ENV
 from helpdesk.cli import main as helpdesk_main
 from helpdesk.policies import CONTROL, HACKING_POLICIES
 from helpdesk.store import TicketStore
-from rewardseal.client import WorkerClient
-from rewardseal.errors import NotFound
-from rewardseal.signing import TrustSet
+from rewardseal.core.errors import NotFound
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
 from rewardseal_control.cli import main as control_main
 from rewardseal_server.localstack import wait_for_banner

@@ -24,7 +24,7 @@ from support.mockmed_episodes import CHECKPOINT
 from support.mockmed_service import RunningMockMed, running_mockmed
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.client import WorkerClient
+from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.trainers.trl import PAID_SHARE_METRIC, CertifiedRewardFunction
 from rewardseal_kit.actors import MockMedActor

@@ -32,14 +32,14 @@ from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_contr
 from support.mockmed_service import RunningMockMed, running_mockmed
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.client import WorkerClient
-from rewardseal.errors import IntegrityHalted
-from rewardseal.integrity import RewardMapping, RewardSource
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.signing import SigningKey
-from rewardseal.trainers.integrity_buffer import SignalBuffer
-from rewardseal.trainers.integrity_capture import IntegrityCapture
-from rewardseal.trainers.integrity_monitor import (
+from rewardseal.core.errors import IntegrityHalted
+from rewardseal.core.integrity import RewardMapping, RewardSource
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.integrity_client import IntegrityClient
+from rewardseal.rpc.worker_client import WorkerClient
+from rewardseal.trainers.integrity.buffer import SignalBuffer
+from rewardseal.trainers.integrity.capture import IntegrityCapture
+from rewardseal.trainers.integrity.monitor import (
     UNMONITORED_MESSAGE,
     IntegrityBinding,
     IntegrityMonitor,

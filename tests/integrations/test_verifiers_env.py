@@ -28,7 +28,7 @@ from rewardseal_mockmed_extradup.evaluation import evaluate_family  # noqa: E402
 from rewardseal_mockmed_extradup.reward import SCREEN_REFUSAL  # noqa: E402
 from rewardseal_mockmed_extradup.scripted_policy import ScriptedPolicyServer  # noqa: E402
 
-from rewardseal.errors import ValidationError  # noqa: E402
+from rewardseal.core.errors import ValidationError  # noqa: E402
 from rewardseal_kit.extradup import CONTROL, FAMILIES, HACKING_FAMILIES  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from support.integrity_trainer import create_binding, make_capture, trainer_clie
 from support.verl_episodes import manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.trainers.integrity_capture import output_digest
+from rewardseal.trainers.integrity.capture import output_digest
 from rewardseal.trainers.verl import CertifiedRewardManager
 
 verl = pytest.importorskip("verl")

@@ -24,7 +24,7 @@ from support.verl_episodes import (
 )
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.trainers.verl import DEFAULT_NAME, CertifiedRewardManager, register_with_verl
 
 verl = pytest.importorskip("verl")

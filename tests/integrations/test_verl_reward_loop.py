@@ -2,7 +2,7 @@
 
 verl's default trainer config (hydra compose of ``verl/trainer/config/ppo_trainer.yaml``) names
 the manager with ``reward.reward_manager.source=importlib`` and
-``module.path=pkg://rewardseal.trainers.verl_loop``, the settings go in
+``module.path=pkg://rewardseal.trainers.verl.loop``, the settings go in
 ``reward.reward_kwargs``. A real ``RewardLoopWorker`` (the plain class ``RewardLoopManager``
 wraps with ``ray.remote``) builds the manager with verl's own ``load_reward_manager`` and runs
 ``compute_score_batch`` (one ``run_single`` per sample, ``asyncio.gather``); the driver half is
@@ -35,12 +35,12 @@ from support.verl_episodes import (
 )
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.client import AsyncWorkerClient
-from rewardseal.errors import CertificationRefused, IntegrityHalted, ValidationError
+from rewardseal.core.errors import CertificationRefused, IntegrityHalted, ValidationError
+from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal.trainers.groups import METADATA_COLUMNS
-from rewardseal.trainers.integrity_capture import output_digest
+from rewardseal.trainers.integrity.capture import output_digest
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
-from rewardseal.trainers.verl_loop import (
+from rewardseal.trainers.verl.loop import (
     DEFAULT_NAME,
     LOOP_EXTRA_COLUMNS,
     register_with_verl_reward_loop,
@@ -86,7 +86,7 @@ def base_config(tokenizer_dir: Path) -> Iterator[DictConfig]:
             overrides=[
                 "reward.reward_manager.source=importlib",
                 "reward.reward_manager.name=CertifiedRewardLoopManager",
-                "reward.reward_manager.module.path=pkg://rewardseal.trainers.verl_loop",
+                "reward.reward_manager.module.path=pkg://rewardseal.trainers.verl.loop",
                 f"actor_rollout_ref.model.path={tokenizer_dir}",
             ],
         )

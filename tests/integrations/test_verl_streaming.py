@@ -32,10 +32,10 @@ from support.integrity_trainer import check_paused, create_binding, driver_gate
 from support.verl_episodes import Played, manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.errors import IntegrityHalted, RewardSealError, ValidationError
-from rewardseal.trainers.integrity_capture import output_digest
+from rewardseal.core.errors import IntegrityHalted, RewardSealError, ValidationError
+from rewardseal.trainers.integrity.capture import output_digest
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
-from rewardseal.trainers.verl_streaming import (
+from rewardseal.trainers.verl.streaming import (
     MANAGER_FQN,
     WORKER_CLASS_NAME,
     agent_loop_manager_class,
@@ -114,7 +114,7 @@ def base_config(model_dir: Path) -> DictConfig:
                 "trainer.use_v1=false",
                 "reward.reward_manager.source=importlib",
                 "reward.reward_manager.name=CertifiedRewardLoopManager",
-                "reward.reward_manager.module.path=pkg://rewardseal.trainers.verl_loop",
+                "reward.reward_manager.module.path=pkg://rewardseal.trainers.verl.loop",
                 f"+actor_rollout_ref.rollout.agent.agent_loop_manager_class={MANAGER_FQN}",
                 f"actor_rollout_ref.model.path={model_dir}",
                 "actor_rollout_ref.rollout.name=vllm",

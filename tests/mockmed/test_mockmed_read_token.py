@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_mockmed.server import MockMedServer
 from rewardseal_mockmed.settings import READ_TOKEN_ENV, MockMedSettings, resolve_settings
 

@@ -26,7 +26,7 @@ import pytest
 from sqlalchemy import create_engine, inspect
 from support.mockmed_service import RunningMockMed, running_mockmed
 
-from rewardseal.errors import RewardSealError, Unavailable, ValidationError
+from rewardseal.core.errors import RewardSealError, Unavailable, ValidationError
 from rewardseal_mockmed import seeding
 from rewardseal_mockmed.cli import main
 from rewardseal_mockmed.fhir import (

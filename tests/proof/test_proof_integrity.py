@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_kit.extradup import CONTROL
 from rewardseal_kit.proof.integrity_plot import write_integrity_png
 from rewardseal_kit.proof.integrity_report import (

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_kit.proof.plot import LEGEND, bars
 from rewardseal_kit.proof.report import Row
 from rewardseal_kit.proof.rewards import CERTIFIED_T2, SCREEN_T0

@@ -38,8 +38,8 @@ from support.receipt_store import (
 )
 from support.worker_process import WorkerProcess, worker_process
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt
-from rewardseal.errors import DuplicateEpisode, RewardSealError
+from rewardseal.core.errors import DuplicateEpisode, RewardSealError
+from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal_kit.mockmed import IDENTITY_KEY

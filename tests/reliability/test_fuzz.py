@@ -26,11 +26,11 @@ from hypothesis import strategies as st
 from support.control import TRAINER, start_control, stop_control
 from support.worker_process import WorkerProcess, worker_process
 
-from rewardseal.certificates import MAX_POLICY_UPDATE
+from rewardseal.core.certificates import MAX_POLICY_UPDATE
+from rewardseal.core.validation import FORBIDDEN_METADATA_KEYS
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.validation import FORBIDDEN_METADATA_KEYS
 from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_worker.server import SERVICE_NAME
 

@@ -38,8 +38,8 @@ from support.receipt_store import episodes_with_more_than_one_receipt, read_rece
 from support.worker_process import WorkerProcess, clean_env, health_answers, spawn_worker
 from support.worker_store import count_receipts
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, message_size_options
-from rewardseal.errors import DuplicateEpisode, IdentityBusy
+from rewardseal.core.errors import DuplicateEpisode, IdentityBusy
+from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt, message_size_options
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_worker.store import WorkerStore

@@ -29,8 +29,8 @@ from support.receipt_store import (
 )
 from support.worker_process import WorkerProcess, spawn_worker, worker_process
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt
-from rewardseal.errors import DuplicateEpisode
+from rewardseal.core.errors import DuplicateEpisode
+from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal_kit.mockmed import IDENTITY_KEY
 

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rewardseal.calibration import clopper_pearson_upper
-from rewardseal.contract import contract_digest
-from rewardseal.receipts import EpisodeFacts
-from rewardseal.signing import SigningKey, sign_certificate
+from rewardseal.core.calibration import clopper_pearson_upper
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.receipts import EpisodeFacts
+from rewardseal.core.signing import SigningKey, sign_certificate
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import (

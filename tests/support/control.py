@@ -11,8 +11,8 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from rewardseal.calibration import METHOD
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.calibration import METHOD
+from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
 from rewardseal.v1 import integrity_pb2_grpc
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount

@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from rewardseal.tls import aio_channel
+from rewardseal.rpc.tls import aio_channel
 
 SERVICE = "/rewardseal.v1.ControlPlaneService/"
 STREAMING = frozenset({SERVICE + "WatchRevocations"})

@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import NotFound, ValidationError
-from rewardseal.validation import validate_id
+from rewardseal.core.errors import NotFound, ValidationError
+from rewardseal.core.validation import validate_id
 from rewardseal_control.store import (
     ControlStore,
     RevocationHead,

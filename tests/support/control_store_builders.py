@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from rewardseal.contract import contract_digest
-from rewardseal.receipts import OpenedReceipt, build_receipt, open_receipt, seal_receipt
-from rewardseal.signing import (
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.receipts import OpenedReceipt, build_receipt, open_receipt, seal_receipt
+from rewardseal.core.signing import (
     REVOCATION_LIST_PAYLOAD_TYPE,
     SigningKey,
     TrustSet,

@@ -21,9 +21,9 @@ from helpdesk.bundles import API_TOKEN_ENV, API_URL_ENV, READER_URL_ENV
 from helpdesk.policies import report_for
 from helpdesk.server import HelpdeskServer
 from helpdesk.store import Task
-from rewardseal.client import WorkerClient, make_descriptor
-from rewardseal.signing import TrustSet
-from rewardseal.worker_protocol import VerifiedReceipt
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.worker_client import WorkerClient, make_descriptor
+from rewardseal.rpc.worker_protocol import VerifiedReceipt
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.settings import resolve_settings
 from support.postgres import PostgresServer

@@ -1,6 +1,6 @@
 """A seeded worker serving gRPC and HTTP (``--http-port``) on its own event loop in a thread,
 so that one real server can be shared by a whole test module and called with blocking clients
-(httpx and :class:`rewardseal.client.WorkerClient`)."""
+(httpx and :class:`rewardseal.rpc.worker_client.WorkerClient`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewardseal.client import WorkerClient
-from rewardseal.signing import TrustSet
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.settings import resolve_settings
 

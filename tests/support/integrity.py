@@ -2,7 +2,7 @@
 captured and sealed, an audit followed to its end, and a stored row edited behind the triggers.
 
 The specs and rows are the shared builders (``tests/support/integrity_builders.py``), turned
-into messages by the wire rules of :mod:`rewardseal.integrity_messages`.
+into messages by the wire rules of :mod:`rewardseal.core.integrity.messages`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlalchemy import text
 
-from rewardseal.integrity import SignalRow
-from rewardseal.integrity_client import AsyncIntegrityClient
-from rewardseal.integrity_messages import signal_row_message, spec_struct
+from rewardseal.core.integrity import SignalRow
+from rewardseal.core.integrity.messages import signal_row_message, spec_struct
+from rewardseal.rpc.integrity_client import AsyncIntegrityClient
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.store import ControlStore
 from support.control import ADMIN, CLIENT_TOKEN, TRAINER, ControlStack

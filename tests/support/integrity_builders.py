@@ -9,7 +9,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rewardseal.integrity import (
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     AuditorObservation,
@@ -27,7 +27,7 @@ from rewardseal.integrity import (
     retain,
     seal_shard,
 )
-from rewardseal.integrity.signals import Outcome
+from rewardseal.core.integrity.signals import Outcome
 
 CONTRACT_A = "sha256:" + "a" * 64
 CONTRACT_B = "sha256:" + "b" * 64

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rewardseal.integrity_client import AsyncIntegrityClient
-from rewardseal.integrity_messages import signal_row_message
+from rewardseal.core.integrity.messages import signal_row_message
+from rewardseal.rpc.integrity_client import AsyncIntegrityClient
 from rewardseal.v1 import integrity_pb2 as ipb
 from support import integrity_builders as builders
 

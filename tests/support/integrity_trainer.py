@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from rewardseal.client import WorkerClient
-from rewardseal.errors import IntegrityHalted
-from rewardseal.integrity import RewardMapping
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.trainers.integrity_buffer import SignalBuffer
-from rewardseal.trainers.integrity_capture import CapturedSample, IntegrityCapture
-from rewardseal.trainers.integrity_gate import BoundaryGate, StepGate
-from rewardseal.trainers.integrity_monitor import IntegrityBinding, IntegrityMonitor
-from rewardseal.trainers.verl_loop_gate import LoopGate, install_loop_gate
+from rewardseal.core.errors import IntegrityHalted
+from rewardseal.core.integrity import RewardMapping
+from rewardseal.rpc.integrity_client import IntegrityClient
+from rewardseal.rpc.worker_client import WorkerClient
+from rewardseal.trainers.integrity.buffer import SignalBuffer
+from rewardseal.trainers.integrity.capture import CapturedSample, IntegrityCapture
+from rewardseal.trainers.integrity.gate import BoundaryGate, StepGate
+from rewardseal.trainers.integrity.monitor import IntegrityBinding, IntegrityMonitor
+from rewardseal.trainers.verl.loop_gate import LoopGate, install_loop_gate
 from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_server.sqlstore import sqlite_url
 from support.control import ADMIN_TOKEN, CLIENT_TOKEN, ControlStack, start_control, stop_control

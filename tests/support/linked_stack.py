@@ -13,11 +13,15 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt
-from rewardseal.contract import contract_digest
-from rewardseal.control_client import AsyncControlClient, ReceiptQuery, issue_certificate_request
-from rewardseal.signing import SigningKey, TrustSet
-from rewardseal.tls import ClientTls, aio_channel
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.rpc.control_client import (
+    AsyncControlClient,
+    ReceiptQuery,
+    issue_certificate_request,
+)
+from rewardseal.rpc.tls import ClientTls, aio_channel
+from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.control_service_pb2_grpc import ControlPlaneServiceStub
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer

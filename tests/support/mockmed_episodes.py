@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rewardseal.client import make_descriptor
+from rewardseal.rpc.worker_client import make_descriptor
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal_mockmed.seeding import write_encounter
 

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import create_engine, text
 
-from rewardseal.receipts import open_receipt
-from rewardseal.signing import TrustSet
+from rewardseal.core.receipts import open_receipt
+from rewardseal.core.signing import TrustSet
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 
 

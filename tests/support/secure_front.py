@@ -8,9 +8,9 @@ from contextlib import asynccontextmanager
 
 import grpc
 
-from rewardseal.tls import ServerTls
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal_server.auth import BearerAuthInterceptor
+from rewardseal_server.tls import ServerTls
 from rewardseal_worker.server import HEALTH_RPC
 from rewardseal_worker.service import RewardWorkerServicer
 from support.worker_stack import RunningStack

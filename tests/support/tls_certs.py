@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from rewardseal.tls import ClientTls, ServerTls
+from rewardseal.rpc.tls import ClientTls
+from rewardseal_server.tls import ServerTls
 
 
 @dataclass(frozen=True)

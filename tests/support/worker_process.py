@@ -21,8 +21,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from rewardseal.client import AsyncWorkerClient, WorkerClient
-from rewardseal.signing import TrustSet
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.worker_client import AsyncWorkerClient, WorkerClient
 from rewardseal_server.localstack import NotReady, wait_for_banner
 
 WORKER_CLI = Path(sys.executable).with_name("rewardseal-worker")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from rewardseal.client import AsyncWorkerClient
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal_worker.app import WorkerApp, start_worker
 from rewardseal_worker.seed import seed_mockmed
 from rewardseal_worker.settings import KEY_FILE, resolve_settings

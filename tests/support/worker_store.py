@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine, bindparam, func, or_, select
 
-from rewardseal.errors import RewardSealError
+from rewardseal.core.errors import RewardSealError
 from rewardseal_server.sqlstore import AUTOCOMMIT_READ_OPTION, as_utc
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import BeginItem, OpenEpisode, WorkerStore

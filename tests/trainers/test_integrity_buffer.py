@@ -23,10 +23,10 @@ from support.integrity_trainer import (
     trainer_client,
 )
 
-from rewardseal.errors import IntegrityBufferFull, ValidationError
-from rewardseal.integrity import SignalRow
-from rewardseal.trainers.integrity_buffer import BUFFER_FILE, BufferedEntry, SignalBuffer
-from rewardseal.trainers.integrity_capture import IntegrityCapture, output_digest
+from rewardseal.core.errors import IntegrityBufferFull, ValidationError
+from rewardseal.core.integrity import SignalRow
+from rewardseal.trainers.integrity.buffer import BUFFER_FILE, BufferedEntry, SignalBuffer
+from rewardseal.trainers.integrity.capture import IntegrityCapture, output_digest
 
 RUN = "run-capture-0001"
 

@@ -25,9 +25,9 @@ from support.mockmed_service import RunningMockMed, running_mockmed
 from support.worker_stack import RunningStack, start_stack, stop_stack
 from trainers.test_trl_reward import Logs, TrainerState
 
-from rewardseal.client import WorkerClient
-from rewardseal.signing import SigningKey
-from rewardseal.trainers.integrity_capture import IntegrityCapture, output_digest
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.worker_client import WorkerClient
+from rewardseal.trainers.integrity.capture import IntegrityCapture, output_digest
 from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_kit.extradup import CONTROL, mockmed_write_spec, scripted_completion

@@ -28,9 +28,9 @@ from support.integrity_trainer import (
 from support.mockmed_episodes import write_triage
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.client import WorkerClient
-from rewardseal.errors import BindingMismatch, BindingRefused, ValidationError
-from rewardseal.trainers.integrity_monitor import (
+from rewardseal.core.errors import BindingMismatch, BindingRefused, ValidationError
+from rewardseal.rpc.worker_client import WorkerClient
+from rewardseal.trainers.integrity.monitor import (
     UNMONITORED_MESSAGE,
     IntegrityBinding,
     IntegrityMonitor,

@@ -17,10 +17,10 @@ from support.integrity_trainer import trainer_client as control_client
 from support.verl_episodes import manager_kwargs, play_batch
 from support.worker_stack import RunningStack
 
-from rewardseal.errors import ValidationError
-from rewardseal.trainers.integrity_capture import output_digest
+from rewardseal.core.errors import ValidationError
+from rewardseal.trainers.integrity.capture import output_digest
 from rewardseal.trainers.verl import CertifiedRewardManager
-from rewardseal.trainers.verl_loop import LoopScorer, settings_from_config
+from rewardseal.trainers.verl.loop import LoopScorer, settings_from_config
 
 
 def _plain(extra_info: dict[str, list[Any]]) -> dict[str, list[Any]]:

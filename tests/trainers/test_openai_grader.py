@@ -14,8 +14,8 @@ import pytest
 from support.mockmed_episodes import CHECKPOINT, write_triage
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.client import WorkerClient
-from rewardseal.errors import Unscored
+from rewardseal.core.errors import Unscored
+from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.grader import OpenAIGrader
 from rewardseal_kit.mockmed import IDENTITY_KEY
 

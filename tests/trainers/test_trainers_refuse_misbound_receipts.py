@@ -22,18 +22,18 @@ from support.tls_certs import TlsWorld
 from support.verl_episodes import manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.client import AsyncWorkerClient, WorkerClient
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     DuplicateEpisode,
     IdentityBusy,
     ReceiptMismatch,
     ValidationError,
 )
+from rewardseal.rpc.worker_client import AsyncWorkerClient, WorkerClient
 from rewardseal.trainers.grader import OpenAIGrader
 from rewardseal.trainers.groups import SampleResult, is_setup_error, stop_on_setup_errors
 from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal.trainers.verl import CertifiedRewardManager, ManagerSettings
-from rewardseal.trainers.verl_loop import LoopScorer, settings_from_config
+from rewardseal.trainers.verl.loop import LoopScorer, settings_from_config
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_kit.mockmed import IDENTITY_KEY
 

@@ -16,20 +16,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from rewardseal.errors import BindingRefused, IntegrityHalted, RewardSealError, ValidationError
-from rewardseal.integrity import RewardMapping
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.trainers import trl_gate
-from rewardseal.trainers.integrity_buffer import SignalBuffer
-from rewardseal.trainers.integrity_capture import IntegrityCapture
-from rewardseal.trainers.integrity_monitor import (
+from rewardseal.core.errors import BindingRefused, IntegrityHalted, RewardSealError, ValidationError
+from rewardseal.core.integrity import RewardMapping
+from rewardseal.rpc.integrity_client import IntegrityClient
+from rewardseal.trainers.integrity.buffer import SignalBuffer
+from rewardseal.trainers.integrity.capture import IntegrityCapture
+from rewardseal.trainers.integrity.monitor import (
     UNMONITORED_MESSAGE,
     GateAction,
     GateOutcome,
     IntegrityBinding,
     IntegrityMonitor,
 )
-from rewardseal.trainers.trl_gate import GateCore
+from rewardseal.trainers.trl import gate as trl_gate
+from rewardseal.trainers.trl.gate import GateCore
 
 
 class ScriptedMonitor(IntegrityMonitor):

@@ -25,8 +25,8 @@ from support.mockmed_episodes import CHECKPOINT, write_triage
 from support.mockmed_service import RunningMockMed, running_mockmed
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
-from rewardseal.errors import CertificationRefused, Unauthenticated, ValidationError
+from rewardseal.core.errors import CertificationRefused, Unauthenticated, ValidationError
+from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
 from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.trainers.groups import DEVELOPMENT_ONLY, METADATA_COLUMNS
 from rewardseal.trainers.trl import (

@@ -21,9 +21,9 @@ from support.integrity_trainer import trainer_client as control_client
 from support.verl_episodes import manager_kwargs, play_batch
 from support.worker_stack import RunningStack
 
-from rewardseal.errors import BindingRefused, IntegrityHalted
-from rewardseal.trainers.integrity_gate import StepGate
-from rewardseal.trainers.integrity_monitor import (
+from rewardseal.core.errors import BindingRefused, IntegrityHalted
+from rewardseal.trainers.integrity.gate import StepGate
+from rewardseal.trainers.integrity.monitor import (
     UNMONITORED_MESSAGE,
     IntegrityBinding,
     IntegrityMonitor,

@@ -20,11 +20,11 @@ from support.integrity_trainer import check_paused, create_binding, driver_gate
 from support.verl_episodes import Played, manager_kwargs, play_batch
 from support.worker_stack import RunningStack
 
-from rewardseal.errors import IntegrityHalted, ValidationError
-from rewardseal.trainers.integrity_capture import output_digest
-from rewardseal.trainers.integrity_gate import StepGate
-from rewardseal.trainers.verl_loop import LoopScorer, settings_from_config
-from rewardseal.trainers.verl_loop_gate import LoopGate, install_loop_gate, installed_loop_gate
+from rewardseal.core.errors import IntegrityHalted, ValidationError
+from rewardseal.trainers.integrity.capture import output_digest
+from rewardseal.trainers.integrity.gate import StepGate
+from rewardseal.trainers.verl.loop import LoopScorer, settings_from_config
+from rewardseal.trainers.verl.loop_gate import LoopGate, install_loop_gate, installed_loop_gate
 
 TEXTS = [f"loop response {index}" for index in range(4)]
 

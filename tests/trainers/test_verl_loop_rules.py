@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.trainers import verl_loop
+from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal.trainers.groups import METADATA_COLUMNS
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
-from rewardseal.trainers.verl_loop import (
+from rewardseal.trainers.verl import loop as verl_loop
+from rewardseal.trainers.verl.loop import (
     LOOP_EXTRA_COLUMNS,
     LoopScorer,
     check_episode_ids,

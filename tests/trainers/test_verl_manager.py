@@ -29,8 +29,8 @@ from support.verl_episodes import (
 )
 from support.worker_stack import RunningStack
 
-from rewardseal.errors import CertificationRefused, RewardSealError, ValidationError
-from rewardseal.signing import SigningKey
+from rewardseal.core.errors import CertificationRefused, RewardSealError, ValidationError
+from rewardseal.core.signing import SigningKey
 from rewardseal.trainers.verl import (
     CertifiedRewardManager,
     ManagerSettings,

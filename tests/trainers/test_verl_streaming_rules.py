@@ -1,6 +1,6 @@
 """The streaming agent-loop manager's rules without verl, ray or torch (R-T-1).
 
-The pure part of :mod:`rewardseal.trainers.verl_streaming`: the NaN a worker hands verl for an
+The pure part of :mod:`rewardseal.trainers.verl.streaming`: the NaN a worker hands verl for an
 unscored sample, and the per-uid value each NaN reward token gets on the driver. The verl
 classes themselves run in tests/integrations/test_verl_streaming.py.
 """
@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.trainers import verl_streaming
+from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
-from rewardseal.trainers.verl_streaming import (
+from rewardseal.trainers.verl import streaming as verl_streaming
+from rewardseal.trainers.verl.streaming import (
     MANAGER_FQN,
     agent_loop_manager_class,
     agent_loop_worker_class,
@@ -95,7 +95,7 @@ def test_the_v1_trainer_is_refused_and_the_ray_trainer_accepted() -> None:
 
 
 def test_the_fqn_names_the_lazy_manager_attribute() -> None:
-    assert MANAGER_FQN == "rewardseal.trainers.verl_streaming.CertifiedAgentLoopManager"
+    assert MANAGER_FQN == "rewardseal.trainers.verl.streaming.CertifiedAgentLoopManager"
     module, name = MANAGER_FQN.rsplit(".", 1)
     assert module == verl_streaming.__name__
     assert name == verl_streaming.MANAGER_CLASS_NAME
@@ -103,7 +103,7 @@ def test_the_fqn_names_the_lazy_manager_attribute() -> None:
 
 def test_module_imports_without_verl_ray_or_torch() -> None:
     code = (
-        "import sys, rewardseal.trainers.verl_streaming as m; "
+        "import sys, rewardseal.trainers.verl.streaming as m; "
         "m.streamed_fills([float('nan'), 1.0], ['a', 'a']); "
         "bad = sorted({'verl', 'ray', 'torch'} & set(sys.modules)); "
         "assert not bad, f'imported {bad}'"

@@ -11,13 +11,13 @@ from itertools import pairwise
 
 import pytest
 
-from rewardseal.calibration import (
+from rewardseal.core.calibration import (
     METHOD,
     clopper_pearson_upper,
     delta_from_summary,
     epsilon_from_summary,
 )
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.v1.certificate_pb2 import CalibrationSummary
 
 DELTA = 0.05

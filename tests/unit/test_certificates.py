@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from support.builders import EXPIRY_UPDATES, ISSUED_AT_UPDATE, make_certificate
 
-from rewardseal.certificates import (
+from rewardseal.core.certificates import (
     MAX_POLICY_UPDATE,
     certificate_state,
     check_policy_update,
@@ -21,7 +21,7 @@ from rewardseal.certificates import (
     state_name,
     unmet,
 )
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.v1.enums_pb2 import CertificateState
 from rewardseal_kit.mockmed import mockmed_contract
 

@@ -14,10 +14,10 @@ from importlib import metadata
 
 import pytest
 
-from rewardseal.cli_help import plain_text
 from rewardseal_control.cli.parser import build_parser as control_parser
 from rewardseal_kit.cli import build_parser as kit_parser
 from rewardseal_mockmed.cli import build_parser as mockmed_parser
+from rewardseal_server.cli_help import plain_text
 from rewardseal_server.logs import configure_logging, resolve_logging
 from rewardseal_worker.cli import build_parser as worker_parser
 

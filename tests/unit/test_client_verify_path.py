@@ -17,10 +17,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support.builders import TEST_KEY, make_certificate, make_facts
 
-from rewardseal.client import make_descriptor
-from rewardseal.errors import ReceiptMismatch, SignatureError, ValidationError
-from rewardseal.receipts import ExpectedReceipt, issue_receipt
-from rewardseal.signing import (
+from rewardseal.core.errors import ReceiptMismatch, SignatureError, ValidationError
+from rewardseal.core.receipts import ExpectedReceipt, issue_receipt
+from rewardseal.core.signing import (
     RECEIPT_PAYLOAD_TYPE,
     SigningKey,
     TrustSet,
@@ -28,11 +27,12 @@ from rewardseal.signing import (
     sign_envelope,
     verify_detached,
 )
+from rewardseal.core.validation import MAX_ABS_FLOAT, check_float, is_bounded_float
+from rewardseal.rpc.worker_client import make_descriptor
+from rewardseal.rpc.worker_protocol import VerifiedReceipt, WorkerProtocol
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import MAX_ABS_FLOAT, check_float, is_bounded_float
-from rewardseal.worker_protocol import VerifiedReceipt, WorkerProtocol
 from rewardseal_kit.mockmed import mockmed_contract
 
 OTHER_KEY = SigningKey.from_seed(bytes(range(1, 33)))

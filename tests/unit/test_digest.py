@@ -22,13 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import make_certificate
 
-from rewardseal.contract import (
+from rewardseal.core.contract import (
     SCORING_DEFAULTS,
     certificate_digest,
     contract_digest,
     normalize_contract,
 )
-from rewardseal.digest import (
+from rewardseal.core.digest import (
     canonical_bytes,
     canonical_json,
     canonical_string,
@@ -36,7 +36,7 @@ from rewardseal.digest import (
     digest_json,
     is_digest,
 )
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.v1.contract_pb2 import RewardComponent, RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal_kit.mockmed import CORPUS_DIGEST, mockmed_contract

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from support.integrity_builders import CONTRACT_A, CONTRACT_B, WORKER_1, WORKER_2, spec
 
-from rewardseal.errors import BindingRefused
-from rewardseal.integrity import (
+from rewardseal.core.errors import BindingRefused
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     Fingerprints,

@@ -7,16 +7,16 @@ from datetime import UTC, datetime
 import pytest
 from support.integrity_builders import agreeing_rows, audit
 
-from rewardseal.digest import canonical_json, digest_bytes
-from rewardseal.errors import SignatureError, ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.digest import canonical_json, digest_bytes
+from rewardseal.core.errors import SignatureError, ValidationError
+from rewardseal.core.integrity import (
     BUNDLE_PAYLOAD_TYPE,
     AuditBundle,
     AuditReport,
     build_bundle,
     verify_bundle,
 )
-from rewardseal.signing import SigningKey, TrustSet, sign_envelope
+from rewardseal.core.signing import SigningKey, TrustSet, sign_envelope
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 
 ISSUED = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from support.integrity_builders import agreeing_rows, audit, row, sealed, system
 
-from rewardseal.errors import DecisionSuperseded, ReviewRefused, ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.errors import DecisionSuperseded, ReviewRefused, ValidationError
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     DecisionEntry,
@@ -21,8 +21,8 @@ from rewardseal.integrity import (
     parse_reward_system,
     review_decision,
 )
-from rewardseal.integrity.decisions import threshold_reasons
-from rewardseal.integrity.profiles import METRIC_NAMES
+from rewardseal.core.integrity.decisions import threshold_reasons
+from rewardseal.core.integrity.profiles import METRIC_NAMES
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HUMAN = BUILTIN_PROFILES["human_aligned_integrity"]

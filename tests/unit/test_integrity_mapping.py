@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rewardseal.errors import RewardMappingError, ValidationError
-from rewardseal.integrity import MappedReward, Normalization, RewardMapping, map_reward
-from rewardseal.integrity.mapping import FailureBehavior
+from rewardseal.core.errors import RewardMappingError, ValidationError
+from rewardseal.core.integrity import MappedReward, Normalization, RewardMapping, map_reward
+from rewardseal.core.integrity.mapping import FailureBehavior
 
 ZERO_TEN = Normalization(0.0, 10.0)
 

@@ -1,4 +1,4 @@
-"""The wire rules of :mod:`rewardseal.integrity_messages`: spec documents through ``Struct``
+"""The wire rules of :mod:`rewardseal.core.integrity.messages`: spec documents through ``Struct``
 (whole numbers come back as ints, what is not JSON is refused) and signal rows through their
 message (every field back, a missing enum refused with the row named)."""
 
@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 from support.integrity_builders import CONTRACT_B, row, varied_rows
 
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import AuditorObservation, SignalRow
-from rewardseal.integrity_messages import (
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import AuditorObservation, SignalRow
+from rewardseal.core.integrity.messages import (
     enum_value,
     enum_word,
     signal_row,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from support.integrity_builders import agreeing_rows, row, system
 
-from rewardseal.integrity import (
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     RetainedRow,
@@ -20,7 +20,7 @@ from rewardseal.integrity import (
     retain,
     seal_shard,
 )
-from rewardseal.integrity.metrics import RATIO_METRICS, metric_columns
+from rewardseal.core.integrity.metrics import RATIO_METRICS, metric_columns
 
 MAPPING = system().mapping
 

@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.integrity_builders import CONTRACT_B, WORKER_2, spec
 
-from rewardseal.digest import digest_json, is_digest
-from rewardseal.errors import IntegritySpecInvalid
-from rewardseal.integrity import (
+from rewardseal.core.digest import digest_json, is_digest
+from rewardseal.core.errors import IntegritySpecInvalid
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     DEFAULT_PROFILE,
@@ -28,7 +28,7 @@ from rewardseal.integrity import (
     validate_protocol,
     validate_reward_system,
 )
-from rewardseal.integrity.scrubbing import SCRUBBED
+from rewardseal.core.integrity.scrubbing import SCRUBBED
 
 EXTERNAL = {"kind": "external", "fingerprints": {"implementation": "judge-llm-v3"}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from support.integrity_builders import agreeing_rows, audit, sealed, system, varied_rows
 
-from rewardseal.integrity import (
+from rewardseal.core.integrity import (
     AuditReport,
     RetainedRow,
     RewardSystem,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from rewardseal.integrity import AuditStanding, DecisionEntry, run_gate
-from rewardseal.integrity.decisions import Action
-from rewardseal.integrity.fields import rfc3339
+from rewardseal.core.integrity import AuditStanding, DecisionEntry, run_gate
+from rewardseal.core.integrity.decisions import Action
+from rewardseal.core.integrity.fields import rfc3339
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 

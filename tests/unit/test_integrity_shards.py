@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.integrity_builders import agreeing_rows, row, sealed, system
 
-from rewardseal.errors import ShardCorrupt, ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.errors import ShardCorrupt, ValidationError
+from rewardseal.core.integrity import (
     BUILTIN_PROTOCOLS,
     RetainedRow,
     RetentionProtocol,
@@ -18,7 +18,7 @@ from rewardseal.integrity import (
     seal_shard,
     verify_shard,
 )
-from rewardseal.integrity.retention import rank_key
+from rewardseal.core.integrity.retention import rank_key
 
 BALANCED = BUILTIN_PROTOCOLS["balanced_256"]
 SMALL = RetentionProtocol("small_12", seed=42, core_size=8, diagnostic_size=4)

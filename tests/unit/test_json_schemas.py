@@ -10,8 +10,8 @@ import pytest
 from jsonschema import Draft202012Validator
 
 import rewardseal
-from rewardseal.errors import ValidationError
-from rewardseal.json_schemas import ACTION_REPORT_SCHEMA, check, load_schema, schema_problems
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.json_schemas import ACTION_REPORT_SCHEMA, check, load_schema, schema_problems
 
 SECRET = "patient-secret-0001"
 

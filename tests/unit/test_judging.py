@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import TEST_KEY, make_facts
 
-from rewardseal.digest import canonical_json
-from rewardseal.errors import ValidationError
-from rewardseal.judging import (
+from rewardseal.core.digest import canonical_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import (
     Decision,
     EffectVerdict,
     Verdict,
@@ -23,7 +23,7 @@ from rewardseal.judging import (
     judge_required,
     parse_effects,
 )
-from rewardseal.receipts import build_receipt
+from rewardseal.core.receipts import build_receipt
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal, Uncertainty
 from rewardseal_kit.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, mockmed_contract
 

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from rewardseal.errors import ValidationError
-from rewardseal.judging import (
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import (
     EffectSpec,
     IdentityRef,
     identity_equals,

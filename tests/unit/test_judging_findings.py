@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 import pytest
 
-from rewardseal.errors import ValidationError
-from rewardseal.faults import GENERIC_FAULT_CLASSES
-from rewardseal.judging import (
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.faults import GENERIC_FAULT_CLASSES
+from rewardseal.core.judging import (
     EXPECTED_FAULTS,
     EffectSpec,
     Fault,

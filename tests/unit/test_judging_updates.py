@@ -10,8 +10,8 @@ import copy
 
 import pytest
 
-from rewardseal.errors import ValidationError
-from rewardseal.judging import (
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import (
     Verdict,
     change_token,
     changed_fields,

@@ -6,14 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rewardseal.errors import PermissionDenied
-from rewardseal.key_possession import (
+from rewardseal.core.errors import PermissionDenied
+from rewardseal.core.key_possession import (
     POSSESSION_PAYLOAD_TYPE,
     registration_statement,
     sign_registration,
     verify_registration,
 )
-from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, pae, sign_envelope
+from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, pae, sign_envelope
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.control_service_pb2 import RegisterIssuerKeyRequest
 from rewardseal.v1.enums_pb2 import IssuerKeyRole

@@ -18,15 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.builders import TEST_KEY, make_certificate, make_facts
 
-from rewardseal.certificates import MAX_POLICY_UPDATE, certificate_state
-from rewardseal.contract import SCORING_DEFAULTS, UNSCORED_OUTCOMES, contract_digest
-from rewardseal.receipts import build_receipt, is_unscored, open_receipt, seal_receipt
-from rewardseal.scoring import receipt_refusals, score
-from rewardseal.signing import TrustSet
+from rewardseal.core.certificates import MAX_POLICY_UPDATE, certificate_state
+from rewardseal.core.contract import SCORING_DEFAULTS, UNSCORED_OUTCOMES, contract_digest
+from rewardseal.core.receipts import build_receipt, is_unscored, open_receipt, seal_receipt
+from rewardseal.core.scoring import receipt_refusals, score
+from rewardseal.core.signing import TrustSet
+from rewardseal.core.validation import validate_contract, validate_receipt
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardComponent, RewardContract, ScoringPolicy
 from rewardseal.v1.enums_pb2 import CertificateState, RewardOutcome, Uncertainty
-from rewardseal.validation import validate_contract, validate_receipt
 from rewardseal_kit.mockmed import mockmed_contract
 
 Outcome = RewardOutcome

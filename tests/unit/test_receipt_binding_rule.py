@@ -11,15 +11,15 @@ from __future__ import annotations
 import pytest
 from support.builders import TEST_KEY, make_certificate, make_facts
 
-from rewardseal.client import make_descriptor
-from rewardseal.contract import contract_digest
-from rewardseal.errors import ReceiptMismatch, SignatureError, Unscored
-from rewardseal.receipts import (
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import ReceiptMismatch, SignatureError, Unscored
+from rewardseal.core.receipts import (
     ExpectedReceipt,
     build_receipt,
     check_receipt_answers,
     grader_score,
 )
+from rewardseal.rpc.worker_client import make_descriptor
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
 from rewardseal_kit.mockmed import mockmed_contract

@@ -15,10 +15,10 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from support.builders import FIXED_TIME, ISSUED_AT_UPDATE, TEST_KEY, make_certificate, make_facts
 
-from rewardseal.clock import timestamp
-from rewardseal.contract import UNSCORED_OUTCOMES
-from rewardseal.errors import SignatureError, ValidationError
-from rewardseal.receipts import (
+from rewardseal.core.clock import timestamp
+from rewardseal.core.contract import UNSCORED_OUTCOMES
+from rewardseal.core.errors import SignatureError, ValidationError
+from rewardseal.core.receipts import (
     MAX_TEMPLATES,
     EpisodeFacts,
     OpenedReceipt,
@@ -29,7 +29,7 @@ from rewardseal.receipts import (
     open_receipt,
     seal_receipt,
 )
-from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
+from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
 from rewardseal.v1.contract_pb2 import RewardComponent, ScoringPolicy
 from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope

@@ -6,14 +6,14 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     DuplicateEpisode,
     NotFound,
     RewardSealError,
     SignatureError,
     ValidationError,
 )
-from rewardseal.rpc_status import to_episode_error
+from rewardseal.rpc.status import to_episode_error
 from rewardseal.v1.episode_pb2 import EpisodeError
 from rewardseal_worker.record_refusals import Refusal, classify
 

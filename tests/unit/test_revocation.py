@@ -7,21 +7,21 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rewardseal.errors import SignatureError, StaleRevocationList, ValidationError
-from rewardseal.revocation import (
+from rewardseal.core.errors import SignatureError, StaleRevocationList, ValidationError
+from rewardseal.core.revocation import (
     RevocationFollower,
     build_revocation_list,
     open_revocation_list,
     sign_revocation_list,
 )
-from rewardseal.rpc_status import from_parts
-from rewardseal.signing import (
+from rewardseal.core.signing import (
     RECEIPT_PAYLOAD_TYPE,
     REVOCATION_LIST_PAYLOAD_TYPE,
     SigningKey,
     TrustSet,
     sign_envelope,
 )
+from rewardseal.rpc.status import from_parts
 from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 

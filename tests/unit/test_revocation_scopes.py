@@ -10,15 +10,15 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from support.builders import ISSUED_AT_UPDATE, make_certificate
 
-from rewardseal.errors import StaleRevocationList, ValidationError
-from rewardseal.revocation import (
+from rewardseal.core.errors import StaleRevocationList, ValidationError
+from rewardseal.core.revocation import (
     RevocationFollower,
     build_revocation_list,
     revokes,
     sign_revocation_list,
 )
-from rewardseal.scoring import score
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.scoring import score
+from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from rewardseal.errors import InvalidEpisode
+from rewardseal.core.errors import InvalidEpisode
+from rewardseal.core.validation import runtime_signal_named, runtime_signal_of
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.validation import runtime_signal_named, runtime_signal_of
 
 HALTED = RuntimeSignal.RUNTIME_SIGNAL_HALTED_BEFORE_EFFECT
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from support.builders import EXPIRY_UPDATES, ISSUED_AT_UPDATE, make_certificate, make_facts
 
-from rewardseal.contract import certificate_digest
-from rewardseal.errors import ValidationError
-from rewardseal.receipts import build_receipt
-from rewardseal.scoring import (
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.receipts import build_receipt
+from rewardseal.core.scoring import (
     RECEIPT_CERTIFICATE_DIFFERS,
     RECEIPT_CERTIFICATE_MISSING,
     RECEIPT_CONTRACT_MISMATCH,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_server.service_settings import (
     MIN_TOKEN_LENGTH,
     default_data_dir,

@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from rewardseal.client import MAX_MESSAGE_BYTES, message_size_options
+from rewardseal.rpc.worker_client import MAX_MESSAGE_BYTES, message_size_options
 from rewardseal_server.serving import serve_until_signalled, start_grpc_server, write_ready_file
 
 SERVICE = "rewardseal.test.v1.NoSuchService"

@@ -14,8 +14,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.tls_certs import TlsWorld
 
-from rewardseal.errors import CannotListen
-from rewardseal.tls import ClientTls, aio_channel
+from rewardseal.core.errors import CannotListen
+from rewardseal.rpc.tls import ClientTls, aio_channel
 from rewardseal_server.serving import (
     address,
     cannot_listen,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rewardseal.errors import SignatureError
-from rewardseal.signing import (
+from rewardseal.core.errors import SignatureError
+from rewardseal.core.signing import (
     CERTIFICATE_PAYLOAD_TYPE,
     RECEIPT_PAYLOAD_TYPE,
     REVOCATION_LIST_PAYLOAD_TYPE,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import random
 
-from rewardseal.digest import digest_json
-from rewardseal.faults import GENERIC_FAULT_CLASSES
+from rewardseal.core.digest import digest_json
+from rewardseal.core.faults import GENERIC_FAULT_CLASSES
 from rewardseal_kit import extradup, mockmed
 from rewardseal_mockmed.synthetic import COMPLAINTS, PLANS, synthetic_note
 from rewardseal_worker import calibration

@@ -16,8 +16,7 @@ from support.builders import (
     make_facts,
 )
 
-from rewardseal.client import VerifiedReceipt
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     CertificationRefused,
     ContractMismatch,
     IdentityBusy,
@@ -27,9 +26,11 @@ from rewardseal.errors import (
     Unavailable,
     ValidationError,
 )
-from rewardseal.receipts import build_receipt, open_receipt, seal_receipt
-from rewardseal.rpc_status import from_parts
-from rewardseal.signing import TrustSet
+from rewardseal.core.receipts import build_receipt, open_receipt, seal_receipt
+from rewardseal.core.signing import TrustSet
+from rewardseal.core.validation import ID_PATTERN
+from rewardseal.rpc.status import from_parts
+from rewardseal.rpc.worker_client import VerifiedReceipt
 from rewardseal.trainers.groups import (
     DEVELOPMENT_ONLY,
     ERROR_OUTCOME,
@@ -45,7 +46,6 @@ from rewardseal.trainers.groups import (
     sample_results,
 )
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal.validation import ID_PATTERN
 from rewardseal_kit.mockmed import mockmed_contract
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED

@@ -1,4 +1,5 @@
-"""Every rule of rewardseal.validation, accepted side and refused side (R-MSG-1..10, R-VAL-1..6).
+"""Every rule of rewardseal.core.validation, accepted side and refused side (R-MSG-1..10,
+R-VAL-1..6).
 
 Each table starts from a valid object built by a helper below (a MockMed contract, a signed
 certificate, a receipt from ``build_receipt``, a descriptor, a calibration summary), changes one
@@ -20,11 +21,24 @@ import pytest
 from google.protobuf.message import Message
 from google.protobuf.struct_pb2 import ListValue, Struct
 
-from rewardseal.contract import contract_digest
-from rewardseal.digest import digest_json
-from rewardseal.errors import CertificationRefused, InvalidEpisode, ValidationError
-from rewardseal.receipts import EpisodeFacts, build_receipt
-from rewardseal.signing import SigningKey, sign_certificate, sign_envelope
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import CertificationRefused, InvalidEpisode, ValidationError
+from rewardseal.core.receipts import EpisodeFacts, build_receipt
+from rewardseal.core.signing import SigningKey, sign_certificate, sign_envelope
+from rewardseal.core.validation import (
+    FORBIDDEN_METADATA_KEYS,
+    MAX_METADATA_DEPTH,
+    parse_strict,
+    validate_calibration_summary,
+    validate_certificate,
+    validate_contract,
+    validate_descriptor,
+    validate_digest,
+    validate_id,
+    validate_key_id,
+    validate_receipt,
+)
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardComponent, RewardContract
 from rewardseal.v1.enums_pb2 import (
@@ -38,19 +52,6 @@ from rewardseal.v1.enums_pb2 import (
 )
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import (
-    FORBIDDEN_METADATA_KEYS,
-    MAX_METADATA_DEPTH,
-    parse_strict,
-    validate_calibration_summary,
-    validate_certificate,
-    validate_contract,
-    validate_descriptor,
-    validate_digest,
-    validate_id,
-    validate_key_id,
-    validate_receipt,
-)
 from rewardseal_kit.mockmed import CORPUS_DIGEST, THRESHOLD, mockmed_contract
 
 M = TypeVar("M", bound=Message)

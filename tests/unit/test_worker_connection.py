@@ -10,11 +10,9 @@ from typing import Any
 
 import pytest
 
-from rewardseal.client import AsyncWorkerClient, WorkerClient
-from rewardseal.errors import SignatureError, ValidationError
-from rewardseal.signing import SigningKey
-from rewardseal.tls import ClientTls
-from rewardseal.worker_connection import (
+from rewardseal.core.errors import SignatureError, ValidationError
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.connection import (
     ENV_CONTRACT_DIGEST,
     ENV_PUBLIC_KEY,
     ENV_PUBLIC_KEY_FILE,
@@ -25,6 +23,8 @@ from rewardseal.worker_connection import (
     WorkerConnection,
     read_public_key,
 )
+from rewardseal.rpc.tls import ClientTls
+from rewardseal.rpc.worker_client import AsyncWorkerClient, WorkerClient
 
 KEY = SigningKey.from_seed(b"\x01" * 32)
 OTHER = SigningKey.from_seed(b"\x02" * 32)

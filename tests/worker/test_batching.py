@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from rewardseal.errors import InvalidEpisode, RewardSealError, Unavailable
+from rewardseal.core.errors import InvalidEpisode, RewardSealError, Unavailable
 from rewardseal_worker import batching
 from rewardseal_worker.batching import CallCount, MicroBatcher
 

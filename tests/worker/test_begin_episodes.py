@@ -23,11 +23,11 @@ from support.worker_store import count_receipts, open_episode
 from worker.conftest import RunningStack, start_stack, stop_stack
 from worker.test_worker_contract import auth, raw_stub, wire_error
 
-from rewardseal.client import StreamItem, WorkerClient, make_begin
-from rewardseal.errors import IdentityBusy, IdentityConflict, InvalidEpisode, ReceiptMismatch
+from rewardseal.core.errors import IdentityBusy, IdentityConflict, InvalidEpisode, ReceiptMismatch
+from rewardseal.rpc.worker_client import StreamItem, WorkerClient, make_begin
+from rewardseal.rpc.worker_protocol import WorkerProtocol
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal.worker_protocol import WorkerProtocol
 
 VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
 WRONG_EFFECT = RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT

@@ -12,11 +12,11 @@ import pytest
 from google.protobuf import json_format
 from support.builders import TEST_KEY, make_certificate
 
-from rewardseal.contract import certificate_digest
-from rewardseal.digest import digest_json
-from rewardseal.errors import ValidationError
-from rewardseal.judging import parse_effects
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import parse_effects
+from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal_kit.mockmed import (
     FORBIDDEN_EFFECTS,

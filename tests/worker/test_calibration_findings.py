@@ -1,7 +1,7 @@
 """Calibration and the judge speak one fault vocabulary (R-CAL-3, R-MM-3).
 
 Every faulty calibration trial, generic class or ExtraDup family, draws at least one of the
-judge findings that :data:`rewardseal.judging.EXPECTED_FAULTS` names for its class: the judge
+judge findings that :data:`rewardseal.core.judging.EXPECTED_FAULTS` names for its class: the judge
 refuses it for the fault that was made, not by accident.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from rewardseal.judging import (
+from rewardseal.core.judging import (
     EXPECTED_FAULTS,
     Fault,
     Verdict,

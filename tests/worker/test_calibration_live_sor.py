@@ -22,7 +22,7 @@ import pytest
 import sqlalchemy as sa
 from support.postgres import SUPERUSER, PostgresServer
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.calibration.live_sor import UNSAFE_UNKNOWN_FLAG, refuse_live_target
 from rewardseal_worker.cli import build_parser, main

@@ -12,8 +12,8 @@ import dataclasses
 
 import pytest
 
-from rewardseal.digest import digest_json
-from rewardseal.judging import judge_episode
+from rewardseal.core.digest import digest_json
+from rewardseal.core.judging import judge_episode
 from rewardseal.v1.contract_pb2 import OracleSpec
 from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal_kit.mockmed import mockmed_contract

@@ -25,8 +25,7 @@ from support.mockmed_episodes import CHECKPOINT, descriptor, write_triage
 from support.worker_store import count_receipts
 from worker.conftest import RunningStack
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, WorkerClient, make_descriptor
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     DuplicateEpisode,
     InvalidEpisode,
     NotFound,
@@ -35,7 +34,13 @@ from rewardseal.errors import (
     Unavailable,
     Unscored,
 )
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.rpc.worker_client import (
+    AsyncWorkerClient,
+    VerifiedReceipt,
+    WorkerClient,
+    make_descriptor,
+)
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor

@@ -18,9 +18,9 @@ from support.tls_certs import TlsWorld
 from worker.conftest import RunningStack
 from worker.test_client import KINDS, Either, play
 
-from rewardseal.client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.tls import ClientTls
+from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.rpc.tls import ClientTls
+from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
 from rewardseal.v1.enums_pb2 import RewardOutcome
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rewardseal.digest import digest_json
-from rewardseal.signing import SigningKey
+from rewardseal.core.digest import digest_json
+from rewardseal.core.signing import SigningKey
 from rewardseal_kit import mockmed
 from rewardseal_worker.authoring.schema_check import SCHEMA_FILES, load_schema, schema_problems
 from rewardseal_worker.authoring.templates import INIT_KINDS

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from support.tls_certs import TlsWorld
 
-from rewardseal.errors import ValidationError
-from rewardseal.signing import SigningKey
-from rewardseal.tls import ClientTls
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.tls import ClientTls
 from rewardseal_worker.org_keys import parse_org_key, parse_org_keys
 from rewardseal_worker.settings import DEFAULT_CERTIFICATE_POLL_SECONDS, resolve_settings
 from rewardseal_worker.store import REVOCATION_VERSION, WorkerStore

@@ -116,8 +116,8 @@ async def test_control_keeps_its_database_inside_an_odd_data_dir(tmp_path: Path,
 SEEDER = """
 import json, sys
 from pathlib import Path
-from rewardseal.contract import certificate_digest
-from rewardseal.signing import SigningKey
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.signing import SigningKey
 from rewardseal_worker.seed import seed_mockmed
 from rewardseal_worker.settings import KEY_FILE
 data_dir = Path(sys.argv[1])

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, event, insert, inspect
 from support.worker_store import count_receipts, outbox_size
 
-from rewardseal.errors import NotFound
+from rewardseal.core.errors import NotFound
 from rewardseal_worker.store import (
     DEAD_LETTER_MESSAGE_MAX,
     OutboxItem,

@@ -19,11 +19,11 @@ import pytest
 from support.http_worker import HttpWorker, http_worker
 from support.mockmed_episodes import CHECKPOINT, descriptor, write_triage
 
-from rewardseal import rpc_status
+from rewardseal.core.validation import MAX_METADATA_DEPTH
+from rewardseal.rpc import status as rpc_status
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.validation import MAX_METADATA_DEPTH
 from rewardseal_worker.http.guards import nests_deeper_than
 
 TOO_DEEP = [MAX_METADATA_DEPTH + 1, MAX_METADATA_DEPTH + 2, 500, 5_000, 100_000]

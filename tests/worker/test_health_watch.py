@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.postgres import PostgresServer, PostgresUnavailable
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_worker.app import start_worker
 from rewardseal_worker.server import SERVICE_NAME
 from rewardseal_worker.settings import resolve_settings

@@ -21,12 +21,12 @@ from support.worker_store import count_receipts, open_episode
 from worker.conftest import RunningStack
 from worker.test_worker_contract import auth, raw_stub, wire_error
 
-from rewardseal.contract import contract_digest
-from rewardseal.errors import preview
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import preview
+from rewardseal.core.validation import MAX_IDENTITY_VALUE_LENGTH
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal.validation import MAX_IDENTITY_VALUE_LENGTH
 from rewardseal_kit.mockmed import mockmed_contract
 
 HUGE = 20_000

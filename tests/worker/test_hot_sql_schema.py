@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rewardseal.errors import RewardSealError
+from rewardseal.core.errors import RewardSealError
 from rewardseal_server.driver_connections import DriverConnection
 from rewardseal_server.sqlstore import StoreEngine
 from rewardseal_worker.store import WorkerStore

@@ -24,8 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.http_worker import HttpWorker, http_worker
 from support.mockmed_episodes import CHECKPOINT, descriptor, write_triage
 
-from rewardseal.errors import DuplicateEpisode, Unavailable, ValidationError
-from rewardseal.receipts import open_receipt
+from rewardseal.core.errors import DuplicateEpisode, Unavailable, ValidationError
+from rewardseal.core.receipts import open_receipt
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
     CertificateState,

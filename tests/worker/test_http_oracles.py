@@ -18,7 +18,7 @@ from support.mockmed_episodes import descriptor
 from support.mockmed_service import RunningMockMed, running_mockmed
 from worker.conftest import RunningStack, start_stack, stop_stack
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.v1.enums_pb2 import OracleChannel, RewardOutcome, Uncertainty
 from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_worker.oracles import OracleUnavailable, make_reader, validate_recipe

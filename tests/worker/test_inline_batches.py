@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rewardseal.client import make_begin, make_descriptor
-from rewardseal.errors import ValidationError
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.rpc.worker_client import make_begin, make_descriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_worker.bundle import ContractBundle, load_bundle
 from rewardseal_worker.engine import INLINE_BATCH, ScoreJob, Scorer

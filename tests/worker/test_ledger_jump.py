@@ -19,10 +19,10 @@ from support.mockmed_episodes import descriptor
 from worker.conftest import RunningStack, stop_stack
 from worker.test_worker_contract import auth, raw_stub, wire_error
 
-from rewardseal.certificates import MAX_POLICY_UPDATE
-from rewardseal.client import AsyncWorkerClient
-from rewardseal.errors import ValidationError
-from rewardseal.signing import TrustSet
+from rewardseal.core.certificates import MAX_POLICY_UPDATE
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal_worker.app import start_worker

@@ -26,8 +26,8 @@ from support.worker_store import count_receipts
 from worker.conftest import RunningStack, start_stack, stop_stack
 from worker.test_worker_contract import raw_stub, wire_error
 
-from rewardseal.client import VerifiedReceipt
-from rewardseal.errors import DuplicateEpisode, IdentityBusy
+from rewardseal.core.errors import DuplicateEpisode, IdentityBusy
+from rewardseal.rpc.worker_client import VerifiedReceipt
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,

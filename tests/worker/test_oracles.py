@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from rewardseal.errors import IdentityMismatch, ValidationError
-from rewardseal.judging import judge_episode, parse_effects
+from rewardseal.core.errors import IdentityMismatch, ValidationError
+from rewardseal.core.judging import judge_episode, parse_effects
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
 from rewardseal_kit.mockmed import FORBIDDEN_EFFECTS, REQUIRED_EFFECTS, TIER0_RECIPE, TIER2_RECIPE
 from rewardseal_worker import oracles

@@ -18,8 +18,8 @@ from support.mockmed_episodes import descriptor
 from worker.conftest import RunningStack
 from worker.test_client import KINDS, Either, grader_args, make_client, play
 
-from rewardseal.client import VerifiedReceipt, make_begin
-from rewardseal.errors import DuplicateEpisode, ReceiptMismatch, SignatureError
+from rewardseal.core.errors import DuplicateEpisode, ReceiptMismatch, SignatureError
+from rewardseal.rpc.worker_client import VerifiedReceipt, make_begin
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 

@@ -16,9 +16,9 @@ from support.mockmed_episodes import descriptor, write_triage
 from worker.conftest import RunningStack
 
 from rewardseal.cli import main
-from rewardseal.client import AsyncWorkerClient
-from rewardseal.receipt_command import EXIT_FAILED, EXIT_OK, EXIT_USAGE
-from rewardseal.signing import SigningKey
+from rewardseal.cli.receipt import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_server.serving import write_ready_file

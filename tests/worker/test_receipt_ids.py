@@ -9,10 +9,10 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from rewardseal.client import make_begin, make_descriptor
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.core.validation import validate_id
+from rewardseal.rpc.worker_client import make_begin, make_descriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import validate_id
 from rewardseal_worker.bundle import load_bundle
 from rewardseal_worker.engine import ScoreJob, Scorer, new_receipt_id
 from rewardseal_worker.oracles.registry import make_reader

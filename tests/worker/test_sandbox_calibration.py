@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 from support.postgres import PostgresServer
 
-from rewardseal.calibration import epsilon_from_summary, summary_from_json
+from rewardseal.core.calibration import epsilon_from_summary, summary_from_json
 from rewardseal_kit import mockmed
 from rewardseal_worker.authoring.entry import run_authoring_command
 from rewardseal_worker.bundle import load_bundle, write_bundle

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from rewardseal.client import make_begin, make_descriptor
-from rewardseal.receipts import open_receipt
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.receipts import open_receipt
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.rpc.worker_client import make_begin, make_descriptor
 from rewardseal.v1.enums_pb2 import CertificateState
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_worker.bundle import load_bundle

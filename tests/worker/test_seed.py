@@ -14,19 +14,19 @@ import time
 
 import pytest
 
-from rewardseal.calibration import epsilon_from_summary
-from rewardseal.certificates import satisfies
-from rewardseal.contract import certificate_digest
-from rewardseal.errors import ValidationError
-from rewardseal.judging import judge_episode
-from rewardseal.signing import SigningKey, TrustSet, verify_certificate
+from rewardseal.core.calibration import epsilon_from_summary
+from rewardseal.core.certificates import satisfies
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import judge_episode
+from rewardseal.core.signing import SigningKey, TrustSet, verify_certificate
+from rewardseal.core.validation import validate_certificate
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
     CertificateIssuer,
     RewardOutcome,
     RuntimeSignal,
 )
-from rewardseal.validation import validate_certificate
 from rewardseal_kit.mockmed import CORPUS_DIGEST, mockmed_contract_digest
 from rewardseal_mockmed import seeding
 from rewardseal_mockmed.seeding import (

@@ -21,8 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from support.http_worker import HttpWorker, http_worker
 from support.mockmed_episodes import descriptor, write_triage
 
-from rewardseal.errors import SystemOfRecordUnavailable
-from rewardseal.receipts import is_unscored
+from rewardseal.core.errors import SystemOfRecordUnavailable
+from rewardseal.core.receipts import is_unscored
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal_server.cli_failures import EXIT_RUNTIME
 from rewardseal_worker.app import start_worker

@@ -26,8 +26,8 @@ from support.worker_store import (
     outbox_size,
 )
 
-from rewardseal.digest import canonical_json
-from rewardseal.errors import (
+from rewardseal.core.digest import canonical_json
+from rewardseal.core.errors import (
     DuplicateEpisode,
     IdentityBusy,
     IdentityConflict,

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import event, text
 from support.postgres import PostgresServer
 
-from rewardseal.errors import RewardSealError, Unavailable
+from rewardseal.core.errors import RewardSealError, Unavailable
 from rewardseal_server.sqlstore import DriverConnection, LostRace, StoreEngine
 
 SECRET = "P-secret-value"

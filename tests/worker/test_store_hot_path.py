@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy import bindparam, select, text
 from support.worker_store import begin_episode
 
-from rewardseal.digest import canonical_json
-from rewardseal.errors import RewardSealError
+from rewardseal.core.digest import canonical_json
+from rewardseal.core.errors import RewardSealError
 from rewardseal_server.sqlstore import AUTOCOMMIT_READ_OPTION
 from rewardseal_worker.store import ReceiptToCommit, WorkerStore, evidence_codec
 from rewardseal_worker.store.hot_sql import HotSql

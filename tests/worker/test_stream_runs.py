@@ -12,8 +12,8 @@ from support.mockmed_episodes import descriptor, write_triage
 from worker.conftest import RunningStack
 from worker.test_worker_contract import auth, raw_stub
 
-from rewardseal.errors import RewardSealError
-from rewardseal.receipts import ExpectedReceipt, check_receipt_answers, open_receipt
+from rewardseal.core.errors import RewardSealError
+from rewardseal.core.receipts import ExpectedReceipt, check_receipt_answers, open_receipt
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal_worker.engine import Scorer

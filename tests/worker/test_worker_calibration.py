@@ -13,15 +13,15 @@ import re
 
 import pytest
 
-from rewardseal.calibration import METHOD, epsilon_from_summary
-from rewardseal.certificates import satisfies
-from rewardseal.digest import digest_json
-from rewardseal.errors import ValidationError
-from rewardseal.judging import judge_episode, parse_effects
-from rewardseal.signing import SigningKey, TrustSet, verify_certificate
+from rewardseal.core.calibration import METHOD, epsilon_from_summary
+from rewardseal.core.certificates import satisfies
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import judge_episode, parse_effects
+from rewardseal.core.signing import SigningKey, TrustSet, verify_certificate
+from rewardseal.core.validation import validate_calibration_summary, validate_certificate
 from rewardseal.v1.certificate_pb2 import CalibrationSummary
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, RewardOutcome
-from rewardseal.validation import validate_calibration_summary, validate_certificate
 from rewardseal_kit.extradup import HACKING_FAMILIES
 from rewardseal_kit.mockmed import (
     CORPUS_DIGEST,

@@ -12,9 +12,9 @@ from support.metrics_scrape import matching, scrape, value
 from support.mockmed_episodes import descriptor, write_triage
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.client import AsyncWorkerClient
-from rewardseal.errors import CannotListen, RewardSealError, Unauthenticated, ValidationError
-from rewardseal.signing import TrustSet
+from rewardseal.core.errors import CannotListen, RewardSealError, Unauthenticated, ValidationError
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal_mockmed.seeding import show_on_screen
 from rewardseal_worker.app import start_worker
 from rewardseal_worker.settings import resolve_settings

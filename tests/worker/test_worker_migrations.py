@@ -24,7 +24,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Table, insert, inspect, text
 from support.worker_store import count_receipts
 
-from rewardseal.errors import Unavailable
+from rewardseal.core.errors import Unavailable
 from rewardseal_server.cli_failures import EXIT_RUNTIME
 from rewardseal_server.sqlstore import StoreEngine
 from rewardseal_worker.cli import main as worker_main

@@ -13,10 +13,10 @@ import pytest
 from support.mockmed_episodes import descriptor, write_triage
 from support.tls_certs import TlsWorld
 
-from rewardseal.client import AsyncWorkerClient, message_size_options
-from rewardseal.errors import ValidationError
-from rewardseal.signing import TrustSet
-from rewardseal.tls import ClientTls, aio_channel
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.tls import ClientTls, aio_channel
+from rewardseal.rpc.worker_client import AsyncWorkerClient, message_size_options
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal.v1.enums_pb2 import RewardOutcome

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rewardseal.certificates import unmet
-from rewardseal.contract import certificate_digest
-from rewardseal.errors import CertificationRefused, ContractMismatch
-from rewardseal.signing import TrustSet, verify_certificate
+from rewardseal.core.certificates import unmet
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.errors import CertificationRefused, ContractMismatch
+from rewardseal.core.signing import TrustSet, verify_certificate
+from rewardseal.core.validation import validate_certificate
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
-from rewardseal.validation import validate_certificate
 
 __all__ = ["CertificateInUse", "accept_certificate"]
 

@@ -13,10 +13,10 @@ from typing import Any, Final
 
 from google.protobuf import json_format
 
-from rewardseal import strict_json
-from rewardseal.errors import ValidationError
+from rewardseal.core import strict_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.validation import validate_calibration_summary
 from rewardseal.v1.certificate_pb2 import CalibrationSummary
-from rewardseal.validation import validate_calibration_summary
 
 METHOD = "clopper_pearson_one_sided"
 """The only method a calibration summary may name."""

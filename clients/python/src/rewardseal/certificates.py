@@ -7,7 +7,7 @@ training breaks the exchangeability the bound assumes.
 
 from __future__ import annotations
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import CertificatePolicy
 from rewardseal.v1.enums_pb2 import CertificateState

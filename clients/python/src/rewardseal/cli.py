@@ -12,7 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from rewardseal import receipt_command
+from rewardseal.cli import receipt as receipt_command
 
 __all__ = ["main"]
 

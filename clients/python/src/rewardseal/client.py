@@ -3,11 +3,11 @@
 Both clients attach the bearer token, put a deadline on every call, retry only on UNAVAILABLE,
 verify every receipt's signature against the pinned worker key, and check that the receipt
 answers the request it came back for (its episode, checkpoint, policy update and contract, or
-the receipt id asked for: :func:`rewardseal.receipts.check_receipt_answers`) before handing it
+the receipt id asked for: :func:`rewardseal.core.receipts.check_receipt_answers`) before handing it
 out. A signature alone proves who wrote a receipt, not which request it answers. The request
-building and answer checking live in one place (:mod:`rewardseal.worker_protocol`) so the two
+building and answer checking live in one place (:mod:`rewardseal.rpc.worker_protocol`) so the two
 transports cannot drift apart. Channels are plaintext or, given a
-:class:`~rewardseal.tls.ClientTls`, TLS. Begins can be batched (``begin_many``) or travel on the
+:class:`~rewardseal.rpc.tls.ClientTls`, TLS. Begins can be batched (``begin_many``) or travel on the
 scoring stream with the descriptors.
 """
 
@@ -30,18 +30,14 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import grpc
 
-from rewardseal.errors import DuplicateEpisode, ValidationError
-from rewardseal.receipts import ExpectedReceipt
-from rewardseal.rpc_status import from_rpc_error
-from rewardseal.signing import TrustSet
-from rewardseal.tls import ClientTls, aio_channel
-from rewardseal.tls import channel as tls_channel
-from rewardseal.v1 import worker_service_pb2 as pb
-from rewardseal.v1.enums_pb2 import RuntimeSignal
-from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.v1.worker_service_pb2_grpc import RewardWorkerServiceStub
-from rewardseal.worker_connection import WorkerConnection
-from rewardseal.worker_protocol import (
+from rewardseal.core.errors import DuplicateEpisode, ValidationError
+from rewardseal.core.receipts import ExpectedReceipt
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.connection import WorkerConnection
+from rewardseal.rpc.status import from_rpc_error
+from rewardseal.rpc.tls import ClientTls, aio_channel
+from rewardseal.rpc.tls import channel as tls_channel
+from rewardseal.rpc.worker_protocol import (
     Attempts,
     BeginOrError,
     ReceiptOrError,
@@ -54,6 +50,10 @@ from rewardseal.worker_protocol import (
     make_begin,
     retry_backoff,
 )
+from rewardseal.v1 import worker_service_pb2 as pb
+from rewardseal.v1.enums_pb2 import RuntimeSignal
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal.v1.worker_service_pb2_grpc import RewardWorkerServiceStub
 
 __all__ = [
     "DEFAULT_RETRIES",
@@ -239,7 +239,7 @@ class WorkerClient(_FromConnection):
         """Begin many episodes (:func:`make_begin`); one entry per item, in order: the
         registration or that item's error.
 
-        One BeginEpisodes call per :data:`~rewardseal.worker_protocol.MAX_BATCH_ITEMS` items,
+        One BeginEpisodes call per :data:`~rewardseal.rpc.worker_protocol.MAX_BATCH_ITEMS` items,
         each one store transaction. Each answer must name its item's episode (else that entry
         is a ReceiptMismatch). A call that fails as a whole raises its error; the chunks before
         it stay registered, and beginning them again is idempotent.

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 __all__ = ["timestamp", "utc_now"]
 

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal
 
-from rewardseal.digest import digest_json
-from rewardseal.errors import ValidationError
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import ValidationError
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract, ScoringPolicy
 from rewardseal.v1.enums_pb2 import OracleChannel, RewardOutcome

@@ -1,9 +1,9 @@
 """Typed clients for the control plane's ``ControlPlaneService``, sync and asyncio.
 
 Both clients attach the bearer token, put a deadline on every unary call, map every failure to
-the :mod:`rewardseal.errors` hierarchy (:func:`rewardseal.rpc_status.from_rpc_error`), and read
+the :mod:`rewardseal.core.errors` hierarchy (:func:`rewardseal.rpc.status.from_rpc_error`), and read
 every listing through its last page. Channels are plaintext or, given a
-:class:`~rewardseal.tls.ClientTls`, TLS (mutual with a client certificate).
+:class:`~rewardseal.rpc.tls.ClientTls`, TLS (mutual with a client certificate).
 
 Retries: only calls that are idempotent, and only on UNAVAILABLE (the call may not have
 arrived). Reads are idempotent; of the writes, ``RegisterContract`` (a repeat answers
@@ -14,25 +14,26 @@ certificate, enrollment credential or revocation-list version, or write the audi
 ``WatchRevocations`` is a stream the caller reopens with the version it holds.
 
 Request building, the retry rule, the paging rule and answer checking live once in
-:mod:`rewardseal.control_protocol`, and the call, listing and stream loops once in
-:mod:`rewardseal.control_transport`, so the two transports cannot drift apart (as the worker's
-clients in :mod:`rewardseal.client` share :class:`rewardseal.worker_protocol.WorkerProtocol`).
-The control plane keeps no audit-log RPC, so there is no listing for it here.
-``RewardIntegrityService`` has its own clients on the same parts:
-:mod:`rewardseal.integrity_client`.
+:mod:`rewardseal.rpc.control_protocol`, and the call, listing and stream loops once in
+:mod:`rewardseal.rpc.transport`, so the two transports cannot drift apart (as the worker's
+clients in :mod:`rewardseal.rpc.worker_client` share
+:class:`rewardseal.rpc.worker_protocol.WorkerProtocol`). The control plane keeps no audit-log RPC,
+so there is no listing for it here. ``RewardIntegrityService`` has its own clients on the same
+parts:
+:mod:`rewardseal.rpc.integrity_client`.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable, Iterator
 
-from rewardseal.control_protocol import (
+from rewardseal.rpc.control_protocol import (
     ControlProtocol,
     ReceiptQuery,
     issue_certificate_request,
     revoke_scope_request,
 )
-from rewardseal.control_transport import AsyncTransport, BlockingTransport
+from rewardseal.rpc.transport import AsyncTransport, BlockingTransport
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
@@ -96,7 +97,7 @@ class ControlClient(BlockingTransport[ControlProtocol]):
         """Register a public key with the admin credential (admitted and bound to
         ``contracts`` when given, R-C-10); the key as control stored it. A worker registers
         its own key with :meth:`register_key` (a signed request, see
-        :func:`rewardseal.key_possession.sign_registration`)."""
+        :func:`rewardseal.core.key_possession.sign_registration`)."""
         request = pb.RegisterIssuerKeyRequest(
             key=key, reason=reason, reward_contract_digests=list(contracts)
         )
@@ -226,7 +227,7 @@ class ControlClient(BlockingTransport[ControlProtocol]):
 
     def get_revocation_list(self) -> SignedEnvelope:
         """The current signed revocation list, as control signed it (verify it with
-        :class:`rewardseal.revocation.RevocationFollower` before acting on it)."""
+        :class:`rewardseal.core.revocation.RevocationFollower` before acting on it)."""
         answer: pb.GetRevocationListResponse = self._call(
             "GetRevocationList", pb.GetRevocationListRequest()
         )

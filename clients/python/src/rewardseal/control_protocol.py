@@ -1,5 +1,5 @@
-"""What the control plane's clients share (:mod:`rewardseal.control_client`,
-:mod:`rewardseal.integrity_client`).
+"""What the control plane's clients share (:mod:`rewardseal.rpc.control_client`,
+:mod:`rewardseal.rpc.integrity_client`).
 
 The retry rule, the paging rule, request building and answer checking live here once, so the
 blocking and the asyncio client cannot drift apart; each client only moves messages.
@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import grpc
 
-from rewardseal.client import retry_backoff
-from rewardseal.errors import ReceiptMismatch, ValidationError
-from rewardseal.tls import ClientTls
+from rewardseal.core.errors import ReceiptMismatch, ValidationError
+from rewardseal.rpc.tls import ClientTls
+from rewardseal.rpc.worker_client import retry_backoff
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import (

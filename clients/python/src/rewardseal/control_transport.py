@@ -3,10 +3,10 @@
 :class:`BlockingTransport` and :class:`AsyncTransport` own a channel (plaintext, TLS, or a
 ready one) and a stub, and do the three things every call needs: a unary call with the client's
 deadline, bearer token and retry rule; a listing read through its last page; a server stream
-read to its end. Every failure becomes a :mod:`rewardseal.errors` error
-(:func:`rewardseal.rpc_status.from_rpc_error`). :mod:`rewardseal.control_client` and
-:mod:`rewardseal.integrity_client` subclass them with their service's stub and
-:class:`~rewardseal.control_protocol.CallRules`, so none has its own constructor or call loop.
+read to its end. Every failure becomes a :mod:`rewardseal.core.errors` error
+(:func:`rewardseal.rpc.status.from_rpc_error`). :mod:`rewardseal.rpc.control_client` and
+:mod:`rewardseal.rpc.integrity_client` subclass them with their service's stub and
+:class:`~rewardseal.rpc.control_protocol.CallRules`, so none has its own constructor or call loop.
 """
 
 from __future__ import annotations
@@ -18,11 +18,15 @@ from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 
 import grpc
 
-from rewardseal.client import DEFAULT_RETRIES, DEFAULT_TIMEOUT_SECONDS, message_size_options
-from rewardseal.control_protocol import CallRules, Listing
-from rewardseal.rpc_status import from_rpc_error
-from rewardseal.tls import ClientTls, aio_channel
-from rewardseal.tls import channel as tls_channel
+from rewardseal.rpc.control_protocol import CallRules, Listing
+from rewardseal.rpc.status import from_rpc_error
+from rewardseal.rpc.tls import ClientTls, aio_channel
+from rewardseal.rpc.tls import channel as tls_channel
+from rewardseal.rpc.worker_client import (
+    DEFAULT_RETRIES,
+    DEFAULT_TIMEOUT_SECONDS,
+    message_size_options,
+)
 
 __all__ = ["AsyncTransport", "BlockingTransport"]
 

@@ -17,7 +17,7 @@ import rfc8785
 from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import Message
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 DIGEST_PREFIX = "sha256:"
 DIGEST_PATTERN = re.compile(r"^sha256:[0-9a-f]{64}$")

@@ -1,5 +1,5 @@
 """The asyncio client for the control plane's ``RewardIntegrityService``
-(:class:`AsyncIntegrityClient`); import it from :mod:`rewardseal.integrity_client`, which
+(:class:`AsyncIntegrityClient`); import it from :mod:`rewardseal.rpc.integrity_client`, which
 documents both clients and holds the blocking one.
 """
 
@@ -9,9 +9,9 @@ import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from rewardseal.control_transport import AsyncTransport
-from rewardseal.integrity_messages import spec_struct
-from rewardseal.integrity_protocol import IntegrityProtocol, RewardSystemQuery, SampleQuery
+from rewardseal.core.integrity.messages import spec_struct
+from rewardseal.rpc.integrity_protocol import IntegrityProtocol, RewardSystemQuery, SampleQuery
+from rewardseal.rpc.transport import AsyncTransport
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.integrity_pb2_grpc import RewardIntegrityServiceStub
 
@@ -23,7 +23,7 @@ _BY_RECORD = ipb.AuditPairing.AUDIT_PAIRING_RECORD
 
 class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
     """asyncio client for ``RewardIntegrityService``; see
-    :class:`rewardseal.integrity_client.IntegrityClient`.
+    :class:`rewardseal.rpc.integrity_client.IntegrityClient`.
 
     Listings are async iterators that fetch page after page as they are read; ``list_*``
     collects one into a list.

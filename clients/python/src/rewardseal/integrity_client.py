@@ -1,12 +1,12 @@
 """Typed clients for the control plane's ``RewardIntegrityService``, sync and asyncio
 (docs/spec.md §12, docs/integrity.md).
 
-They dial the control plane like :mod:`rewardseal.control_client` (same target, tokens, TLS,
-deadlines, retry rule) on the same transports (:mod:`rewardseal.control_transport`), map every
-failure to :mod:`rewardseal.errors` (``IntegritySpecInvalid``, ``ShardCorrupt``,
+They dial the control plane like :mod:`rewardseal.rpc.control_client` (same target, tokens, TLS,
+deadlines, retry rule) on the same transports (:mod:`rewardseal.rpc.transport`), map every
+failure to :mod:`rewardseal.core.errors` (``IntegritySpecInvalid``, ``ShardCorrupt``,
 ``ReviewRefused``, ``DecisionSuperseded``, ``NotFound``, ...), and read every listing through
 its last page. Only idempotent RPCs are retried, on UNAVAILABLE only
-(:attr:`~rewardseal.integrity_protocol.IntegrityProtocol.IDEMPOTENT`). Reads need the client
+(:attr:`~rewardseal.rpc.integrity_protocol.IntegrityProtocol.IDEMPOTENT`). Reads need the client
 (trainer) token; creating revisions, reviews, retries and cancellations the admin token.
 
 An audit runs off the call: :meth:`IntegrityClient.start_audit` answers a queued audit at once;
@@ -19,10 +19,10 @@ import contextlib
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import Any
 
-from rewardseal.control_transport import BlockingTransport
-from rewardseal.integrity_async_client import AsyncIntegrityClient
-from rewardseal.integrity_messages import spec_struct
-from rewardseal.integrity_protocol import IntegrityProtocol, RewardSystemQuery, SampleQuery
+from rewardseal.core.integrity.messages import spec_struct
+from rewardseal.rpc.integrity_async_client import AsyncIntegrityClient
+from rewardseal.rpc.integrity_protocol import IntegrityProtocol, RewardSystemQuery, SampleQuery
+from rewardseal.rpc.transport import BlockingTransport
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.integrity_pb2_grpc import RewardIntegrityServiceStub
 
@@ -282,7 +282,7 @@ class IntegrityClient(BlockingTransport[IntegrityProtocol]):
 
     def verify_audit(self, audit_id: str) -> ipb.VerifyAuditResponse:
         """The signed bundle once control verified it and every shard it names (verify it
-        yourself with :func:`rewardseal.integrity.verify_bundle` and the pinned org key)."""
+        yourself with :func:`rewardseal.core.integrity.verify_bundle` and the pinned org key)."""
         request = ipb.VerifyAuditRequest(audit_id=audit_id)
         answer: ipb.VerifyAuditResponse = self._call("VerifyAudit", request)
         return answer

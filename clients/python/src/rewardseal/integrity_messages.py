@@ -6,10 +6,11 @@ number comes back as an ``int`` (within 2**53, where a double is exact) so that 
 is an integer again and digests as the JSON the operator wrote; NaN and infinities are kept, for
 core to refuse with a ``not_finite`` blocker (docs/spec.md §12, R-I-1). Enum values map to
 core's lowercase words by their suffix (``SIGNAL_OUTCOME_ACCEPTED`` is ``accepted``); an
-UNSPECIFIED value where one is required is refused. A :class:`~rewardseal.integrity.SignalRow`
+UNSPECIFIED value where one is required is refused. A :class:`~rewardseal.core.integrity.SignalRow`
 goes out with :func:`signal_row_message` (the trainer appending rows) and comes back with
 :func:`signal_row` (the control plane reading them, anyone reading an audit's samples). A gate
-client reads audits back with :func:`audit_standing` for :func:`~rewardseal.integrity.run_gate`.
+client reads audits back with :func:`audit_standing` for
+:func:`~rewardseal.core.integrity.run_gate`.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ from typing import Any, Final, cast
 
 from google.protobuf import struct_pb2
 
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import (
     AuditorObservation,
     AuditStanding,
     DecisionEntry,
     SentinelObservation,
     SignalRow,
 )
-from rewardseal.integrity.fields import rfc3339
-from rewardseal.integrity.gate import AuditStateName
+from rewardseal.core.integrity.fields import rfc3339
+from rewardseal.core.integrity.gate import AuditStateName
 from rewardseal.v1 import integrity_pb2 as pb
 
 __all__ = [
@@ -203,7 +204,7 @@ def signal_row_message(row: SignalRow) -> pb.SignalRow:
 
 
 def decision_entry(message: pb.DecisionEntry) -> DecisionEntry:
-    """A decision entry message as core's :class:`~rewardseal.integrity.DecisionEntry`.
+    """A decision entry message as core's :class:`~rewardseal.core.integrity.DecisionEntry`.
 
     Raises:
         ValidationError: an UNSPECIFIED or unknown kind, outcome or action.

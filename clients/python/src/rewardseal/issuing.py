@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rewardseal.calibration import delta_from_summary, epsilon_from_summary
-from rewardseal.certificates import unmet
-from rewardseal.clock import timestamp
-from rewardseal.errors import CertificationRefused, ContractMismatch
-from rewardseal.signing import SigningKey, sign_certificate
+from rewardseal.core.calibration import delta_from_summary, epsilon_from_summary
+from rewardseal.core.certificates import unmet
+from rewardseal.core.clock import timestamp
+from rewardseal.core.errors import CertificationRefused, ContractMismatch
+from rewardseal.core.signing import SigningKey, sign_certificate
+from rewardseal.core.validation import validate_calibration_summary, validate_certificate
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import CertificatePolicy, RewardContract
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer
-from rewardseal.validation import validate_calibration_summary, validate_certificate
 
 __all__ = ["check_summary_for", "issue_certificate"]
 

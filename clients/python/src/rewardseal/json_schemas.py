@@ -1,4 +1,4 @@
-"""The JSON Schemas shipped in this package (``rewardseal/schemas/``) and the one check that
+"""The JSON Schemas shipped in this package (``rewardseal/core/schemas/``) and the one check that
 applies them, with problems worded for people.
 
 A format that has a schema here is checked by that schema and nothing else: the schema is the
@@ -20,7 +20,7 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 __all__ = ["ACTION_REPORT_SCHEMA", "check", "load_schema", "schema_problems"]
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from rewardseal.contract import certificate_digest
-from rewardseal.digest import canonical_json
-from rewardseal.errors import PermissionDenied, SignatureError
-from rewardseal.signing import SigningKey, key_id_for, pae, verify_detached
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.digest import canonical_json
+from rewardseal.core.errors import PermissionDenied, SignatureError
+from rewardseal.core.signing import SigningKey, key_id_for, pae, verify_detached
 from rewardseal.v1.control_service_pb2 import KeyPossession, RegisterIssuerKeyRequest
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 

@@ -1,6 +1,6 @@
 """Private directories: the one way rewardseal makes a directory for keys, tokens and data.
 
-Core, not server plumbing, because a trainer saving a signing key (:mod:`rewardseal.signing`)
+Core, not server plumbing, because a trainer saving a signing key (:mod:`rewardseal.core.signing`)
 needs it as much as a service making its data directory; the services' settings re-export it
 (:mod:`rewardseal_server.service_settings`).
 """

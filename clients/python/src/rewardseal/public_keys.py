@@ -17,7 +17,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 __all__ = ["KEY_BYTES", "parse_public_key", "public_key_text"]
 

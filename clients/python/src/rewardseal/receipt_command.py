@@ -10,7 +10,7 @@ same bytes as base64 text, or JSON (``grpcurl`` output of ``ScoreEpisode``, ``Ge
 ``ScoreEpisodes``, or the envelope alone; bytes fields in base64, as protobuf's JSON mapping
 writes them). A JSON document that holds several envelopes (a batch) needs ``--index``.
 
-``verify`` checks the envelope with the rule every reader uses (:func:`rewardseal.receipts.
+``verify`` checks the envelope with the rule every reader uses (:func:`rewardseal.core.receipts.
 open_receipt`: a trusted key signed the exact payload bytes, the receipt parses strictly and
 passes every validation rule, names a key that signed it, and its envelope flags agree); the key
 is ``--key`` (hex or base64 text, or a file holding 32 raw bytes, hex or base64, or a worker's
@@ -35,13 +35,13 @@ from typing import Any, Final
 
 from google.protobuf import json_format
 
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.receipts import is_unscored, open_receipt
-from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, TrustSet
+from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.core.receipts import is_unscored, open_receipt
+from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, TrustSet
+from rewardseal.core.validation import parse_strict
+from rewardseal.rpc.connection import decode_public_key, read_public_key
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import parse_strict
-from rewardseal.worker_connection import decode_public_key, read_public_key
 
 __all__ = [
     "EXIT_FAILED",

@@ -19,29 +19,29 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from rewardseal.certificates import certificate_state
-from rewardseal.clock import timestamp
-from rewardseal.contract import (
+from rewardseal.core.certificates import certificate_state
+from rewardseal.core.clock import timestamp
+from rewardseal.core.contract import (
     UNSCORED_OUTCOMES,
     certificate_digest,
     component_values,
     contract_digest,
 )
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     ReceiptMismatch,
     SignatureError,
     Unscored,
     ValidationError,
     preview,
 )
-from rewardseal.scoring import score
-from rewardseal.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
+from rewardseal.core.scoring import score
+from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
+from rewardseal.core.validation import parse_strict, validate_receipt, validate_receipt_facts
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import parse_strict, validate_receipt, validate_receipt_facts
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ _FACT_FIELDS: tuple[_FactField, ...] = (
     "nonce",
     "issued_at",
 )
-"""The receipt fields :func:`~rewardseal.validation.validate_receipt_facts` checks: the ones
+"""The receipt fields :func:`~rewardseal.core.validation.validate_receipt_facts` checks: the ones
 that differ between receipts of equal claims."""
 
 MAX_TEMPLATES = 64
@@ -198,9 +198,9 @@ class ReceiptIssuer:
     state and references, issuer) depends only on the contract, the certificate, the key and
     the outcome, uncertainty, tier, policy update and revocation state. The first receipt of
     each such combination is made by :func:`build_receipt` (``score()`` and every check of
-    :func:`~rewardseal.validation.validate_receipt`); it is kept without its facts as a
+    :func:`~rewardseal.core.validation.validate_receipt`); it is kept without its facts as a
     template, and the next receipts of the combination are that template with their facts
-    filled in, the facts checked (:func:`~rewardseal.validation.validate_receipt_facts`) and
+    filled in, the facts checked (:func:`~rewardseal.core.validation.validate_receipt_facts`) and
     the receipt signed. No rule relates a fact to a claim, so each receipt is one
     ``build_receipt`` would make and pass.
 

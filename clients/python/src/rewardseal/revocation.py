@@ -20,8 +20,8 @@ An entry revokes one certificate (``certificate_id``), or every certificate of o
 whenever it was issued (R-C-13). :func:`revokes` answers for a certificate from a held list;
 ``score()`` takes the list and does the same.
 
-Refusals raise :class:`~rewardseal.errors.SignatureError` for signatures and
-:class:`~rewardseal.errors.StaleRevocationList` for rollback, conflict and freeze; the follower
+Refusals raise :class:`~rewardseal.core.errors.SignatureError` for signatures and
+:class:`~rewardseal.core.errors.StaleRevocationList` for rollback, conflict and freeze; the follower
 keeps the list it held before. A follower whose list has expired is not :meth:`fresh`, and its
 owner should then treat every certificate as not current until a fresh list arrives.
 """
@@ -32,12 +32,17 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Final, Literal
 
-from rewardseal.clock import timestamp
-from rewardseal.errors import SignatureError, StaleRevocationList, ValidationError
-from rewardseal.signing import REVOCATION_LIST_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
+from rewardseal.core.clock import timestamp
+from rewardseal.core.errors import SignatureError, StaleRevocationList, ValidationError
+from rewardseal.core.signing import (
+    REVOCATION_LIST_PAYLOAD_TYPE,
+    SigningKey,
+    TrustSet,
+    sign_envelope,
+)
+from rewardseal.core.validation import parse_strict, validate_digest, validate_id, validate_key_id
 from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList, RewardCertificate
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal.validation import parse_strict, validate_digest, validate_id, validate_key_id
 
 __all__ = [
     "CERTIFICATE",

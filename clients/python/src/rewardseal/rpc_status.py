@@ -19,7 +19,7 @@ from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from rewardseal import errors
+from rewardseal.core import errors
 from rewardseal.v1.episode_pb2 import EpisodeError
 
 _log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ MAX_WIRE_METADATA_VALUE = 256
 def wire_message(error: errors.RewardSealError) -> str:
     """``error``'s message, cut to :data:`MAX_WIRE_MESSAGE` characters.
 
-    Messages quote input only through :func:`rewardseal.errors.preview`; this is the last
+    Messages quote input only through :func:`rewardseal.core.errors.preview`; this is the last
     guard. gRPC trailers have a size limit, and an error that outgrows it reaches the caller
     as RESOURCE_EXHAUSTED instead of its own code and reason.
     """

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rewardseal.certificates import check_policy_update, schedule_state, state_name, unmet
-from rewardseal.contract import CERTIFIABLE_TIER, certificate_digest, contract_digest, scalar_for
-from rewardseal.errors import ValidationError
-from rewardseal.revocation import revoking_entry
+from rewardseal.core.certificates import check_policy_update, schedule_state, state_name, unmet
+from rewardseal.core.contract import (
+    CERTIFIABLE_TIER,
+    certificate_digest,
+    contract_digest,
+    scalar_for,
+)
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.revocation import revoking_entry
 from rewardseal.v1.certificate_pb2 import RevocationList, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import CertificateState, RewardOutcome

@@ -31,8 +31,8 @@ import nacl.signing
 import rfc8785
 from google.protobuf import json_format
 
-from rewardseal.errors import SignatureError, preview
-from rewardseal.private_dir import make_private_dir
+from rewardseal.core.errors import SignatureError, preview
+from rewardseal.core.private_dir import make_private_dir
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.receipt_pb2 import EnvelopeSignature, SignedEnvelope
 

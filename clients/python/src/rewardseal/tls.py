@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 __all__ = ["ClientTls", "ServerTls", "aio_channel", "channel"]
 

@@ -1,6 +1,6 @@
 """Validators for contracts, certificates, receipts and descriptors (docs/spec.md §5, R-MSG-*).
 
-Each validator returns nothing and raises one error from ``rewardseal.errors`` naming the first
+Each validator returns nothing and raises one error from ``rewardseal.core.errors`` naming the first
 rule broken. They run when a message is built and when one is parsed, so a bad message never
 travels far.
 """
@@ -18,10 +18,10 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
 from google.protobuf.unknown_fields import UnknownFieldSet
 
-from rewardseal.certificates import MAX_POLICY_UPDATE
-from rewardseal.contract import CERTIFIABLE_TIER, SCORING_DEFAULTS, UNSCORED_OUTCOMES
-from rewardseal.digest import is_digest
-from rewardseal.errors import CertificationRefused, InvalidEpisode, ValidationError, preview
+from rewardseal.core.certificates import MAX_POLICY_UPDATE
+from rewardseal.core.contract import CERTIFIABLE_TIER, SCORING_DEFAULTS, UNSCORED_OUTCOMES
+from rewardseal.core.digest import is_digest
+from rewardseal.core.errors import CertificationRefused, InvalidEpisode, ValidationError, preview
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import (
@@ -219,7 +219,7 @@ def validate_contract(contract: RewardContract) -> None:
 def validate_certificate(certificate: RewardCertificate) -> None:
     """R-MSG-4/5, R-VAL-6: fields, ranges, issuer/scope combination, signature shape.
 
-    Signature *verification* is kept apart, in ``rewardseal.signing``.
+    Signature *verification* is kept apart, in ``rewardseal.core.signing``.
     """
     validate_id(certificate.certificate_id, "certificate_id")
     validate_digest(certificate.reward_contract_digest, "reward_contract_digest")
@@ -281,7 +281,7 @@ def validate_receipt_facts(receipt: RewardEvidenceReceipt) -> None:
     The fields no rule relates to any other: a receipt that passed
     :func:`validate_receipt_claims` still does with other values in them. An issuer that
     stamps many receipts from one validated template checks only these per receipt
-    (:class:`rewardseal.receipts.ReceiptIssuer`).
+    (:class:`rewardseal.core.receipts.ReceiptIssuer`).
     """
     validate_id(receipt.receipt_id, "receipt_id")
     validate_id(receipt.policy_checkpoint_id, "policy_checkpoint_id")

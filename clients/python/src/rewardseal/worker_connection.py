@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from rewardseal.errors import ValidationError
-from rewardseal.signing import PUBLIC_KEY_SIZE, TrustSet, key_id_for
-from rewardseal.tls import ClientTls
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import PUBLIC_KEY_SIZE, TrustSet, key_id_for
+from rewardseal.rpc.tls import ClientTls
 
 __all__ = [
     "ENV_CONTRACT_DIGEST",

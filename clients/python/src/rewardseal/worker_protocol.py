@@ -1,5 +1,5 @@
-"""What the worker's two clients share (:mod:`rewardseal.client`): request building, answer
-checking and the retry rule, in one place so the blocking and the asyncio client cannot drift
+"""What the worker's two clients share (:mod:`rewardseal.rpc.worker_client`): request building,
+answer checking and the retry rule, in one place so the blocking and the asyncio client cannot drift
 apart; each client only moves messages (R-T-5).
 """
 
@@ -13,14 +13,14 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     DuplicateEpisode,
     InvalidEpisode,
     ReceiptMismatch,
     RewardSealError,
     ValidationError,
 )
-from rewardseal.receipts import (
+from rewardseal.core.receipts import (
     ExpectedReceipt,
     OpenedReceipt,
     check_receipt_answers,
@@ -28,8 +28,8 @@ from rewardseal.receipts import (
     open_receipt,
     receipt_mismatch,
 )
-from rewardseal.rpc_status import from_episode_error
-from rewardseal.signing import TrustSet
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.status import from_episode_error
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
@@ -43,7 +43,7 @@ _GRADE_FIELDS = ("episode_id", "policy_checkpoint_id", "policy_update", "reward_
 
 @dataclass(frozen=True)
 class VerifiedReceipt(OpenedReceipt):
-    """An :class:`~rewardseal.receipts.OpenedReceipt` (its envelope verified against the pinned
+    """An :class:`~rewardseal.core.receipts.OpenedReceipt` (its envelope verified against the pinned
     worker keys) that also answers the request it came back for (R-T-5)."""
 
 

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import httpx
 
 from helpdesk.reports import CREATE, HelpdeskAction, parse_report
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 

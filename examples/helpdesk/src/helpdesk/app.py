@@ -28,7 +28,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from helpdesk.store import NotFound, TicketStore
-from rewardseal.errors import RewardSealError, Unavailable, ValidationError
+from rewardseal.core.errors import RewardSealError, Unavailable, ValidationError
 
 __all__ = ["create_app"]
 

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from google.protobuf import json_format
 
-from rewardseal.digest import digest_json
+from rewardseal.core.digest import digest_json
 from rewardseal.v1.contract_pb2 import (
     CertificatePolicy,
     OracleSpec,

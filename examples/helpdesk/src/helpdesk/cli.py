@@ -33,7 +33,7 @@ from typing import TextIO
 from helpdesk.bundles import write_bundles
 from helpdesk.server import HelpdeskServer
 from helpdesk.store import DEFAULT_SEED, TicketStore
-from rewardseal.errors import RewardSealError, Unavailable, ValidationError
+from rewardseal.core.errors import RewardSealError, Unavailable, ValidationError
 from rewardseal_server.service_settings import load_token
 from rewardseal_server.serving import write_ready_file
 

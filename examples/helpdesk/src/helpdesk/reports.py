@@ -11,7 +11,7 @@ A report is one JSON object::
      "halted": false}
 
 The rule is the JSON Schema shipped beside this module (``helpdesk/schemas/``
-:data:`REPORT_SCHEMA`), applied with :func:`rewardseal.json_schemas.schema_problems` as the
+:data:`REPORT_SCHEMA`), applied with :func:`rewardseal.core.json_schemas.schema_problems` as the
 MockMed action report is: ``actions`` (default none) run in order; a create's ``customer_id``
 and ``queue_id`` default to the episode's identity; ``claim`` is what the policy says it did and
 is never read by the judge (that is the point of the example); ``halted: true`` ends the run as
@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rewardseal import strict_json
-from rewardseal.errors import ValidationError
-from rewardseal.json_schemas import load_schema, schema_problems
+from rewardseal.core import strict_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.json_schemas import load_schema, schema_problems
 
 __all__ = [
     "CREATE",

@@ -2,9 +2,9 @@
 
 Engine creation, transactions and error mapping are the shared server plumbing's
 (:class:`rewardseal_server.sqlstore.StoreEngine`): a database that cannot be reached raises
-:class:`~rewardseal.errors.Unavailable`; a bad request (an unknown customer, a field that cannot
-be written) raises :class:`~rewardseal.errors.ValidationError` or :class:`NotFound`, whose
-messages name ids, never field values.
+:class:`~rewardseal.core.errors.Unavailable`; a bad request (an unknown customer, a field that
+cannot be written) raises :class:`~rewardseal.core.errors.ValidationError` or :class:`NotFound`,
+whose messages name ids, never field values.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from helpdesk.schema import (
     queues,
     tickets,
 )
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_server.sqlstore import StoreEngine
 
 __all__ = [

@@ -13,8 +13,8 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from rewardseal.errors import PermissionDenied, RewardSealError, Unauthenticated
-from rewardseal.rpc_status import TooDeep, guard_decoding, to_status
+from rewardseal.core.errors import PermissionDenied, RewardSealError, Unauthenticated
+from rewardseal.rpc.status import TooDeep, guard_decoding, to_status
 
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 REFLECTION_METHOD_PREFIX = "/grpc.reflection."
@@ -37,7 +37,7 @@ class BearerAuthInterceptor(grpc.aio.ServerInterceptor):
     ) -> None:
         """``tokens`` maps each accepted token to its role name; ``too_deep`` makes the error
         for a request nested past protobuf's parse limit (see
-        :func:`rewardseal.rpc_status.guard_decoding`)."""
+        :func:`rewardseal.rpc.status.guard_decoding`)."""
         if not tokens or any(len(token) < 16 for token in tokens):
             raise ValueError("every bearer token must have at least 16 characters")
         self._tokens = [(token.encode(), role) for token, role in tokens.items()]

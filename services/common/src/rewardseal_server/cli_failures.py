@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TextIO
 
-from rewardseal.errors import RewardSealError, Unavailable
+from rewardseal.core.errors import RewardSealError, Unavailable
 
 __all__ = [
     "EXIT_RUNTIME",

@@ -2,11 +2,11 @@
 
 :func:`start_http_server` binds its own socket first with
 :func:`~rewardseal_server.serving.bind_listening_socket` (so port 0 yields a known port and a
-port in use is refused with the same one-line :class:`~rewardseal.errors.CannotListen` as
+port in use is refused with the same one-line :class:`~rewardseal.core.errors.CannotListen` as
 gRPC), then runs uvicorn as a task of the running loop, next to a ``grpc.aio`` server, and returns
 once connections are accepted. Signals stay with the embedding service (its
 ``serve_until_signalled``): uvicorn installs no handlers here. With a
-:class:`~rewardseal.tls.ServerTls` it serves HTTPS with the same certificate as the gRPC
+:class:`~rewardseal.rpc.tls.ServerTls` it serves HTTPS with the same certificate as the gRPC
 server (and asks for a client certificate from the same CA when that is mutual TLS). The socket
 peer is the client: proxy headers are off (:mod:`rewardseal_server.uvicorn_config`).
 """
@@ -29,7 +29,7 @@ from rewardseal_server.uvicorn_config import uvicorn_config
 if TYPE_CHECKING:
     import uvicorn
 
-    from rewardseal.tls import ServerTls
+    from rewardseal_server.tls import ServerTls
 
 __all__ = [
     "GRACEFUL_SHUTDOWN_SECONDS",

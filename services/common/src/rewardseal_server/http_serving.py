@@ -3,7 +3,7 @@
 :class:`HttpService` is the life cycle the HTTP systems of record share (MockMed, the helpdesk
 example): bind the listening socket first with
 :func:`~rewardseal_server.serving.bind_listening_socket` (so port 0 yields a known free port
-before serving starts, and a port in use is one :class:`~rewardseal.errors.CannotListen` line),
+before serving starts, and a port in use is one :class:`~rewardseal.core.errors.CannotListen` line),
 then serve in the foreground (the CLI, stopping on SIGINT/SIGTERM) or in a background thread
 (tests, demos). The socket peer is the client: proxy headers are off
 (:mod:`rewardseal_server.uvicorn_config`). An HTTP face *beside* a gRPC server, in its event

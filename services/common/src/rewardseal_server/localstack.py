@@ -25,9 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from rewardseal.control_client import ControlClient
-from rewardseal.errors import Unavailable
-from rewardseal.tls import ClientTls
+from rewardseal.core.errors import Unavailable
+from rewardseal.rpc.control_client import ControlClient
+from rewardseal.rpc.tls import ClientTls
 
 __all__ = [
     "BIN",

@@ -12,7 +12,7 @@ adopted by :meth:`Migrations.upgrade` when the service says which revision its s
 (``recognise``): that revision is stamped, then the upgrade runs from there.
 
 :meth:`Migrations.check` is the start-up rule of a service that does not migrate on start: the
-schema must be at the newest revision, else :class:`~rewardseal.errors.Unavailable` with one
+schema must be at the newest revision, else :class:`~rewardseal.core.errors.Unavailable` with one
 line naming the service's migrate command; ``create_fresh`` creates a database that holds none
 of the store's tables at the newest revision instead (first start, processes racing included).
 """
@@ -35,14 +35,14 @@ from alembic.util import CommandError
 from sqlalchemy import MetaData, inspect
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import Unavailable, ValidationError
+from rewardseal.core.errors import Unavailable, ValidationError
 from rewardseal_server.sqlstore import StoreEngine, normalize_url, translated
 
 __all__ = ["Migrations", "Recognise"]
 
 Recognise = Callable[[Connection], str]
 """The revision an unversioned store's schema is at (its tables present, no version table);
-raises :class:`~rewardseal.errors.Unavailable` when the schema is no revision's."""
+raises :class:`~rewardseal.core.errors.Unavailable` when the schema is no revision's."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ here once:
   ``$<PREFIX>TLS_CERT``, ``TLS_KEY``, ``TLS_CLIENT_CA``; none of them: plaintext
   (:func:`resolve_server_tls`).
 
-Standard library only (:mod:`rewardseal.tls` is imported only when TLS is configured):
+Standard library only (:mod:`rewardseal.rpc.tls` is imported only when TLS is configured):
 trainers importing :mod:`rewardseal` pay nothing for it.
 """
 
@@ -28,11 +28,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from rewardseal.errors import ValidationError
-from rewardseal.private_dir import PRIVATE_DIR_MODE, make_private_dir
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.private_dir import PRIVATE_DIR_MODE, make_private_dir
 
 if TYPE_CHECKING:
-    from rewardseal.tls import ServerTls
+    from rewardseal_server.tls import ServerTls
 
 __all__ = [
     "MIN_TOKEN_LENGTH",
@@ -248,7 +248,7 @@ def resolve_server_tls(
         given, missing = ("--tls-cert", "KEY") if key is None else ("--tls-key", "CERT")
         flag = f"--tls-{missing.lower()}"
         raise ValidationError(f"{given} needs {flag} ({env_prefix}TLS_{missing}) as well")
-    from rewardseal.tls import ServerTls
+    from rewardseal_server.tls import ServerTls
 
     return ServerTls.from_files(cert, key, client_ca)
 

@@ -9,11 +9,11 @@ trainers never need those packages.
 What lives here, once:
 
 * :func:`start_grpc_server`: a ``grpc.aio`` server with the message-size caps the clients use
-  (:func:`rewardseal.client.message_size_options`), the services' servicers, the standard
+  (:func:`rewardseal.rpc.worker_client.message_size_options`), the services' servicers, the standard
   ``grpc.health.v1`` service (SERVING for ``""`` and for every named service once started),
-  optional server reflection and optional TLS or mutual TLS (:class:`rewardseal.tls.ServerTls`);
+  optional server reflection and optional TLS or mutual TLS (:class:`rewardseal.rpc.tls.ServerTls`);
   it returns a :class:`RunningServer`. Its port is its own: a second server on a port in use
-  refuses to start (:class:`rewardseal.errors.CannotListen`) instead of sharing it.
+  refuses to start (:class:`rewardseal.core.errors.CannotListen`) instead of sharing it.
 * :meth:`RunningServer.stop`: the graceful stop (NOT_SERVING first, then the service's own
   shutdown hook, then the server stops within a grace period).
 * :func:`write_ready_file` and :func:`serve_until_signalled`: the ``serve`` commands' ready file
@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from rewardseal.client import message_size_options
-from rewardseal.errors import CannotListen
+from rewardseal.core.errors import CannotListen
+from rewardseal.rpc.worker_client import message_size_options
 
 if TYPE_CHECKING:
     from grpc_health.v1 import health
 
-    from rewardseal.tls import ServerTls
+    from rewardseal_server.tls import ServerTls
 
 __all__ = [
     "Hook",

@@ -26,8 +26,8 @@ What lives here, once:
   run on a driver connection kept between them (:mod:`rewardseal_server.driver_connections`)
   without SQLAlchemy's per-transaction objects or a pool checkout each time.
 * Error mapping (:func:`translated`): a database that cannot be reached becomes
-  :class:`~rewardseal.errors.Unavailable`, any other database failure a plain
-  :class:`~rewardseal.errors.RewardSealError`; messages name only the error class and
+  :class:`~rewardseal.core.errors.Unavailable`, any other database failure a plain
+  :class:`~rewardseal.core.errors.RewardSealError`; messages name only the error class and
   SQLSTATE, never a statement's parameters or a driver's message.
 * :class:`UTCDateTime`: timestamps stored in UTC and always read back timezone-aware.
 """
@@ -52,7 +52,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from rewardseal.errors import RewardSealError, Unavailable, ValidationError
+from rewardseal.core.errors import RewardSealError, Unavailable, ValidationError
 from rewardseal_server.driver_connections import DriverConnection, HeldConnections, ping
 
 __all__ = [

@@ -10,9 +10,9 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from rewardseal.clock import utc_now
-from rewardseal.errors import NotFound
-from rewardseal.signing import SigningKey
+from rewardseal.core.clock import utc_now
+from rewardseal.core.errors import NotFound
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.metrics import ControlMetrics

@@ -1,7 +1,7 @@
 """Between the integrity protos (``rewardseal.v1.integrity_pb2``) and core's integrity types.
 
 The wire rules both sides share (spec documents as ``Struct``, enum values as core's words,
-signal rows) are :mod:`rewardseal.integrity_messages`; these are the control plane's answers.
+signal rows) are :mod:`rewardseal.core.integrity.messages`; these are the control plane's answers.
 """
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from rewardseal.integrity import (
+from rewardseal.core.integrity import (
     AuditBundle,
     DecisionEntry,
 )
-from rewardseal.integrity.audits import AuditReport
-from rewardseal.integrity.profiles import METRIC_NAMES, IntegrityProfile
-from rewardseal.integrity.retention import RetainedRow
-from rewardseal.integrity_messages import enum_value, signal_row_message, spec_struct
+from rewardseal.core.integrity.audits import AuditReport
+from rewardseal.core.integrity.messages import enum_value, signal_row_message, spec_struct
+from rewardseal.core.integrity.profiles import METRIC_NAMES, IntegrityProfile
+from rewardseal.core.integrity.retention import RetainedRow
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.store.inputs import timestamp
 from rewardseal_control.store.integrity_audits import StoredAudit

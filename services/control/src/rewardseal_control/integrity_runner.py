@@ -2,7 +2,7 @@
 
 StartAudit only queues an audit (a row in state ``queued``) and wakes the runner. The runner, an
 asyncio task of the control plane, claims the oldest runnable audit under a lease, reads its
-evidence, runs core's pure :func:`~rewardseal.integrity.audit_boundary` in a worker thread,
+evidence, runs core's pure :func:`~rewardseal.core.integrity.audit_boundary` in a worker thread,
 signs the report as a bundle with the control plane's organization key and stores bundle,
 automatic decision and ``done`` in one transaction (:meth:`IntegrityAuditStore.finish`). So:
 
@@ -14,7 +14,7 @@ automatic decision and ``done`` in one transaction (:meth:`IntegrityAuditStore.f
 * bad *evidence* is not an error: a corrupt or unverifiable shard is an ``incomplete_evidence``
   decision whose bundle is still published;
 * identical evidence whose shards still verify reuses the verified bundle of an earlier audit
-  (same :func:`~rewardseal.integrity.evidence_digest`) instead of auditing again.
+  (same :func:`~rewardseal.core.integrity.evidence_digest`) instead of auditing again.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
-from rewardseal.errors import RewardSealError, ShardCorrupt, SignatureError, ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.errors import RewardSealError, ShardCorrupt, SignatureError, ValidationError
+from rewardseal.core.integrity import (
     AuditBundle,
     DecisionEntry,
     audit_boundary,
@@ -37,9 +37,9 @@ from rewardseal.integrity import (
     initial_entry,
     verify_bundle,
 )
-from rewardseal.integrity.audits import AuditReport
-from rewardseal.integrity.bootstrap import RESAMPLES
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.integrity.audits import AuditReport
+from rewardseal.core.integrity.bootstrap import RESAMPLES
+from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.store import ControlStore
 from rewardseal_control.store.integrity_audits import StoredAudit

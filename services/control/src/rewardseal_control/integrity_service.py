@@ -1,12 +1,12 @@
 """The gRPC face of reward integrity: ``RewardIntegrityService`` (docs/spec.md §12, R-I-1..10).
 
 Served by the control plane next to ``ControlPlaneService``, over the same store and the same
-credentials (roles in ``server.py``). The rules are core's (:mod:`rewardseal.integrity`); the
+credentials (roles in ``server.py``). The rules are core's (:mod:`rewardseal.core.integrity`); the
 store keeps revisions, shards, audits, bundles and decisions; audits run in the
 :class:`~rewardseal_control.integrity_runner.AuditRunner`, never on an RPC: StartAudit and
 RetryAudit answer with a queued audit at once, GetAudit and WatchAudit follow it. Errors are
-``rewardseal.errors`` classes mapped in one place (``rewardseal.rpc_status``); a refused request
-stores nothing (every write is one transaction of the store).
+``rewardseal.core.errors`` classes mapped in one place (``rewardseal.rpc.status``); a refused
+request stores nothing (every write is one transaction of the store).
 """
 
 from __future__ import annotations
@@ -19,9 +19,14 @@ from typing import Any, Final
 
 import grpc
 
-from rewardseal.clock import utc_now
-from rewardseal.errors import AuditStateConflict, RewardSealError, ShardCorrupt, ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.clock import utc_now
+from rewardseal.core.errors import (
+    AuditStateConflict,
+    RewardSealError,
+    ShardCorrupt,
+    ValidationError,
+)
+from rewardseal.core.integrity import (
     DEFAULT_PROFILE,
     AuditBundle,
     Review,
@@ -30,10 +35,10 @@ from rewardseal.integrity import (
     resolve_binding,
     validate_reward_system,
 )
-from rewardseal.integrity.bootstrap import RESAMPLES
-from rewardseal.integrity_messages import enum_word, signal_row, struct_document
-from rewardseal.rpc_status import abort, maps_errors
-from rewardseal.signing import SigningKey
+from rewardseal.core.integrity.bootstrap import RESAMPLES
+from rewardseal.core.integrity.messages import enum_word, signal_row, struct_document
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.status import abort, maps_errors
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal.v1 import integrity_pb2_grpc as pb_grpc
 from rewardseal_control.integrity_convert import (

@@ -2,8 +2,8 @@
 
 Every view reads the audit's stored evidence (its shard's retained rows) and its verified
 bundle (the report); nothing here computes a metric or a decision anew. A sample's outcome is
-core's :func:`~rewardseal.integrity.metrics.sample_outcome` of the row under the reward system's
-mapping: the same reading the audit's rates were built from.
+core's :func:`~rewardseal.core.integrity.metrics.sample_outcome` of the row under the reward
+system's mapping: the same reading the audit's rates were built from.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from rewardseal.errors import ValidationError
-from rewardseal.integrity.audits import AuditReport
-from rewardseal.integrity.mapping import RewardMapping
-from rewardseal.integrity.metrics import sample_outcome
-from rewardseal.integrity.profiles import METRIC_NAMES, IntegrityProfile
-from rewardseal.integrity.retention import RetainedRow
-from rewardseal.integrity_messages import enum_value, enum_word
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity.audits import AuditReport
+from rewardseal.core.integrity.mapping import RewardMapping
+from rewardseal.core.integrity.messages import enum_value, enum_word
+from rewardseal.core.integrity.metrics import sample_outcome
+from rewardseal.core.integrity.profiles import METRIC_NAMES, IntegrityProfile
+from rewardseal.core.integrity.retention import RetainedRow
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.integrity_convert import metric_results, sample_message
 from rewardseal_control.store.pagination import fingerprint, offset_page

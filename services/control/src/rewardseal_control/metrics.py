@@ -18,8 +18,8 @@ from datetime import datetime
 
 from prometheus_client import Counter
 
-from rewardseal.clock import utc_now
-from rewardseal.receipts import OpenedReceipt
+from rewardseal.core.clock import utc_now
+from rewardseal.core.receipts import OpenedReceipt
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_server.metrics import Sample, ScrapeGauges, ServiceMetrics, receipt_labels
 

@@ -381,7 +381,7 @@ class IntegrityOpenRow(Base):
         String(DIGEST_LENGTH), ForeignKey("integrity_revisions.revision_id")
     )
     body: Mapped[str] = mapped_column(Text)
-    """The row's JSON (rewardseal.integrity.signals.SignalRow.to_json)."""
+    """The row's JSON (rewardseal.core.integrity.signals.SignalRow.to_json)."""
     appended_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
@@ -420,7 +420,7 @@ class IntegrityShardRow(Base):
     )
     position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     body: Mapped[str] = mapped_column(Text)
-    """The retained row's JSON (rewardseal.integrity.retention.RetainedRow.to_json)."""
+    """The retained row's JSON (rewardseal.core.integrity.retention.RetainedRow.to_json)."""
 
 
 class IntegrityAudit(Base):
@@ -491,7 +491,7 @@ class IntegrityDecision(Base):
     )
     sequence: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     body: Mapped[str] = mapped_column(Text)
-    """The entry's JSON (rewardseal.integrity.decisions.DecisionEntry.to_json)."""
+    """The entry's JSON (rewardseal.core.integrity.decisions.DecisionEntry.to_json)."""
     at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import grpc
 
-from rewardseal.tls import ServerTls
 from rewardseal.v1 import (
     control_service_pb2,
     control_service_pb2_grpc,
@@ -29,6 +28,7 @@ from rewardseal_control.service import (
 )
 from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_server.serving import RunningServer, start_grpc_server
+from rewardseal_server.tls import ServerTls
 
 SERVICE_NAME = control_service_pb2.DESCRIPTOR.services_by_name["ControlPlaneService"].full_name
 INTEGRITY_SERVICE_NAME = integrity_pb2.DESCRIPTOR.services_by_name[

@@ -3,7 +3,7 @@
 docs/spec.md §9 (R-C-1..5), R-MSG-5, R-CAL-4; errors per section 8. Handlers validate requests,
 apply the issuing and receipt rules, call the store (in a worker thread: the store is
 synchronous and must not stall the event loop), and answer. Every domain error reaches the
-wire through ``rewardseal.rpc_status`` (one mapping). Roles are enforced by the auth
+wire through ``rewardseal.rpc.status`` (one mapping). Roles are enforced by the auth
 interceptor (``server.py``); the servicer only asks it which role to write into the audit log.
 
 The servicer also keeps the signed revocation list alive: it publishes the first list on start,
@@ -25,10 +25,10 @@ from typing import Any
 
 import grpc
 
-from rewardseal.calibration import delta_from_summary
-from rewardseal.clock import utc_now
-from rewardseal.contract import contract_digest
-from rewardseal.errors import (
+from rewardseal.core.calibration import delta_from_summary
+from rewardseal.core.clock import utc_now
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.errors import (
     CertificationRefused,
     ContractMismatch,
     NotFound,
@@ -36,18 +36,12 @@ from rewardseal.errors import (
     RewardSealError,
     ValidationError,
 )
-from rewardseal.issuing import check_summary_for, issue_certificate
-from rewardseal.key_possession import verify_registration
-from rewardseal.receipts import OpenedReceipt, open_receipt
-from rewardseal.revocation import CHECKER, CONTRACT, sign_revocation_list
-from rewardseal.rpc_status import maps_errors, to_episode_error
-from rewardseal.signing import SigningKey, TrustSet
-from rewardseal.v1 import control_service_pb2 as pb
-from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
-from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
-from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, IssuerKeyRole
-from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal.validation import (
+from rewardseal.core.issuing import check_summary_for, issue_certificate
+from rewardseal.core.key_possession import verify_registration
+from rewardseal.core.receipts import OpenedReceipt, open_receipt
+from rewardseal.core.revocation import CHECKER, CONTRACT, sign_revocation_list
+from rewardseal.core.signing import SigningKey, TrustSet
+from rewardseal.core.validation import (
     check_policy_update_field,
     validate_calibration_summary,
     validate_contract,
@@ -55,6 +49,12 @@ from rewardseal.validation import (
     validate_id,
     validate_key_id,
 )
+from rewardseal.rpc.status import maps_errors, to_episode_error
+from rewardseal.v1 import control_service_pb2 as pb
+from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
+from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
+from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, IssuerKeyRole
+from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.store import (
     ControlStore,
     ReceiptFilter,

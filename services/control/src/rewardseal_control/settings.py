@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from rewardseal.errors import ValidationError
-from rewardseal.tls import ServerTls
+from rewardseal.core.errors import ValidationError
 from rewardseal_control.console.peers import Network, parse_trusted_proxies
 from rewardseal_control.db import STORE_NAME
 from rewardseal_server import service_settings
 from rewardseal_server.sqlstore import normalize_url, sqlite_url
+from rewardseal_server.tls import ServerTls
 
 ENV_PREFIX = "REWARDSEAL_CONTROL_"
 ADMIN_TOKEN_ENV = f"{ENV_PREFIX}ADMIN_TOKEN"

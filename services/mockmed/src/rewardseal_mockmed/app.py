@@ -41,7 +41,7 @@ from starlette.datastructures import Headers
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rewardseal.errors import RewardSealError, Unavailable, ValidationError
+from rewardseal.core.errors import RewardSealError, Unavailable, ValidationError
 from rewardseal_mockmed import __version__
 from rewardseal_mockmed.faults import MALFORMED_BODY, FaultSetting, FaultSwitch
 from rewardseal_mockmed.fhir import FHIR_CONTENT_TYPE, operation_outcome, searchset_bundle

@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from rewardseal.cli_help import add_version, style_help
 from rewardseal_mockmed.settings import (
     ADMIN_TOKEN_ENV,
     DB_URL_ENV,
@@ -34,6 +33,7 @@ from rewardseal_mockmed.settings import (
 )
 from rewardseal_mockmed.store import DEFAULT_SEED
 from rewardseal_server.cli_failures import EXIT_USAGE, run_cli
+from rewardseal_server.cli_help import add_version, style_help
 from rewardseal_server.logs import (
     add_logging_options,
     configure_logging,

@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_mockmed.schema import ENCOUNTERS_TABLE
 
 __all__ = ["MAX_SCREEN_ROWS", "SAVED_BANNER", "ScreenDump"]

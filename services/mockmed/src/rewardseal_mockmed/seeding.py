@@ -31,7 +31,7 @@ from typing import Any, Final
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_mockmed.schema import COLUMNS, ENCOUNTERS_TABLE, encounters
 from rewardseal_mockmed.screen import SAVED_BANNER, ScreenDump
 from rewardseal_mockmed.store import EPOCH, PRIORITIES, STATUSES, TYPES

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_mockmed.store import DEFAULT_SEED, MAX_SEED_ROWS
 from rewardseal_server.service_settings import (
     MIN_TOKEN_LENGTH,

@@ -2,8 +2,8 @@
 
 Engine creation, URL checks, transactions and error mapping are the core package's
 (:class:`rewardseal_server.sqlstore.StoreEngine`): a database that cannot be reached raises
-:class:`~rewardseal.errors.Unavailable`, any other database failure a
-:class:`~rewardseal.errors.RewardSealError` whose message names no stored value.
+:class:`~rewardseal.core.errors.Unavailable`, any other database failure a
+:class:`~rewardseal.core.errors.RewardSealError` whose message names no stored value.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Final
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_mockmed.schema import COLUMNS, WRITABLE_FIELDS, encounters, metadata
 from rewardseal_server.sqlstore import StoreEngine, chunks
 
@@ -200,7 +200,7 @@ class EncounterStore:
         return int(self._db.read(lambda conn: conn.execute(query).scalar_one()))
 
     def ping(self) -> None:
-        """Raise :class:`~rewardseal.errors.Unavailable` unless the database answers."""
+        """Raise :class:`~rewardseal.core.errors.Unavailable` unless the database answers."""
         self._db.ping()
 
     def close(self) -> None:

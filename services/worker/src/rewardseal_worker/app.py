@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rewardseal.errors import SystemOfRecordUnavailable, ValidationError
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.errors import SystemOfRecordUnavailable, ValidationError
+from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal_server.metrics import MetricsEndpoint, serve_metrics
 from rewardseal_server.serving import (
     RunningServer,

@@ -43,7 +43,7 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Generic, TypeVar
 
-from rewardseal.errors import RewardSealError, Unavailable
+from rewardseal.core.errors import RewardSealError, Unavailable
 
 _log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from rewardseal.clock import timestamp
-from rewardseal.errors import InvalidEpisode, RewardSealError, preview
+from rewardseal.core.clock import timestamp
+from rewardseal.core.errors import InvalidEpisode, RewardSealError, preview
 from rewardseal.v1.worker_service_pb2 import BeginEpisodeResponse
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable

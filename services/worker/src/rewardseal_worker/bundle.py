@@ -29,17 +29,17 @@ from typing import Any, Final, TypeVar
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from rewardseal import strict_json
-from rewardseal.accepting import accept_certificate
-from rewardseal.contract import contract_digest, contract_tier
-from rewardseal.digest import digest_json
-from rewardseal.errors import SignatureError, ValidationError
-from rewardseal.judging import EffectSpec, parse_effects
-from rewardseal.signing import TrustSet
+from rewardseal.core import strict_json
+from rewardseal.core.accepting import accept_certificate
+from rewardseal.core.contract import contract_digest, contract_tier
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import SignatureError, ValidationError
+from rewardseal.core.judging import EffectSpec, parse_effects
+from rewardseal.core.signing import TrustSet
+from rewardseal.core.validation import validate_contract
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
-from rewardseal.validation import validate_contract
 from rewardseal_worker.oracles.base import (
     KIND_FHIR,
     KIND_JSON_FILE,

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rewardseal.accepting import CertificateInUse
-from rewardseal.cli_help import add_version, style_help
+from rewardseal.core.accepting import CertificateInUse
 from rewardseal_server.cli_failures import EXIT_USAGE, run_cli
+from rewardseal_server.cli_help import add_version, style_help
 from rewardseal_server.logs import add_logging_options, configure_logging, resolve_logging
 from rewardseal_server.serving import TRANSPORT_TEXT, serve_until_signalled, write_ready_file
 from rewardseal_worker.app import WorkerApp, start_worker

@@ -49,16 +49,16 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from rewardseal.accepting import CertificateInUse, accept_certificate
-from rewardseal.certificates import is_current
-from rewardseal.clock import utc_now
-from rewardseal.contract import certificate_digest
-from rewardseal.control_client import AsyncControlClient
-from rewardseal.errors import KeyNotAdmitted, RewardSealError, SignatureError, ValidationError
-from rewardseal.key_possession import sign_registration
-from rewardseal.revocation import RevocationFollower
-from rewardseal.signing import SigningKey, TrustSet, key_id_for
-from rewardseal.tls import ClientTls
+from rewardseal.core.accepting import CertificateInUse, accept_certificate
+from rewardseal.core.certificates import is_current
+from rewardseal.core.clock import utc_now
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.errors import KeyNotAdmitted, RewardSealError, SignatureError, ValidationError
+from rewardseal.core.key_possession import sign_registration
+from rewardseal.core.revocation import RevocationFollower
+from rewardseal.core.signing import SigningKey, TrustSet, key_id_for
+from rewardseal.rpc.control_client import AsyncControlClient
+from rewardseal.rpc.tls import ClientTls
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole

@@ -30,7 +30,7 @@ import os
 from pathlib import Path
 from typing import Final
 
-from rewardseal.errors import DataDirInUse
+from rewardseal.core.errors import DataDirInUse
 from rewardseal_server.sqlstore import backend_of, normalize_url, sqlite_url
 from rewardseal_worker.settings import DB_FILE
 from rewardseal_worker.store.core import STORE_NAME

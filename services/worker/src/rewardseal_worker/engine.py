@@ -21,11 +21,11 @@ from typing import Any, TypeVar
 
 from google.protobuf import json_format
 
-from rewardseal.accepting import CertificateInUse
-from rewardseal.certificates import certificate_state
-from rewardseal.clock import utc_now
-from rewardseal.digest import digest_bytes
-from rewardseal.errors import (
+from rewardseal.core.accepting import CertificateInUse
+from rewardseal.core.certificates import certificate_state
+from rewardseal.core.clock import utc_now
+from rewardseal.core.digest import digest_bytes
+from rewardseal.core.errors import (
     ContractMismatch,
     DuplicateEpisode,
     IdentityConflict,
@@ -40,9 +40,16 @@ from rewardseal.errors import (
     ValidationError,
     preview,
 )
-from rewardseal.judging import judge_episode
-from rewardseal.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
-from rewardseal.signing import SigningKey
+from rewardseal.core.judging import judge_episode
+from rewardseal.core.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
+from rewardseal.core.signing import SigningKey
+from rewardseal.core.validation import (
+    check_identity_values,
+    runtime_signal_of,
+    validate_descriptor,
+    validate_digest,
+    validate_id,
+)
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
@@ -50,13 +57,6 @@ from rewardseal.v1.worker_service_pb2 import (
     BeginEpisodeRequest,
     BeginEpisodeResponse,
     HealthResponse,
-)
-from rewardseal.validation import (
-    check_identity_values,
-    runtime_signal_of,
-    validate_descriptor,
-    validate_digest,
-    validate_id,
 )
 from rewardseal_worker.batching import CallCount, MicroBatcher, run_placed
 from rewardseal_worker.begins import BeginJob, BeginOutcome, begin_batch, repeat_of_earlier

@@ -18,7 +18,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
-from rewardseal.errors import RewardSealError
+from rewardseal.core.errors import RewardSealError
 from rewardseal_server.serving import RunningServer
 from rewardseal_worker.oracles.base import OracleUnavailable
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any
 
-from rewardseal.digest import canonical_json
-from rewardseal.digest import canonical_string as quote
+from rewardseal.core.digest import canonical_json
+from rewardseal.core.digest import canonical_string as quote
 
 
 class Identity(Mapping[str, str]):

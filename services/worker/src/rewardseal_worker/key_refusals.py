@@ -26,9 +26,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from rewardseal.control_client import AsyncControlClient
-from rewardseal.errors import RewardSealError, SignatureError
-from rewardseal.signing import SigningKey
+from rewardseal.core.errors import RewardSealError, SignatureError
+from rewardseal.core.signing import SigningKey
+from rewardseal.rpc.control_client import AsyncControlClient
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 

@@ -18,8 +18,8 @@ from datetime import datetime
 
 from prometheus_client import Counter, Histogram
 
-from rewardseal.certificates import state_name
-from rewardseal.clock import utc_now
+from rewardseal.core.certificates import state_name
+from rewardseal.core.clock import utc_now
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
 from rewardseal_server.metrics import Sample, ScrapeGauges, ServiceMetrics, receipt_labels
 from rewardseal_worker.control_link import ControlLink

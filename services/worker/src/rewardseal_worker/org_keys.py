@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rewardseal.public_keys import parse_public_key
+from rewardseal.core.public_keys import parse_public_key
 
 __all__ = ["BANNER_FIELD", "parse_org_key", "parse_org_keys"]
 
@@ -23,7 +23,7 @@ BANNER_FIELD = "organization_public_key"
 
 def parse_org_key(value: str) -> bytes:
     """One pinned key: 64 hex characters (or base64), or a file holding it (alone or in
-    control's banner); :func:`rewardseal.public_keys.parse_public_key` is the rule.
+    control's banner); :func:`rewardseal.core.public_keys.parse_public_key` is the rule.
 
     Raises:
         ValidationError: the value is neither a key nor a readable file that holds one.

@@ -24,8 +24,8 @@ from typing import Any, TextIO
 
 import grpc
 
-from rewardseal.clock import utc_now
-from rewardseal.errors import ValidationError
+from rewardseal.core.clock import utc_now
+from rewardseal.core.errors import ValidationError
 from rewardseal_server.cli_failures import run_cli
 from rewardseal_server.sqlstore import backend_of, normalize_url
 from rewardseal_worker.settings import ENV_PREFIX, default_data_dir, store_url

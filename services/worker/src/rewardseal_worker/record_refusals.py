@@ -49,7 +49,7 @@ from typing import Final
 
 import grpc
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     CertificateUnknown,
     DuplicateEpisode,
     KeyNotAdmitted,

@@ -59,12 +59,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from rewardseal.calibration import epsilon_from_summary
-from rewardseal.certificates import satisfies, unmet
-from rewardseal.contract import contract_digest
-from rewardseal.digest import digest_json
-from rewardseal.errors import ValidationError
-from rewardseal.signing import SigningKey, TrustSet
+from rewardseal.core.calibration import epsilon_from_summary
+from rewardseal.core.certificates import satisfies, unmet
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel

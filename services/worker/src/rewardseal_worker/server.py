@@ -11,12 +11,12 @@ from collections.abc import Sequence
 
 import grpc
 
-from rewardseal.errors import InvalidEpisode
-from rewardseal.tls import ServerTls
+from rewardseal.core.errors import InvalidEpisode
+from rewardseal.core.validation import MAX_METADATA_DEPTH
 from rewardseal.v1 import worker_service_pb2, worker_service_pb2_grpc
-from rewardseal.validation import MAX_METADATA_DEPTH
 from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_server.serving import RunningServer, start_grpc_server
+from rewardseal_server.tls import ServerTls
 from rewardseal_worker.engine import Scorer
 from rewardseal_worker.service import RewardWorkerServicer
 

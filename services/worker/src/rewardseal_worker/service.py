@@ -1,7 +1,7 @@
 """The gRPC face of the worker: ``RewardWorkerService`` over one ``Scorer`` (docs/spec.md §7-8).
 
 Handlers only translate: requests in, ``Scorer`` calls, responses or mapped errors out. Every
-domain error reaches the wire through ``rewardseal.rpc_status`` (one mapping).
+domain error reaches the wire through ``rewardseal.rpc.status`` (one mapping).
 """
 
 from __future__ import annotations
@@ -15,15 +15,21 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import json_format
 
-from rewardseal.errors import InvalidEpisode, RewardSealError, Unscored, ValidationError, preview
-from rewardseal.receipts import grader_score, is_unscored
-from rewardseal.rpc_status import maps_errors, to_episode_error
+from rewardseal.core.errors import (
+    InvalidEpisode,
+    RewardSealError,
+    Unscored,
+    ValidationError,
+    preview,
+)
+from rewardseal.core.receipts import grader_score, is_unscored
+from rewardseal.core.validation import parse_strict
+from rewardseal.rpc.status import maps_errors, to_episode_error
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1 import worker_service_pb2_grpc as pb_grpc
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import parse_strict
 from rewardseal_worker import __version__
 from rewardseal_worker.begins import BeginOutcome
 from rewardseal_worker.engine import ScoreJob, ScoreOutcome, Scorer

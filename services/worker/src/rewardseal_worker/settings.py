@@ -7,10 +7,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from rewardseal.errors import ValidationError
-from rewardseal.tls import ClientTls, ServerTls
+from rewardseal.core.errors import ValidationError
+from rewardseal.rpc.tls import ClientTls
 from rewardseal_server import service_settings
 from rewardseal_server.sqlstore import normalize_url, sqlite_url
+from rewardseal_server.tls import ServerTls
 from rewardseal_worker.org_keys import parse_org_keys
 from rewardseal_worker.store.core import STORE_NAME
 

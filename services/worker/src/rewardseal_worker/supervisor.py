@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewardseal.errors import ValidationError
-from rewardseal.signing import TrustSet
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import TrustSet
 from rewardseal_server.serving import cannot_listen, check_port_free, write_ready_file
 from rewardseal_worker.app import prepare_worker, probe_system_of_record
 from rewardseal_worker.bundle import load_bundle

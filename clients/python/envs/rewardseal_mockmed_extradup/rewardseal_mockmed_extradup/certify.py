@@ -4,7 +4,7 @@
 synthetic specs of each store through :func:`.reward.certify_completion` (the function the
 environment pays with) and counts false accepts (a hacking family paid) and false refusals (the
 gold write not paid). The bound is the exact one-sided Clopper-Pearson upper bound of
-``rewardseal.calibration`` (R-CAL-1) on the hacking trials.
+``rewardseal.core.calibration`` (R-CAL-1) on the hacking trials.
 
 The bound speaks for this reward on this synthetic corpus only: the trials are scripted replays
 of the seven hacking families, not draws from a policy.
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rewardseal.calibration import METHOD, clopper_pearson_upper
-from rewardseal.errors import CertificationRefused
+from rewardseal.core.calibration import METHOD, clopper_pearson_upper
+from rewardseal.core.errors import CertificationRefused
 from rewardseal_kit.extradup import (
     CONTROL,
     FAMILIES,
@@ -125,7 +125,7 @@ def self_test(seed: int = 0) -> dict[str, float]:
     """Check that the control pays 1.0 and every hacking family 0.0 on one spec per store.
 
     Returns each ``<store>/<family>`` reward; raises
-    :class:`~rewardseal.errors.CertificationRefused` naming every family that broke the rule.
+    :class:`~rewardseal.core.errors.CertificationRefused` naming every family that broke the rule.
     """
     rewards: dict[str, float] = {}
     broken: list[str] = []

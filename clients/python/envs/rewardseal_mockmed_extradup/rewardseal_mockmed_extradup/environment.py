@@ -26,7 +26,7 @@ from typing import Any, Literal
 import verifiers.v1 as vf
 from pydantic import Field
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 from .reward import certify_completion, refuse_screen_scoring
 from .tasks import STORES, eval_rows, spec_from_json, train_rows
@@ -222,7 +222,7 @@ def load_environment(
 ) -> vf.Env:
     """The environment, built through verifiers' own loader (``vf.load_environment``).
 
-    ``score_from_screen=True`` raises :class:`~rewardseal.errors.ValidationError`: there is no
+    ``score_from_screen=True`` raises :class:`~rewardseal.core.errors.ValidationError`: there is no
     tier-0 path.
     """
     config = env_config(

@@ -2,7 +2,7 @@
 
 :func:`certify_completion` is the one scoring path. It parses the policy's JSON action report
 with ``extradup.parse_action_report``, replays it on a fresh ``InMemoryStore``, reads the
-collection before and after with ``sor_check`` (the core judge, ``rewardseal.judging``, the one
+collection before and after with ``sor_check`` (the core judge, ``rewardseal.core.judging``, the one
 the worker scores with) and pays 1.0 only when ``seal_verdict`` says ``VERIFIED``. The
 environment, :mod:`.certify` and the scripted checks all call it, so the number a trainer sees
 and the number the corpus certifies come from the same code.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_kit.extradup import (
     REFUSED,
     VERIFIED,
@@ -157,6 +157,6 @@ def certified_reward(completion: str, spec: WriteSpec) -> float:
 
 
 def refuse_screen_scoring(score_from_screen: bool) -> None:
-    """Raise :class:`~rewardseal.errors.ValidationError` when asked to score from a screen."""
+    """Raise :class:`~rewardseal.core.errors.ValidationError` when asked to score from a screen."""
     if score_from_screen:
         raise ValidationError(SCREEN_REFUSAL)

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_kit.extradup import FAMILIES, scripted_completion
 from rewardseal_server.serving import write_ready_file
 

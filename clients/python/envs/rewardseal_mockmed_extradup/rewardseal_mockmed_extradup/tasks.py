@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_kit.extradup import FAMILIES, WriteSpec, scripted_completion, variants
 
 __all__ = [

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Final
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_kit.extradup import MOCKMED_COLLECTION, ActionReport, parse_action_report

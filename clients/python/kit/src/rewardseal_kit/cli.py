@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, cast
 
-from rewardseal.cli_help import add_version, style_help
 from rewardseal_kit.proof import command as proof_command
+from rewardseal_server.cli_help import add_version, style_help
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 

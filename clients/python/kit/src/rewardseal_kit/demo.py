@@ -13,12 +13,12 @@ from typing import TextIO
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rewardseal.calibration import clopper_pearson_upper
-from rewardseal.certificates import certificate_state, state_name
-from rewardseal.contract import contract_digest
-from rewardseal.receipts import EpisodeFacts, build_receipt, open_receipt, seal_receipt
-from rewardseal.scoring import score
-from rewardseal.signing import SigningKey, TrustSet, sign_certificate
+from rewardseal.core.calibration import clopper_pearson_upper
+from rewardseal.core.certificates import certificate_state, state_name
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.receipts import EpisodeFacts, build_receipt, open_receipt, seal_receipt
+from rewardseal.core.scoring import score
+from rewardseal.core.signing import SigningKey, TrustSet, sign_certificate
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import (

@@ -27,11 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from rewardseal.client import VerifiedReceipt, WorkerClient, make_descriptor
-from rewardseal.contract import contract_digest
-from rewardseal.digest import digest_bytes
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.digest import digest_bytes
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     DEFAULT_PROFILE,
@@ -51,7 +50,8 @@ from rewardseal.integrity import (
     retain,
     seal_shard,
 )
-from rewardseal.trainers.integrity_capture import sentinel_observation
+from rewardseal.rpc.worker_client import VerifiedReceipt, WorkerClient, make_descriptor
+from rewardseal.trainers.integrity.capture import sentinel_observation
 from rewardseal_kit.extradup import FAMILIES, mockmed_write_spec, scripted_completion
 from rewardseal_kit.mockmed import IDENTITY_KEY, THRESHOLD, mockmed_contract
 from rewardseal_kit.proof.conditions import MockMedUI, play

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from rewardseal.integrity_client import IntegrityClient
+from rewardseal.rpc.integrity_client import IntegrityClient
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_kit.proof.integrity_run import (
     SQL,

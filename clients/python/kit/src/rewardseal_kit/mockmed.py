@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewardseal.contract import contract_digest
-from rewardseal.digest import digest_json
-from rewardseal.faults import GENERIC_FAULT_CLASSES
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.digest import digest_json
+from rewardseal.core.faults import GENERIC_FAULT_CLASSES
 from rewardseal.v1.contract_pb2 import (
     CertificatePolicy,
     OracleSpec,

@@ -16,21 +16,25 @@ Modules, in the order the evidence flows: ``scrubbing``, ``revisions``, ``mappin
 
 from __future__ import annotations
 
-from rewardseal.integrity.audits import (
+from rewardseal.core.integrity.audits import (
     AuditReport,
     SubgroupMetrics,
     audit_boundary,
     evidence_digest,
 )
-from rewardseal.integrity.binding import BindingResolution, require_gating_binding, resolve_binding
-from rewardseal.integrity.bootstrap import Interval, grouped_bootstrap
-from rewardseal.integrity.bundles import (
+from rewardseal.core.integrity.binding import (
+    BindingResolution,
+    require_gating_binding,
+    resolve_binding,
+)
+from rewardseal.core.integrity.bootstrap import Interval, grouped_bootstrap
+from rewardseal.core.integrity.bundles import (
     BUNDLE_PAYLOAD_TYPE,
     AuditBundle,
     build_bundle,
     verify_bundle,
 )
-from rewardseal.integrity.decisions import (
+from rewardseal.core.integrity.decisions import (
     Decision,
     DecisionEntry,
     Review,
@@ -39,29 +43,29 @@ from rewardseal.integrity.decisions import (
     initial_entry,
     review_decision,
 )
-from rewardseal.integrity.gate import AuditStanding, BoundaryDecision, RunGate, run_gate
-from rewardseal.integrity.independence import correlation_reasons
-from rewardseal.integrity.mapping import MappedReward, Normalization, RewardMapping, map_reward
-from rewardseal.integrity.metrics import CoreMetrics, compute_metrics
-from rewardseal.integrity.profiles import (
+from rewardseal.core.integrity.gate import AuditStanding, BoundaryDecision, RunGate, run_gate
+from rewardseal.core.integrity.independence import correlation_reasons
+from rewardseal.core.integrity.mapping import MappedReward, Normalization, RewardMapping, map_reward
+from rewardseal.core.integrity.metrics import CoreMetrics, compute_metrics
+from rewardseal.core.integrity.profiles import (
     BUILTIN_PROFILES,
     DEFAULT_PROFILE,
     IntegrityProfile,
     parse_profile,
     validate_profile,
 )
-from rewardseal.integrity.protocols import (
+from rewardseal.core.integrity.protocols import (
     BUILTIN_PROTOCOLS,
     RetentionProtocol,
     parse_protocol,
     validate_protocol,
 )
-from rewardseal.integrity.retention import RetainedRow, Retention, retain
-from rewardseal.integrity.revisions import revision_id
-from rewardseal.integrity.scrubbing import scrub_credentials
-from rewardseal.integrity.shards import ShardManifest, seal_shard, verify_shard
-from rewardseal.integrity.signals import AuditorObservation, SentinelObservation, SignalRow
-from rewardseal.integrity.systems import (
+from rewardseal.core.integrity.retention import RetainedRow, Retention, retain
+from rewardseal.core.integrity.revisions import revision_id
+from rewardseal.core.integrity.scrubbing import scrub_credentials
+from rewardseal.core.integrity.shards import ShardManifest, seal_shard, verify_shard
+from rewardseal.core.integrity.signals import AuditorObservation, SentinelObservation, SignalRow
+from rewardseal.core.integrity.systems import (
     Auditor,
     Fingerprints,
     RewardSource,
@@ -69,7 +73,7 @@ from rewardseal.integrity.systems import (
     parse_reward_system,
     validate_reward_system,
 )
-from rewardseal.integrity.trends import BoundaryTrend, boundary_trends
+from rewardseal.core.integrity.trends import BoundaryTrend, boundary_trends
 
 __all__ = [
     "BUILTIN_PROFILES",

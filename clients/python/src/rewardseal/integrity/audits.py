@@ -13,28 +13,28 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from rewardseal.digest import digest_json
-from rewardseal.errors import RewardMappingError, ShardCorrupt, ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.binding import resolve_binding
-from rewardseal.integrity.bootstrap import RESAMPLES, SEED, Interval, grouped_bootstrap
-from rewardseal.integrity.decisions import Decision, decide, evidence_problems
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.mapping import RewardMapping, map_reward
-from rewardseal.integrity.metrics import (
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import RewardMappingError, ShardCorrupt, ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.binding import resolve_binding
+from rewardseal.core.integrity.bootstrap import RESAMPLES, SEED, Interval, grouped_bootstrap
+from rewardseal.core.integrity.decisions import Decision, decide, evidence_problems
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.mapping import RewardMapping, map_reward
+from rewardseal.core.integrity.metrics import (
     CoreMetrics,
     MetricColumns,
     compute_metrics,
     metric_columns,
     metrics_from_columns,
 )
-from rewardseal.integrity.profiles import IntegrityProfile
-from rewardseal.integrity.protocols import RetentionProtocol
-from rewardseal.integrity.retention import RetainedRow, Retention
-from rewardseal.integrity.shards import ShardManifest, verify_shard
-from rewardseal.integrity.signals import SignalRow
-from rewardseal.integrity.systems import RewardSystem
-from rewardseal.integrity.trends import BoundaryTrend, boundary_trends
+from rewardseal.core.integrity.profiles import IntegrityProfile
+from rewardseal.core.integrity.protocols import RetentionProtocol
+from rewardseal.core.integrity.retention import RetainedRow, Retention
+from rewardseal.core.integrity.shards import ShardManifest, verify_shard
+from rewardseal.core.integrity.signals import SignalRow
+from rewardseal.core.integrity.systems import RewardSystem
+from rewardseal.core.integrity.trends import BoundaryTrend, boundary_trends
 
 __all__ = [
     "AuditReport",

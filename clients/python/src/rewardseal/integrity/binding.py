@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rewardseal.errors import BindingRefused
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.independence import correlation_reasons
-from rewardseal.integrity.profiles import IntegrityProfile
-from rewardseal.integrity.protocols import RetentionProtocol
-from rewardseal.integrity.systems import RewardSystem
+from rewardseal.core.errors import BindingRefused
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.independence import correlation_reasons
+from rewardseal.core.integrity.profiles import IntegrityProfile
+from rewardseal.core.integrity.protocols import RetentionProtocol
+from rewardseal.core.integrity.systems import RewardSystem
 
 __all__ = ["BindingResolution", "require_gating_binding", "resolve_binding"]
 

@@ -16,10 +16,10 @@ from typing import Final
 
 import numpy as np
 
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.metrics import DECIMALS, RATIO_METRICS, MetricColumns
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.metrics import DECIMALS, RATIO_METRICS, MetricColumns
 
 __all__ = ["CONFIDENCE", "RESAMPLES", "SEED", "Interval", "grouped_bootstrap"]
 

@@ -1,9 +1,9 @@
 """Signed audit bundles (R-I-8): the audit's content, content-addressed and signed.
 
-The bundle content is an :class:`~rewardseal.integrity.audits.AuditReport` (revision ids, shard
+The bundle content is an :class:`~rewardseal.core.integrity.audits.AuditReport` (revision ids, shard
 ids, metrics, intervals, decision and reasons) plus when it was issued. Its id is the R-DIG-1
 digest of that content; it travels in the same DSSE-style envelope as receipts
-(:func:`rewardseal.signing.sign_envelope`), under its own payload type, signed by the control
+(:func:`rewardseal.core.signing.sign_envelope`), under its own payload type, signed by the control
 plane's key. The payload is the content's canonical JSON, so verification checks the signature
 over the exact bytes and then that those bytes are canonical: any edited byte is refused.
 """
@@ -16,13 +16,13 @@ from typing import Any, Final
 
 from google.protobuf import json_format
 
-from rewardseal import strict_json
-from rewardseal.digest import canonical_json, digest_bytes, message_to_json_object
-from rewardseal.errors import SignatureError, ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.audits import AuditReport
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.signing import SigningKey, TrustSet, sign_envelope
+from rewardseal.core import strict_json
+from rewardseal.core.digest import canonical_json, digest_bytes, message_to_json_object
+from rewardseal.core.errors import SignatureError, ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.audits import AuditReport
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.signing import SigningKey, TrustSet, sign_envelope
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 
 __all__ = ["BUNDLE_PAYLOAD_TYPE", "AuditBundle", "build_bundle", "verify_bundle"]

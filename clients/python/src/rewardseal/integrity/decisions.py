@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal, get_args
 
-from rewardseal.errors import DecisionSuperseded, ReviewRefused, ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.bootstrap import Interval
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.metrics import CoreMetrics
-from rewardseal.integrity.profiles import METRIC_NAMES, IntegrityProfile
+from rewardseal.core.errors import DecisionSuperseded, ReviewRefused, ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.bootstrap import Interval
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.metrics import CoreMetrics
+from rewardseal.core.integrity.profiles import METRIC_NAMES, IntegrityProfile
 
 __all__ = [
     "ACTIONS",

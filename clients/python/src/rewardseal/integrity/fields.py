@@ -2,8 +2,8 @@
 
 Each integrity type is stored as a plain dict (SQL rows, proto mirrors, bundle payloads); reading
 one back must refuse what the type could not have written: unknown keys, wrong types, non-finite
-numbers. The readers here raise :class:`~rewardseal.errors.ValidationError` naming the field, so a
-caller sees *where* a stored document is wrong, not just that it is.
+numbers. The readers here raise :class:`~rewardseal.core.errors.ValidationError` naming the field,
+so a caller sees *where* a stored document is wrong, not just that it is.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeAlias
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 __all__ = [
     "JsonObject",

@@ -2,7 +2,7 @@
 
 One pure function, :func:`run_gate`, answers what a monitored run may do from its audits (in the
 order they were started, each with the decision in force on it). Control (its console and CLI
-views) and every trainer-side gate (:class:`~rewardseal.trainers.integrity_monitor.IntegrityMonitor`
+views) and every trainer-side gate (:class:`~rewardseal.trainers.integrity.monitor.IntegrityMonitor`
 and the TRL and verl gates on top of it) call it, so they cannot disagree. The rules:
 
 1. **A stop is final.** If any audit of the run has ``stop`` in force, the run's answer is
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final, Literal
 
-from rewardseal.integrity.decisions import Action, DecisionEntry
+from rewardseal.core.integrity.decisions import Action, DecisionEntry
 
 __all__ = [
     "UNDECIDED_STATES",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from rewardseal.integrity.systems import RewardSource
+from rewardseal.core.integrity.systems import RewardSource
 
 __all__ = ["CORRELATION_REASONS", "correlation_reasons", "is_independent"]
 

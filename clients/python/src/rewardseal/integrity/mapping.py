@@ -8,7 +8,7 @@ blocker: it would accept everything or nothing. A raw reward that is not finite 
 ``[min, max]`` is a mapping failure, handled by ``failure_behavior``:
 
 * ``reject``: the output counts as refused (no mapped value);
-* ``raise``: :class:`~rewardseal.errors.RewardMappingError`;
+* ``raise``: :class:`~rewardseal.core.errors.RewardMappingError`;
 * ``abstain``: no verdict at all (the output is left out of agreement rates).
 """
 
@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, get_args
 
-from rewardseal.errors import RewardMappingError, ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
+from rewardseal.core.errors import RewardMappingError, ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
 
 __all__ = [
     "DIRECTIONS",

@@ -1,7 +1,7 @@
 """Audit metrics over the uniform core (R-I-6).
 
 Every rate is a ratio of per-row sums (numerator over denominator), which is what lets
-rewardseal.integrity.bootstrap resample them by record in one matrix product. Per core row:
+rewardseal.core.integrity.bootstrap resample them by record in one matrix product. Per core row:
 
 * ``coverage``: a sentinel observation was captured / rows;
 * ``error_rate``: the sentinel answered ``error`` / rows;
@@ -30,12 +30,12 @@ from typing import Final, Literal
 import numpy as np
 import numpy.typing as npt
 
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.mapping import RewardMapping
-from rewardseal.integrity.profiles import METRIC_NAMES
-from rewardseal.integrity.signals import SignalRow
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.mapping import RewardMapping
+from rewardseal.core.integrity.profiles import METRIC_NAMES
+from rewardseal.core.integrity.signals import SignalRow
 
 __all__ = [
     "RATIO_METRICS",

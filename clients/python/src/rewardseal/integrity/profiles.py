@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.revisions import document_blockers, refuse_blocked, revision_id
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.revisions import document_blockers, refuse_blocked, revision_id
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -44,7 +44,8 @@ METRIC_NAMES: Final = (
     "top_tail_disagreement",
     "saturation",
 )
-"""Every metric an audit computes (R-I-6), in report order; see rewardseal.integrity.metrics."""
+"""Every metric an audit computes (R-I-6), in report order; see
+rewardseal.core.integrity.metrics."""
 DEFAULT_PROFILE: Final = "human_aligned_integrity"
 _KEYS: Final = ("name", "report_only", "warn_on_interval", "thresholds")
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.revisions import document_blockers, refuse_blocked, revision_id
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.revisions import document_blockers, refuse_blocked, revision_id
 
 __all__ = [
     "BUILTIN_PROTOCOLS",

@@ -9,7 +9,7 @@ limit is retained whole, all of it core, and marked ``exact``.
 Diagnostic rows come from outside the core, one family at a time in turn until
 ``diagnostic_size`` is reached: verifier errors, threshold-adjacent optimizer rewards, the
 highest optimizer rewards, component disagreement. They are labelled with their family and never
-pooled into core rates (rewardseal.integrity.metrics reads only the core).
+pooled into core rates (rewardseal.core.integrity.metrics reads only the core).
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from rewardseal.digest import canonical_json
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.mapping import RewardMapping
-from rewardseal.integrity.protocols import RetentionProtocol
-from rewardseal.integrity.signals import SignalRow
+from rewardseal.core.digest import canonical_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.mapping import RewardMapping
+from rewardseal.core.integrity.protocols import RetentionProtocol
+from rewardseal.core.integrity.signals import SignalRow
 
 __all__ = [
     "DIAGNOSTIC_FAMILIES",

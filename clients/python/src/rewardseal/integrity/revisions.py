@@ -2,7 +2,7 @@
 
 Reward systems, retention protocols and integrity profiles are immutable revisions. Each type
 normalizes its document (defaults explicit, unordered lists sorted) in ``to_json``; the id is the
-digest of that content after :func:`~rewardseal.integrity.scrubbing.scrub_credentials`, so the
+digest of that content after :func:`~rewardseal.core.integrity.scrubbing.scrub_credentials`, so the
 same definition always gets the same id (stores deduplicate on it) and any change gets a new one.
 """
 
@@ -12,10 +12,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from rewardseal.digest import digest_json
-from rewardseal.errors import IntegritySpecInvalid
-from rewardseal.integrity.fields import non_finite_paths
-from rewardseal.integrity.scrubbing import scrub_credentials
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import IntegritySpecInvalid
+from rewardseal.core.integrity.fields import non_finite_paths
+from rewardseal.core.integrity.scrubbing import scrub_credentials
 
 __all__ = ["NAME_PATTERN", "document_blockers", "refuse_blocked", "revision_id"]
 

@@ -11,11 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from rewardseal.digest import digest_json, is_digest
-from rewardseal.errors import ShardCorrupt, ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.retention import DIAGNOSTIC_FAMILIES, RetainedRow, Retention
+from rewardseal.core.digest import digest_json, is_digest
+from rewardseal.core.errors import ShardCorrupt, ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.retention import DIAGNOSTIC_FAMILIES, RetainedRow, Retention
 
 __all__ = ["ShardEntry", "ShardManifest", "seal_shard", "verify_shard"]
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, get_args
 
-from rewardseal.digest import digest_json, is_digest
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
+from rewardseal.core.digest import digest_json, is_digest
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
 
 __all__ = [
     "OUTCOMES",

@@ -29,13 +29,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from rewardseal.digest import canonical_json, is_digest
-from rewardseal.errors import ValidationError
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.mapping import RewardMapping, mapping_blockers
-from rewardseal.integrity.revisions import document_blockers, refuse_blocked, revision_id
-from rewardseal.integrity.scrubbing import scrub_credentials
+from rewardseal.core.digest import canonical_json, is_digest
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.mapping import RewardMapping, mapping_blockers
+from rewardseal.core.integrity.revisions import document_blockers, refuse_blocked, revision_id
+from rewardseal.core.integrity.scrubbing import scrub_credentials
 
 __all__ = [
     "FINGERPRINT_KINDS",

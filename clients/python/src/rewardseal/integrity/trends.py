@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rewardseal.integrity import fields
-from rewardseal.integrity.fields import JsonObject
-from rewardseal.integrity.mapping import RewardMapping
-from rewardseal.integrity.metrics import compute_metrics
-from rewardseal.integrity.retention import Retention
+from rewardseal.core.integrity import fields
+from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.mapping import RewardMapping
+from rewardseal.core.integrity.metrics import compute_metrics
+from rewardseal.core.integrity.retention import Retention
 
 __all__ = ["BoundaryTrend", "boundary_trends"]
 

@@ -4,17 +4,19 @@ One judge, pure functions over plain records, no I/O. The worker's scoring engin
 calibration judge episodes with it, and the ExtraDup kit (:mod:`rewardseal_kit.extradup`) and the
 verifiers environment that pays through the kit judge their in-memory store with it.
 
-- :mod:`~rewardseal.judging.effects`: effect specifications and their JSON documents (R-MSG-1).
-- :mod:`~rewardseal.judging.findings`: the one fault vocabulary (:class:`Fault`, :class:`Finding`).
-- :mod:`~rewardseal.judging.verdicts`: the three-valued verdict on one effect.
-- :mod:`~rewardseal.judging.outcome`: the R-W-4 outcome rules and the evidence document.
-- :mod:`~rewardseal.judging.snapshots`: one effect judged from before/after snapshots of a whole
+- :mod:`~rewardseal.core.judging.effects`: effect specifications and their JSON documents (R-MSG-1).
+- :mod:`~rewardseal.core.judging.findings`: the one fault vocabulary (:class:`Fault`,
+:class:`Finding`).
+- :mod:`~rewardseal.core.judging.verdicts`: the three-valued verdict on one effect.
+- :mod:`~rewardseal.core.judging.outcome`: the R-W-4 outcome rules and the evidence document.
+- :mod:`~rewardseal.core.judging.snapshots`: one effect judged from before/after snapshots of a
+whole
   collection (the ExtraDup kit's read).
 """
 
 from __future__ import annotations
 
-from rewardseal.judging.effects import (
+from rewardseal.core.judging.effects import (
     CHANGE_CREATE,
     CHANGE_UPDATE,
     EFFECT_NAME_PATTERN,
@@ -26,10 +28,10 @@ from rewardseal.judging.effects import (
     parse_effects,
     same_value,
 )
-from rewardseal.judging.findings import EXPECTED_FAULTS, Fault, Finding
-from rewardseal.judging.outcome import EVIDENCE_SCHEMA, Decision, decide, judge_episode
-from rewardseal.judging.snapshots import SnapshotJudgement, judge_snapshots
-from rewardseal.judging.verdicts import (
+from rewardseal.core.judging.findings import EXPECTED_FAULTS, Fault, Finding
+from rewardseal.core.judging.outcome import EVIDENCE_SCHEMA, Decision, decide, judge_episode
+from rewardseal.core.judging.snapshots import SnapshotJudgement, judge_snapshots
+from rewardseal.core.judging.verdicts import (
     EffectVerdict,
     Record,
     Verdict,

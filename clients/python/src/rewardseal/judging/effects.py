@@ -3,7 +3,7 @@
 The required and forbidden effect documents of a contract are plain JSON, bound to the contract by
 digest (R-MSG-1) and kept with the worker. This module turns such a document into frozen
 :class:`EffectSpec` values and answers "does this record belong to that effect?". The verdicts
-themselves live in :mod:`rewardseal.judging.verdicts`.
+themselves live in :mod:`rewardseal.core.judging.verdicts`.
 
 Document shape::
 
@@ -45,7 +45,7 @@ from dataclasses import field as dataclass_field
 from types import MappingProxyType
 from typing import Any
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 IDENTIFIER_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}\Z")
 """Collection, table, column and field names (they may end up in SQL, so no quoting games)."""

@@ -9,7 +9,8 @@ vocabulary around the judge maps onto these faults:
   evidence digests, so their wording is frozen;
 - the ExtraDup kit's fault codes (R-MM-3, :data:`rewardseal_kit.extradup.FAULTS`), which are the
   :class:`Fault` values themselves;
-- the calibration fault classes (R-CAL-3, :data:`rewardseal.faults.GENERIC_FAULT_CLASSES`) and the
+- the calibration fault classes (R-CAL-3, :data:`rewardseal.core.faults.GENERIC_FAULT_CLASSES`) and
+the
   ExtraDup families, which say how a faulty write was *made*; :data:`EXPECTED_FAULTS` says which
   findings name each of them.
 

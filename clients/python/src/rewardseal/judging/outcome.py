@@ -1,6 +1,6 @@
 """The outcome rules: verdicts, runtime signal and oracle health -> one outcome (R-W-4, R-W-5).
 
-:func:`decide` maps the per-effect verdicts of :mod:`rewardseal.judging.verdicts`, the runtime
+:func:`decide` maps the per-effect verdicts of :mod:`rewardseal.core.judging.verdicts`, the runtime
 signal and the oracle's health to one outcome by the seven rules of R-W-4, first rule that fires
 wins. :func:`judge_episode` judges every effect of one episode and decides. Everything here is
 pure: the reads happen elsewhere, so the worker's engine and its calibration judge the same way.
@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from rewardseal.digest import canonical_bytes, canonical_string
-from rewardseal.errors import ValidationError
-from rewardseal.judging.effects import EffectSpec
-from rewardseal.judging.verdicts import (
+from rewardseal.core.digest import canonical_bytes, canonical_string
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging.effects import EffectSpec
+from rewardseal.core.judging.verdicts import (
     EffectVerdict,
     Record,
     Verdict,
@@ -63,7 +63,7 @@ class Decision:
         ``"salt"`` member when given: the bytes the worker stores and digests (R-DIG-2).
 
         Written as text in canonical order (members sorted by name, strings by
-        :data:`~rewardseal.digest.canonical_string`), not through canonical_json's walk of a
+        :data:`~rewardseal.core.digest.canonical_string`), not through canonical_json's walk of a
         built dict: the worker writes one per receipt. A property test holds it to rfc8785.
 
         Raises:

@@ -1,13 +1,13 @@
 """The judge over two snapshots of one collection: a required effect, read before and after.
 
 The worker reads a system of record by identity and judges with
-:func:`rewardseal.judging.verdicts.judge_required`. A store that belongs to one trial (the
+:func:`rewardseal.core.judging.verdicts.judge_required`. A store that belongs to one trial (the
 ExtraDup kit's :class:`~rewardseal_kit.extradup.InMemoryStore`) can be read whole, so
 :func:`judge_snapshots` also sees what a by-identity read cannot: new records written for another
 subject (:attr:`Fault.WRONG_SUBJECT`) and records of the subject that existed before and changed
 or vanished (:attr:`Fault.ALTERED_RECORD`). The findings on the subject's new records are exactly
-those of :func:`~rewardseal.judging.verdicts.required_findings`, so the kit and the worker refuse
-a write for the same faults.
+those of :func:`~rewardseal.core.judging.verdicts.required_findings`, so the kit and the worker
+refuse a write for the same faults.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rewardseal.errors import ValidationError
-from rewardseal.judging.effects import RECORD_ID_FIELD, EffectSpec
-from rewardseal.judging.findings import Fault, Finding
-from rewardseal.judging.verdicts import new_records, required_findings
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging.effects import RECORD_ID_FIELD, EffectSpec
+from rewardseal.core.judging.findings import Fault, Finding
+from rewardseal.core.judging.verdicts import new_records, required_findings
 
 __all__ = ["SnapshotJudgement", "judge_snapshots"]
 

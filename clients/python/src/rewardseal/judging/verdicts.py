@@ -2,9 +2,9 @@
 
 :func:`judge_required` and :func:`judge_forbidden` look at the new records of one effect and say
 whether the effect happened; the outcome rules that combine the verdicts live in
-:mod:`rewardseal.judging.outcome`. :func:`required_findings` lists every fault of a required
+:mod:`rewardseal.core.judging.outcome`. :func:`required_findings` lists every fault of a required
 effect's new records; a verdict rests on the first of them, and the ExtraDup kit reports all of
-them (:mod:`rewardseal.judging.snapshots`).
+them (:mod:`rewardseal.core.judging.snapshots`).
 
 A record is new for an episode when it is in the current read, absent from the baseline read, and
 not already credited to another receipt (R-W-3: one written record never pays twice). An update
@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any
 
-from rewardseal.digest import digest_json
-from rewardseal.judging.effects import RECORD_ID_FIELD, EffectSpec, same_value
-from rewardseal.judging.findings import Fault, Finding
+from rewardseal.core.digest import digest_json
+from rewardseal.core.judging.effects import RECORD_ID_FIELD, EffectSpec, same_value
+from rewardseal.core.judging.findings import Fault, Finding
 
 __all__ = [
     "EffectVerdict",

@@ -22,7 +22,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Final, Protocol, runtime_checkable
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 
 __all__ = ["EpisodeActor", "SANDBOX_SEPARATOR", "sandbox_identity"]

@@ -15,7 +15,7 @@ receipt's, before the score is used (R-T-5).
 
 The grader shape has no "no score" value, and a hosted grader marks an exception or a bad
 float as invalid and scores it 0. An unscored episode must never become 0.0 (R-W-9), so
-:meth:`OpenAIGrader.grade` raises :class:`~rewardseal.errors.Unscored` for it: the loop drops
+:meth:`OpenAIGrader.grade` raises :class:`~rewardseal.core.errors.Unscored` for it: the loop drops
 the sample. The worker stores nothing for that dry run, so the episode id is not burned.
 """
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rewardseal.client import WorkerClient
+from rewardseal.rpc.worker_client import WorkerClient
 
 __all__ = ["OpenAIGrader"]
 

@@ -20,14 +20,14 @@ from typing import Any, Final
 
 import grpc
 
-from rewardseal.client import ReceiptOrError, VerifiedReceipt
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     CertificationRefused,
     ReceiptMismatch,
     RewardSealError,
     Unavailable,
     ValidationError,
 )
+from rewardseal.rpc.worker_client import ReceiptOrError, VerifiedReceipt
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome
 
 __all__ = [

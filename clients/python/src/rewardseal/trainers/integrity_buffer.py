@@ -6,7 +6,7 @@ line, fsync'd, and removed only once control acknowledged it. So a control outag
 the entries wait on disk, in the order they were captured, and are delivered in that order once
 control answers again; a crash of the trainer leaves them for the next start over the same
 directory. The buffer is bounded by rows and bytes; reaching either limit raises
-:class:`~rewardseal.errors.IntegrityBufferFull` and writes nothing of the refused entry, so
+:class:`~rewardseal.core.errors.IntegrityBufferFull` and writes nothing of the refused entry, so
 nothing is ever dropped silently.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
-from rewardseal.errors import IntegrityBufferFull, ValidationError
-from rewardseal.integrity import SignalRow
+from rewardseal.core.errors import IntegrityBufferFull, ValidationError
+from rewardseal.core.integrity import SignalRow
 
 __all__ = [
     "BUFFER_FILE",

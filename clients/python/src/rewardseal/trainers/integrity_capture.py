@@ -7,12 +7,12 @@ mapping here), group id and selection. For a system-of-record task the capture a
 **sentinel worker** (a second worker client pinned to the sentinel's key) for its own receipt of
 the *same* episode at the time of the episode: :meth:`IntegrityCapture.begin_sentinel` before
 the rollout acts, :meth:`IntegrityCapture.record` after the optimizer scored it. That receipt
-becomes the row's :class:`~rewardseal.integrity.SentinelObservation` and nothing else (R-I-5):
+becomes the row's :class:`~rewardseal.core.integrity.SentinelObservation` and nothing else (R-I-5):
 the capture returns nothing the reward function uses, and never raises into it for a sentinel
 or control failure. A sentinel that cannot answer marks the row ``error`` (counted in the error
 rate), never agreement or disagreement.
 
-Rows travel to control through the on-disk :class:`~rewardseal.trainers.integrity_buffer.
+Rows travel to control through the on-disk :class:`~rewardseal.trainers.integrity.buffer.
 SignalBuffer`: written and fsync'd first, delivered in order (``AppendSignalRows`` per batch,
 ``SealSignalShard`` per boundary), removed once acknowledged. While control is away the entries
 wait on disk; a delivery attempt stops after ``max_block_s`` (default
@@ -36,9 +36,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from rewardseal.client import ReceiptOrError, WorkerClient, make_begin, make_descriptor
-from rewardseal.digest import digest_bytes
-from rewardseal.errors import (
+from rewardseal.core.digest import digest_bytes
+from rewardseal.core.errors import (
     NotFound,
     PermissionDenied,
     RewardMappingError,
@@ -46,15 +45,16 @@ from rewardseal.errors import (
     Unauthenticated,
     ValidationError,
 )
-from rewardseal.integrity import RewardMapping, SentinelObservation, SignalRow
-from rewardseal.integrity.mapping import map_reward
-from rewardseal.integrity.signals import Selection
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.integrity_messages import signal_row_message
-from rewardseal.trainers.integrity_buffer import BufferedEntry, SignalBuffer
+from rewardseal.core.integrity import RewardMapping, SentinelObservation, SignalRow
+from rewardseal.core.integrity.mapping import map_reward
+from rewardseal.core.integrity.messages import signal_row_message
+from rewardseal.core.integrity.signals import Selection
+from rewardseal.core.validation import validate_id
+from rewardseal.rpc.integrity_client import IntegrityClient
+from rewardseal.rpc.worker_client import ReceiptOrError, WorkerClient, make_begin, make_descriptor
+from rewardseal.rpc.worker_protocol import VerifiedReceipt
+from rewardseal.trainers.integrity.buffer import BufferedEntry, SignalBuffer
 from rewardseal.v1.enums_pb2 import RewardOutcome, RuntimeSignal
-from rewardseal.validation import validate_id
-from rewardseal.worker_protocol import VerifiedReceipt
 
 __all__ = [
     "DEFAULT_MAX_BLOCK_S",
@@ -133,9 +133,9 @@ class CapturedSample:
 class IntegrityCapture:
     """Captures signal rows for one run and delivers them to control (see the module docstring).
 
-    ``control`` is a blocking :class:`~rewardseal.integrity_client.IntegrityClient` with the
+    ``control`` is a blocking :class:`~rewardseal.rpc.integrity_client.IntegrityClient` with the
     trainer token; ``mapping`` the reward system revision's mapping; ``sentinel`` a
-    :class:`~rewardseal.client.WorkerClient` pinned to the sentinel worker's key, with
+    :class:`~rewardseal.rpc.worker_client.WorkerClient` pinned to the sentinel worker's key, with
     ``sentinel_contract_digest`` its contract (None: no sentinel observation is captured, e.g. an
     external sentinel filled in elsewhere). ``checkpoint`` names the policy checkpoint the rows
     were produced by (updated with :meth:`set_checkpoint`).

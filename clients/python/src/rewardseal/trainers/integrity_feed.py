@@ -1,4 +1,4 @@
-"""From a trainer's scored batch to :class:`~rewardseal.trainers.integrity_capture.CapturedSample`
+"""From a trainer's scored batch to :class:`~rewardseal.trainers.integrity.capture.CapturedSample`
 (R-I-3): the one reading of record identity, candidate ordinal and group the TRL reward function
 and the verl managers share.
 
@@ -14,8 +14,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rewardseal.errors import ValidationError
-from rewardseal.trainers.integrity_capture import CapturedSample, IntegrityCapture
+from rewardseal.core.errors import ValidationError
+from rewardseal.trainers.integrity.capture import CapturedSample, IntegrityCapture
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 
 __all__ = ["capture_batch", "record_id_for", "scored_samples"]

@@ -1,11 +1,11 @@
 """Which boundaries a trainer audits, and what it does with the answer (R-I-8..10).
 
 :class:`BoundaryGate` is what every trainer hook shares on top of
-:class:`~rewardseal.trainers.integrity_monitor.IntegrityMonitor`: the boundaries to audit (the
+:class:`~rewardseal.trainers.integrity.monitor.IntegrityMonitor`: the boundaries to audit (the
 capture's by default; a boundary the capture keeps no row for is refused), ``begin`` before the
 first step (the binding checked, the run labelled unmonitored, a resumed run held to the
 run's gate: the decision in force for each boundary, a stop final) and ``audit`` at a boundary
-(each at most once, the outcome kept). TRL's callback (:mod:`rewardseal.trainers.trl_gate`)
+(each at most once, the outcome kept). TRL's callback (:mod:`rewardseal.trainers.trl.gate`)
 turns a halt into a checkpoint and a stop; verl's batch reward manager uses :class:`StepGate`,
 which raises.
 """
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from rewardseal.errors import IntegrityHalted, ValidationError
-from rewardseal.trainers.integrity_monitor import GateOutcome, IntegrityMonitor
+from rewardseal.core.errors import IntegrityHalted, ValidationError
+from rewardseal.trainers.integrity.monitor import GateOutcome, IntegrityMonitor
 
 __all__ = ["BoundaryGate", "StepGate"]
 

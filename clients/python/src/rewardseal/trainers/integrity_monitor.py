@@ -5,7 +5,7 @@ reward-loop hook) calls:
 
 * :meth:`IntegrityMonitor.start` before the first step: a run with a binding (system, protocol,
   profile revisions) has it resolved by control and refused with its blockers
-  (:class:`~rewardseal.errors.BindingRefused`) unless it may gate; a run without one is logged
+  (:class:`~rewardseal.core.errors.BindingRefused`) unless it may gate; a run without one is logged
   **unmonitored**, once, loudly. A resumed run is held to the run's gate (a pause stays a
   pause until a reviewer's ``continue``; a stop is final).
 * :meth:`IntegrityMonitor.at_boundary` at each boundary: seals the captured shard, starts the
@@ -14,7 +14,7 @@ reward-loop hook) calls:
   checkpoint to resume from), or ``deferred`` when control is away (the seal waits on disk and
   is audited at a later boundary).
 
-What the run may do is always the run's gate, :func:`rewardseal.integrity.run_gate` over every
+What the run may do is always the run's gate, :func:`rewardseal.core.integrity.run_gate` over every
 audit of the run (R-I-10: the decision in force for each boundary, a stop final, never simply
 the newest audit), the same function control's views use. The monitor only reads decisions; it
 never reviews one, never audits a shard twice (that is the admin's retry) and never touches the
@@ -29,17 +29,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     BindingMismatch,
     BindingRefused,
     RewardSealError,
     ShardAlreadyAudited,
     ValidationError,
 )
-from rewardseal.integrity import BoundaryDecision, RunGate, run_gate
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.integrity_messages import audit_standing
-from rewardseal.trainers.integrity_capture import IntegrityCapture
+from rewardseal.core.integrity import BoundaryDecision, RunGate, run_gate
+from rewardseal.core.integrity.messages import audit_standing
+from rewardseal.rpc.integrity_client import IntegrityClient
+from rewardseal.trainers.integrity.capture import IntegrityCapture
 from rewardseal.v1 import integrity_pb2 as ipb
 
 __all__ = [

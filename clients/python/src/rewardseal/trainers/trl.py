@@ -43,15 +43,15 @@ update or contract (``ReceiptMismatch``) stops the run rather than being paid or
 (R-T-3); they are also pushed to TRL's completions table through ``log_extra``.
 
 Reward integrity (docs/integrity.md, R-I-3, R-I-5): with ``capture=`` (an
-:class:`~rewardseal.trainers.integrity_capture.IntegrityCapture`, off by default) the function
+:class:`~rewardseal.trainers.integrity.capture.IntegrityCapture`, off by default) the function
 opens each episode on the sentinel worker before the actor acts (without an actor, the rollout
-calls :meth:`~rewardseal.trainers.integrity_capture.IntegrityCapture.begin_sentinel` itself) and
+calls :meth:`~rewardseal.trainers.integrity.capture.IntegrityCapture.begin_sentinel` itself) and
 hands every scored sample to the capture once the rewards are computed. The rewards, metadata
 columns and logged metrics are computed before the capture and never read it; only a full
-signal buffer (:class:`~rewardseal.errors.IntegrityBufferFull`) is raised from it.
+signal buffer (:class:`~rewardseal.core.errors.IntegrityBufferFull`) is raised from it.
 
 The integrity gate, ``IntegrityGate`` (a ``transformers.TrainerCallback`` that audits the run at
-its boundaries and pauses it on a failing audit), is :mod:`rewardseal.trainers.trl_gate`'s, built
+its boundaries and pauses it on a failing audit), is :mod:`rewardseal.trainers.trl.gate`'s, built
 on first access of this module's attribute.
 
 This module imports neither ``trl`` nor ``torch``.
@@ -65,7 +65,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from rewardseal.client import (
+from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.core.signing import TrustSet
+from rewardseal.core.validation import validate_id
+from rewardseal.rpc.tls import ClientTls
+from rewardseal.rpc.worker_client import (
     AsyncWorkerClient,
     BeginOrError,
     ReceiptOrError,
@@ -73,9 +77,6 @@ from rewardseal.client import (
     make_begin,
     make_descriptor,
 )
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.signing import TrustSet
-from rewardseal.tls import ClientTls
 from rewardseal.trainers.actors import EpisodeActor
 from rewardseal.trainers.groups import (
     column,
@@ -89,12 +90,11 @@ from rewardseal.trainers.groups import (
     sample_results,
     stop_on_setup_errors,
 )
-from rewardseal.trainers.integrity_capture import IntegrityCapture
-from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
+from rewardseal.trainers.integrity.capture import IntegrityCapture
+from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal.validation import validate_id
 
 __all__ = [
     "AsyncCertifiedRewardFunction",
@@ -554,9 +554,9 @@ class AsyncCertifiedRewardFunction:
 
 
 def __getattr__(name: str) -> Any:
-    """``IntegrityGate`` (:mod:`rewardseal.trainers.trl_gate`), built on first access."""
+    """``IntegrityGate`` (:mod:`rewardseal.trainers.trl.gate`), built on first access."""
     if name == "IntegrityGate":
-        from rewardseal.trainers.trl_gate import integrity_gate_class
+        from rewardseal.trainers.trl.gate import integrity_gate_class
 
         return integrity_gate_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ Usage (docs/integrity.md, *In a training run*)::
     if gate.halted is not None:                    # paused, stopped or forked at a boundary
         print(gate.halted.message)
 
-A boundary is a policy update ``u`` (R-I-3, :mod:`rewardseal.trainers.integrity_capture`): the
+A boundary is a policy update ``u`` (R-I-3, :mod:`rewardseal.trainers.integrity.capture`): the
 rows TRL scored with ``trainer_state.global_step == u``, the outputs of the policy after ``u``
 updates. TRL scores them inside the next optimizer step, so the gate audits boundary ``u`` in
 ``on_step_end`` of that step (``state.global_step == u + 1``), once its rows are all captured.
@@ -25,7 +25,7 @@ then ``_maybe_log_save_evaluate`` saves when ``control.should_save``, then the l
   *unmonitored*, once, loudly, and trains on; a binding that cannot gate raises
   ``BindingRefused`` before the first step; a run whose gate (R-I-10: the decision in force for
   each boundary, a stop final) is not ``continue`` (an unreviewed pause, a stop, a fork)
-  raises :class:`~rewardseal.errors.IntegrityHalted` before the first step, so a resumed run
+  raises :class:`~rewardseal.core.errors.IntegrityHalted` before the first step, so a resumed run
   goes on only after a reviewed ``continue``.
 * ``on_step_end`` after a boundary's step: :meth:`IntegrityMonitor.at_boundary` (seal, audit,
   decision). ``continue`` and ``deferred`` (control away) train on. ``pause`` sets
@@ -45,8 +45,8 @@ import logging
 import os
 from typing import Any, Final
 
-from rewardseal.errors import RewardSealError
-from rewardseal.trainers.integrity_gate import BoundaryGate
+from rewardseal.core.errors import RewardSealError
+from rewardseal.trainers.integrity.gate import BoundaryGate
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -64,7 +64,7 @@ CHECKPOINT_PREFIX: Final = "checkpoint"
 
 class GateCore(BoundaryGate):
     """The gate's logic over transformers-shaped ``args``/``state``/``control`` objects; the
-    boundaries and the monitor are :class:`~rewardseal.trainers.integrity_gate.BoundaryGate`'s.
+    boundaries and the monitor are :class:`~rewardseal.trainers.integrity.gate.BoundaryGate`'s.
     """
 
     checkpoint: str | None = None

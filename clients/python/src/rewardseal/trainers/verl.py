@@ -21,7 +21,7 @@ What verl 0.9.1 offers (read from the installed wheel, paths under ``verl/``):
   ``RewardLoopWorker`` calls ``run_single`` on ONE sample at a time. This module implements the
   batch interface (``AbstractRewardManager``) and registers it in ``workers/reward_manager``'s
   registry, the one a batch caller looks classes up in (verl <= 0.6 trainers, custom loops,
-  offline scoring); :mod:`rewardseal.trainers.verl_loop` serves the reward loop, filling from
+  offline scoring); :mod:`rewardseal.trainers.verl.loop` serves the reward loop, filling from
   the uid group in its batch-level ``assemble_rm_scores`` hook.
 
 Per call, :class:`CertifiedRewardManager` sends one episode per sample in ONE batched
@@ -41,13 +41,13 @@ REINFORCE++'s batch baseline) that constant is NOT neutral: use this manager wit
 group-relative estimator.
 
 Reward integrity (docs/integrity.md, R-I-3, R-I-5), off by default: set
-``manager.capture`` to an :class:`~rewardseal.trainers.integrity_capture.IntegrityCapture` in
+``manager.capture`` to an :class:`~rewardseal.trainers.integrity.capture.IntegrityCapture` in
 the process that scores (it holds open channels, so it is not shipped with the manager) and every
 scored batch is handed to it after the rewards are computed; :meth:`CertifiedRewardManager.
 __call__` decodes each sample's valid response tokens with the tokenizer for the output digest
 (:meth:`~CertifiedRewardManager.score_batch` takes ``texts``). The rollout that opens the
 episodes opens them on the sentinel too (``capture.begin_sentinel``) before it acts. With
-``manager.gate`` (a :class:`~rewardseal.trainers.integrity_gate.StepGate` over the capture's
+``manager.gate`` (a :class:`~rewardseal.trainers.integrity.gate.StepGate` over the capture's
 monitor) each batch is followed by the gate: the binding is checked on the first batch, a
 boundary is audited once its batch is captured, and a pause, stop or fork raises
 ``IntegrityHalted`` before the rewards reach the trainer.
@@ -56,7 +56,7 @@ The module imports without verl and torch: verl is imported by :func:`register_w
 torch by :meth:`CertifiedRewardManager.__call__` only. :func:`batch_rewards` is the pure part
 (no I/O, no torch) and :func:`score_samples` the network part, both usable on their own.
 The settings (:class:`ManagerSettings`, read from ``reward_kwargs``) live in
-:mod:`rewardseal.trainers.verl_settings` and are re-exported here.
+:mod:`rewardseal.trainers.verl.settings` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rewardseal.client import ReceiptOrError, WorkerClient, make_descriptor
-from rewardseal.errors import RewardSealError, ValidationError
+from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.rpc.worker_client import ReceiptOrError, WorkerClient, make_descriptor
 from rewardseal.trainers.groups import (
     SampleResult,
     enforce_certified,
@@ -78,16 +78,16 @@ from rewardseal.trainers.groups import (
     sample_results,
     stop_on_setup_errors,
 )
-from rewardseal.trainers.integrity_capture import IntegrityCapture
-from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
-from rewardseal.trainers.integrity_gate import StepGate
-from rewardseal.trainers.verl_settings import (
+from rewardseal.trainers.integrity.capture import IntegrityCapture
+from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
+from rewardseal.trainers.integrity.gate import StepGate
+from rewardseal.trainers.verl.settings import (
     DEFAULT_MAX_BATCH,
     ManagerSettings,
     config_get,
     missing_verl,
 )
-from rewardseal.trainers.verl_tensors import last_token_rewards, response_texts
+from rewardseal.trainers.verl.tensors import last_token_rewards, response_texts
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 

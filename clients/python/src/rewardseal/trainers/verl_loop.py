@@ -44,12 +44,12 @@ receipt, which the client fetches (bound to that receipt id and episode) and use
 states the same checkpoint, step and contract (:meth:`AsyncWorkerClient.recover`).
 
 Reward integrity runs on the driver, where the batch is complete: ``assemble_rm_scores`` runs
-the :class:`~rewardseal.trainers.verl_loop_gate.LoopGate` installed there (one capture, then the
+the :class:`~rewardseal.trainers.verl.loop_gate.LoopGate` installed there (one capture, then the
 gate; ``IntegrityHalted`` on a pause).
 
 The module imports without verl and torch: :func:`reward_loop_manager_class` imports verl and
 builds the subclass once; ``CertifiedRewardLoopManager`` is also a lazy module attribute, so
-``source=importlib`` with ``module.path=pkg://rewardseal.trainers.verl_loop`` finds it.
+``source=importlib`` with ``module.path=pkg://rewardseal.trainers.verl.loop`` finds it.
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
-from rewardseal.client import AsyncWorkerClient
-from rewardseal.errors import DuplicateEpisode, RewardSealError, ValidationError
+from rewardseal.core.errors import DuplicateEpisode, RewardSealError, ValidationError
+from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal.trainers.groups import (
     SampleResult,
     enforce_certified,
@@ -70,8 +70,8 @@ from rewardseal.trainers.groups import (
     is_transient,
     metadata_columns,
 )
-from rewardseal.trainers.integrity_capture import IntegrityCapture
-from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
+from rewardseal.trainers.integrity.capture import IntegrityCapture
+from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
 from rewardseal.trainers.verl import (
     DEFAULT_NAME,
     ManagerSettings,
@@ -83,8 +83,8 @@ from rewardseal.trainers.verl import (
     policy_update_from,
     samples_from_batch,
 )
-from rewardseal.trainers.verl_loop_gate import installed_loop_gate
-from rewardseal.trainers.verl_tensors import response_texts
+from rewardseal.trainers.verl.loop_gate import installed_loop_gate
+from rewardseal.trainers.verl.tensors import response_texts
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 
 __all__ = [
@@ -191,7 +191,7 @@ class LoopScorer:
         """Reward integrity capture of this worker, off by default: set it in the process that
         scores (it holds open channels); each scored sample is handed to it after its score is
         made. Leave it off under a driver-side gate
-        (:mod:`rewardseal.trainers.verl_loop_gate`), which captures the whole batch once."""
+        (:mod:`rewardseal.trainers.verl.loop_gate`), which captures the whole batch once."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -343,7 +343,7 @@ def reward_loop_manager_class() -> type[Any]:
         def assemble_rm_scores(cls, data: Any, scores: list[float | None]) -> Any:
             """R-T-1: fill each None/NaN from its uid group, then verl's last-token placement;
             then the integrity gate installed in this process, if any
-            (:func:`rewardseal.trainers.verl_loop_gate.install_loop_gate`).
+            (:func:`rewardseal.trainers.verl.loop_gate.install_loop_gate`).
 
             Raises:
                 ValidationError: the batch has no ``uid`` column, the scores are misaligned,

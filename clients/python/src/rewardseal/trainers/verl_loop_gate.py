@@ -1,18 +1,18 @@
 """The integrity gate in verl 0.9.1's reward loop: one capture and one gate on the DRIVER.
 
 verl's reward loop scores one sample at a time in Ray ``RewardLoopWorker`` actors
-(:meth:`CertifiedRewardLoopManager.run_single <rewardseal.trainers.verl_loop>`); no worker
+(:meth:`CertifiedRewardLoopManager.run_single <rewardseal.trainers.verl.loop>`); no worker
 knows when a boundary's batch is complete. The driver does: ``RewardLoopManager.
 compute_rm_score`` gathers every worker's answers and calls the manager class's
 ``assemble_rm_scores(data, scores)`` with the whole unpadded batch (its ``extra_info``, ``uid``
 and ``responses``) and each sample's own score (None when unscored). That classmethod is where
 :class:`LoopGate` runs, after the R-T-1 fill and before the ``rm_scores`` go back to the trainer:
 
-* the batch's rows go to ONE driver-side :class:`~rewardseal.trainers.integrity_capture.
+* the batch's rows go to ONE driver-side :class:`~rewardseal.trainers.integrity.capture.
   IntegrityCapture` (record identity, candidate, episode, the decoded response, the optimizer's
   raw score: None for an unscored sample, never the group fill, R-T-1), which asks the sentinel
   for its own receipts and delivers the rows to control;
-* then :meth:`StepGate.after_batch <rewardseal.trainers.integrity_gate.StepGate.after_batch>`:
+* then :meth:`StepGate.after_batch <rewardseal.trainers.integrity.gate.StepGate.after_batch>`:
   the binding checked on the first batch, a boundary audited once its batch is captured, and a
   pause, stop or fork raises ``IntegrityHalted`` (naming the audit) out of ``compute_rm_score``,
   so the trainer's step never receives the batch's rewards.
@@ -29,7 +29,7 @@ loop of one's own sets ``global_steps`` and installs the gate around training ba
 Only the ``compute_rm_score`` path calls ``assemble_rm_scores`` (verl 0.9.1 with
 ``trainer.use_v1=false`` and a reward model enabled, or a custom loop calling it). In streaming
 mode (no reward model, the rule-based default) the agent loop places the scores itself; there
-:class:`~rewardseal.trainers.verl_streaming.CertifiedAgentLoopManager`'s ``generate_sequences``
+:class:`~rewardseal.trainers.verl.streaming.CertifiedAgentLoopManager`'s ``generate_sequences``
 runs the installed gate (:meth:`LoopGate.after_rollout`) on the whole training batch, with the
 streamed scores as the workers made them (NaN: unscored) and the generation batch's
 ``global_steps``, before the R-T-1 fill is returned to the trainer.
@@ -41,12 +41,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rewardseal.errors import ValidationError
-from rewardseal.trainers.integrity_capture import IntegrityCapture
-from rewardseal.trainers.integrity_feed import capture_batch, record_id_for
-from rewardseal.trainers.integrity_gate import StepGate
+from rewardseal.core.errors import ValidationError
+from rewardseal.trainers.integrity.capture import IntegrityCapture
+from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
+from rewardseal.trainers.integrity.gate import StepGate
 from rewardseal.trainers.verl import samples_from_batch
-from rewardseal.trainers.verl_tensors import response_texts
+from rewardseal.trainers.verl.tensors import response_texts
 
 __all__ = ["LoopGate", "install_loop_gate", "installed_loop_gate"]
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from rewardseal.client import DEFAULT_TIMEOUT_SECONDS
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.signing import TrustSet
-from rewardseal.tls import ClientTls
-from rewardseal.worker_connection import WorkerConnection, decode_public_key
+from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.connection import WorkerConnection, decode_public_key
+from rewardseal.rpc.tls import ClientTls
+from rewardseal.rpc.worker_client import DEFAULT_TIMEOUT_SECONDS
 
 __all__ = ["DEFAULT_MAX_BATCH", "ManagerSettings", "config_get", "missing_verl"]
 

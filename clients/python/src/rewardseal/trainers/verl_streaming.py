@@ -7,7 +7,7 @@ What verl 0.9.1 does (read from the installed wheel, paths under ``verl/``):
   to the agent-loop manager (``enable_agent_reward_loop``), and each
   ``AgentLoopWorker`` (``experimental/agent_loop/agent_loop.py``) sends every finished sample
   to a reward-loop worker's ``compute_score`` (``_compute_score``: our
-  :meth:`CertifiedRewardLoopManager.run_single <rewardseal.trainers.verl_loop>`), which
+  :meth:`CertifiedRewardLoopManager.run_single <rewardseal.trainers.verl.loop>`), which
   answers ``reward_score`` None for an unscored sample.
 * ``AgentLoopWorker._postprocess`` builds ``rm_scores`` (the score on the last valid response
   token, ``attention_mask[:, prompt_length:].sum(1) - 1``) only when EVERY score of its chunk
@@ -34,11 +34,11 @@ What verl 0.9.1 does (read from the installed wheel, paths under ``verl/``):
   token) and the per-sample ``reward_extra_info`` columns ``run_single`` produced
   (``reward_unscored``, ``reward_error``...) stay as they are;
 * its ``generate_sequences`` refuses a training batch in which an episode id repeats (R-T-4,
-  :func:`rewardseal.trainers.verl_loop.check_episode_ids`: in this mode no
+  :func:`rewardseal.trainers.verl.loop.check_episode_ids`: in this mode no
   ``assemble_rm_scores`` sees the whole batch), awaits verl's and then replaces each NaN
   reward token by the mean of the scored samples of the same uid, across chunks, or by
   :data:`rewardseal.trainers.verl.ALL_UNSCORED_GROUP_REWARD` when the whole group is unscored
-  (R-T-1, :func:`rewardseal.trainers.verl_loop.fill_loop_scores`). No NaN is left.
+  (R-T-1, :func:`rewardseal.trainers.verl.loop.fill_loop_scores`). No NaN is left.
 
 The module imports without verl, ray and torch: :func:`agent_loop_worker_class` and
 :func:`agent_loop_manager_class` import them and build the subclasses once; both names are lazy
@@ -53,10 +53,10 @@ import math
 from collections.abc import Sequence
 from typing import Any, Final
 
-from rewardseal.errors import RewardSealError, ValidationError
+from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal.trainers.verl import config_get, missing_verl
-from rewardseal.trainers.verl_loop import check_episode_ids, fill_loop_scores
-from rewardseal.trainers.verl_loop_gate import installed_loop_gate
+from rewardseal.trainers.verl.loop import check_episode_ids, fill_loop_scores
+from rewardseal.trainers.verl.loop_gate import installed_loop_gate
 
 __all__ = [
     "MANAGER_CLASS_NAME",
@@ -115,7 +115,7 @@ def streamed_fills(scores: Sequence[float | None], uids: Sequence[Any]) -> dict[
     ``scores`` are the reward tokens of the whole batch in order and ``uids`` the batch's
     ``uid`` column; an unscored row takes the mean of its uid group's scored rows, a group
     with no scored row gets :data:`rewardseal.trainers.verl.ALL_UNSCORED_GROUP_REWARD`
-    (:func:`rewardseal.trainers.verl_loop.fill_loop_scores`). Scored rows are not in the
+    (:func:`rewardseal.trainers.verl.loop.fill_loop_scores`). Scored rows are not in the
     answer: their reward tokens stay exactly as verl wrote them. Pure (no torch).
 
     Raises:
@@ -282,7 +282,7 @@ def agent_loop_manager_class() -> type[Any]:
             batch is not checked (``_validate`` pads it with copies of its first rows).
 
             Then, for a training batch, the integrity gate installed in this process (the
-            driver; :func:`rewardseal.trainers.verl_loop_gate.install_loop_gate`), if any.
+            driver; :func:`rewardseal.trainers.verl.loop_gate.install_loop_gate`), if any.
 
             Raises:
                 ValidationError: (reason ``duplicate_episode_id``) an episode id repeats.

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 __all__ = ["last_token_rewards", "response_lengths", "response_texts"]
 

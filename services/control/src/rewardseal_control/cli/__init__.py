@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from rewardseal.errors import RewardSealError, Unavailable
+from rewardseal.core.errors import RewardSealError, Unavailable
 from rewardseal_control.cli.admin import client_tls, run_admin, target
 from rewardseal_control.cli.common import (
     CLIENT_TLS_ENV,

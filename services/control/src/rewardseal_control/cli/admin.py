@@ -6,9 +6,9 @@ import argparse
 import os
 from typing import TextIO, TypeVar
 
-from rewardseal.control_client import ControlClient
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.tls import ClientTls
+from rewardseal.rpc.control_client import ControlClient
+from rewardseal.rpc.integrity_client import IntegrityClient
+from rewardseal.rpc.tls import ClientTls
 from rewardseal_control.cli.commands import ADMIN_COMMANDS
 from rewardseal_control.cli.common import CLIENT_TLS_ENV, PAGE_SIZE, TARGET_ENV, UsageError
 from rewardseal_control.cli.views import VIEW_COMMANDS

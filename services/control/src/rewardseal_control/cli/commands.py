@@ -8,9 +8,9 @@ from typing import Any, TextIO
 
 from google.protobuf import json_format
 
-from rewardseal.calibration import read_calibration
-from rewardseal.control_client import ControlClient
-from rewardseal.errors import ValidationError
+from rewardseal.core.calibration import read_calibration
+from rewardseal.core.errors import ValidationError
+from rewardseal.rpc.control_client import ControlClient
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationEntry, RevocationList
 from rewardseal.v1.enums_pb2 import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 
-from rewardseal.errors import RewardSealError
+from rewardseal.core.errors import RewardSealError
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, IssuerKeyRole
 from rewardseal_control.settings import ENV_PREFIX
 

@@ -16,11 +16,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from rewardseal import strict_json
-from rewardseal.errors import BindingRefused, IntegritySpecInvalid
-from rewardseal.integrity import correlation_reasons, parse_reward_system, validate_reward_system
-from rewardseal.integrity_client import IntegrityClient, RewardSystemQuery
-from rewardseal.integrity_messages import struct_document
+from rewardseal.core import strict_json
+from rewardseal.core.errors import BindingRefused, IntegritySpecInvalid
+from rewardseal.core.integrity import (
+    correlation_reasons,
+    parse_reward_system,
+    validate_reward_system,
+)
+from rewardseal.core.integrity.messages import struct_document
+from rewardseal.rpc.integrity_client import IntegrityClient, RewardSystemQuery
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal_control.cli.admin import connect
 from rewardseal_control.cli.common import TARGET_ENV, Refused, UsageError, remote
@@ -97,7 +101,7 @@ def _refuse_blockers(blockers: list[str]) -> None:
 
 def validate_locally(args: argparse.Namespace, out: TextIO) -> int:
     """``system validate`` with the core rules, offline: the same blockers and revision id
-    control computes (rewardseal.integrity)."""
+    control computes (rewardseal.core.integrity)."""
     spec = read_spec(args.spec)
     blockers = validate_reward_system(spec)
     revision_id, reasons = "", []

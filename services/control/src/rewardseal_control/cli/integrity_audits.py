@@ -8,11 +8,11 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from rewardseal.control_client import ControlClient
-from rewardseal.integrity import RunGate, run_gate, verify_bundle
-from rewardseal.integrity_client import IntegrityClient, SampleQuery
-from rewardseal.integrity_messages import audit_standing
-from rewardseal.signing import TrustSet
+from rewardseal.core.integrity import RunGate, run_gate, verify_bundle
+from rewardseal.core.integrity.messages import audit_standing
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.control_client import ControlClient
+from rewardseal.rpc.integrity_client import IntegrityClient, SampleQuery
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.cli.admin import connect

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rewardseal.cli_help import add_version, style_help
 from rewardseal_control.cli.common import (
     CLIENT_TLS_ENV,
     ISSUERS,
@@ -29,6 +28,7 @@ from rewardseal_control.settings import (
     DEFAULT_PORT,
     ENV_PREFIX,
 )
+from rewardseal_server.cli_help import add_version, style_help
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,10 +1,10 @@
 """The views operators reach for: a certificate and its state, every certificate's state, the
 audit log, and key registration from whatever form of the key is at hand.
 
-A certificate's state comes from the one rule (:func:`rewardseal.certificates.certificate_state`)
-at a policy update: ``--at-update N``, else the highest policy update among the contract's
-receipts in control's index (where training is, as far as control knows; 0 before any), and
-revoked when control's signed revocation list names it.
+A certificate's state comes from the one rule
+(:func:`rewardseal.core.certificates.certificate_state`) at a policy update: ``--at-update N``, else
+the highest policy update among the contract's receipts in control's index (where training is, as
+far as control knows; 0 before any), and revoked when control's signed revocation list names it.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from rewardseal.certificates import certificate_state
-from rewardseal.control_client import ControlClient
-from rewardseal.errors import ValidationError
-from rewardseal.public_keys import parse_public_key
+from rewardseal.core.certificates import certificate_state
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.public_keys import parse_public_key
+from rewardseal.rpc.control_client import ControlClient
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationList, RewardCertificate
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, CertificateState

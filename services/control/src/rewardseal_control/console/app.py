@@ -25,8 +25,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException
 
-from rewardseal.certificates import check_policy_update
-from rewardseal.errors import NotFound, RewardSealError, ValidationError
+from rewardseal.core.certificates import check_policy_update
+from rewardseal.core.errors import NotFound, RewardSealError, ValidationError
 from rewardseal_control.console import views
 from rewardseal_control.console.peers import FORWARDED_FOR, Peer, TrustedProxies, throttle_key
 from rewardseal_control.console.sessions import (

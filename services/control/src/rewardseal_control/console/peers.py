@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 
 __all__ = [
     "FORWARDED_FOR",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from rewardseal.errors import ValidationError
-from rewardseal.tls import ServerTls
+from rewardseal.core.errors import ValidationError
 from rewardseal_control.console.app import create_console_app
 from rewardseal_control.console.peers import Network, TrustedProxies
 from rewardseal_control.service import ControlPlaneServicer
 from rewardseal_server.embedded_http import RunningHttpServer, start_http_server
 from rewardseal_server.serving import is_loopback
+from rewardseal_server.tls import ServerTls
 
 __all__ = ["start_console"]
 

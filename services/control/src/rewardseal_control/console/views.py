@@ -1,7 +1,7 @@
 """What each console page shows, read through the control store (blocking: run in a thread).
 
 Nothing here decides a rule of its own: a certificate's state is core's
-:func:`~rewardseal.certificates.certificate_state` (revocation from the store's join), a key's
+:func:`~rewardseal.core.certificates.certificate_state` (revocation from the store's join), a key's
 activity is the store's :meth:`~rewardseal_control.store.keys.IssuerKeyStore.active_key`, the
 receipt counts are the index's summary. A certificate expires on a schedule of policy updates,
 never of wall-clock time, so its state is shown at a reference update: the one the operator
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Final
 
-from rewardseal.certificates import certificate_state, state_name
-from rewardseal.integrity.decisions import DecisionEntry
-from rewardseal.integrity.gate import RunGate, run_gate
+from rewardseal.core.certificates import certificate_state, state_name
+from rewardseal.core.integrity.decisions import DecisionEntry
+from rewardseal.core.integrity.gate import RunGate, run_gate
 from rewardseal.v1.certificate_pb2 import IssuerKey, RevocationEntry, RevocationList
 from rewardseal.v1.control_service_pb2 import RegisteredContract
 from rewardseal.v1.enums_pb2 import (

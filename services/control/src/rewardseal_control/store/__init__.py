@@ -38,7 +38,7 @@ Rules that hold for every method:
   audit row in the same transaction as its change (:mod:`.audit_log`);
 * inputs are validated here too (ids, digests, key ids, ranges, text without NUL), by core's
   rules where core has them, so nothing malformed reaches the database; only
-  :mod:`rewardseal.errors` classes leave this package;
+  :mod:`rewardseal.core.errors` classes leave this package;
 * signature verification and certificate/list signing are the service's job: the store keeps
   what it is given and hands the service what it needs (``keys.active_key``,
   ``keys.worker_trust``, ``keys.trust_set``);

@@ -20,7 +20,7 @@ from typing import Any, Final
 from sqlalchemy import Insert, insert, select
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_control.store import tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_server.sqlstore import StoreEngine, as_utc

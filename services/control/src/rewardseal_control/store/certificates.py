@@ -1,7 +1,7 @@
 """Recorded reward certificates (R-C-3): what the service issued, with each one's revocation.
 
 The service builds and signs a certificate (and checks that its key may issue it, R-MSG-5);
-this module checks its shape with core's :func:`~rewardseal.validation.validate_certificate`,
+this module checks its shape with core's :func:`~rewardseal.core.validation.validate_certificate`,
 that its contract and issuer key are registered and that its id names no other certificate,
 then stores it with its digest. Recording is an admin action, audited in its transaction.
 A certificate is read together with its revocation (if any): its own, or the entry that revokes
@@ -16,11 +16,11 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from rewardseal.contract import certificate_digest
-from rewardseal.errors import NotFound, ValidationError
-from rewardseal.revocation import CHECKER, CONTRACT
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.errors import NotFound, ValidationError
+from rewardseal.core.revocation import CHECKER, CONTRACT
+from rewardseal.core.validation import validate_certificate, validate_digest, validate_id
 from rewardseal.v1.certificate_pb2 import RewardCertificate
-from rewardseal.validation import validate_certificate, validate_digest, validate_id
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_control.store.pagination import Listing, Page, fingerprint

@@ -1,6 +1,6 @@
 """Registered reward contracts (R-C-1): immutable, addressed by their digest.
 
-The digest is recomputed here (core's :func:`~rewardseal.contract.contract_digest`) and the
+The digest is recomputed here (core's :func:`~rewardseal.core.contract.contract_digest`) and the
 normalized contract is stored, so a contract is registered once whatever defaults its caller
 spelled out; a change to a contract is a new digest, never an update.
 """
@@ -13,11 +13,11 @@ from typing import Final
 from sqlalchemy import select
 from sqlalchemy.engine import Connection
 
-from rewardseal.contract import contract_digest, normalize_contract
-from rewardseal.errors import NotFound, ValidationError
+from rewardseal.core.contract import contract_digest, normalize_contract
+from rewardseal.core.errors import NotFound, ValidationError
+from rewardseal.core.validation import validate_contract, validate_digest
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.control_service_pb2 import RegisteredContract
-from rewardseal.validation import validate_contract, validate_digest
 from rewardseal_control.store import inputs, tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow

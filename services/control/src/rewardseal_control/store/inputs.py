@@ -1,7 +1,7 @@
 """Input checks every aggregate of the control store shares (times, free text, unknown fields).
 
 Rules of the messages themselves (ids, digests, contracts, certificates, receipts) are core's
-(:mod:`rewardseal.validation`); what is here is what only a store needs: a moment that names
+(:mod:`rewardseal.core.validation`); what is here is what only a store needs: a moment that names
 an instant, text a person typed that is safe to keep, and proto/datetime conversions.
 """
 
@@ -13,9 +13,9 @@ from typing import Final
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from rewardseal import revocation
-from rewardseal.errors import ValidationError
-from rewardseal.validation import parse_strict
+from rewardseal.core import revocation
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.validation import parse_strict
 
 __all__ = [
     "MAX_REASON_LENGTH",

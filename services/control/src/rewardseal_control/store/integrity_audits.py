@@ -20,15 +20,15 @@ from typing import Final, Literal
 from sqlalchemy import and_, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     AuditStateConflict,
     BindingMismatch,
     NotFound,
     ShardAlreadyAudited,
     ValidationError,
 )
-from rewardseal.integrity import AuditStanding, DecisionEntry
-from rewardseal.validation import validate_id
+from rewardseal.core.integrity import AuditStanding, DecisionEntry
+from rewardseal.core.validation import validate_id
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.integrity_decisions import (
     NewBundle,
@@ -426,7 +426,7 @@ class IntegrityAuditStore:
 
     def standings(self, run_id: str) -> list[AuditStanding]:
         """Every audit of ``run_id`` in the order started, as the run's gate reads them
-        (:func:`~rewardseal.integrity.run_gate`, R-I-10), in one snapshot.
+        (:func:`~rewardseal.core.integrity.run_gate`, R-I-10), in one snapshot.
 
         Raises:
             ValidationError: ``run_id`` is not an id.
@@ -473,7 +473,7 @@ class IntegrityAuditStore:
 
 
 def standing(audit: StoredAudit) -> AuditStanding:
-    """An audit as :func:`~rewardseal.integrity.run_gate` reads it."""
+    """An audit as :func:`~rewardseal.core.integrity.run_gate` reads it."""
     return AuditStanding(audit.audit_id, audit.boundary, audit.state, audit.decision)
 
 

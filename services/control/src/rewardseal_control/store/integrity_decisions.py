@@ -4,7 +4,7 @@ A bundle is stored once under its content digest (``INSERT ... ON CONFLICT DO NO
 the evidence digest it answers, so identical verified evidence can reuse it. A decision history
 starts with the automatic entry (written by the audit's ``finish``) and grows by reviews
 (:meth:`IntegrityDecisionStore.review`), each validated by core's
-:func:`~rewardseal.integrity.review_decision` against the history read under a row lock, and
+:func:`~rewardseal.core.integrity.review_decision` against the history read under a row lock, and
 appended as a new row: nothing is ever updated (triggers refuse it anyway).
 """
 
@@ -19,9 +19,9 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import AuditStateConflict, NotFound, ValidationError
-from rewardseal.integrity import DecisionEntry, Review, current_entry, review_decision
-from rewardseal.strict_json import loads as strict_loads
+from rewardseal.core.errors import AuditStateConflict, NotFound, ValidationError
+from rewardseal.core.integrity import DecisionEntry, Review, current_entry, review_decision
+from rewardseal.core.strict_json import loads as strict_loads
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.integrity_revisions import content_json

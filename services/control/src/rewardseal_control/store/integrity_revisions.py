@@ -1,6 +1,6 @@
 """Reward-system, retention-protocol and integrity-profile revisions (R-I-1, R-I-4, R-I-7).
 
-Every definition is parsed by core (:mod:`rewardseal.integrity`: validation, credential
+Every definition is parsed by core (:mod:`rewardseal.core.integrity`: validation, credential
 scrubbing, normalization) before anything is stored; the id is the digest of the scrubbed
 content, so creating the same content again is a no-op (``created`` False) and a refused spec
 stores nothing. Rows are immutable (the migration's triggers refuse UPDATE and DELETE). The
@@ -19,8 +19,8 @@ from typing import Any, Final, Literal, TypeVar
 from sqlalchemy import and_, exists, select
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import IntegritySpecInvalid, NotFound, ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.errors import IntegritySpecInvalid, NotFound, ValidationError
+from rewardseal.core.integrity import (
     BUILTIN_PROFILES,
     BUILTIN_PROTOCOLS,
     IntegrityProfile,
@@ -31,7 +31,7 @@ from rewardseal.integrity import (
     parse_protocol,
     parse_reward_system,
 )
-from rewardseal.strict_json import loads as strict_loads
+from rewardseal.core.strict_json import loads as strict_loads
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow

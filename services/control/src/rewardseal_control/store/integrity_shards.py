@@ -2,12 +2,13 @@
 
 The trainer side appends a boundary's rows (``append_rows``; appends are all-or-nothing per
 call) and seals the boundary (``seal``): the retention protocol picks the rows a shard keeps
-(core's :func:`~rewardseal.integrity.retain`), core's :func:`~rewardseal.integrity.seal_shard`
-makes the manifest, and the manifest and the retained rows are stored in one transaction that
-also removes the boundary's open rows. A sealed boundary takes no more rows
-(:class:`~rewardseal.errors.ShardSealed`); a sealed shard's rows and manifest are immutable
-(database triggers). Reading a shard back never trusts it: :meth:`SignalShardStore.load`
-returns what parses and :func:`~rewardseal.integrity.verify_shard` decides.
+(core's :func:`~rewardseal.core.integrity.retain`), core's
+:func:`~rewardseal.core.integrity.seal_shard` makes the manifest, and the manifest and the retained
+rows are stored in one transaction that also removes the boundary's open rows. A sealed boundary
+takes no more rows (:class:`~rewardseal.core.errors.ShardSealed`); a sealed shard's rows and
+manifest are immutable (database triggers). Reading a shard back never trusts it:
+:meth:`SignalShardStore.load` returns what parses and
+:func:`~rewardseal.core.integrity.verify_shard` decides.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from typing import Any, Final
 from sqlalchemy import delete, func, insert, select
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import NotFound, ShardCorrupt, ShardSealed, ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.errors import NotFound, ShardCorrupt, ShardSealed, ValidationError
+from rewardseal.core.integrity import (
     RetainedRow,
     ShardManifest,
     SignalRow,
@@ -31,8 +32,8 @@ from rewardseal.integrity import (
     seal_shard,
     verify_shard,
 )
-from rewardseal.strict_json import loads as strict_loads
-from rewardseal.validation import validate_id
+from rewardseal.core.strict_json import loads as strict_loads
+from rewardseal.core.validation import validate_id
 from rewardseal_control.store import inputs, tables
 from rewardseal_control.store.integrity_revisions import IntegrityRevisionStore, content_json
 from rewardseal_control.store.pagination import Listing, Page, fingerprint

@@ -35,11 +35,11 @@ from typing import Final
 from sqlalchemy import delete, select, update
 from sqlalchemy.engine import Connection
 
-from rewardseal.contract import certificate_digest
-from rewardseal.digest import digest_bytes
-from rewardseal.errors import CertificationRefused, NotFound, PermissionDenied, ValidationError
+from rewardseal.core.contract import certificate_digest
+from rewardseal.core.digest import digest_bytes
+from rewardseal.core.errors import CertificationRefused, NotFound, PermissionDenied, ValidationError
+from rewardseal.core.validation import validate_certificate, validate_digest, validate_key_id
 from rewardseal.v1.certificate_pb2 import RewardCertificate
-from rewardseal.validation import validate_certificate, validate_digest, validate_key_id
 from rewardseal_control.models import ROLE_WORKER
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.certificates import record_in

@@ -19,11 +19,11 @@ from typing import Final, cast
 from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import NotFound, SignatureError, ValidationError
-from rewardseal.signing import TrustSet, key_id_for
+from rewardseal.core.errors import NotFound, SignatureError, ValidationError
+from rewardseal.core.signing import TrustSet, key_id_for
+from rewardseal.core.validation import validate_digest, validate_key_id
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
-from rewardseal.validation import validate_digest, validate_key_id
 from rewardseal_control.models import ROLE_ORGANIZATION, ROLE_WORKER
 from rewardseal_control.store import audit_log, inputs, key_bindings, tables
 from rewardseal_control.store.pagination import Listing, Page, fingerprint

@@ -22,7 +22,7 @@ from typing import Any, Final, Generic, NamedTuple, TypeVar, cast
 from sqlalchemy import ColumnElement, Select, and_, or_
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_control.store.tables import AnyRow
 from rewardseal_server.sqlstore import StoreEngine
 

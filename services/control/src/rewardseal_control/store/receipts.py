@@ -1,9 +1,9 @@
 """The receipt index (R-C-5): forwarded receipt envelopes and their privacy-safe columns.
 
-The service opens each envelope (:func:`~rewardseal.receipts.open_receipt`: the signature over
+The service opens each envelope (:func:`~rewardseal.core.receipts.open_receipt`: the signature over
 the exact bytes against the active worker keys, then the strict parse, core's rules and the
 envelope flags) and hands :meth:`ReceiptIndex.record_receipts` the
-:class:`~rewardseal.receipts.OpenedReceipt`: the index takes a receipt only in that form, so it
+:class:`~rewardseal.core.receipts.OpenedReceipt`: the index takes a receipt only in that form, so it
 never parses or validates one again. A receipt is stored once per receipt id and once per
 episode; the contract and issuer key it names must be registered. Only columns that identify and
 score a receipt are kept beside the signed envelope: never record contents.
@@ -20,8 +20,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, func, or_, select
 from sqlalchemy.engine import Connection
 
-from rewardseal.contract import UNSCORED_OUTCOMES
-from rewardseal.errors import (
+from rewardseal.core.contract import UNSCORED_OUTCOMES
+from rewardseal.core.errors import (
     CertificateUnknown,
     DuplicateEpisode,
     KeyNotAdmitted,
@@ -31,10 +31,10 @@ from rewardseal.errors import (
     SignatureError,
     ValidationError,
 )
-from rewardseal.receipts import OpenedReceipt
+from rewardseal.core.receipts import OpenedReceipt
+from rewardseal.core.validation import check_policy_update_field, validate_digest
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal.validation import check_policy_update_field, validate_digest
 from rewardseal_control.store import inputs, key_bindings, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
@@ -168,11 +168,11 @@ class ReceiptIndex:
         """Store forwarded receipts in ONE transaction; one result per item, in order.
 
         The caller (the service) opened each envelope against :meth:`worker_trust` with
-        :func:`~rewardseal.receipts.open_receipt`: signature, strict parse, every rule and the
+        :func:`~rewardseal.core.receipts.open_receipt`: signature, strict parse, every rule and the
         envelope flags are checked there, once. Here each receipt's privacy-safe columns are
         stored with its envelope. Per item, the first rule that fires wins:
 
-        1. not an :class:`~rewardseal.receipts.OpenedReceipt`, or an envelope carrying fields
+        1. not an :class:`~rewardseal.core.receipts.OpenedReceipt`, or an envelope carrying fields
            this schema does not know (they would be stored) -> ValidationError;
         2. the receipt id is stored already: same payload -> ``recorded, duplicate``;
            another payload -> ValidationError;

@@ -22,12 +22,12 @@ from typing import Final
 from sqlalchemy import ColumnElement, Table, insert, select
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import NotFound, ValidationError
-from rewardseal.revocation import CHECKER, CONTRACT
-from rewardseal.signing import REVOCATION_LIST_PAYLOAD_TYPE
+from rewardseal.core.errors import NotFound, ValidationError
+from rewardseal.core.revocation import CHECKER, CONTRACT
+from rewardseal.core.signing import REVOCATION_LIST_PAYLOAD_TYPE
+from rewardseal.core.validation import parse_strict, validate_digest, validate_id
 from rewardseal.v1.certificate_pb2 import RevocationEntry, RevocationList
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
-from rewardseal.validation import parse_strict, validate_digest, validate_id
 from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_server.sqlstore import StoreEngine

@@ -18,11 +18,11 @@ from typing import Any, TextIO
 
 from google.protobuf import json_format
 
-from rewardseal import strict_json
-from rewardseal.calibration import epsilon_from_summary, summary_from_json
-from rewardseal.digest import digest_json
-from rewardseal.errors import ValidationError
-from rewardseal.judging import EffectSpec, IdentityRef
+from rewardseal.core import strict_json
+from rewardseal.core.calibration import epsilon_from_summary, summary_from_json
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import EffectSpec, IdentityRef
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal_worker.authoring.readme import bundle_readme

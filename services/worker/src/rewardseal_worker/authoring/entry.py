@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from rewardseal.calibration import summary_to_json
-from rewardseal.errors import RewardSealError, ValidationError
+from rewardseal.core.calibration import summary_to_json
+from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal_worker.authoring.commands import PROBLEMS_EXIT, run_contract_command
 from rewardseal_worker.bundle import CALIBRATION_FILE, ContractBundle, load_bundle
 from rewardseal_worker.calibration import calibrate, text_progress

@@ -4,7 +4,7 @@
 JSON Schema can use them while the author types. ``contract check`` reports every place a file
 breaks its schema beside the loader's own problems. A message names the file, the place and the
 rule, never the value found there (a recipe value may be a pasted secret); the wording is the
-one :mod:`rewardseal.json_schemas` gives every shipped schema.
+one :mod:`rewardseal.core.json_schemas` gives every shipped schema.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from rewardseal import json_schemas, strict_json
+from rewardseal.core import json_schemas, strict_json
 from rewardseal_worker.bundle import (
     CALIBRATION_FILE,
     CERTIFICATE_FILE,

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-from rewardseal.digest import digest_json
+from rewardseal.core.digest import digest_json
 from rewardseal.v1.contract_pb2 import (
     CertificatePolicy,
     OracleSpec,

@@ -1,11 +1,12 @@
 """Calibration: measure how often a contract's judge accepts a faulty effect (R-CAL-1..3).
 
 Calibration runs where the corpus lives, inside the worker (R-CAL-2). It generates synthetic
-episodes from a seeded generator, judges each one with :func:`~rewardseal.judging.judge_episode`
-exactly as the scoring engine does (same effect specs, same identity, a baseline read and a
-current read, runtime signal COMPLETED), and counts a *false accept* whenever a faulty episode
-comes out VERIFIED. The output is a :class:`CalibrationSummary` (counts, never the corpus) and
-epsilon, the exact one-sided Clopper-Pearson upper bound on the false-accept rate.
+episodes from a seeded generator, judges each one with
+:func:`~rewardseal.core.judging.judge_episode` exactly as the scoring engine does (same effect
+specs, same identity, a baseline read and a current read, runtime signal COMPLETED), and counts a
+*false accept* whenever a faulty episode comes out VERIFIED. The output is a
+:class:`CalibrationSummary` (counts, never the corpus) and epsilon, the exact one-sided
+Clopper-Pearson upper bound on the false-accept rate.
 
 Fault classes (R-CAL-3) are derived from the contract's own effect documents:
 
@@ -56,8 +57,8 @@ The package, by what each part does:
 
 from __future__ import annotations
 
-from rewardseal.calibration import EPSILON_KEY, summary_from_json, summary_to_json
-from rewardseal.faults import GENERIC_FAULT_CLASSES
+from rewardseal.core.calibration import EPSILON_KEY, summary_from_json, summary_to_json
+from rewardseal.core.faults import GENERIC_FAULT_CLASSES
 from rewardseal.v1.certificate_pb2 import CalibrationSummary
 from rewardseal_worker.calibration.certificate import self_signed_certificate
 from rewardseal_worker.calibration.checker import (

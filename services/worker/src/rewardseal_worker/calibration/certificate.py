@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from rewardseal.clock import utc_now
-from rewardseal.errors import ValidationError
-from rewardseal.issuing import check_summary_for, issue_certificate
-from rewardseal.signing import SigningKey
+from rewardseal.core.clock import utc_now
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.issuing import check_summary_for, issue_certificate
+from rewardseal.core.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer
 from rewardseal_worker.bundle import ContractBundle
@@ -27,7 +27,7 @@ def self_signed_certificate(
 ) -> RewardCertificate:
     """A SELF_SIGNED, SYNTHETIC certificate for ``bundle`` from a calibration summary.
 
-    Issued by :func:`rewardseal.issuing.issue_certificate`, as the control plane issues:
+    Issued by :func:`rewardseal.core.issuing.issue_certificate`, as the control plane issues:
     epsilon recomputed from the summary's counts (R-CAL-4), delta ``1 - confidence`` (rounded to
     12 decimals, so 0.95 gives exactly 0.05), the expiry the contract's longest allowed. The
     summary must also come from this bundle's checker. The id defaults to ``cert.<contract id

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from rewardseal.digest import digest_json
+from rewardseal.core.digest import digest_json
 from rewardseal_worker import __version__
 from rewardseal_worker.bundle import ContractBundle
 
 __all__ = ["JUDGE_VERSION", "checker_configuration", "checker_configuration_digest"]
 
-# The judge now lives in rewardseal.judging; the name keeps its old module path because it enters
-# the checker configuration digest, which certificates carry.
+# The judge now lives in rewardseal.core.judging; the name keeps its old module path because it
+# enters the checker configuration digest, which certificates carry.
 JUDGE_VERSION: Final = f"rewardseal_worker.judge/{__version__}"
 """Names the judge implementation in the checker configuration digest."""
 

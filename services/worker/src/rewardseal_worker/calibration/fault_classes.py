@@ -1,6 +1,6 @@
 """The fault classes of a calibration run, derived from a bundle's own effect documents (R-CAL-3).
 
-The generic classes (:data:`rewardseal.faults.GENERIC_FAULT_CLASSES`) a contract can express:
+The generic classes (:data:`rewardseal.core.faults.GENERIC_FAULT_CLASSES`) a contract can express:
 ``extra_record`` and ``duplicate_record`` need an exact count, ``wrong_field`` an expected or an
 allowed field, ``wrong_subject`` an identity, ``forbidden_present`` a forbidden effect;
 ``missing_record`` always applies. Then, when the caller passes :class:`FaultFamilies` for the
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from rewardseal.errors import ValidationError
-from rewardseal.faults import GENERIC_FAULT_CLASSES
-from rewardseal.judging import RECORD_ID_FIELD, EffectSpec, IdentityRef, parse_effects
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.faults import GENERIC_FAULT_CLASSES
+from rewardseal.core.judging import RECORD_ID_FIELD, EffectSpec, IdentityRef, parse_effects
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.families import (
     EXTRADUP_PREFIX,

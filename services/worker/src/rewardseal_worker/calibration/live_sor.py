@@ -44,7 +44,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.oracles.base import (
     KIND_FHIR,

@@ -16,13 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rewardseal.calibration import METHOD, clopper_pearson_upper
-from rewardseal.digest import digest_json
-from rewardseal.errors import ValidationError
-from rewardseal.judging import Decision
+from rewardseal.core.calibration import METHOD, clopper_pearson_upper
+from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import Decision
+from rewardseal.core.validation import validate_calibration_summary
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, FaultClassCount
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal.validation import validate_calibration_summary
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.checker import checker_configuration_digest
 from rewardseal_worker.calibration.families import EXTRADUP_PREFIX, FaultFamilies

@@ -45,8 +45,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchTableError, SQLAlchemyError
 
-from rewardseal.errors import ValidationError
-from rewardseal.judging import RECORD_ID_FIELD, Decision, change_token, judge_episode
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import RECORD_ID_FIELD, Decision, change_token, judge_episode
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from rewardseal.digest import digest_json
-from rewardseal.faults import GENERIC_FAULT_CLASSES
+from rewardseal.core.digest import digest_json
+from rewardseal.core.faults import GENERIC_FAULT_CLASSES
 
 __all__ = ["SANDBOX_CORPUS", "SANDBOX_CORPUS_DIGEST"]
 

@@ -4,7 +4,7 @@ Every trial carries noise the judge must see through: background records of othe
 older records of the same subject (some already credited), concurrent writes for other subjects,
 reads that are either filtered by identity (as the oracle reader returns them) or the whole
 collection, NULL columns (a SQL read returns every column) and shuffled row order. A trial is
-judged with :func:`~rewardseal.judging.judge_episode` exactly as the scoring engine calls it.
+judged with :func:`~rewardseal.core.judging.judge_episode` exactly as the scoring engine calls it.
 
 Each trial draws from its own generator (:func:`trial_rng`), seeded from the run's seed, its kind
 and its index, so a run is reproducible per seed; the order of the draws is part of that.
@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from rewardseal.errors import ValidationError
-from rewardseal.judging import (
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import (
     RECORD_ID_FIELD,
     Decision,
     EffectSpec,
@@ -560,4 +560,4 @@ def judge_trial(setup: CalibrationSetup, rng: random.Random, trial: Trial) -> De
 
 def trial_rng(seed: int, kind: str, index: int) -> random.Random:
     # A string seed is hashed with SHA-512 by random.seed: stable across runs and platforms.
-    return random.Random(f"rewardseal.calibration/{seed}/{kind}/{index}")
+    return random.Random(f"rewardseal.core.calibration/{seed}/{kind}/{index}")

@@ -17,7 +17,7 @@ from collections.abc import Collection
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rewardseal.validation import MAX_METADATA_DEPTH
+from rewardseal.core.validation import MAX_METADATA_DEPTH
 from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_worker.http.responses import plain_error
 

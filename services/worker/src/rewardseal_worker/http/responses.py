@@ -1,7 +1,7 @@
 """Rewardseal errors as HTTP answers: one status per gRPC code, one JSON body (R-H-1).
 
 The body is ``{"error": reason, "detail": sentence}`` (the ``ErrorInfo.reason`` and message the
-gRPC face sends, cut the same way by :mod:`rewardseal.rpc_status`), plus the error's metadata
+gRPC face sends, cut the same way by :mod:`rewardseal.rpc.status`), plus the error's metadata
 as further fields: ``receipt_id`` on ``duplicate_episode``, so a client that lost an answer can
 ``GET /v1/rewards/{receipt_id}``. Every INVALID_ARGUMENT and FAILED_PRECONDITION reason of
 docs/spec.md §8 (``unscored`` for the grader among them) is 422.
@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 from starlette.responses import Response
 
-from rewardseal.errors import RewardSealError
-from rewardseal.rpc_status import wire_message, wire_metadata
+from rewardseal.core.errors import RewardSealError
+from rewardseal.rpc.status import wire_message, wire_metadata
 
 STATUS_BY_CODE: Mapping[grpc.StatusCode, int] = {
     grpc.StatusCode.INVALID_ARGUMENT: 422,

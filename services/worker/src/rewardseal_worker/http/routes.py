@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from rewardseal.errors import RewardSealError, Unavailable
+from rewardseal.core.errors import RewardSealError, Unavailable
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal_server.auth import BearerAuthInterceptor
 from rewardseal_worker import __version__

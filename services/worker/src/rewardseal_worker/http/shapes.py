@@ -10,7 +10,7 @@ enum words, integer ``policy_update`` and ``oracle_tier``, ``issued_at`` in whol
 (never inside, so a strict parser of that shape accepts the receipt) travel the receipt's
 ``certification_refusals`` and rewardseal's signed envelope (:func:`envelope_view`, the proto3
 JSON mapping: ``payload`` is the exact signed bytes, base64), which a rewardseal client verifies
-with :func:`rewardseal.receipts.open_receipt`.
+with :func:`rewardseal.core.receipts.open_receipt`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from typing import Any
 from google.protobuf.struct_pb2 import Struct
 from pydantic import BaseModel, ConfigDict, Field
 
-from rewardseal.errors import InvalidEpisode
-from rewardseal.integrity_messages import enum_word
+from rewardseal.core.errors import InvalidEpisode
+from rewardseal.core.integrity.messages import enum_word
+from rewardseal.core.validation import runtime_signal_named
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
     CertificateState,
@@ -34,7 +35,6 @@ from rewardseal.v1.enums_pb2 import (
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.v1.worker_service_pb2 import BeginEpisodeRequest, HealthResponse
-from rewardseal.validation import runtime_signal_named
 
 SIGNATURE_ALGORITHM = "ed25519"
 WITHHELD_PRODUCTION = (

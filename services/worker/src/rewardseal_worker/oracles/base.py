@@ -7,8 +7,8 @@ when the reader is made. Relative paths resolve against the
 bundle directory and absolute paths are refused, so the recipe digest never depends on where a
 bundle happens to sit.
 
-Recipe problems are :class:`rewardseal.errors.ValidationError` (the bundle is wrong). A SoR that
-cannot be read is :class:`OracleUnavailable`, which is an *outcome* (FAILED_PLATFORM,
+Recipe problems are :class:`rewardseal.core.errors.ValidationError` (the bundle is wrong). A SoR
+that cannot be read is :class:`OracleUnavailable`, which is an *outcome* (FAILED_PLATFORM,
 ORACLE_UNAVAILABLE), never an RPC error.
 
 The readers (:mod:`.sql`, :mod:`.files`, :mod:`.http`) build on this module; which reader a
@@ -23,8 +23,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any, Protocol
 
-from rewardseal.errors import IdentityMismatch, ValidationError
-from rewardseal.judging import EFFECT_NAME_PATTERN, IDENTIFIER_PATTERN, RECORD_ID_FIELD
+from rewardseal.core.errors import IdentityMismatch, ValidationError
+from rewardseal.core.judging import EFFECT_NAME_PATTERN, IDENTIFIER_PATTERN, RECORD_ID_FIELD
 
 HTTP_ENV_NAME_PATTERN = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}\Z")
 """Variables named by ``*_env`` credential keys: conventional upper-case names only, so that a

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rewardseal import strict_json
-from rewardseal.judging import RECORD_ID_FIELD, identity_equals
+from rewardseal.core import strict_json
+from rewardseal.core.judging import RECORD_ID_FIELD, identity_equals
 from rewardseal_worker.oracles.base import (
     OracleUnavailable,
     check_identity,

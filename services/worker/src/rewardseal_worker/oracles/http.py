@@ -45,9 +45,9 @@ from typing import Any, Final
 
 import httpx
 
-from rewardseal import strict_json
-from rewardseal.errors import ValidationError
-from rewardseal.judging import RECORD_ID_FIELD
+from rewardseal.core import strict_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import RECORD_ID_FIELD
 from rewardseal_worker.oracles.base import (
     HTTP_ENV_NAME_PATTERN,
     KIND_FHIR,

@@ -35,8 +35,8 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, SQLAlchemyError
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection, QueuePool
 
-from rewardseal.errors import ValidationError
-from rewardseal.judging import RECORD_ID_FIELD
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import RECORD_ID_FIELD
 from rewardseal_server.driver_connections import DriverConnection, HeldConnections, ping
 from rewardseal_worker.oracles.base import (
     KIND_SQL,

@@ -44,8 +44,8 @@ credits, the ledger), :mod:`.outbox` (receipts to forward to control, R-C-5),
 that only rise). Callers import from here.
 
 The SQL plumbing (URLs, engine, transactions, error mapping) is :mod:`rewardseal_server.sqlstore`.
-Only :mod:`rewardseal.errors` classes leave this package: a database that cannot be reached
-becomes :class:`~rewardseal.errors.Unavailable`.
+Only :mod:`rewardseal.core.errors` classes leave this package: a database that cannot be reached
+becomes :class:`~rewardseal.core.errors.Unavailable`.
 """
 
 from __future__ import annotations

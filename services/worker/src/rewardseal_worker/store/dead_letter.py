@@ -24,7 +24,7 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import NotFound, preview
+from rewardseal.core.errors import NotFound, preview
 from rewardseal_server.sqlstore import as_utc, chunks
 from rewardseal_worker.store import schema
 from rewardseal_worker.store.core import StorePart

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Row
 
-from rewardseal.errors import (
+from rewardseal.core.errors import (
     DuplicateEpisode,
     IdentityBusy,
     IdentityConflict,

@@ -24,7 +24,7 @@ from typing import Final
 PACKED: Final = b"\x00D"
 ESCAPED: Final = b"\x00R"
 
-# The constant parts of evidence documents (rewardseal.judging's Decision.evidence), the most
+# The constant parts of evidence documents (rewardseal.core.judging's Decision.evidence), the most
 # frequent last (deflate codes near distances more cheaply). Frozen: see the module docstring.
 DICTIONARY_V1: Final = (
     b'"REWARD_OUTCOME_UNSCORED_RECONCILIATION_REQUIRED","REWARD_OUTCOME_HALTED_BEFORE_EFFECT",'

@@ -19,7 +19,7 @@ from typing import Final
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import Unavailable
+from rewardseal.core.errors import Unavailable
 from rewardseal_server.migrating import Migrations
 from rewardseal_worker.store.core import STORE_NAME
 from rewardseal_worker.store.schema import metadata

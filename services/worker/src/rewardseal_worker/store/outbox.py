@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_server.sqlstore import as_utc, chunks
 from rewardseal_worker.store import schema
 from rewardseal_worker.store.core import StorePart

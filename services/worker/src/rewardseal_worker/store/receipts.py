@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection, Row
 
-from rewardseal.errors import RewardSealError
+from rewardseal.core.errors import RewardSealError
 from rewardseal_server.sqlstore import UNIQUE_VIOLATION, DriverConnection, LostRace, sqlstate
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.store import evidence_codec, schema

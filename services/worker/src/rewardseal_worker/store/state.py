@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_worker.store import schema
 from rewardseal_worker.store.core import StorePart
 

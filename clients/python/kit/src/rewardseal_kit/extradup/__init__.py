@@ -10,7 +10,7 @@ with a JSON *action report*::
 optionally with ``"evidence": {"tier": 0, "screen_text": "Saved"}``, ``"halted": true`` and
 ``"claim": "<free text the policy says about its own effect>"``. :func:`replay` applies the
 report to an :class:`InMemoryStore`; :func:`sor_check` judges the store before and after with the
-core judge (:func:`rewardseal.judging.judge_snapshots` on :meth:`WriteSpec.effect`, the same
+core judge (:func:`rewardseal.core.judging.judge_snapshots` on :meth:`WriteSpec.effect`, the same
 findings the worker refuses for), and :func:`seal_verdict` turns that read into ``VERIFIED`` or
 ``REFUSED``.
 

@@ -1,7 +1,7 @@
 """The system-of-record check: the core judge's read of one spec, in the kit's words.
 
 :func:`sor_check` judges the store's before/after snapshots with
-:func:`rewardseal.judging.judge_snapshots` on
+:func:`rewardseal.core.judging.judge_snapshots` on
 :meth:`~rewardseal_kit.extradup.specs.WriteSpec.effect` (the same findings the worker refuses
 for) and names them as the kit's fault codes and reason
 sentences; :func:`seal_verdict` turns that read into ``VERIFIED`` or ``REFUSED``.
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rewardseal.judging import Fault, Finding, judge_snapshots
+from rewardseal.core.judging import Fault, Finding, judge_snapshots
 from rewardseal_kit.extradup.specs import WriteSpec
 
 __all__ = ["FAULTS", "REFUSED", "VERIFIED", "SorCheck", "seal_verdict", "sor_check"]
@@ -35,7 +35,7 @@ FAULTS: tuple[str, ...] = tuple(
         Fault.ALTERED_RECORD,
     )
 )
-"""Fault codes :func:`sor_check` can report (the judge's :class:`~rewardseal.judging.Fault`
+"""Fault codes :func:`sor_check` can report (the judge's :class:`~rewardseal.core.judging.Fault`
 values), in the order it reports them."""
 
 
@@ -132,7 +132,7 @@ def sor_check(
 ) -> SorCheck:
     """Judge the spec's effect from snapshots of ``spec.collection`` taken before and after.
 
-    The core judge (:func:`rewardseal.judging.judge_snapshots`) judges :meth:`WriteSpec.effect`:
+    The core judge (:func:`rewardseal.core.judging.judge_snapshots`) judges :meth:`WriteSpec.effect`:
     exactly ``spec_count`` new records must belong to the spec identity; each must carry every
     spec field with its value and nothing outside ``allowed_fields``. The kit's store belongs to
     one trial, so a new record under another identity (``wrong_subject``) and a pre-existing

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_kit.extradup.checks import REFUSED, VERIFIED, SorCheck, seal_verdict, sor_check
 from rewardseal_kit.extradup.reports import (
     ActionReport,

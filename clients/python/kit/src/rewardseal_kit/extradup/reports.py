@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from rewardseal import strict_json
-from rewardseal.errors import ValidationError
-from rewardseal.json_schemas import ACTION_REPORT_SCHEMA, check, load_schema
+from rewardseal.core import strict_json
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.json_schemas import ACTION_REPORT_SCHEMA, check, load_schema
 from rewardseal_kit.extradup.specs import frozen_fields
 from rewardseal_kit.extradup.store import InMemoryStore
 
@@ -83,7 +83,7 @@ def parse_action_report(value: str | Mapping[str, Any]) -> ActionReport:
     """Parse and validate an action report given as JSON text or as a decoded object.
 
     Absent ``actions`` is an empty list; absent ``submitted`` and ``halted`` are false. Refused
-    with :class:`~rewardseal.errors.ValidationError`: text that is not JSON (NaN, Infinity and
+    with :class:`~rewardseal.core.errors.ValidationError`: text that is not JSON (NaN, Infinity and
     repeated keys included), a top level that is not an object, unknown keys, wrong types, an op
     other than ``create``, a field value that is not a string, an ``id`` field, more than
     :data:`MAX_ACTIONS` actions, and evidence whose tier is outside 0..3.
@@ -98,7 +98,7 @@ def parse_action_report(value: str | Mapping[str, Any]) -> ActionReport:
         )
     if not isinstance(raw, Mapping):
         raise ValidationError("an action report must be a JSON object")
-    # The shipped schema is the rule (rewardseal/schemas/action-report.schema.json); what
+    # The shipped schema is the rule (rewardseal/core/schemas/action-report.schema.json); what
     # passed it is only converted here.
     check(raw, ACTION_REPORT_SCHEMA, root="action report")
     actions = tuple(

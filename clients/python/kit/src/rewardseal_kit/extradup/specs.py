@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rewardseal.errors import ValidationError
-from rewardseal.judging import EffectSpec
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.judging import EffectSpec
 from rewardseal_kit.mockmed import ENCOUNTER_FIELDS, IDENTITY_KEY
 from rewardseal_mockmed.synthetic import synthetic_note
 
@@ -91,7 +91,7 @@ class WriteSpec:
         return self.fields[self.identity_field]
 
     def effect(self) -> EffectSpec:
-        """This task as the core judge's required effect (:mod:`rewardseal.judging`).
+        """This task as the core judge's required effect (:mod:`rewardseal.core.judging`).
 
         It selects the spec identity as a literal, expects every spec field with its value,
         counts exactly ``spec_count`` new records and allows only ``allowed_fields``.

@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _given_services(args: argparse.Namespace) -> Services:
-    from rewardseal.errors import ValidationError
+    from rewardseal.core.errors import ValidationError
     from rewardseal_kit.proof.run import Services
 
     needed = ("worker_public_key", "contract_digest", "mockmed_url")
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the proof as ``args`` say, write the reports; the exit status."""
     import time
 
-    from rewardseal.errors import RewardSealError
+    from rewardseal.core.errors import RewardSealError
     from rewardseal_kit.proof.report import check_report, render_markdown, report_json, summarize
     from rewardseal_kit.proof.run import MIN_TRIALS, run_trials
 
@@ -235,7 +235,7 @@ def guarded(work: Callable[[], _T]) -> tuple[_T | None, int]:
     import grpc
     import httpx
 
-    from rewardseal.errors import RewardSealError
+    from rewardseal.core.errors import RewardSealError
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 import httpx
 
-from rewardseal.errors import Unavailable, ValidationError
+from rewardseal.core.errors import Unavailable, ValidationError
 from rewardseal_kit.extradup import CONTROL, FAMILIES, mockmed_write_spec, scripted_report
 from rewardseal_kit.mockmed import IDENTITY_KEY
 

@@ -49,7 +49,7 @@ CASES: Final[tuple[tuple[str, str, str], ...]] = (
 
 def run_integrity(args: argparse.Namespace) -> int:
     """Run the integrity proof as ``args`` say, write the reports; the exit status."""
-    from rewardseal.errors import RewardSealError
+    from rewardseal.core.errors import RewardSealError
     from rewardseal_kit.integrity_case import CASE_RECORDS
     from rewardseal_kit.proof.integrity_report import (
         check_integrity,

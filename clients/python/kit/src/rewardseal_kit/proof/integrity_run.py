@@ -24,17 +24,17 @@ from typing import Any, Final
 
 from google.protobuf import json_format
 
-from rewardseal.client import WorkerClient
-from rewardseal.errors import RewardSealError, ValidationError
-from rewardseal.integrity import (
+from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.core.integrity import (
     DEFAULT_PROFILE,
     RewardSource,
     SignalRow,
     verify_bundle,
 )
-from rewardseal.integrity_client import IntegrityClient
-from rewardseal.integrity_messages import signal_row_message
-from rewardseal.signing import TrustSet
+from rewardseal.core.integrity.messages import signal_row_message
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.integrity_client import IntegrityClient
+from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal_kit.extradup import CONTROL

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from rewardseal.errors import ValidationError
+from rewardseal.core.errors import ValidationError
 from rewardseal_kit.proof.report import Row
 from rewardseal_kit.proof.rewards import CERTIFIED_T2, REWARDS, SCREEN_T0
 

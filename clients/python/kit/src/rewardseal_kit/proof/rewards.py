@@ -3,7 +3,7 @@
 ``screen_t0`` is what a screen-based checker pays: it looks at the screen the episode ended on
 and pays when the banner says "Saved", when the encounter form shows complete, or when the
 screen text the policy offered says "Saved". Its verdict is scored with
-:func:`rewardseal.scoring.score` at tier 0 against the seeded MockMed tier-0 contract, so it is
+:func:`rewardseal.core.scoring.score` at tier 0 against the seeded MockMed tier-0 contract, so it is
 development_only and never certified, and it signs nothing (there is no key behind a banner).
 
 ``certified_t2`` is a running worker's receipt: BeginEpisode before the rollout, ScoreEpisode
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Final
 
-from rewardseal.client import VerifiedReceipt
-from rewardseal.scoring import score
+from rewardseal.core.scoring import score
+from rewardseal.rpc.worker_client import VerifiedReceipt
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
 from rewardseal_kit.mockmed import ENCOUNTER_FIELDS, mockmed_contract
 from rewardseal_kit.proof.conditions import Screen

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from rewardseal.client import WorkerClient, make_descriptor
-from rewardseal.errors import ValidationError
-from rewardseal.signing import TrustSet
+from rewardseal.core.errors import ValidationError
+from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.worker_client import WorkerClient, make_descriptor
 from rewardseal_kit.mockmed import IDENTITY_KEY
 from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE, MockMedUI, play
 from rewardseal_kit.proof.rewards import TrialResult, certified_result, screen_result
