@@ -226,7 +226,11 @@ async def _start(
     reader = make_reader(bundle.recipe, bundle.path)
     try:
         await asyncio.to_thread(probe_system_of_record, reader, bundle)
-        store = WorkerStore(settings.db_url, outbox=settings.control_target is not None)
+        # Not migrated here (R-W-17): a schema not at the newest revision is refused in one line
+        # naming `rewardseal-worker migrate`; a fresh database is created at it.
+        store = WorkerStore(
+            settings.db_url, outbox=settings.control_target is not None, migrate=False
+        )
     except BaseException:
         reader.close()
         raise

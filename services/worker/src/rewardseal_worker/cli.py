@@ -1,6 +1,6 @@
-"""``rewardseal-worker``: run the reward worker (``serve``); author, check and calibrate a
-contract bundle (``contract``, ``calibrate``); list and retry the receipts control refused for
-good (``outbox dead-letter``)."""
+"""``rewardseal-worker``: run the reward worker (``serve``) and migrate its store (``migrate``);
+author, check and calibrate a contract bundle (``contract``, ``calibrate``); list and retry the
+receipts control refused for good (``outbox dead-letter``)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from rewardseal_worker.authoring.commands import add_contract_commands
 from rewardseal_worker.authoring.entry import add_calibrate_command, run_authoring_command
 from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.control_link import CertificateChange, certificate_name
+from rewardseal_worker.migrate_command import add_migrate_command, run_migrate_command
 from rewardseal_worker.outbox_commands import add_outbox_commands, run_outbox_command
 from rewardseal_worker.settings import ENV_BY_OPTION, ENV_PREFIX, WorkerSettings, resolve_settings
 from rewardseal_worker.supervisor import ChildCommand, Supervisor, exit_with_supervisor
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve RewardWorkerService over gRPC")
     _add_serve_options(serve)
+    add_migrate_command(commands)
     add_contract_commands(commands)
     add_calibrate_command(commands)
     add_outbox_commands(commands)
@@ -297,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "outbox":
         return run_outbox_command(args)
+    if args.command == "migrate":
+        return run_migrate_command(args)
     if args.command != "serve":
         return run_authoring_command(args)
     who = "" if args.supervised_by is None else f"process {args.process_index}"

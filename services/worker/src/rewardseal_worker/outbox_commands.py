@@ -109,7 +109,7 @@ def _open_store(data_dir: Path | None, db_url: str | None, env: Mapping[str, str
         raise ValidationError(
             f"no worker store at {parsed.database}: pass the worker's --data-dir or --db-url"
         )
-    return WorkerStore(url)
+    return WorkerStore(url, migrate=False)  # as serve opens it (R-W-17)
 
 
 def _as_json(entry: DeadLetter) -> dict[str, Any]:

@@ -150,7 +150,7 @@ def prepare_once(
         probe_system_of_record(reader, bundle)
     finally:
         reader.close()
-    WorkerStore(settings.db_url).close()
+    WorkerStore(settings.db_url, migrate=False).close()  # R-W-17: refused here, once
 
 
 class Supervisor:

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from sqlalchemy.engine import Connection
-
-from rewardseal.core.errors import Unavailable
 from rewardseal_control import db
 from rewardseal_control.store.audit_log import AuditLogStore
 from rewardseal_control.store.certificates import CertificateStore
@@ -78,18 +75,7 @@ class ControlStore:
         self.integrity_decisions: Final = IntegrityDecisionStore(self._db)
 
     def _check_schema(self) -> None:
-        from alembic.runtime.migration import MigrationContext
-
-        def work(conn: Connection) -> str | None:
-            return MigrationContext.configure(conn).get_current_revision()
-
-        current = self._db.read(work, snapshot=True)
-        head = db.head_revision()
-        if current != head:
-            raise Unavailable(
-                f"control store schema is at revision {current!r}, this build needs {head!r}: "
-                "run the migrations (rewardseal-control migrate)"
-            )
+        db.MIGRATIONS.check(self._db)
 
     @property
     def backend(self) -> str:

@@ -36,7 +36,8 @@ Concurrency model, which holds across threads, processes and replicas sharing on
   Deadlocks and serialization failures (SQLSTATE 40P01 / 40001) are retried the same way.
 
 The store is made of parts, one module each, behind this facade: :mod:`.schema` (tables and
-statements), :mod:`.hot_sql` (the hot path's driver SQL), :mod:`.evidence_codec` (how evidence
+statements), :mod:`.migrating` (its Alembic migrations, R-W-17), :mod:`.hot_sql` (the hot
+path's driver SQL), :mod:`.evidence_codec` (how evidence
 is stored), :mod:`.episodes` (open registrations), :mod:`.receipts` (batch reads, the commit,
 credits, the ledger), :mod:`.outbox` (receipts to forward to control, R-C-5),
 :mod:`.dead_letter` (receipts control refused for good, R-C-12) and :mod:`.state` (named values
@@ -66,6 +67,7 @@ from rewardseal_worker.store.episodes import (
     KeptRegistration,
     OpenEpisode,
 )
+from rewardseal_worker.store.migrating import MIGRATIONS
 from rewardseal_worker.store.outbox import OUTBOX_ERROR_MAX, OutboxItem, OutboxStore
 from rewardseal_worker.store.receipts import (
     BatchLookup,
@@ -80,7 +82,6 @@ from rewardseal_worker.store.receipts import (
     Regressed,
     StoredReceipt,
 )
-from rewardseal_worker.store.schema import create_schema
 from rewardseal_worker.store.state import REVOCATION_VERSION, StateStore
 
 __all__ = [
@@ -118,22 +119,33 @@ class WorkerStore(EpisodeStore, ReceiptStore, OutboxStore, DeadLetterStore, Stat
     :class:`~.dead_letter.DeadLetterStore` and :class:`~.state.StateStore`.
     """
 
-    def __init__(self, url: str, *, outbox: bool = False) -> None:
-        """Open the store at a SQLAlchemy URL and create the tables if missing.
+    def __init__(self, url: str, *, outbox: bool = False, migrate: bool = True) -> None:
+        """Open the store at a SQLAlchemy URL.
 
         ``sqlite:///path/to/file.db`` or ``postgresql+psycopg://user@host:port/db``
         (``postgresql://`` and ``postgres://`` select psycopg too). ``outbox``: every receipt
         :meth:`commit_receipts` stores also gets an outbox row, in the same transaction, for
         forwarding to the control plane (the outbox table exists either way).
 
+        ``migrate``: bring the schema to the newest revision first (Alembic, one transaction,
+        serialized against other processes; a store made before migrations is adopted, see
+        :mod:`.migrating`). With ``migrate=False`` (how ``serve`` and the worker's commands
+        open it, R-W-17) the schema must already be at the newest revision, else
+        :class:`Unavailable` naming ``rewardseal-worker migrate``; a database holding none of
+        the store's tables is created at the newest revision (a first start).
+
         Raises:
             ValidationError: the URL is not usable.
-            Unavailable: the database cannot be reached.
+            Unavailable: the database cannot be reached, or its schema is not current (and
+                ``migrate`` is off, or this build cannot migrate it).
         """
+        if migrate:
+            MIGRATIONS.upgrade(url)
         db = StoreEngine(url, what=STORE_NAME)
         super().__init__(db, outbox=outbox)
         try:
-            create_schema(db)
+            if not migrate:
+                MIGRATIONS.check(db, create_fresh=True)
         except BaseException:
             db.dispose()
             raise

@@ -22,6 +22,11 @@ the lock (ledgers, existing receipts, taken credits) are one statement
 Values are stored exactly as SQLAlchemy stored them (the other reads and writes of the store
 still use it): SQLite timestamps as naive-UTC ``YYYY-MM-DD HH:MM:SS.ffffff`` text, JSON as text;
 PostgreSQL ``timestamptz`` and ``json``.
+
+The tables are :mod:`.schema`'s: the column lists of the inserts and COPYs that write whole rows
+are taken from its ``Table`` objects, and a test prepares every statement of
+:meth:`HotSql.statements` against a store at the newest migration, on both backends, so the text
+cannot drift from the schema (tests/worker/test_hot_sql_schema.py).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from rewardseal_server.sqlstore import Backend, DriverConnection, as_utc
+from rewardseal_worker.store.schema import open_episodes, receipts
 
 _json_string: Any = getattr(json.encoder, "c_encode_basestring", None) or (
     json.encoder.encode_basestring
@@ -50,16 +56,11 @@ SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 Registration = tuple[dict[str, str], list[dict[str, Any]] | None, datetime]
 """An open registration as read: identity, baseline (None: no baseline), begun_at (aware)."""
 
-_RECEIPT_COLUMNS = (
-    "receipt_id",
-    "episode_id",
-    "contract_digest",
-    "policy_update",
-    "envelope",
-    "evidence",
-    "created_at",
-)
-"""The columns of a receipt row, in the order its insert binds them."""
+_RECEIPT_COLUMNS: tuple[str, ...] = tuple(receipts.columns.keys())
+"""The columns of a receipt row, in the order its insert binds them (the table's)."""
+
+_OPEN_COLUMNS: tuple[str, ...] = tuple(open_episodes.columns.keys())
+"""The columns of an open registration, in the order its insert binds them (the table's)."""
 
 _RECEIPT_TYPES = ("text", "text", "text", "int8", "bytea", "bytea", "timestamptz")
 """The PostgreSQL types of :data:`_RECEIPT_COLUMNS` (for COPY's binary rows)."""
@@ -141,10 +142,13 @@ class HotSql:
             f"WHERE contract_digest {listed('contracts', 2)} AND record_id {listed('records', 3)}"
         )
         # SQLite's BEGIN IMMEDIATE already holds the lock the ledger read takes on PostgreSQL:
-        # there, the ledgers come in the same statement (see lock_and_check).
+        # there, the ledgers come in the same statement (see lock_and_check). SQLite only: on
+        # PostgreSQL the UNION's text and bigint columns would not even prepare.
         self._ledgers_existing_and_taken = (
             f"{self._existing_and_taken} UNION ALL SELECT {_HIGHEST}, contract_digest, "
             f"highest_update FROM policy_ledger WHERE contract_digest {listed('contracts', 2)}"
+            if sqlite
+            else ""
         )
         self._insert_receipt = (
             f"INSERT INTO receipts ({', '.join(_RECEIPT_COLUMNS)}) VALUES ("
@@ -157,8 +161,7 @@ class HotSql:
             f"COPY receipts ({', '.join(_RECEIPT_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
         )
         self._copy_open = (
-            "COPY open_episodes (contract_digest, identity_key, episode_id, identity, baseline, "
-            "begun_at) FROM STDIN (FORMAT BINARY)"
+            f"COPY open_episodes ({', '.join(_OPEN_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
         )
         self._insert_outbox = (
             "INSERT INTO outbox (receipt_id, envelope, created_at, batch_index, attempts, "
@@ -204,12 +207,24 @@ class HotSql:
             )
         )
         self._insert_open = (
-            "INSERT INTO open_episodes (contract_digest, identity_key, episode_id, identity, "
-            f"baseline, begun_at) VALUES ({param('contract_digest', 1)}, "
+            f"INSERT INTO open_episodes ({', '.join(_OPEN_COLUMNS)}) VALUES ("
+            f"{param('contract_digest', 1)}, "
             f"{param('identity_key', 2)}, {param('episode_id', 3)}, "
             + ("?4, ?5, ?6" if sqlite else "%(identity)s::json, %(baseline)s::json, %(begun_at)s")
             + ") ON CONFLICT DO NOTHING"
         )
+
+    def statements(self) -> dict[str, str]:
+        """Every statement this backend runs, by name (for the test that checks them against
+        the schema)."""
+        named = {
+            name: value
+            for name, value in vars(self).items()
+            if isinstance(value, str) and value and name != "backend"
+        }
+        for index, (statement, _) in enumerate(self._begin_reads):
+            named[f"_begin_reads[{index}]"] = statement
+        return named
 
     # ------------------------------------------------------------------ plumbing
 
@@ -496,14 +511,6 @@ class HotSql:
                 ),
             )
             return len(rows)
-        order = (
-            "contract_digest",
-            "identity_key",
-            "episode_id",
-            "identity",
-            "baseline",
-            "begun_at",
-        )
         bound = [
             self._bind(
                 {
@@ -512,7 +519,7 @@ class HotSql:
                     "baseline": None if row["baseline"] is None else json.dumps(row["baseline"]),
                     "begun_at": self._time(row["begun_at"]),
                 },
-                order,
+                _OPEN_COLUMNS,
             )
             for row in rows
         ]

@@ -4,8 +4,8 @@ Tables: ``open_episodes`` (one registration per contract and identity), ``receip
 ``credited_records`` (one credit per contract and record), ``policy_ledger`` (the highest policy
 update committed per contract), ``outbox`` (receipts waiting for control), ``dead_letter``
 (receipts control refused for good, R-C-12) and ``worker_state`` (named values that only rise).
-:func:`create_schema` creates what is missing, so a store made before a table existed gains it on
-the next start.
+They are the schema at the newest revision of the store's Alembic migrations
+(``rewardseal_worker/migrations``, run by :mod:`.migrating`); a test checks that the two agree.
 
 Statements are built here once and shared by the parts of
 :class:`~rewardseal_worker.store.WorkerStore`; the backend-specific ``INSERT ... ON CONFLICT DO
@@ -35,12 +35,8 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Connection
 
 from rewardseal_server.sqlstore import StoreEngine, UTCDateTime
-
-SCHEMA_LOCK_KEY = 0x7265_7761_7264
-"""``pg_advisory_xact_lock`` key serializing ``CREATE TABLE`` across processes."""
 
 metadata = MetaData()
 
@@ -263,13 +259,3 @@ class Inserts:
         return cls(
             state=db.insert_ignore(worker_state),
         )
-
-
-def create_schema(db: StoreEngine) -> None:
-    """Create missing tables, serialized against other processes doing the same."""
-
-    def create(conn: Connection) -> None:
-        db.advisory_lock(conn, SCHEMA_LOCK_KEY)
-        metadata.create_all(conn, checkfirst=True)
-
-    db.write(create)
