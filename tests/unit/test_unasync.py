@@ -7,30 +7,17 @@ missing or left-over module, and what the rewrite does to the constructs the cli
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-UNASYNC = REPO_ROOT / "tools" / "unasync.py"
+from support.tools import load_tool
 
 
 @pytest.fixture(scope="module")
 def unasync() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rewardseal_tools_unasync", UNASYNC)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
+    return load_tool("unasync")
 
 
 @pytest.fixture

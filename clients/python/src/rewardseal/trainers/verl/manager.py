@@ -83,33 +83,12 @@ from rewardseal.trainers.integrity.capture import IntegrityCapture
 from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
 from rewardseal.trainers.integrity.gate import StepGate
 from rewardseal.trainers.verl.settings import (
-    DEFAULT_MAX_BATCH,
     ManagerSettings,
-    config_get,
     missing_verl,
 )
 from rewardseal.trainers.verl.tensors import last_token_rewards, response_texts
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-
-__all__ = [
-    "ALL_UNSCORED_GROUP_REWARD",
-    "DEFAULT_MAX_BATCH",
-    "DEFAULT_NAME",
-    "BatchRewards",
-    "CertifiedRewardManager",
-    "ManagerSettings",
-    "Sample",
-    "batch_rewards",
-    "config_get",
-    "descriptor_for",
-    "fill_group_rewards",
-    "missing_verl",
-    "policy_update_from",
-    "register_with_verl",
-    "samples_from_batch",
-    "score_samples",
-]
 
 logger = logging.getLogger(__name__)
 
