@@ -47,6 +47,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check $(HAND)
 	$(VENV)/bin/mypy $(SRC) tools deploy/docker/healthcheck.py
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(PY) tools/unasync.py --check
 
 ## Two pytest processes by default (pytest-xdist): most tests wait on servers, databases and child
 ## processes, so a second process keeps the other core busy. A file stays on one process

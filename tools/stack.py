@@ -456,7 +456,7 @@ def grpc_healthy(target: str, timeout: float = 3.0, tls: ClientTls | None = None
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from rewardseal.rpc.tls import channel as dial
+    from rewardseal.rpc.tls import blocking_channel as dial
 
     with dial(target, tls) as channel:
         stub = health_pb2_grpc.HealthStub(channel)

@@ -8,16 +8,14 @@ was changed, lost a file or gained one.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from support.tools import load_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-GENPROTO = REPO_ROOT / "tools" / "genproto.py"
 PACKAGE = Path("rewardseal") / "v1"
 COMMITTED = REPO_ROOT / "clients" / "python" / "src"
 SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
@@ -25,16 +23,7 @@ SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 
 @pytest.fixture(scope="module")
 def genproto() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("rewardseal_tools_genproto", GENPROTO)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.modules.pop(spec.name, None)
-    return module
+    return load_tool("genproto")
 
 
 @pytest.fixture

@@ -41,8 +41,7 @@ if TYPE_CHECKING:
     from rewardseal.core.signing import SigningKey, TrustSet
     from rewardseal.rpc.connection import WorkerConnection
     from rewardseal.rpc.control_client import AsyncControlClient, ControlClient
-    from rewardseal.rpc.integrity_async_client import AsyncIntegrityClient
-    from rewardseal.rpc.integrity_client import IntegrityClient
+    from rewardseal.rpc.integrity_client import AsyncIntegrityClient, IntegrityClient
     from rewardseal.rpc.tls import ClientTls
     from rewardseal.rpc.worker_client import AsyncWorkerClient, WorkerClient, make_descriptor
 
@@ -55,7 +54,7 @@ _EXPORTS: dict[str, str] = {
     "ControlClient": "rewardseal.rpc.control_client",
     "AsyncControlClient": "rewardseal.rpc.control_client",
     "IntegrityClient": "rewardseal.rpc.integrity_client",
-    "AsyncIntegrityClient": "rewardseal.rpc.integrity_async_client",
+    "AsyncIntegrityClient": "rewardseal.rpc.integrity_client",
     "ClientTls": "rewardseal.rpc.tls",
     # receipts and trust
     "open_receipt": "rewardseal.core.receipts",

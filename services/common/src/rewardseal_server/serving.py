@@ -9,7 +9,7 @@ trainers never need those packages.
 What lives here, once:
 
 * :func:`start_grpc_server`: a ``grpc.aio`` server with the message-size caps the clients use
-  (:func:`rewardseal.rpc.worker_client.message_size_options`), the services' servicers, the standard
+  (:func:`rewardseal.rpc.call_rules.message_size_options`), the services' servicers, the standard
   ``grpc.health.v1`` service (SERVING for ``""`` and for every named service once started),
   optional server reflection and optional TLS or mutual TLS (:class:`rewardseal.rpc.tls.ServerTls`);
   it returns a :class:`RunningServer`. Its port is its own: a second server on a port in use
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from rewardseal.core.errors import CannotListen
-from rewardseal.rpc.worker_client import message_size_options
+from rewardseal.rpc.call_rules import message_size_options
 
 if TYPE_CHECKING:
     from grpc_health.v1 import health

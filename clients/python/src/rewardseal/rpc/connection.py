@@ -25,7 +25,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Self
 
 from rewardseal.core.errors import ValidationError
 from rewardseal.core.signing import PUBLIC_KEY_SIZE, TrustSet, key_id_for
@@ -39,6 +39,7 @@ __all__ = [
     "ENV_TARGET",
     "ENV_TLS",
     "ENV_TOKEN",
+    "FromConnection",
     "WorkerConnection",
     "decode_public_key",
     "read_public_key",
@@ -281,6 +282,60 @@ def _check_agrees(connection: WorkerConnection, env: Mapping[str, str], ready_fi
             f"{', '.join(disagree)} disagree(s) with the ready file {ready_file}; "
             "unset them or make them agree"
         )
+
+
+class FromConnection:
+    """How the worker's clients are built from one :class:`WorkerConnection` (a ready file or the
+    environment), and the contract digest that came with it."""
+
+    connection: WorkerConnection | None
+    """Where the client came from, when built by :meth:`connect` (None: loose arguments)."""
+
+    if TYPE_CHECKING:  # both clients' constructors take this; connect() calls it
+
+        def __init__(self, target: str, *, token: str, trust: TrustSet, **options: Any) -> None: ...
+
+    @classmethod
+    def connect(cls, connection: WorkerConnection, **options: Any) -> Self:
+        """A client for ``connection``; ``options`` are ``timeout`` and ``retries``. Build an
+        asyncio client inside the event loop that will use it (a channel belongs to one loop)."""
+        client = cls(connection.target, **connection.client_arguments(), **options)
+        client.connection = connection
+        return client
+
+    @classmethod
+    def from_ready_file(
+        cls,
+        path: Path | str,
+        *,
+        target: str | None = None,
+        tls: ClientTls | None = None,
+        **options: Any,
+    ) -> Self:
+        """A client for the worker whose ready file is ``path`` (address, token, pinned key,
+        contract digest: :meth:`WorkerConnection.from_ready_file`)."""
+        return cls.connect(
+            WorkerConnection.from_ready_file(path, target=target, tls=tls), **options
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Self:
+        """A client for the worker the environment names (:meth:`WorkerConnection.from_env`)."""
+        return cls.connect(WorkerConnection.from_env(environ), **options)
+
+    @property
+    def reward_contract_digest(self) -> str:
+        """The contract digest of the connection this client was built from.
+
+        Raises:
+            ValidationError: the client was built from loose arguments, which name no contract.
+        """
+        if self.connection is None:
+            raise ValidationError(
+                "this client was built from loose arguments and names no contract digest; build "
+                "it with from_ready_file, from_env or connect"
+            )
+        return self.connection.reward_contract_digest
 
 
 def _tls_from_env(env: Mapping[str, str]) -> ClientTls | None:

@@ -1,24 +1,18 @@
-"""What the control plane's clients share (:mod:`rewardseal.rpc.control_client`,
-:mod:`rewardseal.rpc.integrity_client`).
+"""What the control plane's client is built on (:mod:`rewardseal.rpc.control_client`).
 
-The retry rule, the paging rule, request building and answer checking live here once, so the
-blocking and the asyncio client cannot drift apart; each client only moves messages.
-:class:`CallRules` is what every service's clients share; :class:`ControlProtocol` adds
-``ControlPlaneService``'s requests and its idempotent RPCs.
+Request building and answer checking live here once; the call rules (deadline, retry and paging
+rule) in :mod:`rewardseal.rpc.call_rules`. :class:`ControlProtocol` adds
+``ControlPlaneService``'s requests and its idempotent RPCs to
+:class:`~rewardseal.rpc.call_rules.PagedRules`; the client only moves messages.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, TypeVar
-
-import grpc
 
 from rewardseal.core.errors import ReceiptMismatch, ValidationError
-from rewardseal.rpc.tls import ClientTls
-from rewardseal.rpc.worker_client import retry_backoff
+from rewardseal.rpc.call_rules import Listing, PagedRules
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import (
@@ -29,94 +23,8 @@ from rewardseal.v1.enums_pb2 import (
 )
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 
-_log = logging.getLogger(__name__)
 
-_Item = TypeVar("_Item")
-
-
-@dataclass
-class Listing(Generic[_Item]):
-    """One paginated listing being read: the request for its next page and how to read one.
-
-    ``max_pages`` bounds a page-token loop that never ends (a broken or hostile control
-    plane): after that many pages the listing stops with a warning and what was read stands.
-    """
-
-    rpc: str
-    """The stub attribute that serves the listing (``ListContracts``, ...)."""
-    request: Any
-    """The request for the next page; its ``page_token`` moves as pages arrive."""
-    items: Callable[[Any], Iterable[_Item]]
-    max_pages: int | None
-    pages: int = 0
-
-    def after(self, page: Any) -> Any | None:
-        """The request for the page after ``page``; None when ``page`` was the last one."""
-        self.pages += 1
-        token = page.next_page_token
-        if not token:
-            return None
-        if self.max_pages is not None and self.pages >= self.max_pages:
-            _log.warning(
-                "control's %s listing did not end after %d pages; using what was read",
-                self.rpc,
-                self.pages,
-            )
-            return None
-        self.request.page_token = token
-        return self.request
-
-
-class CallRules:
-    """Credentials, deadlines, the retry rule and the paging rule of one service's clients."""
-
-    IDEMPOTENT: ClassVar[frozenset[str]] = frozenset()
-    """The RPCs a resend on UNAVAILABLE cannot do twice (each service names its own)."""
-
-    def __init__(
-        self,
-        token: str,
-        timeout: float,
-        retries: int,
-        page_size: int,
-        max_pages: int | None,
-        channel: object,
-        tls: ClientTls | None,
-    ) -> None:
-        """Raises ValidationError for an empty token, or a ready channel given with TLS."""
-        if not token:
-            raise ValidationError("a bearer token is required")
-        if channel is not None and tls is not None:
-            # The ready channel would silently win over the TLS settings.
-            raise ValidationError("give a channel or tls settings, not both")
-        self.metadata = (("authorization", f"Bearer {token}"),)
-        self.timeout = timeout
-        self.retries = retries
-        self.page_size = page_size
-        self.max_pages = max_pages
-
-    def retry_delay(self, rpc: str, error: grpc.RpcError, attempt: int) -> float | None:
-        """Seconds to wait before sending ``rpc`` again after ``error``; None: do not retry."""
-        code = getattr(error, "code", lambda: None)()
-        if code != grpc.StatusCode.UNAVAILABLE or rpc not in self.IDEMPOTENT:
-            return None
-        if attempt >= self.retries:
-            return None
-        return retry_backoff(attempt)
-
-    def listing(
-        self,
-        rpc: str,
-        request: Any,
-        items: Callable[[Any], Iterable[_Item]],
-        page_size: int | None,
-    ) -> Listing[_Item]:
-        """A listing of ``rpc`` from its first page (``page_size`` None: the client's)."""
-        request.page_size = self.page_size if page_size is None else page_size
-        return Listing(rpc, request, items, self.max_pages)
-
-
-class ControlProtocol(CallRules):
+class ControlProtocol(PagedRules):
     """``ControlPlaneService``'s requests, idempotent RPCs and answer checks for both clients."""
 
     IDEMPOTENT = frozenset(

@@ -1,7 +1,7 @@
-"""What the reward-integrity clients share (:mod:`rewardseal.rpc.integrity_client`): the idempotent
-RPCs of ``RewardIntegrityService``, its listings, its request building and its filters.
+"""What the reward-integrity clients are built on (:mod:`rewardseal.rpc.integrity_client`): the
+idempotent RPCs of ``RewardIntegrityService``, its listings, its request building and its filters.
 
-Built on :class:`~rewardseal.rpc.control_protocol.CallRules`, so the credentials, deadlines, retry
+Built on :class:`~rewardseal.rpc.call_rules.PagedRules`, so the credentials, deadlines, retry
 and paging rules are the control plane's own (docs/spec.md §12, R-I-1..10).
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from rewardseal.rpc.control_protocol import CallRules, Listing
+from rewardseal.rpc.call_rules import Listing, PagedRules
 from rewardseal.v1 import integrity_pb2 as ipb
 
 __all__ = [
@@ -73,7 +73,7 @@ class SampleQuery:
         )
 
 
-class IntegrityProtocol(CallRules):
+class IntegrityProtocol(PagedRules):
     """``RewardIntegrityService``'s idempotent RPCs, listings and requests for both clients."""
 
     IDEMPOTENT = frozenset(

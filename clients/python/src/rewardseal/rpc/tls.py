@@ -20,7 +20,7 @@ import grpc
 
 from rewardseal.core.errors import ValidationError
 
-__all__ = ["ClientTls", "aio_channel", "channel", "read_pem"]
+__all__ = ["ClientTls", "aio_channel", "blocking_channel", "read_pem"]
 
 ChannelOptions = Sequence[tuple[str, int | str]]
 
@@ -84,7 +84,9 @@ class ClientTls:
         return [("grpc.ssl_target_name_override", self.server_name)]
 
 
-def channel(target: str, tls: ClientTls | None, options: ChannelOptions = ()) -> grpc.Channel:
+def blocking_channel(
+    target: str, tls: ClientTls | None, options: ChannelOptions = ()
+) -> grpc.Channel:
     """A blocking channel to ``target``: TLS when ``tls`` is given, plaintext otherwise."""
     if tls is None:
         return grpc.insecure_channel(target, options=list(options))

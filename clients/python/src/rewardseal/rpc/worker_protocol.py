@@ -1,6 +1,6 @@
-"""What the worker's two clients share (:mod:`rewardseal.rpc.worker_client`): request building,
-answer checking and the retry rule, in one place so the blocking and the asyncio client cannot drift
-apart; each client only moves messages (R-T-5).
+"""What the worker's client is built on (:mod:`rewardseal.rpc.worker_client`): request building,
+answer checking and which RPCs may be resent, in one place; the client only moves messages
+through :mod:`rewardseal.rpc.aio.transport` (R-T-5).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import grpc
 from google.protobuf import json_format
 
 from rewardseal.core.errors import (
@@ -29,8 +28,10 @@ from rewardseal.core.receipts import (
     receipt_mismatch,
 )
 from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.call_rules import Attempts, CallRules
 from rewardseal.rpc.status import from_episode_error
 from rewardseal.v1 import worker_service_pb2 as pb
+from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 
@@ -61,6 +62,38 @@ StreamEntry = ReceiptOrError | BeginOrError
 """A stream's answer to one :data:`StreamItem`."""
 
 
+def make_descriptor(
+    *,
+    episode_id: str,
+    policy_checkpoint_id: str,
+    policy_update: int,
+    reward_contract_digest: str,
+    oracle_identity: Mapping[str, str] | None = None,
+    runtime_signal: RuntimeSignal.ValueType | None = None,
+    task_id: str | None = None,
+    environment_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> EpisodeDescriptor:
+    """Build an EpisodeDescriptor; absent optional fields stay absent (R-MSG-9)."""
+    descriptor = EpisodeDescriptor(
+        episode_id=episode_id,
+        policy_checkpoint_id=policy_checkpoint_id,
+        policy_update=policy_update,
+        reward_contract_digest=reward_contract_digest,
+    )
+    if oracle_identity:  # most descriptors name none (their BeginEpisode did): no map to fill
+        descriptor.oracle_identity.update(oracle_identity)
+    if runtime_signal is not None:
+        descriptor.runtime_signal = runtime_signal
+    if task_id is not None:
+        descriptor.task_id = task_id
+    if environment_id is not None:
+        descriptor.environment_id = environment_id
+    if metadata:
+        descriptor.metadata.update(dict(metadata))
+    return descriptor
+
+
 def make_begin(
     episode_id: str, reward_contract_digest: str, oracle_identity: Mapping[str, str]
 ) -> pb.BeginEpisodeRequest:
@@ -84,25 +117,29 @@ def chunked(items: Iterable[pb.BeginEpisodeRequest]) -> Iterator[list[pb.BeginEp
         yield chunk
 
 
-@dataclass
-class Attempts:
-    """How many times one logical call was sent (1 = no retry)."""
+class WorkerProtocol(CallRules):
+    """``RewardWorkerService``'s resendable RPCs, request building and answer checking."""
 
-    count: int = 0
-
-
-class WorkerProtocol:
-    """Request building and answer checking shared by both worker clients."""
+    IDEMPOTENT = frozenset(
+        {
+            "Health",
+            "BeginEpisode",
+            "BeginEpisodes",
+            "ScoreEpisode",
+            "ScoreEpisodes",
+            "GetReceipt",
+            "GradeOpenAI",
+        }
+    )
+    """Every unary RPC: a begin is idempotent (R-W-1), a score's resend answers our own stored
+    receipt (:meth:`recoverable`), the rest are reads. ``StreamEpisodes`` is never resent."""
 
     def __init__(self, token: str, trust: TrustSet, timeout: float, retries: int) -> None:
-        if not token:
-            raise ValidationError("a bearer token is required")
+        """Raises ValidationError for an empty token or an empty trust set."""
+        super().__init__(token, timeout, retries)
         if not len(trust):
             raise ValidationError("pin at least one worker key: receipts are verified (R-T-5)")
-        self.metadata = (("authorization", f"Bearer {token}"),)
         self.trust = trust
-        self.timeout = timeout
-        self.retries = retries
 
     def verify(self, envelope: SignedEnvelope, expected: ExpectedReceipt) -> VerifiedReceipt:
         """Open ``envelope`` against the pinned keys, then check it answers ``expected``.
@@ -295,17 +332,3 @@ class WorkerProtocol:
         mistake (e.g. a dataset column reused as an episode id, R-T-4) and must surface.
         """
         return attempts.count > 1 and bool(exc.metadata.get("receipt_id"))
-
-    def backoff(self, attempt: int) -> float:
-        return retry_backoff(attempt)
-
-
-def retry_backoff(attempt: int) -> float:
-    """Seconds before resend number ``attempt`` of a call answered UNAVAILABLE (exponential,
-    capped at 1 s); the worker and control clients wait alike."""
-    return float(min(0.05 * 2**attempt, 1.0))
-
-
-def is_unavailable(error: grpc.RpcError) -> bool:
-    code = getattr(error, "code", lambda: None)()
-    return bool(code == grpc.StatusCode.UNAVAILABLE)

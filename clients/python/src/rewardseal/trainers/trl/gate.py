@@ -47,6 +47,7 @@ from typing import Any, Final
 
 from rewardseal.core.errors import RewardSealError
 from rewardseal.trainers.integrity.gate import BoundaryGate
+from rewardseal.trainers.lazy import LazyClasses
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -118,18 +119,16 @@ class GateCore(BoundaryGate):
         return control
 
 
-_GATE_CLASS: type[Any] | None = None
+_lazy = LazyClasses(__name__)
 
 
+@_lazy.builds(CLASS_NAME)
 def integrity_gate_class() -> type[Any]:
     """``IntegrityGate``: :class:`GateCore` as a ``transformers.TrainerCallback``, built once.
 
     Raises:
         RewardSealError: (reason ``transformers_missing``) transformers is not installed.
     """
-    global _GATE_CLASS
-    if _GATE_CLASS is not None:
-        return _GATE_CLASS
     try:
         from transformers import TrainerCallback
     except ImportError as exc:
@@ -142,14 +141,9 @@ def integrity_gate_class() -> type[Any]:
     class IntegrityGate(GateCore, TrainerCallback):  # type: ignore[misc]
         """The integrity gate as a TRL/transformers callback; see the module docstring."""
 
-    IntegrityGate.__module__ = __name__
-    IntegrityGate.__qualname__ = CLASS_NAME
-    _GATE_CLASS = IntegrityGate
     return IntegrityGate
 
 
 def __getattr__(name: str) -> Any:
-    """``IntegrityGate`` on first access."""
-    if name == CLASS_NAME:
-        return integrity_gate_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """``IntegrityGate`` on first access (:mod:`rewardseal.trainers.lazy`)."""
+    return _lazy.attribute(name)

@@ -72,18 +72,17 @@ from rewardseal.trainers.groups import (
 )
 from rewardseal.trainers.integrity.capture import IntegrityCapture
 from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
-from rewardseal.trainers.verl import (
+from rewardseal.trainers.lazy import LazyClasses
+from rewardseal.trainers.verl.loop_gate import installed_loop_gate
+from rewardseal.trainers.verl.manager import (
     DEFAULT_NAME,
-    ManagerSettings,
     Sample,
-    config_get,
     descriptor_for,
     fill_group_rewards,
-    missing_verl,
     policy_update_from,
     samples_from_batch,
 )
-from rewardseal.trainers.verl.loop_gate import installed_loop_gate
+from rewardseal.trainers.verl.settings import ManagerSettings, config_get, missing_verl
 from rewardseal.trainers.verl.tensors import response_texts
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 
@@ -296,9 +295,10 @@ class LoopScorer:
         return SampleResult(episode_id=sample.episode_id, receipt=None, error=error)
 
 
-_LOOP_CLASS: type[Any] | None = None
+_lazy = LazyClasses(__name__)
 
 
+@_lazy.builds(CLASS_NAME)
 def reward_loop_manager_class() -> type[Any]:
     """``CertifiedRewardLoopManager``: a verl ``RewardManagerBase`` subclass, built once.
 
@@ -309,9 +309,6 @@ def reward_loop_manager_class() -> type[Any]:
     Raises:
         RewardSealError: (reason ``verl_missing``) verl is not installed.
     """
-    global _LOOP_CLASS
-    if _LOOP_CLASS is not None:
-        return _LOOP_CLASS
     try:
         from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
     except ImportError as exc:
@@ -363,9 +360,6 @@ def reward_loop_manager_class() -> type[Any]:
                 gate.after_assembly(data, scores)
             return rm_scores
 
-    CertifiedRewardLoopManager.__module__ = __name__
-    CertifiedRewardLoopManager.__qualname__ = CLASS_NAME
-    _LOOP_CLASS = CertifiedRewardLoopManager
     return CertifiedRewardLoopManager
 
 
@@ -397,6 +391,4 @@ def register_with_verl_reward_loop(name: str = DEFAULT_NAME) -> type[Any]:
 
 def __getattr__(name: str) -> Any:
     """``CertifiedRewardLoopManager`` on first access (verl's ``load_extern_object``)."""
-    if name == CLASS_NAME:
-        return reward_loop_manager_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _lazy.attribute(name)

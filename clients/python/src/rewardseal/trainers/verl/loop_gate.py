@@ -45,7 +45,7 @@ from rewardseal.core.errors import ValidationError
 from rewardseal.trainers.integrity.capture import IntegrityCapture
 from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
 from rewardseal.trainers.integrity.gate import StepGate
-from rewardseal.trainers.verl import samples_from_batch
+from rewardseal.trainers.verl.manager import samples_from_batch
 from rewardseal.trainers.verl.tensors import response_texts
 
 __all__ = ["LoopGate", "install_loop_gate", "installed_loop_gate"]

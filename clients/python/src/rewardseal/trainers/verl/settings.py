@@ -15,9 +15,9 @@ from typing import Any, Final
 
 from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal.core.signing import TrustSet
+from rewardseal.rpc.call_rules import DEFAULT_TIMEOUT_SECONDS
 from rewardseal.rpc.connection import WorkerConnection, decode_public_key
 from rewardseal.rpc.tls import ClientTls
-from rewardseal.rpc.worker_client import DEFAULT_TIMEOUT_SECONDS
 
 __all__ = ["DEFAULT_MAX_BATCH", "ManagerSettings", "config_get", "missing_verl"]
 

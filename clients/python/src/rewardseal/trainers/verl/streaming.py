@@ -54,9 +54,10 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from rewardseal.core.errors import RewardSealError, ValidationError
-from rewardseal.trainers.verl import config_get, missing_verl
+from rewardseal.trainers.lazy import LazyClasses
 from rewardseal.trainers.verl.loop import check_episode_ids, fill_loop_scores
 from rewardseal.trainers.verl.loop_gate import installed_loop_gate
+from rewardseal.trainers.verl.settings import config_get, missing_verl
 
 __all__ = [
     "MANAGER_CLASS_NAME",
@@ -186,10 +187,10 @@ def fill_streamed_rewards(output: Any, uids: Sequence[Any] | None) -> Any:
     return output
 
 
-_WORKER_CLASS: type[Any] | None = None
-_MANAGER_CLASS: type[Any] | None = None
+_lazy = LazyClasses(__name__)
 
 
+@_lazy.builds(WORKER_CLASS_NAME)
 def agent_loop_worker_class() -> type[Any]:
     """``CertifiedAgentLoopWorker``: verl's ``AgentLoopWorker`` with unscored samples as NaN.
 
@@ -199,9 +200,6 @@ def agent_loop_worker_class() -> type[Any]:
     Raises:
         RewardSealError: (reason ``verl_missing``) verl's agent loop cannot be imported.
     """
-    global _WORKER_CLASS
-    if _WORKER_CLASS is not None:
-        return _WORKER_CLASS
     try:
         from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     except ImportError as exc:
@@ -230,12 +228,10 @@ def agent_loop_worker_class() -> type[Any]:
                 inputs, input_non_tensor_batch=input_non_tensor_batch, validate=validate
             )
 
-    CertifiedAgentLoopWorker.__module__ = __name__
-    CertifiedAgentLoopWorker.__qualname__ = WORKER_CLASS_NAME
-    _WORKER_CLASS = CertifiedAgentLoopWorker
     return CertifiedAgentLoopWorker
 
 
+@_lazy.builds(MANAGER_CLASS_NAME)
 def agent_loop_manager_class() -> type[Any]:
     """``CertifiedAgentLoopManager``: verl's ``AgentLoopManager`` that fills per uid.
 
@@ -248,9 +244,6 @@ def agent_loop_manager_class() -> type[Any]:
     Raises:
         RewardSealError: (reason ``verl_missing``) verl's agent loop cannot be imported.
     """
-    global _MANAGER_CLASS
-    if _MANAGER_CLASS is not None:
-        return _MANAGER_CLASS
     worker_class = agent_loop_worker_class()
     try:
         from verl.experimental.agent_loop.agent_loop import AgentLoopManager
@@ -302,16 +295,9 @@ def agent_loop_manager_class() -> type[Any]:
                 await asyncio.to_thread(gate.after_rollout, prompts, output, raw)
             return filled
 
-    CertifiedAgentLoopManager.__module__ = __name__
-    CertifiedAgentLoopManager.__qualname__ = MANAGER_CLASS_NAME
-    _MANAGER_CLASS = CertifiedAgentLoopManager
     return CertifiedAgentLoopManager
 
 
 def __getattr__(name: str) -> Any:
     """The two classes on first access (``load_class_from_fqn``, Ray unpickling)."""
-    if name == MANAGER_CLASS_NAME:
-        return agent_loop_manager_class()
-    if name == WORKER_CLASS_NAME:
-        return agent_loop_worker_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _lazy.attribute(name)

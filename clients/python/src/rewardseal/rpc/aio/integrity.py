@@ -1,6 +1,6 @@
-"""The asyncio client for the control plane's ``RewardIntegrityService``
-(:class:`AsyncIntegrityClient`); import it from :mod:`rewardseal.rpc.integrity_client`, which
-documents both clients and holds the blocking one.
+"""The client for the control plane's ``RewardIntegrityService``, written once for asyncio:
+``AsyncIntegrityClient`` here, ``IntegrityClient`` in its generated blocking twin
+(:mod:`rewardseal.rpc.aio`); :mod:`rewardseal.rpc.integrity_client` documents both.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from rewardseal.core.integrity.messages import spec_struct
+from rewardseal.rpc.aio.transport import AsyncTransport
 from rewardseal.rpc.integrity_protocol import IntegrityProtocol, RewardSystemQuery, SampleQuery
-from rewardseal.rpc.transport import AsyncTransport
 from rewardseal.v1 import integrity_pb2 as ipb
 from rewardseal.v1.integrity_pb2_grpc import RewardIntegrityServiceStub
 
@@ -22,28 +22,31 @@ _BY_RECORD = ipb.AuditPairing.AUDIT_PAIRING_RECORD
 
 
 class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
-    """asyncio client for ``RewardIntegrityService``; see
-    :class:`rewardseal.rpc.integrity_client.IntegrityClient`.
+    """asyncio client for ``RewardIntegrityService``.
 
-    Listings are async iterators that fetch page after page as they are read; ``list_*``
-    collects one into a list.
+    Listings are async iterators that fetch page after page as they are read (``reward_systems``,
+    ``retention_protocols``, ``integrity_profiles``, ``signal_shards``, ``audits``,
+    ``audit_samples``); ``list_*`` collects one into a list.
     """
 
     STUB = RewardIntegrityServiceStub
     RULES = IntegrityProtocol
 
-    # --- Reward systems ---
+    # --- Reward systems (R-I-1, R-I-2) ---
 
     async def validate_reward_system(
         self, spec: Mapping[str, Any]
     ) -> ipb.ValidateRewardSystemResponse:
-        """See :meth:`IntegrityClient.validate_reward_system`."""
+        """Every blocker of ``spec`` (sorted; empty when valid), the revision id it would get and
+        its sentinel's independence. Stores nothing."""
         request = ipb.ValidateRewardSystemRequest(spec=spec_struct(spec))
         answer: ipb.ValidateRewardSystemResponse = await self._call("ValidateRewardSystem", request)
         return answer
 
     async def create_reward_system(self, spec: Mapping[str, Any]) -> ipb.CreateRewardSystemResponse:
-        """See :meth:`IntegrityClient.create_reward_system`."""
+        """Store ``spec`` as a revision (admin); ``created`` is False when the same content was
+        stored before. A spec with blockers is refused (IntegritySpecInvalid) and stores
+        nothing."""
         request = ipb.CreateRewardSystemRequest(spec=spec_struct(spec))
         answer: ipb.CreateRewardSystemResponse = await self._call("CreateRewardSystem", request)
         return answer
@@ -64,9 +67,9 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         self, query: RewardSystemQuery | None = None, *, page_size: int | None = None
     ) -> list[ipb.RewardSystemRevision]:
         """Every revision ``query`` picks, collected."""
-        return [r async for r in self.reward_systems(query, page_size=page_size)]
+        return [item async for item in self.reward_systems(query, page_size=page_size)]
 
-    # --- Retention protocols and integrity profiles ---
+    # --- Retention protocols (R-I-4) and integrity profiles (R-I-7) ---
 
     def retention_protocols(
         self, *, page_size: int | None = None
@@ -78,7 +81,7 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         self, *, page_size: int | None = None
     ) -> list[ipb.RetentionProtocolRevision]:
         """Every retention protocol, collected."""
-        return [p async for p in self.retention_protocols(page_size=page_size)]
+        return [item async for item in self.retention_protocols(page_size=page_size)]
 
     async def get_retention_protocol(self, revision_id: str) -> ipb.RetentionProtocolRevision:
         """One protocol by revision id or built-in name."""
@@ -89,7 +92,7 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
     async def create_retention_protocol(
         self, spec: Mapping[str, Any]
     ) -> ipb.CreateRetentionProtocolResponse:
-        """Store a custom protocol revision (admin)."""
+        """Store a custom protocol revision (admin); ``created`` False for known content."""
         request = ipb.CreateRetentionProtocolRequest(spec=spec_struct(spec))
         answer: ipb.CreateRetentionProtocolResponse = await self._call(
             "CreateRetentionProtocol", request
@@ -106,7 +109,7 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         self, *, page_size: int | None = None
     ) -> list[ipb.IntegrityProfileRevision]:
         """Every integrity profile, collected."""
-        return [p async for p in self.integrity_profiles(page_size=page_size)]
+        return [item async for item in self.integrity_profiles(page_size=page_size)]
 
     async def get_integrity_profile(self, revision_id: str) -> ipb.IntegrityProfileRevision:
         """One profile by revision id or built-in name."""
@@ -117,26 +120,26 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
     async def create_integrity_profile(
         self, spec: Mapping[str, Any]
     ) -> ipb.CreateIntegrityProfileResponse:
-        """Store a custom profile revision (admin)."""
+        """Store a custom profile revision (admin); ``created`` False for known content."""
         request = ipb.CreateIntegrityProfileRequest(spec=spec_struct(spec))
         answer: ipb.CreateIntegrityProfileResponse = await self._call(
             "CreateIntegrityProfile", request
         )
         return answer
 
-    # --- Binding ---
+    # --- Binding (R-I-9) ---
 
     async def resolve_binding(
         self, system_revision_id: str, protocol_revision_id: str, profile_revision_id: str
     ) -> ipb.ResolveBindingResponse:
-        """See :meth:`IntegrityClient.resolve_binding`."""
+        """Whether the triple may gate a run, its blockers, and the ids names resolved to."""
         request = self._protocol.resolve_request(
             system_revision_id, protocol_revision_id, profile_revision_id
         )
         answer: ipb.ResolveBindingResponse = await self._call("ResolveBinding", request)
         return answer
 
-    # --- Signal shards ---
+    # --- Signal shards (R-I-3) ---
 
     async def append_signal_rows(
         self,
@@ -147,7 +150,7 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         system_revision_id: str,
         protocol_revision_id: str,
     ) -> ipb.AppendSignalRowsResponse:
-        """See :meth:`IntegrityClient.append_signal_rows`."""
+        """Add captured rows to an open boundary. Never retried: a resend could append twice."""
         request = self._protocol.append_request(
             run_id, boundary, system_revision_id, protocol_revision_id, rows
         )
@@ -157,7 +160,8 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
     async def seal_signal_shard(
         self, run_id: str, boundary: int, *, expected_shard_id: str = ""
     ) -> ipb.SealSignalShardResponse:
-        """See :meth:`IntegrityClient.seal_signal_shard`."""
+        """Retain and seal a boundary; with ``expected_shard_id`` a different result is refused
+        (ShardCorrupt) and nothing is sealed."""
         request = ipb.SealSignalShardRequest(
             run_id=run_id, boundary=boundary, expected_shard_id=expected_shard_id
         )
@@ -165,7 +169,7 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         return answer
 
     async def verify_signal_shard(self, shard_id: str) -> ipb.SignalShard:
-        """See :meth:`IntegrityClient.verify_signal_shard`."""
+        """The shard, once its stored rows hash to its manifest again (ShardCorrupt if not)."""
         request = ipb.VerifySignalShardRequest(shard_id=shard_id)
         answer: ipb.VerifySignalShardResponse = await self._call("VerifySignalShard", request)
         return answer.shard
@@ -180,12 +184,12 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         self, run_id: str, *, page_size: int | None = None
     ) -> list[ipb.SignalShard]:
         """Every shard of ``run_id``, collected."""
-        return [s async for s in self.signal_shards(run_id, page_size=page_size)]
+        return [item async for item in self.signal_shards(run_id, page_size=page_size)]
 
-    # --- Audits ---
+    # --- Audits (R-I-6..8) ---
 
     async def start_audit(self, shard_id: str, profile_revision_id: str) -> ipb.Audit:
-        """See :meth:`IntegrityClient.start_audit`."""
+        """Queue an audit of a sealed shard; answers at once. Never retried."""
         request = ipb.StartAuditRequest(shard_id=shard_id, profile_revision_id=profile_revision_id)
         answer: ipb.StartAuditResponse = await self._call("StartAudit", request)
         return answer.audit
@@ -214,18 +218,20 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         page_size: int | None = None,
     ) -> list[ipb.Audit]:
         """Every audit (of one run, in one state, when given), collected."""
-        return [a async for a in self.audits(run_id=run_id, state=state, page_size=page_size)]
+        return [item async for item in self.audits(run_id=run_id, state=state, page_size=page_size)]
 
     async def watch_audit(
         self, audit_id: str, *, deadline: float | None = None
     ) -> AsyncGenerator[ipb.Audit, None]:
-        """See :meth:`IntegrityClient.watch_audit`."""
+        """The audit now and after every change of state; ends once it is done, failed or
+        cancelled. No deadline unless ``deadline`` (seconds) is given; never retried."""
         request = ipb.WatchAuditRequest(audit_id=audit_id)
         async for message in self._stream("WatchAudit", request, deadline):
             yield message.audit
 
     async def wait_for_audit(self, audit_id: str, *, deadline: float | None = None) -> ipb.Audit:
-        """See :meth:`IntegrityClient.wait_for_audit`."""
+        """The audit once it is done, failed or cancelled (or as it stood when the stream ended
+        early; check :attr:`~rewardseal.v1.integrity_pb2.Audit.state`)."""
         last: ipb.Audit | None = None
         async with contextlib.aclosing(self.watch_audit(audit_id, deadline=deadline)) as watch:
             async for audit in watch:
@@ -244,10 +250,10 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         self, audit_id: str, query: SampleQuery | None = None, *, page_size: int | None = None
     ) -> list[ipb.AuditSample]:
         """Every retained row ``query`` picks, collected."""
-        return [s async for s in self.audit_samples(audit_id, query, page_size=page_size)]
+        return [item async for item in self.audit_samples(audit_id, query, page_size=page_size)]
 
     async def audit_metrics(self, audit_id: str) -> ipb.GetAuditMetricsResponse:
-        """See :meth:`IntegrityClient.audit_metrics`."""
+        """Every metric with its interval and threshold, subgroups, trends and diagnostics."""
         request = ipb.GetAuditMetricsRequest(audit_id=audit_id)
         answer: ipb.GetAuditMetricsResponse = await self._call("GetAuditMetrics", request)
         return answer
@@ -259,13 +265,14 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         *,
         pairing: ipb.AuditPairing.ValueType = _BY_RECORD,
     ) -> ipb.CompareAuditsResponse:
-        """See :meth:`IntegrityClient.compare_audits`."""
+        """Metric deltas and outcome transitions of rows paired by record (or episode)."""
         request = self._protocol.compare_request(left_audit_id, right_audit_id, pairing)
         answer: ipb.CompareAuditsResponse = await self._call("CompareAudits", request)
         return answer
 
     async def verify_audit(self, audit_id: str) -> ipb.VerifyAuditResponse:
-        """See :meth:`IntegrityClient.verify_audit`."""
+        """The signed bundle once control verified it and every shard it names (verify it
+        yourself with :func:`rewardseal.core.integrity.verify_bundle` and the pinned org key)."""
         request = ipb.VerifyAuditRequest(audit_id=audit_id)
         answer: ipb.VerifyAuditResponse = await self._call("VerifyAudit", request)
         return answer
@@ -282,7 +289,7 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         answer: ipb.RetryAuditResponse = await self._call("RetryAudit", request)
         return answer.audit
 
-    # --- Decisions ---
+    # --- Decisions (R-I-8) ---
 
     async def review_decision(
         self,
@@ -293,7 +300,8 @@ class AsyncIntegrityClient(AsyncTransport[IntegrityProtocol]):
         checkpoint: str = "",
         supersedes: int | None = None,
     ) -> ipb.DecisionEntry:
-        """See :meth:`IntegrityClient.review_decision`."""
+        """Append a reviewed entry superseding the current one (admin); ``supersedes`` names
+        the entry reviewed (None: the current one; a stale one is DecisionSuperseded)."""
         request = self._protocol.review_request(audit_id, action, reason, checkpoint, supersedes)
         answer: ipb.ReviewDecisionResponse = await self._call("ReviewDecision", request)
         return answer.entry
