@@ -20,7 +20,7 @@ tokens, the contract digest and the worker's public key, for scripts. ``up`` pri
 the services. Services inherit no ``REWARDSEAL_*`` or ``MOCKMED_*`` variable from the caller's
 environment, so a shell set up for another deployment cannot point the stack at it.
 
-Why one file of about 650 lines: this is a script run by path (``python tools/stack.py``, and
+Why one file of about 780 lines: this is a script run by path (``python tools/stack.py``, and
 ``tools/demo.py`` imports it as ``stack``), and ``tests/deploy`` loads it by path too, so a
 sibling module would need a ``sys.path`` change in every caller. What it shares with other code
 (spawning a service, waiting for its ready file, the stop timeouts) lives in
