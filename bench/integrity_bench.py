@@ -38,15 +38,14 @@ from rewardseal.core.integrity import (
     RewardSystem,
     SentinelObservation,
     SignalRow,
-    audit_boundary,
     build_bundle,
-    grouped_bootstrap,
     parse_reward_system,
     retain,
     seal_shard,
 )
-from rewardseal.core.integrity.metrics import metric_columns
 from rewardseal.core.signing import SigningKey
+from rewardseal_server.integrity_audit import audit_boundary, grouped_bootstrap
+from rewardseal_server.integrity_audit.metrics import metric_columns
 
 RESULTS = Path(__file__).resolve().parent / "results" / "integrity.json"
 RESAMPLES = 10_000

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 from support.integrity_builders import row, system
 
-from rewardseal.core.integrity import compute_metrics
-from rewardseal.core.integrity.metrics import sample_outcome
+from rewardseal_server.integrity_audit import compute_metrics
+from rewardseal_server.integrity_audit.metrics import sample_outcome
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,8 @@ __all__ = [
 ]
 
 MAPPING_TOLERANCE: Final = 1e-9
+
+
 def evidence_digest(
     system_revision_id: str,
     protocol_revision_id: str,

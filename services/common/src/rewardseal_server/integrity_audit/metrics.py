@@ -1,7 +1,8 @@
 """Audit metrics over the uniform core (R-I-6).
 
 Every rate is a ratio of per-row sums (numerator over denominator), which is what lets
-rewardseal_server.integrity_audit.bootstrap resample them by record in one matrix product. Per core row:
+:mod:`.bootstrap` resample them by record in one matrix product (the point values travel as
+core's :class:`~rewardseal.core.integrity.CoreMetrics`). Per core row:
 
 * ``coverage``: a sentinel observation was captured / rows;
 * ``error_rate``: the sentinel answered ``error`` / rows;

@@ -17,6 +17,7 @@ from rewardseal_server.integrity_audit.metrics import compute_metrics
 
 __all__ = ["boundary_trends"]
 
+
 def boundary_trends(
     boundaries: Sequence[Retention], mapping: RewardMapping
 ) -> tuple[BoundaryTrend, ...]:

@@ -31,20 +31,19 @@ from rewardseal.core.errors import RewardSealError, ShardCorrupt, SignatureError
 from rewardseal.core.integrity import (
     AuditBundle,
     DecisionEntry,
-    audit_boundary,
     build_bundle,
-    evidence_digest,
     initial_entry,
     verify_bundle,
 )
-from rewardseal.core.integrity.audits import AuditReport
-from rewardseal.core.integrity.bootstrap import RESAMPLES
+from rewardseal.core.integrity.reports import AuditReport
 from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.integrity.store.audits import StoredAudit
 from rewardseal_control.integrity.store.decisions import NewBundle, StoredBundle
 from rewardseal_control.integrity.store.shards import LoadedShard
 from rewardseal_control.store import ControlStore
+from rewardseal_server.integrity_audit import audit_boundary, evidence_digest
+from rewardseal_server.integrity_audit.bootstrap import RESAMPLES
 
 __all__ = [
     "DEFAULT_LEASE",

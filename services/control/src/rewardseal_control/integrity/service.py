@@ -36,7 +36,6 @@ from rewardseal.core.integrity import (
     resolve_binding,
     validate_reward_system,
 )
-from rewardseal.core.integrity.bootstrap import RESAMPLES
 from rewardseal.core.integrity.messages import enum_word, signal_row, struct_document
 from rewardseal.core.signing import SigningKey
 from rewardseal.rpc.status import abort, maps_errors
@@ -62,6 +61,7 @@ from rewardseal_control.integrity.views import (
 )
 from rewardseal_control.roles import caller_actor
 from rewardseal_control.store import ControlStore
+from rewardseal_server.integrity_audit.bootstrap import RESAMPLES
 
 __all__ = ["RewardIntegrityServicer"]
 

@@ -55,7 +55,6 @@ from rewardseal.core.integrity.protocols import (
     parse_protocol,
     validate_protocol,
 )
-from rewardseal.core.integrity.retention import RetainedRow, Retention, retain
 from rewardseal.core.integrity.reports import (
     AuditReport,
     BoundaryTrend,
@@ -63,6 +62,7 @@ from rewardseal.core.integrity.reports import (
     Interval,
     SubgroupMetrics,
 )
+from rewardseal.core.integrity.retention import RetainedRow, Retention, retain
 from rewardseal.core.integrity.revisions import revision_id
 from rewardseal.core.integrity.scrubbing import scrub_credentials
 from rewardseal.core.integrity.shards import ShardManifest, seal_shard, verify_shard

@@ -143,6 +143,8 @@ _REPORT_KEYS: Final = (
     "trends",
     "decision",
 )
+
+
 @dataclass(frozen=True, slots=True)
 class SubgroupMetrics:
     """Point metrics of the core rows carrying one subgroup label (reported apart, R-I-6)."""
@@ -244,5 +246,3 @@ class AuditReport:
             ),
             decision=Decision.from_json(data.get("decision")),
         )
-
-
