@@ -1,6 +1,7 @@
 """Reward-integrity audit of one boundary shard (``make bench``; not a test).
 
-The pure pipeline a control-plane audit runner calls (``rewardseal.core.integrity.audit_boundary``):
+The pure pipeline a control-plane audit runner calls
+(``rewardseal_server.integrity_audit.audit_boundary``):
 verify the sealed shard against its manifest, check the evidence, compute every R-I-6 metric over
 the core, 10,000 record-grouped bootstrap resamples (seed 42), subgroups, the decision, then sign
 the bundle. Two shards of 512 retained rows, graded rewards, two candidates per record:

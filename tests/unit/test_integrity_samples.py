@@ -1,5 +1,5 @@
-"""How one row's two verdicts relate (rewardseal.core.integrity.metrics.sample_outcome): the reading
-an audit's samples are filtered by, the same one its rates are built from (R-I-6)."""
+"""How one row's two verdicts relate (rewardseal_server.integrity_audit.metrics.sample_outcome):
+the reading an audit's samples are filtered by, the same one its rates are built from (R-I-6)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 StartAudit only queues an audit (a row in state ``queued``) and wakes the runner. The runner, an
 asyncio task of the control plane, claims the oldest runnable audit under a lease, reads its
-evidence, runs core's pure :func:`~rewardseal.core.integrity.audit_boundary` in a worker thread,
-signs the report as a bundle with the control plane's organization key and stores bundle,
+evidence, runs the pure :func:`~rewardseal_server.integrity_audit.audit_boundary` in a worker
+thread, signs the report as a bundle with the control plane's organization key and stores bundle,
 automatic decision and ``done`` in one transaction (:meth:`IntegrityAuditStore.finish`). So:
 
 * a restart never leaves an audit half-decided: an audit whose runner died is ``running`` past
@@ -14,7 +14,7 @@ automatic decision and ``done`` in one transaction (:meth:`IntegrityAuditStore.f
 * bad *evidence* is not an error: a corrupt or unverifiable shard is an ``incomplete_evidence``
   decision whose bundle is still published;
 * identical evidence whose shards still verify reuses the verified bundle of an earlier audit
-  (same :func:`~rewardseal.core.integrity.evidence_digest`) instead of auditing again.
+  (same :func:`~rewardseal_server.integrity_audit.evidence_digest`) instead of auditing again.
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ BACKOFF_SECONDS: Final = 0.5
 _UNVERIFIABLE: Final = frozenset({"shard_unverifiable", "earlier_shard_unverifiable"})
 
 AuditFunction = Callable[..., AuditReport]
-"""What computes a report (core's audit_boundary; a test may wrap it to inject a failure)."""
+"""What computes a report (rewardseal_server.integrity_audit.audit_boundary; a test may wrap it
+to inject a failure)."""
 
 
 def bundle_trust(store: ControlStore, issued_at: datetime) -> TrustSet:

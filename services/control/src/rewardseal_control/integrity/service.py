@@ -2,8 +2,9 @@
 
 Served by the control plane next to ``ControlPlaneService``, over the same store and the same
 credentials (roles in :mod:`rewardseal_control.roles`; the audit log names the role the
-interceptor recorded for the call). The rules are core's (:mod:`rewardseal.core.integrity`); the
-store keeps revisions, shards, audits, bundles and decisions; audits run in the
+interceptor recorded for the call). The rules are core's (:mod:`rewardseal.core.integrity`, the
+audit computation :mod:`rewardseal_server.integrity_audit`); the store keeps revisions, shards,
+audits, bundles and decisions; audits run in the
 :class:`~rewardseal_control.integrity.runner.AuditRunner`, never on an RPC: StartAudit and
 RetryAudit answer with a queued audit at once, GetAudit and WatchAudit follow it. Errors are
 ``rewardseal.core.errors`` classes mapped in one place (``rewardseal.rpc.status``); a refused

@@ -2,7 +2,7 @@
 
 Every view reads the audit's stored evidence (its shard's retained rows) and its verified
 bundle (the report); nothing here computes a metric or a decision anew. A sample's outcome is
-core's :func:`~rewardseal.core.integrity.metrics.sample_outcome` of the row under the reward
+:func:`~rewardseal_server.integrity_audit.metrics.sample_outcome` of the row under the reward
 system's mapping: the same reading the audit's rates were built from.
 """
 
