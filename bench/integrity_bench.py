@@ -1,6 +1,7 @@
 """Reward-integrity audit of one boundary shard (``make bench``; not a test).
 
-The pure pipeline a control-plane audit runner calls (``rewardseal.core.integrity.audit_boundary``):
+The pure pipeline a control-plane audit runner calls
+(``rewardseal_server.integrity_audit.audit_boundary``):
 verify the sealed shard against its manifest, check the evidence, compute every R-I-6 metric over
 the core, 10,000 record-grouped bootstrap resamples (seed 42), subgroups, the decision, then sign
 the bundle. Two shards of 512 retained rows, graded rewards, two candidates per record:
@@ -38,15 +39,14 @@ from rewardseal.core.integrity import (
     RewardSystem,
     SentinelObservation,
     SignalRow,
-    audit_boundary,
     build_bundle,
-    grouped_bootstrap,
     parse_reward_system,
     retain,
     seal_shard,
 )
-from rewardseal.core.integrity.metrics import metric_columns
 from rewardseal.core.signing import SigningKey
+from rewardseal_server.integrity_audit import audit_boundary, grouped_bootstrap
+from rewardseal_server.integrity_audit.metrics import metric_columns
 
 RESULTS = Path(__file__).resolve().parent / "results" / "integrity.json"
 RESAMPLES = 10_000

@@ -23,10 +23,11 @@ from support.control import (
 from support.integrity import agreeing_rows, audit_to_end, capture, create_system, wait_for_audit
 
 from rewardseal.core.errors import Unavailable
-from rewardseal.core.integrity import AuditReport, audit_boundary
+from rewardseal.core.integrity import AuditReport
 from rewardseal.core.signing import SigningKey
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.integrity.runner import DEFAULT_LEASE, MAX_ATTEMPTS
+from rewardseal_server.integrity_audit import audit_boundary
 
 
 class Gate:

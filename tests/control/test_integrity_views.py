@@ -12,8 +12,9 @@ import pytest
 from support.control import TRAINER, WORKER, ControlStack, start_control, stop_control, wire_error
 from support.integrity import agreeing_rows, audit_to_end, capture, create_system
 
-from rewardseal.core.integrity import AuditReport, audit_boundary
+from rewardseal.core.integrity import AuditReport
 from rewardseal.v1 import integrity_pb2 as pb
+from rewardseal_server.integrity_audit import audit_boundary
 
 RUN = "run-0001"
 

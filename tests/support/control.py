@@ -117,7 +117,7 @@ async def start_control(
     port: int = 0,
 ) -> ControlStack:
     """A control plane over ``url`` with a fresh organization key (or ``key``) and a hand-moved
-    clock; its audits use :data:`TEST_RESAMPLES` (``audit`` may wrap core's audit function).
+    clock; its audits use :data:`TEST_RESAMPLES` (``audit`` may wrap ``audit_boundary``).
     ``port`` 0 takes a free one; a given port restarts control where a client still points."""
     store = ControlStore(url)
     key = key or SigningKey.generate()

@@ -22,12 +22,12 @@ from rewardseal.core.integrity import (
     SentinelObservation,
     ShardManifest,
     SignalRow,
-    audit_boundary,
     parse_reward_system,
     retain,
     seal_shard,
 )
 from rewardseal.core.integrity.signals import Outcome
+from rewardseal_server.integrity_audit import audit_boundary
 
 CONTRACT_A = "sha256:" + "a" * 64
 CONTRACT_B = "sha256:" + "b" * 64

@@ -15,14 +15,14 @@ from rewardseal.core.integrity import (
     DecisionEntry,
     RetainedRow,
     Review,
-    audit_boundary,
     current_entry,
     initial_entry,
     parse_reward_system,
     review_decision,
 )
-from rewardseal.core.integrity.decisions import threshold_reasons
 from rewardseal.core.integrity.profiles import METRIC_NAMES
+from rewardseal_server.integrity_audit import audit_boundary
+from rewardseal_server.integrity_audit.deciding import threshold_reasons
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 HUMAN = BUILTIN_PROFILES["human_aligned_integrity"]

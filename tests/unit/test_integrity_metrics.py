@@ -13,14 +13,16 @@ from rewardseal.core.integrity import (
     BUILTIN_PROTOCOLS,
     RetainedRow,
     RetentionProtocol,
+    retain,
+    seal_shard,
+)
+from rewardseal_server.integrity_audit import (
     audit_boundary,
     boundary_trends,
     compute_metrics,
     grouped_bootstrap,
-    retain,
-    seal_shard,
 )
-from rewardseal.core.integrity.metrics import RATIO_METRICS, metric_columns
+from rewardseal_server.integrity_audit.metrics import RATIO_METRICS, metric_columns
 
 MAPPING = system().mapping
 

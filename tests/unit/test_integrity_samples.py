@@ -1,5 +1,5 @@
-"""How one row's two verdicts relate (rewardseal.core.integrity.metrics.sample_outcome): the reading
-an audit's samples are filtered by, the same one its rates are built from (R-I-6)."""
+"""How one row's two verdicts relate (rewardseal_server.integrity_audit.metrics.sample_outcome):
+the reading an audit's samples are filtered by, the same one its rates are built from (R-I-6)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 from support.integrity_builders import row, system
 
-from rewardseal.core.integrity import compute_metrics
-from rewardseal.core.integrity.metrics import sample_outcome
+from rewardseal_server.integrity_audit import compute_metrics
+from rewardseal_server.integrity_audit.metrics import sample_outcome
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """Reward integrity in the control plane (docs/spec.md §12, R-I-1..10; docs/integrity.md).
 
-The rules are core's (:mod:`rewardseal.core.integrity`); this package keeps and serves them:
+The rules are core's (:mod:`rewardseal.core.integrity`) and the audit computation is the server
+plumbing's (:mod:`rewardseal_server.integrity_audit`); this package keeps and serves them:
 
 * :mod:`.service`: the gRPC face, ``RewardIntegrityService``;
 * :mod:`.runner`: the audit runner, which runs audits off the RPC path;

@@ -13,9 +13,9 @@ from rewardseal.core.integrity import (
     AuditBundle,
     DecisionEntry,
 )
-from rewardseal.core.integrity.audits import AuditReport
 from rewardseal.core.integrity.messages import enum_value, signal_row_message, spec_struct
 from rewardseal.core.integrity.profiles import METRIC_NAMES, IntegrityProfile
+from rewardseal.core.integrity.reports import AuditReport
 from rewardseal.core.integrity.retention import RetainedRow
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.integrity.store.audits import StoredAudit

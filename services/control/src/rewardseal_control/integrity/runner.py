@@ -2,8 +2,8 @@
 
 StartAudit only queues an audit (a row in state ``queued``) and wakes the runner. The runner, an
 asyncio task of the control plane, claims the oldest runnable audit under a lease, reads its
-evidence, runs core's pure :func:`~rewardseal.core.integrity.audit_boundary` in a worker thread,
-signs the report as a bundle with the control plane's organization key and stores bundle,
+evidence, runs the pure :func:`~rewardseal_server.integrity_audit.audit_boundary` in a worker
+thread, signs the report as a bundle with the control plane's organization key and stores bundle,
 automatic decision and ``done`` in one transaction (:meth:`IntegrityAuditStore.finish`). So:
 
 * a restart never leaves an audit half-decided: an audit whose runner died is ``running`` past
@@ -14,7 +14,7 @@ automatic decision and ``done`` in one transaction (:meth:`IntegrityAuditStore.f
 * bad *evidence* is not an error: a corrupt or unverifiable shard is an ``incomplete_evidence``
   decision whose bundle is still published;
 * identical evidence whose shards still verify reuses the verified bundle of an earlier audit
-  (same :func:`~rewardseal.core.integrity.evidence_digest`) instead of auditing again.
+  (same :func:`~rewardseal_server.integrity_audit.evidence_digest`) instead of auditing again.
 """
 
 from __future__ import annotations
@@ -31,20 +31,19 @@ from rewardseal.core.errors import RewardSealError, ShardCorrupt, SignatureError
 from rewardseal.core.integrity import (
     AuditBundle,
     DecisionEntry,
-    audit_boundary,
     build_bundle,
-    evidence_digest,
     initial_entry,
     verify_bundle,
 )
-from rewardseal.core.integrity.audits import AuditReport
-from rewardseal.core.integrity.bootstrap import RESAMPLES
+from rewardseal.core.integrity.reports import AuditReport
 from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
 from rewardseal_control.integrity.store.audits import StoredAudit
 from rewardseal_control.integrity.store.decisions import NewBundle, StoredBundle
 from rewardseal_control.integrity.store.shards import LoadedShard
 from rewardseal_control.store import ControlStore
+from rewardseal_server.integrity_audit import audit_boundary, evidence_digest
+from rewardseal_server.integrity_audit.bootstrap import RESAMPLES
 
 __all__ = [
     "DEFAULT_LEASE",
@@ -68,7 +67,8 @@ BACKOFF_SECONDS: Final = 0.5
 _UNVERIFIABLE: Final = frozenset({"shard_unverifiable", "earlier_shard_unverifiable"})
 
 AuditFunction = Callable[..., AuditReport]
-"""What computes a report (core's audit_boundary; a test may wrap it to inject a failure)."""
+"""What computes a report (rewardseal_server.integrity_audit.audit_boundary; a test may wrap it
+to inject a failure)."""
 
 
 def bundle_trust(store: ControlStore, issued_at: datetime) -> TrustSet:

@@ -2,8 +2,9 @@
 
 Served by the control plane next to ``ControlPlaneService``, over the same store and the same
 credentials (roles in :mod:`rewardseal_control.roles`; the audit log names the role the
-interceptor recorded for the call). The rules are core's (:mod:`rewardseal.core.integrity`); the
-store keeps revisions, shards, audits, bundles and decisions; audits run in the
+interceptor recorded for the call). The rules are core's (:mod:`rewardseal.core.integrity`, the
+audit computation :mod:`rewardseal_server.integrity_audit`); the store keeps revisions, shards,
+audits, bundles and decisions; audits run in the
 :class:`~rewardseal_control.integrity.runner.AuditRunner`, never on an RPC: StartAudit and
 RetryAudit answer with a queued audit at once, GetAudit and WatchAudit follow it. Errors are
 ``rewardseal.core.errors`` classes mapped in one place (``rewardseal.rpc.status``); a refused
@@ -36,7 +37,6 @@ from rewardseal.core.integrity import (
     resolve_binding,
     validate_reward_system,
 )
-from rewardseal.core.integrity.bootstrap import RESAMPLES
 from rewardseal.core.integrity.messages import enum_word, signal_row, struct_document
 from rewardseal.core.signing import SigningKey
 from rewardseal.rpc.status import abort, maps_errors
@@ -62,6 +62,7 @@ from rewardseal_control.integrity.views import (
 )
 from rewardseal_control.roles import caller_actor
 from rewardseal_control.store import ControlStore
+from rewardseal_server.integrity_audit.bootstrap import RESAMPLES
 
 __all__ = ["RewardIntegrityServicer"]
 

@@ -2,7 +2,7 @@
 
 Every view reads the audit's stored evidence (its shard's retained rows) and its verified
 bundle (the report); nothing here computes a metric or a decision anew. A sample's outcome is
-core's :func:`~rewardseal.core.integrity.metrics.sample_outcome` of the row under the reward
+:func:`~rewardseal_server.integrity_audit.metrics.sample_outcome` of the row under the reward
 system's mapping: the same reading the audit's rates were built from.
 """
 
@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from typing import Final
 
 from rewardseal.core.errors import ValidationError
-from rewardseal.core.integrity.audits import AuditReport
 from rewardseal.core.integrity.mapping import RewardMapping
 from rewardseal.core.integrity.messages import enum_value, enum_word
-from rewardseal.core.integrity.metrics import sample_outcome
 from rewardseal.core.integrity.profiles import METRIC_NAMES, IntegrityProfile
+from rewardseal.core.integrity.reports import AuditReport
 from rewardseal.core.integrity.retention import RetainedRow
 from rewardseal.v1 import integrity_pb2 as pb
 from rewardseal_control.integrity.convert import metric_results, sample_message
 from rewardseal_control.store.pagination import fingerprint, offset_page
+from rewardseal_server.integrity_audit.metrics import sample_outcome
 
 __all__ = [
     "MAX_QUERY_LENGTH",

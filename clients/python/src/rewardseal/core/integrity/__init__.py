@@ -2,32 +2,29 @@
 
 A training run binds a reward-system revision, a retention protocol and an integrity profile
 (:mod:`.binding`). At each boundary the trainer captures :class:`.signals.SignalRow` s, which are
-retained (:mod:`.retention`) and sealed into a shard (:mod:`.shards`). An audit
-(:func:`.audits.audit_boundary`) verifies the shard, computes the metrics over the uniform core
-(:mod:`.metrics`, :mod:`.bootstrap`, :mod:`.trends`), decides (:mod:`.decisions`) and is
-published as a signed bundle (:mod:`.bundles`). Time and seeds are always passed in, so the same
-inputs give the same bytes.
+retained (:mod:`.retention`) and sealed into a shard (:mod:`.shards`). The control plane audits
+the shard (:mod:`rewardseal_server.integrity_audit`: metrics, bootstrap, trends, the decision
+table), and publishes what it found (:mod:`.reports`) as a signed bundle (:mod:`.bundles`) with a
+decision history (:mod:`.decisions`); the run's gate (:mod:`.gate`) reads the decisions in force.
+Time and seeds are always passed in, so the same inputs give the same bytes.
+
+This package is what a trainer needs: the spec documents, capture, retention and shards, the
+report and decision types, bundle verification and the gate. The computation only auditors
+run is in ``rewardseal_server``, which trainers never install.
 
 Modules, in the order the evidence flows: ``scrubbing``, ``revisions``, ``mapping``,
 ``systems``, ``protocols``, ``profiles``, ``independence``, ``binding``, ``signals``,
-``retention``, ``shards``, ``metrics``, ``bootstrap``, ``trends``, ``decisions``, ``audits``,
-``bundles``, ``gate`` (``fields`` reads typed values out of stored JSON for every ``from_json``).
+``retention``, ``shards``, ``decisions``, ``reports``, ``bundles``, ``gate`` (``fields`` reads
+typed values out of stored JSON for every ``from_json``; ``messages`` is the wire).
 """
 
 from __future__ import annotations
 
-from rewardseal.core.integrity.audits import (
-    AuditReport,
-    SubgroupMetrics,
-    audit_boundary,
-    evidence_digest,
-)
 from rewardseal.core.integrity.binding import (
     BindingResolution,
     require_gating_binding,
     resolve_binding,
 )
-from rewardseal.core.integrity.bootstrap import Interval, grouped_bootstrap
 from rewardseal.core.integrity.bundles import (
     BUNDLE_PAYLOAD_TYPE,
     AuditBundle,
@@ -39,14 +36,12 @@ from rewardseal.core.integrity.decisions import (
     DecisionEntry,
     Review,
     current_entry,
-    decide,
     initial_entry,
     review_decision,
 )
 from rewardseal.core.integrity.gate import AuditStanding, BoundaryDecision, RunGate, run_gate
 from rewardseal.core.integrity.independence import correlation_reasons
 from rewardseal.core.integrity.mapping import MappedReward, Normalization, RewardMapping, map_reward
-from rewardseal.core.integrity.metrics import CoreMetrics, compute_metrics
 from rewardseal.core.integrity.profiles import (
     BUILTIN_PROFILES,
     DEFAULT_PROFILE,
@@ -59,6 +54,13 @@ from rewardseal.core.integrity.protocols import (
     RetentionProtocol,
     parse_protocol,
     validate_protocol,
+)
+from rewardseal.core.integrity.reports import (
+    AuditReport,
+    BoundaryTrend,
+    CoreMetrics,
+    Interval,
+    SubgroupMetrics,
 )
 from rewardseal.core.integrity.retention import RetainedRow, Retention, retain
 from rewardseal.core.integrity.revisions import revision_id
@@ -73,7 +75,6 @@ from rewardseal.core.integrity.systems import (
     parse_reward_system,
     validate_reward_system,
 )
-from rewardseal.core.integrity.trends import BoundaryTrend, boundary_trends
 
 __all__ = [
     "BUILTIN_PROFILES",
@@ -108,15 +109,9 @@ __all__ = [
     "ShardManifest",
     "SignalRow",
     "SubgroupMetrics",
-    "audit_boundary",
-    "boundary_trends",
     "build_bundle",
-    "compute_metrics",
     "correlation_reasons",
     "current_entry",
-    "decide",
-    "evidence_digest",
-    "grouped_bootstrap",
     "initial_entry",
     "map_reward",
     "parse_profile",

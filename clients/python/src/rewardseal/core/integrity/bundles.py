@@ -1,11 +1,15 @@
 """Signed audit bundles (R-I-8): the audit's content, content-addressed and signed.
 
-The bundle content is an :class:`~rewardseal.core.integrity.audits.AuditReport` (revision ids, shard
-ids, metrics, intervals, decision and reasons) plus when it was issued. Its id is the R-DIG-1
-digest of that content; it travels in the same DSSE-style envelope as receipts
+The bundle content is an :class:`~rewardseal.core.integrity.reports.AuditReport` (revision ids,
+shard ids, metrics, intervals, decision and reasons) plus when it was issued. Its id is the
+R-DIG-1 digest of that content; it travels in the same DSSE-style envelope as receipts
 (:func:`rewardseal.core.signing.sign_envelope`), under its own payload type, signed by the control
 plane's key. The payload is the content's canonical JSON, so verification checks the signature
 over the exact bytes and then that those bytes are canonical: any edited byte is refused.
+
+Both sides of the format live here, in core: a trainer verifies a bundle itself with the pinned
+organization key (what ``verify_audit`` of the integrity client answers), and only the control
+plane, which holds that key, builds one.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from rewardseal.core import strict_json
 from rewardseal.core.digest import canonical_json, digest_bytes, message_to_json_object
 from rewardseal.core.errors import SignatureError, ValidationError
 from rewardseal.core.integrity import fields
-from rewardseal.core.integrity.audits import AuditReport
 from rewardseal.core.integrity.fields import JsonObject
+from rewardseal.core.integrity.reports import AuditReport
 from rewardseal.core.signing import SigningKey, TrustSet, sign_envelope
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
 

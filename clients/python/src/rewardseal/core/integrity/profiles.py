@@ -45,7 +45,7 @@ METRIC_NAMES: Final = (
     "saturation",
 )
 """Every metric an audit computes (R-I-6), in report order; see
-rewardseal.core.integrity.metrics."""
+rewardseal_server.integrity_audit.metrics."""
 DEFAULT_PROFILE: Final = "human_aligned_integrity"
 _KEYS: Final = ("name", "report_only", "warn_on_interval", "thresholds")
 

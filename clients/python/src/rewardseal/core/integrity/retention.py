@@ -9,7 +9,8 @@ limit is retained whole, all of it core, and marked ``exact``.
 Diagnostic rows come from outside the core, one family at a time in turn until
 ``diagnostic_size`` is reached: verifier errors, threshold-adjacent optimizer rewards, the
 highest optimizer rewards, component disagreement. They are labelled with their family and never
-pooled into core rates (rewardseal.core.integrity.metrics reads only the core).
+pooled into core rates (the audit's metrics, rewardseal_server.integrity_audit, read only the
+core).
 """
 
 from __future__ import annotations

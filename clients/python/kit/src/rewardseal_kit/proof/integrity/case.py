@@ -44,7 +44,6 @@ from rewardseal.core.integrity import (
     RewardSystem,
     ShardManifest,
     SignalRow,
-    audit_boundary,
     map_reward,
     parse_reward_system,
     retain,
@@ -56,6 +55,7 @@ from rewardseal_kit.proof.conditions import MockMedUI, play
 from rewardseal_kit.proof.rewards import SCREEN_T0, TrialResult, screen_result, screen_says_saved
 from rewardseal_mockmed.contract import IDENTITY_KEY, THRESHOLD, mockmed_contract
 from rewardseal_mockmed.extradup import FAMILIES, mockmed_write_spec, scripted_completion
+from rewardseal_server.integrity_audit import audit_boundary
 
 __all__ = [
     "CASE_MAPPING",

@@ -1,7 +1,8 @@
 """Audit metrics over the uniform core (R-I-6).
 
 Every rate is a ratio of per-row sums (numerator over denominator), which is what lets
-rewardseal.core.integrity.bootstrap resample them by record in one matrix product. Per core row:
+:mod:`.bootstrap` resample them by record in one matrix product (the point values travel as
+core's :class:`~rewardseal.core.integrity.CoreMetrics`). Per core row:
 
 * ``coverage``: a sentinel observation was captured / rows;
 * ``error_rate``: the sentinel answered ``error`` / rows;
@@ -31,16 +32,14 @@ import numpy as np
 import numpy.typing as npt
 
 from rewardseal.core.errors import ValidationError
-from rewardseal.core.integrity import fields
-from rewardseal.core.integrity.fields import JsonObject
 from rewardseal.core.integrity.mapping import RewardMapping
 from rewardseal.core.integrity.profiles import METRIC_NAMES
+from rewardseal.core.integrity.reports import CoreMetrics
 from rewardseal.core.integrity.signals import SignalRow
 
 __all__ = [
     "RATIO_METRICS",
     "RANK_METRICS",
-    "CoreMetrics",
     "MetricColumns",
     "SampleOutcome",
     "compute_metrics",
@@ -172,50 +171,6 @@ def metric_columns(rows: Sequence[SignalRow], mapping: RewardMapping) -> MetricC
     )
 
 
-@dataclass(frozen=True, slots=True)
-class CoreMetrics:
-    """Point values of every metric (None where it cannot be computed) and the counts."""
-
-    rows: int
-    records: int
-    scored: int
-    coverage: float | None
-    error_rate: float | None
-    pass_agreement: float | None
-    optimizer_only_rate: float | None
-    sentinel_only_rate: float | None
-    reward_gap: float | None
-    spearman: float | None
-    kendall: float | None
-    top_tail_disagreement: float | None
-    saturation: float | None
-
-    def value(self, metric: str) -> float | None:
-        """The value of ``metric`` (one of METRIC_NAMES)."""
-        if metric not in METRIC_NAMES:
-            raise ValidationError(f"unknown metric {metric!r}")
-        value: float | None = getattr(self, metric)
-        return value
-
-    def to_json(self) -> JsonObject:
-        """The plain-dict form: counts, then each metric (null where not computed)."""
-        doc: JsonObject = {"rows": self.rows, "records": self.records, "scored": self.scored}
-        doc.update({name: getattr(self, name) for name in METRIC_NAMES})
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: object) -> CoreMetrics:
-        """Read stored metrics."""
-        data = fields.mapping(doc, "metrics")
-        fields.no_unknown_keys(data, ("rows", "records", "scored", *METRIC_NAMES), "metrics")
-        return cls(
-            rows=fields.integer(data, "rows", "metrics"),
-            records=fields.integer(data, "records", "metrics"),
-            scored=fields.integer(data, "scored", "metrics"),
-            **{name: fields.optional_finite(data, name, "metrics") for name in METRIC_NAMES},
-        )
-
-
 def _rank_agreement(optimizer: FloatArray, sentinel: FloatArray) -> tuple[float | None, ...]:
     both = ~np.isnan(optimizer) & ~np.isnan(sentinel)
     left, right = optimizer[both], sentinel[both]
@@ -223,7 +178,7 @@ def _rank_agreement(optimizer: FloatArray, sentinel: FloatArray) -> tuple[float 
     if distinct[0] < 2 or distinct[1] < 3:
         return (None, None)
     # Imported here: scipy.stats costs seconds to import, and the modules that import this one
-    # (control's integrity service, the trainer gates) mostly never rank anything.
+    # (control's integrity service and views: samples, comparisons) mostly never rank anything.
     from scipy import stats
 
     spearman = stats.spearmanr(left, right).statistic

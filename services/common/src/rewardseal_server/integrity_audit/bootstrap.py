@@ -11,42 +11,21 @@ The generator is numpy's PCG64 seeded with ``seed``: the same inputs give identi
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
 from rewardseal.core.errors import ValidationError
-from rewardseal.core.integrity import fields
-from rewardseal.core.integrity.fields import JsonObject
-from rewardseal.core.integrity.metrics import DECIMALS, RATIO_METRICS, MetricColumns
+from rewardseal.core.integrity.reports import Interval
+from rewardseal_server.integrity_audit.metrics import DECIMALS, RATIO_METRICS, MetricColumns
 
-__all__ = ["CONFIDENCE", "RESAMPLES", "SEED", "Interval", "grouped_bootstrap"]
+__all__ = ["CONFIDENCE", "RESAMPLES", "SEED", "grouped_bootstrap"]
 
 RESAMPLES: Final = 10_000
 SEED: Final = 42
 CONFIDENCE: Final = 0.95
 CHUNK: Final = 1_000
 """Resamples per matrix product: 1,000 x 512 records of int64 counts is 4 MB."""
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A two-sided percentile interval of one metric."""
-
-    low: float
-    high: float
-
-    def to_json(self) -> JsonObject:
-        """``{"low": x, "high": y}``."""
-        return {"low": self.low, "high": self.high}
-
-    @classmethod
-    def from_json(cls, doc: object) -> Interval:
-        """Read a stored interval."""
-        data = fields.mapping(doc, "interval")
-        fields.no_unknown_keys(data, ("low", "high"), "interval")
-        return cls(fields.finite(data, "low", "interval"), fields.finite(data, "high", "interval"))
 
 
 def grouped_bootstrap(

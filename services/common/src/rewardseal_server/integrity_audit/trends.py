@@ -9,54 +9,13 @@ by a seeded hash, so the same records tend to stay in the core).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from rewardseal.core.integrity import fields
-from rewardseal.core.integrity.fields import JsonObject
 from rewardseal.core.integrity.mapping import RewardMapping
-from rewardseal.core.integrity.metrics import compute_metrics
+from rewardseal.core.integrity.reports import BoundaryTrend
 from rewardseal.core.integrity.retention import Retention
+from rewardseal_server.integrity_audit.metrics import compute_metrics
 
-__all__ = ["BoundaryTrend", "boundary_trends"]
-
-_KEYS = (
-    "boundary",
-    "records",
-    "rows",
-    "pass_agreement",
-    "optimizer_only_rate",
-    "sentinel_only_rate",
-    "reward_gap",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class BoundaryTrend:
-    """The headline rates of one boundary over the matched records."""
-
-    boundary: int
-    records: int
-    rows: int
-    pass_agreement: float | None
-    optimizer_only_rate: float | None
-    sentinel_only_rate: float | None
-    reward_gap: float | None
-
-    def to_json(self) -> JsonObject:
-        """The plain-dict form."""
-        return {key: getattr(self, key) for key in _KEYS}
-
-    @classmethod
-    def from_json(cls, doc: object) -> BoundaryTrend:
-        """Read a stored trend point."""
-        data = fields.mapping(doc, "trend")
-        fields.no_unknown_keys(data, _KEYS, "trend")
-        return cls(
-            boundary=fields.integer(data, "boundary", "trend"),
-            records=fields.integer(data, "records", "trend"),
-            rows=fields.integer(data, "rows", "trend"),
-            **{key: fields.optional_finite(data, key, "trend") for key in _KEYS[3:]},
-        )
+__all__ = ["boundary_trends"]
 
 
 def boundary_trends(

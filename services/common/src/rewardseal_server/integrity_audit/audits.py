@@ -3,169 +3,51 @@
 :func:`audit_boundary` is the whole pure pipeline a control-plane runner calls with what it read
 from storage; it never raises for bad *evidence* (a corrupt shard, a stale runtime, a trainer
 whose mapped rewards disagree with the revision's mapping): those become an
-``incomplete_evidence`` report with the reasons, which is still published as a bundle.
+``incomplete_evidence`` report with the reasons, which is still published as a bundle. The
+report's types are core's (:mod:`rewardseal.core.integrity.reports`), so anyone can read a
+bundle; computing one is the control plane's alone.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from rewardseal.core.digest import digest_json
 from rewardseal.core.errors import RewardMappingError, ShardCorrupt, ValidationError
-from rewardseal.core.integrity import fields
 from rewardseal.core.integrity.binding import resolve_binding
-from rewardseal.core.integrity.bootstrap import RESAMPLES, SEED, Interval, grouped_bootstrap
-from rewardseal.core.integrity.decisions import Decision, decide, evidence_problems
-from rewardseal.core.integrity.fields import JsonObject
 from rewardseal.core.integrity.mapping import RewardMapping, map_reward
-from rewardseal.core.integrity.metrics import (
+from rewardseal.core.integrity.profiles import IntegrityProfile
+from rewardseal.core.integrity.protocols import RetentionProtocol
+from rewardseal.core.integrity.reports import (
+    AuditReport,
+    BoundaryTrend,
     CoreMetrics,
+    Interval,
+    SubgroupMetrics,
+)
+from rewardseal.core.integrity.retention import RetainedRow, Retention
+from rewardseal.core.integrity.shards import ShardManifest, verify_shard
+from rewardseal.core.integrity.signals import SignalRow
+from rewardseal.core.integrity.systems import RewardSystem
+from rewardseal_server.integrity_audit.bootstrap import RESAMPLES, SEED, grouped_bootstrap
+from rewardseal_server.integrity_audit.deciding import decide, evidence_problems
+from rewardseal_server.integrity_audit.metrics import (
     MetricColumns,
     compute_metrics,
     metric_columns,
     metrics_from_columns,
 )
-from rewardseal.core.integrity.profiles import IntegrityProfile
-from rewardseal.core.integrity.protocols import RetentionProtocol
-from rewardseal.core.integrity.retention import RetainedRow, Retention
-from rewardseal.core.integrity.shards import ShardManifest, verify_shard
-from rewardseal.core.integrity.signals import SignalRow
-from rewardseal.core.integrity.systems import RewardSystem
-from rewardseal.core.integrity.trends import BoundaryTrend, boundary_trends
+from rewardseal_server.integrity_audit.trends import boundary_trends
 
 __all__ = [
-    "AuditReport",
-    "SubgroupMetrics",
     "audit_boundary",
     "evidence_digest",
     "mapping_mismatches",
 ]
 
 MAPPING_TOLERANCE: Final = 1e-9
-_REPORT_KEYS: Final = (
-    "system_revision_id",
-    "protocol_revision_id",
-    "profile_revision_id",
-    "shard_ids",
-    "boundary",
-    "evidence_digest",
-    "gating_eligible",
-    "binding_blockers",
-    "core_rows",
-    "diagnostic_rows",
-    "diagnostic_families",
-    "metrics",
-    "intervals",
-    "subgroups",
-    "trends",
-    "decision",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class SubgroupMetrics:
-    """Point metrics of the core rows carrying one subgroup label (reported apart, R-I-6)."""
-
-    key: str
-    value: str
-    metrics: CoreMetrics
-
-    def to_json(self) -> JsonObject:
-        """The plain-dict form."""
-        return {"key": self.key, "value": self.value, "metrics": self.metrics.to_json()}
-
-    @classmethod
-    def from_json(cls, doc: object) -> SubgroupMetrics:
-        """Read stored subgroup metrics."""
-        data = fields.mapping(doc, "subgroup")
-        fields.no_unknown_keys(data, ("key", "value", "metrics"), "subgroup")
-        return cls(
-            fields.string(data, "key", "subgroup"),
-            fields.string(data, "value", "subgroup", allow_empty=True),
-            CoreMetrics.from_json(data.get("metrics")),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class AuditReport:
-    """Everything an audit found; ``metrics`` is None when the evidence was incomplete."""
-
-    system_revision_id: str
-    protocol_revision_id: str
-    profile_revision_id: str
-    shard_ids: tuple[str, ...]
-    boundary: int
-    evidence_digest: str
-    gating_eligible: bool
-    binding_blockers: tuple[str, ...]
-    core_rows: int
-    diagnostic_rows: int
-    diagnostic_families: dict[str, int]
-    metrics: CoreMetrics | None
-    intervals: dict[str, Interval]
-    subgroups: tuple[SubgroupMetrics, ...]
-    trends: tuple[BoundaryTrend, ...]
-    decision: Decision
-
-    def to_json(self) -> JsonObject:
-        """The plain-dict form (the content of an audit bundle)."""
-        return {
-            "system_revision_id": self.system_revision_id,
-            "protocol_revision_id": self.protocol_revision_id,
-            "profile_revision_id": self.profile_revision_id,
-            "shard_ids": list(self.shard_ids),
-            "boundary": self.boundary,
-            "evidence_digest": self.evidence_digest,
-            "gating_eligible": self.gating_eligible,
-            "binding_blockers": list(self.binding_blockers),
-            "core_rows": self.core_rows,
-            "diagnostic_rows": self.diagnostic_rows,
-            "diagnostic_families": dict(sorted(self.diagnostic_families.items())),
-            "metrics": None if self.metrics is None else self.metrics.to_json(),
-            "intervals": {name: iv.to_json() for name, iv in sorted(self.intervals.items())},
-            "subgroups": [group.to_json() for group in self.subgroups],
-            "trends": [point.to_json() for point in self.trends],
-            "decision": self.decision.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, doc: object) -> AuditReport:
-        """Read a stored report (or a verified bundle's content)."""
-        where = "report"
-        data = fields.mapping(doc, where)
-        fields.no_unknown_keys(data, _REPORT_KEYS, where)
-        families = fields.mapping(data.get("diagnostic_families", {}), "diagnostic_families")
-        intervals = fields.mapping(data.get("intervals", {}), "intervals")
-        metrics = data.get("metrics")
-        return cls(
-            system_revision_id=fields.string(data, "system_revision_id", where),
-            protocol_revision_id=fields.string(data, "protocol_revision_id", where),
-            profile_revision_id=fields.string(data, "profile_revision_id", where),
-            shard_ids=tuple(str(s) for s in fields.sequence(data, "shard_ids", where)),
-            boundary=fields.integer(data, "boundary", where),
-            evidence_digest=fields.string(data, "evidence_digest", where),
-            gating_eligible=fields.boolean(data, "gating_eligible", where),
-            binding_blockers=tuple(
-                str(b) for b in fields.sequence(data, "binding_blockers", where)
-            ),
-            core_rows=fields.integer(data, "core_rows", where),
-            diagnostic_rows=fields.integer(data, "diagnostic_rows", where),
-            diagnostic_families={
-                name: fields.integer(families, name, "diagnostic_families") for name in families
-            },
-            metrics=None if metrics is None else CoreMetrics.from_json(metrics),
-            intervals={name: Interval.from_json(iv) for name, iv in intervals.items()},
-            subgroups=tuple(
-                SubgroupMetrics.from_json(g) for g in fields.sequence(data, "subgroups", where)
-            ),
-            trends=tuple(
-                BoundaryTrend.from_json(p) for p in fields.sequence(data, "trends", where)
-            ),
-            decision=Decision.from_json(data.get("decision")),
-        )
 
 
 def evidence_digest(
