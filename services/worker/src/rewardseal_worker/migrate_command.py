@@ -15,21 +15,17 @@ cannot be reached or a schema this build cannot migrate.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from rewardseal_server.cli_failures import run_cli
 from rewardseal_server.service_settings import make_private_dir
 from rewardseal_worker.settings import ENV_PREFIX, default_data_dir, store_url
 from rewardseal_worker.store.core import STORE_NAME
 from rewardseal_worker.store.migrating import MIGRATIONS
+from rewardseal_worker.store_commands import run_store_command
 
 __all__ = ["add_migrate_command", "run_migrate_command"]
-
-PROG = "rewardseal-worker"
 
 
 def add_migrate_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,13 +44,7 @@ def run_migrate_command(
     env: Mapping[str, str] | None = None,
 ) -> int:
     """Run ``migrate``; the exit status (0, 2 or 1, as the module says)."""
-    stdout = out or sys.stdout
-    return run_cli(
-        PROG,
-        lambda: _migrate(args, stdout, os.environ if env is None else env),
-        err=err or sys.stderr,
-        db_env=f"{ENV_PREFIX}DB_URL",
-    )
+    return run_store_command(lambda stdout, environ: _migrate(args, stdout, environ), out, err, env)
 
 
 def _migrate(args: argparse.Namespace, out: TextIO, env: Mapping[str, str]) -> int:

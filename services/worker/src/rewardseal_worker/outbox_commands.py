@@ -16,26 +16,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-import grpc
-
 from rewardseal.core.clock import utc_now
-from rewardseal.core.errors import ValidationError
-from rewardseal_server.cli_failures import run_cli
+from rewardseal.core.errors import Code, ValidationError
 from rewardseal_server.sqlstore import backend_of, normalize_url
-from rewardseal_worker.settings import ENV_PREFIX, default_data_dir, store_url
+from rewardseal_worker.settings import default_data_dir, store_url
 from rewardseal_worker.store import DeadLetter, WorkerStore
 from rewardseal_worker.store.core import STORE_NAME
+from rewardseal_worker.store_commands import PROG, run_store_command
 
 __all__ = ["add_outbox_commands", "run_outbox_command"]
-
-PROG = "rewardseal-worker"
-_CODE_NAMES = {status.value[0]: status.name for status in grpc.StatusCode}
+_CODE_NAMES = {int(code): code.name for code in Code}
 
 
 def add_outbox_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,13 +60,7 @@ def run_outbox_command(
     env: Mapping[str, str] | None = None,
 ) -> int:
     """Run ``outbox dead-letter <action>``; the exit status (0, 2 or 1, as the module says)."""
-    stdout = out or sys.stdout
-    return run_cli(
-        PROG,
-        lambda: _run(args, stdout, os.environ if env is None else env),
-        err=err or sys.stderr,
-        db_env=f"{ENV_PREFIX}DB_URL",
-    )
+    return run_store_command(lambda stdout, environ: _run(args, stdout, environ), out, err, env)
 
 
 def _run(args: argparse.Namespace, out: TextIO, env: Mapping[str, str]) -> int:
