@@ -65,6 +65,24 @@ from rewardseal_worker.oracles.base import (
 )
 from rewardseal_worker.oracles.registry import validate_recipe
 
+__all__ = [
+    "BUNDLE_FILES",
+    "CALIBRATION_FILE",
+    "CERTIFICATE_FILE",
+    "CONTRACT_FILE",
+    "FORBIDDEN_EFFECTS_FILE",
+    "ORACLE_RECIPE_FILE",
+    "RECIPE_CHANNELS",
+    "REQUIRED_EFFECTS_FILE",
+    "BundleInspection",
+    "ContractBundle",
+    "inspect_bundle",
+    "load_bundle",
+    "write_bundle",
+]
+# The file names are rewardseal.core.bundle_files' (control reads bundles too, R-C-14); they are
+# exported here as well, so the worker's modules name one bundle module.
+
 BUNDLE_FILES: tuple[str, ...] = (
     CONTRACT_FILE,
     REQUIRED_EFFECTS_FILE,
