@@ -260,13 +260,11 @@ def certify_worker(
     Raises:
         StackError: the worker does not adopt a certificate in time.
     """
-    from google.protobuf import json_format
-
+    from rewardseal.core.bundle_files import read_sealed_contract
     from rewardseal.core.calibration import read_calibration
     from rewardseal.core.signing import TrustSet
     from rewardseal.rpc.control_client import ControlClient, issue_certificate_request
     from rewardseal.rpc.worker_client import WorkerClient
-    from rewardseal.v1.contract_pb2 import RewardContract
 
     digest = str(worker["contract_digest"])
     bundle = Path(str(worker["contract_dir"]))
@@ -274,10 +272,8 @@ def certify_worker(
         listed = [c.certificate_id for c in control.certificates(reward_contract_digest=digest)]
         usable = {i for i in listed if not control.get_certificate(i).revoked}
         if not listed:
-            contract = json_format.Parse(
-                (bundle / "contract.json").read_text(encoding="utf-8"), RewardContract()
-            )
-            control.register_contract(contract, digest)
+            # Read as `rewardseal-control contracts register` reads it (R-C-14).
+            control.register_contract(read_sealed_contract(bundle).contract, digest)
             answer = control.issue_certificate(
                 issue_certificate_request(
                     digest,

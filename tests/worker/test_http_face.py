@@ -222,6 +222,12 @@ def test_verified_episode_begun_over_grpc_scored_over_http_is_one_receipt(
         opened = open_receipt(envelope_of(document), worker.trust)  # exact bytes, pinned key
         assert_view_equals(view, opened.receipt)
         assert document["certification_refusals"] == list(opened.receipt.certification_refusals)
+        assert document["rewardseal"] == {
+            "certified": True,
+            "calibration_scope": "synthetic",
+            "certificate_state": "current",
+            "outcome": "verified",
+        }
         stored = client.get_receipt(episode_id="episode.http.0001")
         assert stored.receipt == opened.receipt  # the gRPC face holds this very receipt
         with pytest.raises(DuplicateEpisode) as again:
@@ -546,16 +552,22 @@ def test_production_scope_is_never_reported_certified() -> None:
     assert document["receipt"]["certified"] is False
     assert document["receipt"]["calibration_scope"] == "production"
     assert WITHHELD_PRODUCTION in document["certification_refusals"]
+    # rewardseal's own view beside it states the certification as signed (R-H-24).
+    assert document["rewardseal"]["certified"] is True
+    assert document["rewardseal"]["calibration_scope"] == "production"
     synthetic = reward_view(_receipt(), SignedEnvelope())
     assert synthetic["receipt"]["certified"] is True
+    assert synthetic["rewardseal"]["certified"] is True
     assert synthetic["certification_refusals"] == []
 
 
 def test_revoked_is_never_reported_certified() -> None:
     revoked = _receipt(certificate_state=CertificateState.CERTIFICATE_STATE_REVOKED)
-    view = reward_view(revoked, SignedEnvelope())["receipt"]
+    document = reward_view(revoked, SignedEnvelope())
+    view = document["receipt"]
     assert view["certified"] is False
     assert view["certificate_state"] == "revoked"
+    assert document["rewardseal"]["certificate_state"] == "revoked"
 
 
 def test_unavailable_is_503() -> None:

@@ -12,15 +12,19 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
+from support.builders import TEST_KEY, make_certificate, make_facts
 from support.mockmed_episodes import descriptor, write_triage
 from worker.conftest import RunningStack
 
 from rewardseal.cli import main
-from rewardseal.cli.receipt import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from rewardseal.cli.receipt import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe
+from rewardseal.core.receipts import build_receipt
 from rewardseal.core.signing import SigningKey
 from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal.v1 import worker_service_pb2 as pb
+from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, RewardOutcome
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal_mockmed.contract import mockmed_contract
 from rewardseal_server.serving import write_ready_file
 
 RECEIPT_CLI = Path(sys.executable).with_name("rewardseal")
@@ -70,7 +74,10 @@ def test_verify_accepts_the_real_envelope_in_every_form(
         assert '"episode_id": "episode.onramp.0001"' in out
         assert "signature: verified: signed by ed25519:sha256:" in out
         assert "certified: yes: backed by certificate" in out
-        assert "scope: synthetic:" in out
+        assert "outcome: verified\n" in out
+        assert "scope: synthetic: the bound was measured on calibration trials" in out
+        assert "sandbox copy of the system of record, held out or not" in out
+        assert "organization's own data" not in out
         assert "certificate state: current:" in out
 
     status, out, _ = run(capsys, "receipt", "verify", str(raw), "--key", public_hex, "--json")
@@ -161,3 +168,28 @@ def test_console_script_reads_stdin(
     )
     assert done.returncode == EXIT_OK, done.stderr
     assert b"certified: yes" in done.stdout
+
+
+def test_production_scope_says_what_calibration_measured() -> None:
+    """A production-scope receipt (an organization's certificate, a held-out summary) is worded
+    as what calibration ran: sandbox trials of the named fault families, held out; never as a
+    measurement on the organization's own data (issue 26 item 6)."""
+    contract = mockmed_contract()
+    certificate = make_certificate(
+        contract,
+        calibration_scope=CalibrationScope.CALIBRATION_SCOPE_PRODUCTION,
+        issuer=CertificateIssuer.CERTIFICATE_ISSUER_ORGANIZATION,
+    )
+    receipt = build_receipt(
+        make_facts(RewardOutcome.REWARD_OUTCOME_VERIFIED),
+        contract=contract,
+        certificate=certificate,
+        issuer_key_id=TEST_KEY.key_id,
+    )
+    words = describe(receipt)
+    assert words["outcome"] == "verified"
+    assert words["scope"].startswith("production: an organization-issued certificate; ")
+    assert "faults of the fault families named in the calibration summary" in words["scope"]
+    assert f"(corpus {receipt.calibration_corpus_digest})" in words["scope"]
+    assert "sandbox copy of the system of record, held out from everything" in words["scope"]
+    assert "not live traffic or the organization's own records" in words["scope"]

@@ -20,17 +20,31 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
-from rewardseal.core import strict_json
 from rewardseal.core.accepting import accept_certificate
+from rewardseal.core.bundle_files import (
+    BOUND_FILES,
+    CALIBRATION_FILE,
+    CERTIFICATE_FILE,
+    CONTRACT_FILE,
+    FORBIDDEN_EFFECTS_FILE,
+    MISSING,
+    ORACLE_RECIPE_FILE,
+    REQUIRED_EFFECTS_FILE,
+    Problems,
+    check_bound_documents,
+    one_error,
+    read_json,
+    read_message,
+)
 from rewardseal.core.contract import contract_digest, contract_tier
 from rewardseal.core.digest import digest_json
 from rewardseal.core.errors import SignatureError, ValidationError
@@ -51,12 +65,24 @@ from rewardseal_worker.oracles.base import (
 )
 from rewardseal_worker.oracles.registry import validate_recipe
 
-CONTRACT_FILE = "contract.json"
-REQUIRED_EFFECTS_FILE = "required_effects.json"
-FORBIDDEN_EFFECTS_FILE = "forbidden_effects.json"
-ORACLE_RECIPE_FILE = "oracle_recipe.json"
-CERTIFICATE_FILE = "certificate.json"
-CALIBRATION_FILE = "calibration.json"
+__all__ = [
+    "BUNDLE_FILES",
+    "CALIBRATION_FILE",
+    "CERTIFICATE_FILE",
+    "CONTRACT_FILE",
+    "FORBIDDEN_EFFECTS_FILE",
+    "ORACLE_RECIPE_FILE",
+    "RECIPE_CHANNELS",
+    "REQUIRED_EFFECTS_FILE",
+    "BundleInspection",
+    "ContractBundle",
+    "inspect_bundle",
+    "load_bundle",
+    "write_bundle",
+]
+# The file names are rewardseal.core.bundle_files' (control reads bundles too, R-C-14); they are
+# exported here as well, so the worker's modules name one bundle module.
+
 BUNDLE_FILES: tuple[str, ...] = (
     CONTRACT_FILE,
     REQUIRED_EFFECTS_FILE,
@@ -80,8 +106,6 @@ RECIPE_CHANNELS: Mapping[str, frozenset[int]] = MappingProxyType(
 )
 """The contract channels each recipe kind may serve: the channel fixes the tier, so a screen
 dump can never pose as a database read."""
-
-_Msg = TypeVar("_Msg", bound=Message)
 
 
 @dataclass(frozen=True)
@@ -124,18 +148,18 @@ def inspect_bundle(path: Path, *, trust: TrustSet | None = None) -> BundleInspec
     if not directory.is_dir():
         problem = f"bundle directory {str(directory)!r} does not exist"
         return BundleInspection(None, None, (problem,))
-    problems = _Problems()
-    contract = _read_message(directory, CONTRACT_FILE, RewardContract, problems)
-    required_doc = _read_json(directory, REQUIRED_EFFECTS_FILE, problems)
-    forbidden_doc = _read_json(directory, FORBIDDEN_EFFECTS_FILE, problems)
-    recipe_doc = _read_json(directory, ORACLE_RECIPE_FILE, problems)
+    problems = Problems()
+    contract = read_message(directory, CONTRACT_FILE, RewardContract, problems)
+    required_doc = read_json(directory, REQUIRED_EFFECTS_FILE, problems)
+    forbidden_doc = read_json(directory, FORBIDDEN_EFFECTS_FILE, problems)
+    recipe_doc = read_json(directory, ORACLE_RECIPE_FILE, problems)
     certificate = (
-        _read_message(directory, CERTIFICATE_FILE, RewardCertificate, problems)
+        read_message(directory, CERTIFICATE_FILE, RewardCertificate, problems)
         if (directory / CERTIFICATE_FILE).exists()
         else None
     )
     calibration = (
-        _read_json(directory, CALIBRATION_FILE, problems)
+        read_json(directory, CALIBRATION_FILE, problems)
         if (directory / CALIBRATION_FILE).exists()
         else None
     )
@@ -196,7 +220,7 @@ def write_bundle(
             certificate=certificate,
             calibration=calibration,
             trust=None,
-            problems=_Problems(),
+            problems=Problems(),
         )
     )
     contents: dict[str, bytes | None] = {
@@ -230,32 +254,11 @@ def write_bundle(
     _fsync_directory(directory)
 
 
-class _Problems:
-    """The problems found so far; :meth:`catch` records a check's ValidationError and goes on."""
-
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def add(self, text: str) -> None:
-        self.items.append(text)
-
-    @contextlib.contextmanager
-    def catch(self, prefix: str = "") -> Iterator[None]:
-        try:
-            yield
-        except ValidationError as exc:
-            self.add(f"{prefix}{exc.message}")
-
-
 def _loaded(inspection: BundleInspection) -> ContractBundle:
     """The bundle, or one ValidationError that names every problem."""
-    problems = inspection.problems
     if inspection.bundle is not None:
         return inspection.bundle
-    if len(problems) == 1:
-        raise ValidationError(problems[0])
-    listed = "; ".join(f"({index}) {text}" for index, text in enumerate(problems, 1))
-    raise ValidationError(f"the bundle has {len(problems)} problems: {listed}")
+    raise one_error(inspection.problems)
 
 
 def _assemble(
@@ -268,7 +271,7 @@ def _assemble(
     certificate: RewardCertificate | None,
     calibration: Any,
     trust: TrustSet | None,
-    problems: _Problems,
+    problems: Problems,
 ) -> BundleInspection:
     """Every consistency check, in a fixed order; a check whose input is already known to be
     broken is skipped (its problem is reported once, where it was found)."""
@@ -279,25 +282,8 @@ def _assemble(
             digest = contract_digest(contract)
 
     # The documents are bound by digest: a file that changed is a different contract.
-    for name, doc, bound in (
-        (REQUIRED_EFFECTS_FILE, required_doc, _bound(contract, "required")),
-        (FORBIDDEN_EFFECTS_FILE, forbidden_doc, _bound(contract, "forbidden")),
-        (ORACLE_RECIPE_FILE, recipe_doc, _bound(contract, "recipe")),
-    ):
-        if doc is _MISSING:
-            continue
-        if not isinstance(doc, Mapping):
-            problems.add(f"{name}: must be a JSON object")
-            continue
-        if bound is None:
-            continue
-        with problems.catch(f"{name}: "):
-            actual = digest_json(doc)
-            if actual != bound:
-                problems.add(
-                    f"{name}: digest mismatch; the file has {actual} but the contract binds "
-                    f"{bound} (after an edit, `rewardseal-worker contract seal DIR` rebinds)"
-                )
+    documents = dict(zip(BOUND_FILES, (required_doc, forbidden_doc, recipe_doc), strict=True))
+    check_bound_documents(contract, documents, problems)
 
     required = _effects(REQUIRED_EFFECTS_FILE, required_doc, problems)
     forbidden = _effects(FORBIDDEN_EFFECTS_FILE, forbidden_doc, problems)
@@ -369,7 +355,7 @@ def _assemble(
     if certificate is not None and contract is not None and digest is not None:
         with problems.catch(f"{CERTIFICATE_FILE}: "):
             cert_digest = _check_certificate(certificate, contract, digest, trust)
-    if calibration is not None and calibration is not _MISSING:
+    if calibration is not None and calibration is not MISSING:
         if not isinstance(calibration, Mapping):
             problems.add(f"{CALIBRATION_FILE}: must be a JSON object")
         else:
@@ -399,22 +385,7 @@ def _assemble(
     return BundleInspection(bundle, digest, ())
 
 
-_MISSING: Final = object()
-"""A bundle file that could not be read (its problem is already recorded)."""
-
-
-def _bound(contract: RewardContract | None, which: str) -> str | None:
-    """The digest the contract binds a document with; None without a contract."""
-    if contract is None:
-        return None
-    if which == "required":
-        return contract.required_effects_digest
-    if which == "forbidden":
-        return contract.forbidden_effects_digest
-    return contract.oracle.oracle_recipe_digest
-
-
-def _effects(name: str, doc: Any, problems: _Problems) -> tuple[EffectSpec, ...] | None:
+def _effects(name: str, doc: Any, problems: Problems) -> tuple[EffectSpec, ...] | None:
     """The parsed effects, or None when the document is missing or has a problem."""
     if not isinstance(doc, Mapping):
         return None  # missing or not an object: already recorded
@@ -436,44 +407,6 @@ def _check_certificate(
         raise ValidationError(f"{CERTIFICATE_FILE}: {exc.message}") from exc
     assert accepted.digest is not None
     return accepted.digest
-
-
-def _read_text(directory: Path, name: str, problems: _Problems) -> str | None:
-    target = directory / name
-    try:
-        return target.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        problems.add(f"bundle file {name} is missing")
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.add(f"{name}: cannot be read ({type(exc).__name__})")
-    return None
-
-
-def _read_json(directory: Path, name: str, problems: _Problems) -> Any:
-    """The decoded document, or :data:`_MISSING` (the problem recorded)."""
-    text = _read_text(directory, name, problems)
-    if text is None:
-        return _MISSING
-    try:
-        return strict_json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        problems.add(f"{name}: not valid JSON ({exc})")
-        return _MISSING
-
-
-def _read_message(
-    directory: Path, name: str, message_type: type[_Msg], problems: _Problems
-) -> _Msg | None:
-    text = _read_text(directory, name, problems)
-    if text is None:
-        return None
-    message = message_type()
-    try:
-        json_format.Parse(text, message)
-    except json_format.ParseError as exc:
-        problems.add(f"{name}: not a valid {message_type.__name__} ({exc})")
-        return None
-    return message
 
 
 def _json_bytes(doc: Any) -> bytes:

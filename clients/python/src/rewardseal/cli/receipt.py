@@ -36,11 +36,11 @@ from typing import Any, Final
 from google.protobuf import json_format
 
 from rewardseal.core.errors import RewardSealError, ValidationError
-from rewardseal.core.receipts import is_unscored, open_receipt
+from rewardseal.core.receipts import is_unscored, open_receipt, outcome_word
 from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, TrustSet
 from rewardseal.core.validation import parse_strict
 from rewardseal.rpc.connection import decode_public_key, read_public_key
-from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome
+from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 
 __all__ = [
@@ -58,13 +58,24 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_USAGE: Final = 2
 
+# What calibration measured (docs/spec.md §6): trials of the contract's fault families
+# (R-CAL-3), written into a sandbox copy of the system of record (R-CAL-5), counted into the
+# summary whose corpus digest the receipt names. PRODUCTION scope adds who signed and that the
+# summary was marked held out (R-MSG-5); neither scope is a measurement on live traffic or on the
+# organization's records, and the words must not say so.
+_MEASURED: Final = (
+    "the bound was measured on calibration trials: faults of the fault families named in the "
+    "calibration summary (corpus {corpus}), written into a sandbox copy of the system of record"
+)
 _SCOPE_WORDS: Final = {
     CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC: (
-        "synthetic: the bound was measured on a synthetic corpus; it says nothing about "
-        "production data"
+        "synthetic: " + _MEASURED + ", held out or not (the summary says); it bounds those "
+        "fault families only and says nothing about live traffic"
     ),
     CalibrationScope.CALIBRATION_SCOPE_PRODUCTION: (
-        "production: the bound was measured on a held-out corpus of the organization's own data"
+        "production: an organization-issued certificate; " + _MEASURED + ", held out from "
+        "everything the checker was tuned on; it bounds those fault families only, not live "
+        "traffic or the organization's own records"
     ),
 }
 _STATE_WORDS: Final = {
@@ -203,7 +214,7 @@ def _trust(args: argparse.Namespace) -> TrustSet:
 
 def describe(receipt: RewardEvidenceReceipt) -> dict[str, str]:
     """What a receipt says, in words: outcome and reward, certified, scope and state."""
-    outcome = RewardOutcome.Name(receipt.reward_outcome).removeprefix("REWARD_OUTCOME_")
+    outcome = outcome_word(receipt.reward_outcome)  # the Python view's word (OpenedReceipt)
     if is_unscored(receipt):
         reward = "unscored: no scalar; drop the sample, never pay it 0"
     else:
@@ -215,7 +226,9 @@ def describe(receipt: RewardEvidenceReceipt) -> dict[str, str]:
         certified = f"no ({why})"
         if receipt.development_only:
             certified += "; marked development only"
-    scope = _SCOPE_WORDS.get(receipt.calibration_scope, "unspecified: no calibration scope")
+    scope = _SCOPE_WORDS.get(receipt.calibration_scope, "unspecified: no calibration scope").format(
+        corpus=receipt.calibration_corpus_digest or "not named"
+    )
     state = _STATE_WORDS.get(receipt.certificate_state, "unspecified")
     return {
         "outcome": outcome,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from rewardseal.core.certificates import certificate_state
 from rewardseal.core.clock import timestamp
@@ -39,7 +39,7 @@ from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, 
 from rewardseal.core.validation import parse_strict, validate_receipt, validate_receipt_facts
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
-from rewardseal.v1.enums_pb2 import RewardOutcome, Uncertainty
+from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome, Uncertainty
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 
@@ -289,6 +289,33 @@ def _sign(receipt: RewardEvidenceReceipt, key: SigningKey) -> SignedEnvelope:
     return sign_envelope(RECEIPT_PAYLOAD_TYPE, payload, key, unscored=is_unscored(receipt))
 
 
+def _word(enum: Any, value: int, prefix: str) -> str:
+    # An open proto3 enum keeps a number it does not know; say so rather than guess a name.
+    try:
+        name = str(enum.Name(value))
+    except ValueError:
+        return f"unknown({value})"
+    return name.removeprefix(prefix).lower()
+
+
+def outcome_word(outcome: int) -> str:
+    """A reward outcome as a readable string: the enum name without ``REWARD_OUTCOME_``, lower
+    case (``"verified"``, ``"wrong_effect"``, ``"failed_platform"``, ...)."""
+    return _word(RewardOutcome, outcome, "REWARD_OUTCOME_")
+
+
+def scope_word(scope: int) -> str:
+    """A calibration scope as a readable string: ``"synthetic"``, ``"production"`` or
+    ``"unspecified"`` (no certificate, so no scope)."""
+    return _word(CalibrationScope, scope, "CALIBRATION_SCOPE_")
+
+
+def certificate_state_word(state: int) -> str:
+    """A certificate state as a readable string: ``"absent"``, ``"not_yet_valid"``,
+    ``"current"``, ``"expired"`` or ``"revoked"``."""
+    return _word(CertificateState, state, "CERTIFICATE_STATE_")
+
+
 @dataclass(frozen=True)
 class OpenedReceipt:
     """A receipt envelope that passed every step of :func:`open_receipt`, and its receipt.
@@ -312,6 +339,24 @@ class OpenedReceipt:
     def unscored(self) -> bool:
         """True when the episode carries no scalar and must be dropped, not paid 0."""
         return is_unscored(self.receipt)
+
+    @property
+    def outcome(self) -> str:
+        """The reward outcome as a string (``receipt.outcome == "wrong_effect"``); the signed
+        ``receipt.reward_outcome`` is the enum's number (:func:`outcome_word`)."""
+        return outcome_word(self.receipt.reward_outcome)
+
+    @property
+    def scope(self) -> str:
+        """The calibration scope the receipt was certified under, as a string:
+        ``"synthetic"``, ``"production"``, or ``"unspecified"`` without a certificate."""
+        return scope_word(self.receipt.calibration_scope)
+
+    @property
+    def certificate_state(self) -> str:
+        """The certificate's state at the receipt's policy update, as a string (``"current"``,
+        ``"absent"``, ``"expired"``, ``"not_yet_valid"``, ``"revoked"``)."""
+        return certificate_state_word(self.receipt.certificate_state)
 
 
 def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> OpenedReceipt:

@@ -8,6 +8,7 @@ from typing import Any, TextIO
 
 from google.protobuf import json_format
 
+from rewardseal.core.bundle_files import read_sealed_contract
 from rewardseal.core.calibration import read_calibration
 from rewardseal.core.errors import ValidationError
 from rewardseal.rpc.control_client import ControlClient
@@ -47,6 +48,34 @@ def _contracts_list(client: ControlClient, args: argparse.Namespace, out: TextIO
             for c in contracts
         ],
         out,
+    )
+    return 0
+
+
+def _contracts_register(client: ControlClient, args: argparse.Namespace, out: TextIO) -> int:
+    # The bundle is read as the worker reads it (rewardseal.core.bundle_files): a contract whose
+    # documents do not match its digests is a local error (exit 2), never sent.
+    sealed = read_sealed_contract(args.bundle)
+    with remote():
+        answer = client.register_contract(sealed.contract, sealed.digest)
+    contract = sealed.contract
+    if args.json:
+        print_json(
+            {
+                "reward_contract_digest": answer.reward_contract_digest,
+                "created": answer.created,
+                "contract_id": contract.contract_id,
+                "contract_version": contract.contract_version,
+            },
+            out,
+        )
+        return 0
+    what = "registered" if answer.created else "already registered"
+    print(
+        f"{what}: contract {contract.contract_id} {contract.contract_version} "
+        f"{answer.reward_contract_digest}; issue its certificate with `certificates issue "
+        f"--contract {answer.reward_contract_digest} --calibration CALIBRATION.json`",
+        file=out,
     )
     return 0
 
@@ -326,6 +355,7 @@ def _revokes(entry: RevocationEntry) -> str:
 _Handler = Callable[[ControlClient, argparse.Namespace, TextIO], int]
 ADMIN_COMMANDS: Mapping[tuple[str, str], _Handler] = {
     ("contracts", "list"): _contracts_list,
+    ("contracts", "register"): _contracts_register,
     ("keys", "list"): _keys_list,
     ("keys", "retire"): _keys_retire,
     ("keys", "approve"): _keys_approve,

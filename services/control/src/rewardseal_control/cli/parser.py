@@ -117,6 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     contracts = _group(commands, "contracts", "the contract registry")
     contracts.add_parser("list", parents=[client], help="list registered contracts")
+    contracts_register = contracts.add_parser(
+        "register",
+        parents=[client],
+        help="register the contract of a bundle directory, so a certificate can be issued for "
+        "it before any worker joins (R-C-14)",
+    )
+    contracts_register.add_argument(
+        "bundle",
+        type=Path,
+        metavar="BUNDLE_DIR",
+        help="the bundle directory (contract.json and the documents it binds by digest)",
+    )
 
     keys = _group(commands, "keys", "the issuer key registry")
     keys_list = keys.add_parser("list", parents=[client], help="list issuer keys")

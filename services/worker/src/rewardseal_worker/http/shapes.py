@@ -8,9 +8,11 @@ A receipt goes out as the widely used reward-receipt JSON (:func:`receipt_view`)
 enum words, integer ``policy_update`` and ``oracle_tier``, ``issued_at`` in whole seconds with
 ``Z``, ``scalar_reward: null`` when unscored, absent certificate references as null. Beside it
 (never inside, so a strict parser of that shape accepts the receipt) travel the receipt's
-``certification_refusals`` and rewardseal's signed envelope (:func:`envelope_view`, the proto3
-JSON mapping: ``payload`` is the exact signed bytes, base64), which a rewardseal client verifies
-with :func:`rewardseal.core.receipts.open_receipt`.
+``certification_refusals``, rewardseal's own view of the receipt (:func:`rewardseal_view`,
+R-H-24: what the signed receipt says, including the certification that shape cannot state) and
+rewardseal's signed envelope (:func:`envelope_view`, the proto3 JSON mapping: ``payload`` is the
+exact signed bytes, base64), which a rewardseal client verifies with
+:func:`rewardseal.core.receipts.open_receipt`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rewardseal.core.errors import InvalidEpisode
 from rewardseal.core.integrity.messages import enum_word
+from rewardseal.core.receipts import certificate_state_word, outcome_word, scope_word
 from rewardseal.core.validation import runtime_signal_named
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -39,9 +42,12 @@ from rewardseal.v1.worker_service_pb2 import BeginEpisodeRequest, HealthResponse
 SIGNATURE_ALGORITHM = "ed25519"
 WITHHELD_PRODUCTION = (
     "production calibration scope cannot be stated as certified in this receipt shape; "
-    "the signed envelope beside it carries the receipt as issued"
+    "rewardseal.certified beside it states the certification, and the signed envelope carries "
+    "the receipt as issued"
 )
-"""The refusal added beside a PRODUCTION-scope receipt whose view says ``certified: false``."""
+"""The sentence added beside a PRODUCTION-scope receipt whose compatibility view says
+``certified: false``: that shape's reader learns why, rewardseal's reader looks at
+:func:`rewardseal_view`."""
 
 
 # --- Request bodies (types only; the Scorer checks every rule) ---
@@ -149,11 +155,26 @@ class EnvelopeView(BaseModel):
     unscored: bool
 
 
+class RewardsealView(BaseModel):
+    """rewardseal's own view of the receipt (R-H-24): what the signed receipt states, in words,
+    the certification of every scope included."""
+
+    certified: bool = Field(
+        description="the signed receipt's flag, as gRPC states it: true for a production-scope "
+        "receipt certified under an organization's certificate too"
+    )
+    calibration_scope: str = Field(description="synthetic, production or unspecified")
+    certificate_state: str = Field(description="absent, not_yet_valid, current, expired or revoked")
+    outcome: str = Field(description="verified, wrong_effect, ... (the receipt's outcome)")
+
+
 class RewardView(BaseModel):
-    """A scored episode: the receipt, its refusals and the envelope that proves it."""
+    """A scored episode: the receipt, its refusals, rewardseal's view of it and the envelope
+    that proves it."""
 
     receipt: ReceiptView
     certification_refusals: list[str]
+    rewardseal: RewardsealView
     envelope: EnvelopeView
 
 
@@ -300,6 +321,25 @@ def receipt_view(receipt: RewardEvidenceReceipt, envelope: SignedEnvelope) -> di
     }
 
 
+def rewardseal_view(receipt: RewardEvidenceReceipt) -> dict[str, Any]:
+    """rewardseal's own view of ``receipt`` (R-H-24), the answer's top-level ``rewardseal``
+    object: what the signed receipt states, in the words of the Python receipt view
+    (:class:`rewardseal.core.receipts.OpenedReceipt`), with nothing withheld for a shape.
+
+    ``certified`` is the signed flag itself: a PRODUCTION-scope receipt certified under an
+    organization's certificate reads ``true`` here, while :func:`receipt_view` (the
+    compatibility shape, which cannot state that scope) says ``false``.
+    """
+    # At merge (issue 26 items 1 and 2) "findings" and "task_parameters_digest" join this view,
+    # from the receipt's signed fields of the same names; this function stays the one place.
+    return {
+        "certified": receipt.certified,
+        "calibration_scope": scope_word(receipt.calibration_scope),
+        "certificate_state": certificate_state_word(receipt.certificate_state),
+        "outcome": outcome_word(receipt.reward_outcome),
+    }
+
+
 def envelope_view(envelope: SignedEnvelope) -> dict[str, Any]:
     """The envelope in the proto3 JSON mapping (bytes base64; every flag present), which
     ``google.protobuf.json_format.ParseDict`` turns back into the same exact bytes."""
@@ -320,13 +360,14 @@ def envelope_view(envelope: SignedEnvelope) -> dict[str, Any]:
 def reward_view(receipt: RewardEvidenceReceipt, envelope: SignedEnvelope) -> dict[str, Any]:
     """The answer of ``POST /v1/rewards`` and ``GET /v1/rewards/{id}``: ``{"receipt": ...}``
     (no top-level ``schema_version``: clients of the widely used shape key on that), its
-    refusals and the envelope."""
+    refusals, rewardseal's own view (``rewardseal``, R-H-24) and the envelope."""
     refusals = list(receipt.certification_refusals)
     if receipt.certified and not reports_certified(receipt):
         refusals.append(WITHHELD_PRODUCTION)
     return {
         "receipt": receipt_view(receipt, envelope),
         "certification_refusals": refusals,
+        "rewardseal": rewardseal_view(receipt),
         "envelope": envelope_view(envelope),
     }
 
