@@ -18,16 +18,13 @@ from typing import Any
 import grpc
 import pytest
 from support.mockmed_episodes import descriptor
-from support.worker_stack import RunningStack, stop_stack
+from support.worker_stack import RunningStack, start_stack, stop_stack
 from worker.test_worker_contract import wire_error
 
 from rewardseal.core.errors import PolicyUpdateRegressed, ValidationError
-from rewardseal.core.signing import TrustSet
-from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import CertificateState
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal_worker.app import start_worker
 from rewardseal_worker.settings import DEFAULT_MAX_POLICY_LAG, resolve_settings
 
 CURRENT = CertificateState.CERTIFICATE_STATE_CURRENT
@@ -44,21 +41,7 @@ async def lag_stack(data_dir: Path) -> AsyncIterator[StartStack]:
     async def start(
         max_policy_lag: int | str | None = None, env: dict[str, str] | None = None
     ) -> RunningStack:
-        settings = resolve_settings(
-            data_dir=data_dir,
-            contract_dir=data_dir / "contracts" / "mockmed",
-            port=0,
-            max_policy_lag=max_policy_lag,
-            env=env or {},
-        )
-        app = await start_worker(settings)
-        client = AsyncWorkerClient(
-            f"127.0.0.1:{app.port}",
-            token=settings.token,
-            trust=TrustSet([app.key.public_key]),
-            timeout=20.0,
-        )
-        running = RunningStack(app=app, client=client, data_dir=data_dir)
+        running = await start_stack(data_dir, max_policy_lag=max_policy_lag, env=env)
         started.append(running)
         return running
 
