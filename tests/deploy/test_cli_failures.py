@@ -235,6 +235,7 @@ def test_a_port_variable_that_is_no_port(
     [
         ("REWARDSEAL_WORKER_CALIBRATION_TRIALS", "many", "must be a whole number of at least 1"),
         ("REWARDSEAL_WORKER_MAX_POLICY_UPDATE_JUMP", "-3", "must be a whole number of at least 0"),
+        ("REWARDSEAL_WORKER_MAX_POLICY_LAG", "1.5", "must be a whole number from 0 to"),
         ("REWARDSEAL_WORKER_EPISODE_TTL_SECONDS", "soon", "must be a number"),
         ("REWARDSEAL_WORKER_PROCESSES", "two", "must be a whole number"),
         ("REWARDSEAL_WORKER_INLINE_BATCH", "-1", "must be a whole number from 0 to 1024"),
@@ -253,6 +254,19 @@ def test_the_worker_numeric_variables(
     code, err = run_main(capfd, worker_main, serve_argv("worker", bundle_dir, tmp_path))
     assert code == EXIT_USAGE
     assert_one_line(err, f"rewardseal-worker: {name} {expected}")
+
+
+@pytest.mark.parametrize("value", ["-1", "1.5", "two"])
+def test_a_policy_lag_flag_that_is_no_whole_number(
+    capfd: pytest.CaptureFixture[str], bundle_dir: Path, tmp_path: Path, value: str
+) -> None:
+    """``--max-policy-lag`` is read by the settings, not argparse: one line naming the flag."""
+    argv = [*serve_argv("worker", bundle_dir, tmp_path), "--max-policy-lag", value]
+    code, err = run_main(capfd, worker_main, argv)
+    assert code == EXIT_USAGE
+    assert_one_line(
+        err, "rewardseal-worker: --max-policy-lag must be a whole number from 0 to", repr(value)
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ server on port 0 and a client pinned to its key. Fixtures are registered by test
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,15 +68,24 @@ class RunningStack:
 
 
 async def start_stack(
-    data_dir: Path, *, contract: str = "mockmed", db_url: str | None = None
+    data_dir: Path,
+    *,
+    contract: str = "mockmed",
+    db_url: str | None = None,
+    max_policy_lag: int | str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> RunningStack:
-    """Start a worker on a free port over ``data_dir`` and a client pinned to its key."""
+    """Start a worker on a free port over ``data_dir`` and a client pinned to its key.
+
+    ``max_policy_lag`` is the ``--max-policy-lag`` flag (None: ``env``'s, else the default);
+    ``env`` stands in for the environment (none of the process's is read)."""
     settings = resolve_settings(
         data_dir=data_dir,
         contract_dir=data_dir / "contracts" / contract,
         port=0,
         db_url=db_url,
-        env={},
+        max_policy_lag=max_policy_lag,
+        env=dict(env or {}),
     )
     app = await start_worker(settings)
     client = AsyncWorkerClient(

@@ -604,7 +604,7 @@ def test_policy_update_regressed_is_422(worker: HttpWorker, http: httpx.Client) 
             json=body(
                 worker,
                 "episode.http.0015",
-                policy_update=1,
+                policy_update=0,  # below 3 less the default lag of 2
                 oracle_identity={"patient_id": "patient-http-0015"},
             ),
         ),

@@ -31,6 +31,7 @@ from rewardseal.core.errors import (
     DuplicateEpisode,
     IdentityBusy,
     IdentityConflict,
+    PolicyUpdateRegressed,
     RewardSealError,
     Unavailable,
     ValidationError,
@@ -356,7 +357,8 @@ def test_policy_update_regression_stores_nothing(store: WorkerStore) -> None:
     assert store.highest_policy_update(CONTRACT) == 10
 
     [regressed] = store.commit_receipts([item("ep-2", policy_update=9, credited=("enc-7",))])
-    assert regressed == Regressed(receipt_id="r-ep-2", policy_update=9)
+    # The commit names the window it refused against (highest 10, no lag: the store's default).
+    assert regressed == Regressed(receipt_id="r-ep-2", policy_update=9, highest=10, max_lag=0)
     assert not regressed.stored
     assert store.receipt_by_episode("ep-2") is None
     assert credited_record_ids(store, CONTRACT, key(PATIENT)) == set()
@@ -375,6 +377,60 @@ def test_policy_update_regression_stores_nothing(store: WorkerStore) -> None:
     assert [isinstance(r, Regressed) for r in results] == [False, False, True, False]
     assert store.highest_policy_update(CONTRACT) == 12
     assert store.highest_policy_update(OTHER_CONTRACT) == 1
+
+
+def test_a_policy_lag_accepts_a_window_below_the_highest(store: WorkerStore) -> None:
+    """With ``max_lag`` an item up to that far below the highest commits and leaves the ledger
+    where it is; below the window it is refused naming the window (R-W-7, issue 27)."""
+    store.commit_receipts([item("ep-k1", policy_update=11, identity=OTHER_PATIENT)], max_lag=1)
+    results = store.commit_receipts(
+        [
+            item("ep-k0", policy_update=10, identity=THIRD),  # 11 - 1: in the window
+            item("ep-k2", policy_update=12, identity=FOURTH),  # raises the highest to 12
+            item("ep-k1b", policy_update=10, identity=FIFTH),  # 12 - 1 > 10: below it now
+            item("ep-k1c", policy_update=11),  # in the window of 12
+        ],
+        max_lag=1,
+    )
+    assert results == [
+        Committed("r-ep-k0"),
+        Committed("r-ep-k2"),
+        Regressed("r-ep-k1b", policy_update=10, highest=12, max_lag=1),
+        Committed("r-ep-k1c"),
+    ]
+    error = results[2].error()
+    assert isinstance(error, PolicyUpdateRegressed)
+    assert error.metadata == {"highest": "12", "max_policy_lag": "1", "lowest_accepted": "11"}
+    assert "--max-policy-lag" in error.message
+    assert "REWARDSEAL_WORKER_MAX_POLICY_LAG" in error.message
+    # An item within the window never lowers the highest; the stored rows are the accepted.
+    assert store.highest_policy_update(CONTRACT) == 12
+    assert store.receipt_by_episode("ep-k1b") is None
+    [late] = store.commit_receipts([item("ep-k1d", policy_update=11, identity=THIRD)], max_lag=1)
+    assert late.stored
+    assert store.highest_policy_update(CONTRACT) == 12
+    # Lag 0 is the strict rule: the same update below the highest is refused.
+    [strict] = store.commit_receipts([item("ep-k1e", policy_update=11, identity=FOURTH)])
+    assert strict == Regressed("r-ep-k1e", policy_update=11, highest=12, max_lag=0)
+    with pytest.raises(ValueError, match="max_lag"):
+        store.commit_receipts([item("ep-k1f", policy_update=12)], max_lag=-1)
+
+
+def test_a_lagging_first_batch_moves_the_highest_only_forward(store: WorkerStore) -> None:
+    """On an empty ledger the first stored item starts the ledger; an item after it within
+    the lag commits below it; the jump bound is unchanged by the lag."""
+    results = store.commit_receipts(
+        [
+            item("ep-f1", policy_update=20, identity=OTHER_PATIENT),
+            item("ep-f0", policy_update=18, identity=THIRD),  # 20 - 2
+            item("ep-fx", policy_update=17, identity=FOURTH),  # below 20 - 2
+            item("ep-fj", policy_update=26, identity=FIFTH),  # more than 5 above 20
+        ],
+        max_lag=2,
+        max_jump=5,
+    )
+    assert [type(r).__name__ for r in results] == ["Committed", "Committed", "Regressed", "Jumped"]
+    assert store.highest_policy_update(CONTRACT) == 20
 
 
 # ---------------------------------------------------------------- batch API (set-based)
@@ -683,16 +739,17 @@ def test_commit_receipts_mixed_batch(store: WorkerStore) -> None:
         Committed("r-ep-a"),
         Duplicate("r-old-retry", duplicate_of="r-old", episode_id="ep-old"),
         Duplicate("r-a2", duplicate_of="r-ep-a", episode_id="ep-a"),
-        Regressed("r-ep-b", policy_update=99),
+        Regressed("r-ep-b", policy_update=99, highest=100, max_lag=0),
         CreditsTaken("r-ep-c", credit_conflicts=("enc-1",)),
         CreditsTaken("r-ep-d", credit_conflicts=("enc-2",)),
         Committed("r-ep-e"),
-        Regressed("r-ep-f", policy_update=110),
+        Regressed("r-ep-f", policy_update=110, highest=120, max_lag=0),
         Committed("r-c2"),
         Committed("r-ep-g"),
         Committed("r-b2"),
         Committed("r-ep-h"),
-        Regressed("r-i", policy_update=100),  # 100 < 121: regression is checked first
+        # 100 < 121: regression is checked first.
+        Regressed("r-i", policy_update=100, highest=121, max_lag=0),
     ]
     stored = {(r, e, c, p) for r, e, c, p, *_ in table_rows(store, receipts)}
     assert stored == {

@@ -174,16 +174,18 @@ async def test_policy_update_regressed(stack: RunningStack) -> None:
         oracle_identity={"patient_id": "patient-ledger-0001"},
     )
     await stack.client.score(first)
+    # Below the default window (10 less the default lag of 2: 8 is the lowest accepted).
     late = descriptor(
         stack.digest,
         "episode.ledger.0002",
-        update=9,
+        update=7,
         oracle_identity={"patient_id": "patient-ledger-0002"},
     )
-    code, reason, _ = await wire_error(
+    code, reason, window = await wire_error(
         stack, "ScoreEpisode", pb.ScoreEpisodeRequest(descriptor=late)
     )
     assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "policy_update_regressed")
+    assert window == {"highest": "10", "max_policy_lag": "2", "lowest_accepted": "8"}
     assert stack.app.store.receipt_by_episode("episode.ledger.0002") is None
 
 

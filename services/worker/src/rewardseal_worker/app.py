@@ -241,6 +241,7 @@ async def _start(
         key=key,
         episode_ttl_seconds=settings.episode_ttl_seconds,
         max_policy_update_jump=settings.max_policy_update_jump,
+        max_policy_lag=settings.max_policy_lag,
         # Where batches run is the serving layer's choice, from what it opened: the store's
         # dialect and whether the oracle is a file on this host (rewardseal_worker.batch_plan).
         plan=BatchPlan.for_store(

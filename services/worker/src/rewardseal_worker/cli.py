@@ -23,7 +23,13 @@ from rewardseal_worker.calibration import text_progress
 from rewardseal_worker.control_link import CertificateChange, certificate_name
 from rewardseal_worker.migrate_command import add_migrate_command, run_migrate_command
 from rewardseal_worker.outbox_commands import add_outbox_commands, run_outbox_command
-from rewardseal_worker.settings import ENV_BY_OPTION, ENV_PREFIX, WorkerSettings, resolve_settings
+from rewardseal_worker.settings import (
+    DEFAULT_MAX_POLICY_LAG,
+    ENV_BY_OPTION,
+    ENV_PREFIX,
+    WorkerSettings,
+    resolve_settings,
+)
 from rewardseal_worker.supervisor import ChildCommand, Supervisor, exit_with_supervisor
 
 
@@ -118,6 +124,13 @@ def _add_serve_options(serve: argparse.ArgumentParser) -> None:
         type=int,
         help="serve Prometheus /metrics on this port (0: a free one; off when unset); with "
         "--processes N, process i serves on this port + i",
+    )
+    serve.add_argument(
+        "--max-policy-lag",
+        metavar="N",
+        help="score an episode up to N policy updates below the contract's highest (async "
+        f"trainers score step k after step k+1; default {DEFAULT_MAX_POLICY_LAG}, 0: never "
+        "below the highest; docs/spec.md R-W-7)",
     )
     add_logging_options(serve, ENV_PREFIX)
     serve.add_argument(
@@ -247,6 +260,7 @@ async def _serve(args: argparse.Namespace) -> int:
         processes=1 if args.supervised_by is not None else args.processes,
         metrics_port=args.metrics_port,
         http_port=args.http_port,
+        max_policy_lag=args.max_policy_lag,
     )
     if args.supervised_by is not None:
         return await _serve_as_child(args, settings)

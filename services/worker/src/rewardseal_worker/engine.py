@@ -56,7 +56,7 @@ from rewardseal_worker.ledger_refusals import (
     policy_update_regressed,
 )
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
-from rewardseal_worker.settings import DEFAULT_MAX_POLICY_UPDATE_JUMP
+from rewardseal_worker.settings import DEFAULT_MAX_POLICY_LAG, DEFAULT_MAX_POLICY_UPDATE_JUMP
 from rewardseal_worker.store import (
     BatchLookup,
     Committed,
@@ -145,10 +145,13 @@ class Scorer:
         revoked: RevocationCheck = never_revoked,
         episode_ttl_seconds: float = 3600.0,
         max_policy_update_jump: int = DEFAULT_MAX_POLICY_UPDATE_JUMP,
+        max_policy_lag: int = DEFAULT_MAX_POLICY_LAG,
         plan: BatchPlan = EVERY_BATCH_IN_A_THREAD,
     ) -> None:
         if max_policy_update_jump < 0:
             raise ValidationError("max_policy_update_jump must be 0 or more")
+        if max_policy_lag < 0:
+            raise ValidationError("max_policy_lag must be 0 or more")
         self.bundle = bundle
         self.store = store
         self.reader = reader
@@ -170,6 +173,10 @@ class Scorer:
         self.max_policy_update_jump = max_policy_update_jump
         """How far above the contract's highest policy update (before the call) one call may
         score; applied again, under the ledger lock, when the batch commits."""
+        self.max_policy_lag = max_policy_lag
+        """How far below the contract's highest policy update an episode may still be scored
+        (R-W-7); checked against the batch's lookup and again, under the ledger lock, when the
+        batch commits. Its certificate is judged at its own update."""
         self.plan = plan
         """Where its batches run: the serving layer's choice (:mod:`.batch_plan`)."""
         self._runner = BatchRunner(plan)
@@ -313,7 +320,9 @@ class Scorer:
         ]
         to_commit = [p for p in prepared if p.commit is not None]
         results = self.store.commit_receipts(
-            [p.commit for p in to_commit if p.commit], max_jump=self.max_policy_update_jump
+            [p.commit for p in to_commit if p.commit],
+            max_jump=self.max_policy_update_jump,
+            max_lag=self.max_policy_lag,
         )
         retry: list[int] = []
         answered: list[RewardEvidenceReceipt] = []
@@ -364,8 +373,14 @@ class Scorer:
                     raise duplicate_episode(
                         descriptor.episode_id, known.receipts[descriptor.episode_id]
                     )
-                if known.highest is not None and descriptor.policy_update < known.highest:
-                    raise policy_update_regressed(descriptor.policy_update, known.highest)
+                if (
+                    known.highest is not None
+                    and descriptor.policy_update < known.highest - self.max_policy_lag
+                ):
+                    # Below the window (R-W-7); the lookup's highest, no read of its own.
+                    raise policy_update_regressed(
+                        descriptor.policy_update, known.highest, self.max_policy_lag
+                    )
                 if (
                     known.highest is not None
                     and descriptor.policy_update > known.highest + self.max_policy_update_jump

@@ -2,16 +2,25 @@
 
 A score is refused for these either before it is judged (the scorer's checks against the
 store's read, which knows the contract's highest update) or by the commit that would have
-stored it (:mod:`rewardseal_worker.store.receipts`' outcomes, decided under the ledger lock,
-which name no highest update: it moved while the batch was judged). Both build the error here,
-so the two paths cannot word it apart. The classes are :mod:`rewardseal.core.errors`'.
+stored it (:mod:`rewardseal_worker.store.receipts`' outcomes, decided under the ledger lock:
+a regression names the highest as it stood there, a jump does not: the bound is the ledger
+before the transaction). Both build the error here, so the two paths cannot word it apart.
+The classes are :mod:`rewardseal.core.errors`'.
 """
 
 from __future__ import annotations
 
 from rewardseal.core.errors import DuplicateEpisode, PolicyUpdateJump, PolicyUpdateRegressed
 
-__all__ = ["duplicate_episode", "policy_update_jumped", "policy_update_regressed"]
+__all__ = [
+    "MAX_POLICY_LAG_ENV",
+    "duplicate_episode",
+    "policy_update_jumped",
+    "policy_update_regressed",
+]
+
+MAX_POLICY_LAG_ENV = "REWARDSEAL_WORKER_MAX_POLICY_LAG"
+"""The variable of ``--max-policy-lag`` (named here so the refusal cannot drift from it)."""
 
 
 def duplicate_episode(episode_id: str, receipt_id: str) -> DuplicateEpisode:
@@ -21,13 +30,26 @@ def duplicate_episode(episode_id: str, receipt_id: str) -> DuplicateEpisode:
     )
 
 
-def policy_update_regressed(policy_update: int, highest: int | None) -> PolicyUpdateRegressed:
-    """``policy_update`` is below the contract's highest scored update (``highest`` when
-    known, R-W-7)."""
-    below = f"below {highest}, " if highest is not None else "below "
+def policy_update_regressed(
+    policy_update: int, highest: int, max_lag: int
+) -> PolicyUpdateRegressed:
+    """``policy_update`` is below the window of updates a score is accepted at: more than
+    ``max_lag`` below ``highest``, the contract's highest scored update (R-W-7).
+
+    The window goes into the ErrorInfo metadata (``highest``, ``max_policy_lag``,
+    ``lowest_accepted``) and the message names the setting an async trainer raises, so a
+    trainer that scores its steps later than the worker allows is told how to fix it."""
+    lowest = highest - max_lag
     return PolicyUpdateRegressed(
-        f"policy update {policy_update} is {below}the highest already scored for this "
-        "contract (R-W-7)"
+        f"policy update {policy_update} is below {lowest}, the lowest this worker accepts for "
+        f"this contract (the highest already scored, {highest}, less the allowed lag of "
+        f"{max_lag}; R-W-7): a trainer that scores steps this late needs a larger "
+        f"--max-policy-lag ({MAX_POLICY_LAG_ENV}) on the worker",
+        metadata={
+            "highest": str(highest),
+            "max_policy_lag": str(max_lag),
+            "lowest_accepted": str(lowest),
+        },
     )
 
 

@@ -7,11 +7,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rewardseal.core.certificates import MAX_POLICY_UPDATE
 from rewardseal.core.errors import ValidationError
 from rewardseal.rpc.tls import ClientTls
 from rewardseal_server import service_settings
 from rewardseal_server.sqlstore import normalize_url, sqlite_url
 from rewardseal_server.tls import ServerTls
+from rewardseal_worker.ledger_refusals import MAX_POLICY_LAG_ENV
 from rewardseal_worker.org_keys import parse_org_keys
 from rewardseal_worker.store.core import STORE_NAME
 
@@ -26,6 +28,14 @@ DEFAULT_MAX_POLICY_UPDATE_JUMP = 10_000
 
 Without a bound, one descriptor at 2^53-1 raises the ledger so far that every later episode is
 policy_update_regressed and the certificate reads EXPIRED: a one-call denial of service."""
+DEFAULT_MAX_POLICY_LAG = 2
+"""How far below a contract's highest policy update an episode may still be scored (R-W-7).
+
+Async trainers score episodes of step k after those of step k+1: verl V1's colocate_async and
+separate_async run one step behind, prime-rl's default ``max_async_level`` is 2. 2 lets both
+run as configured out of the box; what it costs is bounded and stated in docs/spec.md R-W-7
+(an expired certificate can be reached back into by at most this many updates). 0 is the
+strict rule: never below the highest."""
 MAX_PROCESSES = 64
 """The most server processes ``serve --processes`` starts (a typo must not fork thousands)."""
 DEFAULT_CERTIFICATE_POLL_SECONDS = 30.0
@@ -50,6 +60,7 @@ ENV_BY_OPTION = {
         "control_tls_key": "CONTROL_TLS_KEY",
         "control_tls_server_name": "CONTROL_TLS_SERVER_NAME",
         "processes": "PROCESSES",
+        "max_policy_lag": "MAX_POLICY_LAG",
         "metrics_port": "METRICS_PORT",
         "log_level": "LOG_LEVEL",
         "log_format": "LOG_FORMAT",
@@ -82,6 +93,10 @@ class WorkerSettings:
     max_policy_update_jump: int = DEFAULT_MAX_POLICY_UPDATE_JUMP
     """How far above the contract's highest policy update one call may score
     (``$REWARDSEAL_WORKER_MAX_POLICY_UPDATE_JUMP``); further is ``policy_update_jump``."""
+    max_policy_lag: int = DEFAULT_MAX_POLICY_LAG
+    """How far below the contract's highest policy update an episode may still be scored
+    (``--max-policy-lag``, ``$REWARDSEAL_WORKER_MAX_POLICY_LAG``); further is
+    ``policy_update_regressed``. 0: never below the highest."""
     inline_batch: int | None = None
     """The largest batch run on the event loop (``$REWARDSEAL_WORKER_INLINE_BATCH``; 0: every
     batch in a worker thread); unset: the engine's choice by store and oracle (engine.Scorer)."""
@@ -164,6 +179,7 @@ def resolve_settings(
     processes: int | None = None,
     metrics_port: int | None = None,
     http_port: int | None = None,
+    max_policy_lag: int | str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> WorkerSettings:
     """Merge flags (arguments), environment and defaults into one settings object.
@@ -173,7 +189,8 @@ def resolve_settings(
     keys and stores only after this returns.
 
     Raises:
-        ValidationError: a bad port or number (``processes`` outside 1..:data:`MAX_PROCESSES`),
+        ValidationError: a bad port or number (``processes`` outside 1..:data:`MAX_PROCESSES`,
+            ``max_policy_lag`` not a whole number of at least 0),
             ``--control`` without its token or without a
             pinned organization key, the control admin token in the environment, an unusable
             pinned key, or unusable TLS settings (a certificate without its key, an unreadable
@@ -183,6 +200,7 @@ def resolve_settings(
     # First: a bad count (or metrics port) is refused before the data dir or the token is made.
     process_count = _process_count(processes, env)
     resolved_metrics_port = _metrics_port(metrics_port, process_count, env)
+    lag = _max_policy_lag(max_policy_lag, env)
     data = (data_dir or default_data_dir(env)).expanduser().resolve()
     contract = contract_dir or _env_path(env, "CONTRACT") or data / DEFAULT_BUNDLE
     resolved_port = service_settings.resolve_port(
@@ -222,6 +240,7 @@ def resolve_settings(
         max_policy_update_jump=service_settings.env_int(
             env, f"{ENV_PREFIX}MAX_POLICY_UPDATE_JUMP", DEFAULT_MAX_POLICY_UPDATE_JUMP, minimum=0
         ),
+        max_policy_lag=lag,
         inline_batch=_inline_batch(env),
         health_interval_seconds=_positive(env, "HEALTH_INTERVAL_SECONDS", 5.0),
         control_target=control,
@@ -254,6 +273,29 @@ def _inline_batch(env: Mapping[str, str]) -> int | None:
     if not env.get(name, "").strip():
         return None
     return service_settings.env_int(env, name, 0, minimum=0, maximum=1024)
+
+
+def _max_policy_lag(flag: int | str | None, env: Mapping[str, str]) -> int:
+    """``--max-policy-lag``, else ``$REWARDSEAL_WORKER_MAX_POLICY_LAG``, else
+    :data:`DEFAULT_MAX_POLICY_LAG`: a whole number from 0 to 2^53-1 (an update's range).
+
+    The flag is taken as text and read here, so a bad one is refused in one line naming it
+    (argparse's ``type=int`` would print its usage as well)."""
+    if flag is None:
+        return service_settings.env_int(
+            env, MAX_POLICY_LAG_ENV, DEFAULT_MAX_POLICY_LAG, minimum=0, maximum=MAX_POLICY_UPDATE
+        )
+    try:
+        value = flag if isinstance(flag, int) and not isinstance(flag, bool) else int(str(flag))
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= MAX_POLICY_UPDATE:
+        raise ValidationError(
+            f"--max-policy-lag must be a whole number from 0 to {MAX_POLICY_UPDATE}, got "
+            f"{str(flag)[:20]!r} (how many policy updates below the contract's highest an "
+            "episode may still be scored)"
+        )
+    return value
 
 
 def _process_count(flag: int | None, env: Mapping[str, str]) -> int:

@@ -114,7 +114,9 @@ class IdentityConflict(ValidationError):
 
 
 class PolicyUpdateRegressed(ValidationError):
-    """A descriptor's policy update is below the highest one seen for its contract (R-W-7)."""
+    """A descriptor's policy update is below the window its contract's ledger accepts: more
+    than the worker's ``max_policy_lag`` below the highest scored (R-W-7; ErrorInfo metadata
+    ``highest``, ``max_policy_lag``, ``lowest_accepted``)."""
 
     reason = "policy_update_regressed"
 

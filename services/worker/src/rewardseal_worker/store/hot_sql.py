@@ -175,9 +175,14 @@ class HotSql:
             f"{param('receipt_id', 3)}, {param('identity_key', 4)}) ON CONFLICT DO NOTHING"
         )
         self._close_open = f"DELETE FROM open_episodes WHERE episode_id {listed('ids', 1)}"
+        # Forward only, in the statement too: the commit computes the new highest under the
+        # ledger lock as max(highest, item), so the guard never holds one back; it makes "the
+        # highest never moves backwards" (R-W-7, with a policy lag every batch may hold items
+        # below it) a property of the write itself, at no extra statement.
         self._raise_ledger = (
             f"UPDATE policy_ledger SET highest_update = {param('highest', 1)} "
-            f"WHERE contract_digest = {param('contract', 2)}"
+            f"WHERE contract_digest = {param('contract', 2)} "
+            f"AND (highest_update IS NULL OR highest_update < {param('highest', 1)})"
         )
         self._owners = (
             f"SELECT receipt_id, episode_id FROM receipts WHERE receipt_id {listed('ids', 1)}"
@@ -440,8 +445,8 @@ class HotSql:
     def close_and_raise(
         self, conn: DriverConnection, episode_ids: Sequence[str], raised: Mapping[str, int]
     ) -> None:
-        """Delete the episodes' open registrations; set the ledgers of ``raised`` (contract ->
-        new highest update)."""
+        """Delete the episodes' open registrations; raise the ledgers of ``raised`` (contract ->
+        new highest update; a ledger already at or above it is left as it is)."""
         if episode_ids:
             self.close_open(conn, episode_ids)
         if raised:

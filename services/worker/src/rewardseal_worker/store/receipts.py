@@ -5,11 +5,12 @@ commit after it, and receipts by id or episode.
 the credited records of its registrations' identities included; :meth:`ReceiptStore.credited_for`
 reads them for identities without a registration); :meth:`ReceiptStore.commit_receipts` stores
 the signed receipts of a batch in one transaction: exactly one receipt per episode, one credit
-per record and contract, a ledger that never goes back (and, with ``max_jump``, never jumps too
-far forward), the episodes' open registrations closed and, with the outbox on, one outbox row per
-receipt stored. It answers each item with a typed outcome (:data:`CommitResult`): committed,
-a refusal that carries its error (duplicate, regressed, jumped) or lost credits (judge again),
-so the scorer passes refusals on instead of re-deriving them.
+per record and contract, a ledger whose highest only moves forward (an item is refused more
+than ``max_lag`` below it and, with ``max_jump``, too far above it), the episodes' open
+registrations closed and, with the outbox on, one outbox row per receipt stored. It answers
+each item with a typed outcome (:data:`CommitResult`): committed, a refusal that carries its
+error (duplicate, regressed, jumped) or lost credits (judge again), so the scorer passes
+refusals on instead of re-deriving them.
 
 Concurrency: on PostgreSQL a commit first locks the ledger rows of its contracts in sorted order
 (creating missing rows), so everything it checks for a contract is read under that lock; an
@@ -99,16 +100,19 @@ class Duplicate:
 
 @dataclass(frozen=True, slots=True)
 class Regressed:
-    """``policy_update`` was below the contract's highest committed update: nothing was stored
-    for the item (R-W-7)."""
+    """``policy_update`` was more than ``max_lag`` below ``highest``, the contract's highest
+    committed update (under the ledger lock, earlier items of the batch included): nothing was
+    stored for the item (R-W-7)."""
 
     receipt_id: str
     policy_update: int
+    highest: int
+    max_lag: int
     stored: ClassVar[bool] = False
 
     def error(self) -> PolicyUpdateRegressed:
-        """The refusal the caller answers with (the highest moved while it judged: unnamed)."""
-        return policy_update_regressed(self.policy_update, None)
+        """The refusal the caller answers with (the window as the commit saw it)."""
+        return policy_update_regressed(self.policy_update, self.highest, self.max_lag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +267,11 @@ class ReceiptStore(StorePart):
         return self._db.read(work)
 
     def commit_receipts(
-        self, items: Sequence[ReceiptToCommit], *, max_jump: int | None = None
+        self,
+        items: Sequence[ReceiptToCommit],
+        *,
+        max_jump: int | None = None,
+        max_lag: int = 0,
     ) -> list[CommitResult]:
         """Commit a batch of receipts in ONE transaction; one result per item, in order.
 
@@ -271,8 +279,9 @@ class ReceiptStore(StorePart):
 
         1. the episode already has a receipt (stored before, or earlier in this batch) ->
            :class:`Duplicate` of that receipt's id;
-        2. ``policy_update`` is below the contract's highest committed update (before, or by
-           an earlier item of this batch) -> :class:`Regressed`;
+        2. ``policy_update`` is more than ``max_lag`` below the contract's highest committed
+           update (before, or by an earlier item of this batch) -> :class:`Regressed` (the
+           store's default, 0: any update below the highest);
         2b. with ``max_jump`` set, ``policy_update`` is more than ``max_jump`` above the
            contract's highest update *as it was before this transaction* -> :class:`Jumped`. On an
            empty ledger the first item stored by this transaction stands in for it: the first
@@ -282,8 +291,8 @@ class ReceiptStore(StorePart):
            item of this batch) -> :class:`CreditsTaken` (the records, sorted);
         4. otherwise -> :class:`Committed`: the receipt is inserted, its records credited, the
            episode's open registration closed and the ledger raised to
-           ``max(highest, policy_update)``; with the outbox on, an outbox row is inserted for
-           it (due at once).
+           ``max(highest, policy_update)`` (an item within the lag leaves it where it is);
+           with the outbox on, an outbox row is inserted for it (due at once).
 
         Nothing is stored for an item in cases 1-3. Set-based (:mod:`.hot_sql`): after the
         contracts' ledger rows are locked, ONE query reads the batch's existing receipts and
@@ -294,7 +303,10 @@ class ReceiptStore(StorePart):
         Raises:
             RewardSealError: a receipt id is already used by another episode (nothing of the
                 batch is stored).
+            ValueError: ``max_lag`` is negative.
         """
+        if max_lag < 0:
+            raise ValueError("max_lag must be 0 or more")
         if not items:
             return []
         batch = list(items)
@@ -326,8 +338,10 @@ class ReceiptStore(StorePart):
                     results.append(Duplicate(entry.receipt_id, duplicate_of, entry.episode_id))
                     continue
                 current = highest[contract]
-                if current is not None and entry.policy_update < current:
-                    results.append(Regressed(entry.receipt_id, entry.policy_update))
+                if current is not None and entry.policy_update < current - max_lag:
+                    results.append(
+                        Regressed(entry.receipt_id, entry.policy_update, current, max_lag)
+                    )
                     continue
                 start = base[contract]
                 if (
