@@ -29,7 +29,11 @@ from rewardseal.core.errors import (
     ValidationError,
 )
 from rewardseal.core.judging import judge_episode
-from rewardseal.core.judging.receipt_findings import contract_names, decision_findings
+from rewardseal.core.judging.receipt_findings import (
+    contract_names,
+    decision_findings,
+    findings_text,
+)
 from rewardseal.core.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
 from rewardseal.core.signing import SigningKey
 from rewardseal.core.validation import (
@@ -456,11 +460,7 @@ class Scorer:
                 "scored episode %s: %s, findings: %s",
                 receipt.episode_id,
                 RewardOutcome.Name(receipt.reward_outcome),
-                " ".join(
-                    f"{f.effect or '-'}:{f.code}" + (f"({','.join(f.fields)})" if f.fields else "")
-                    for f in findings
-                )
-                or "none",
+                findings_text(findings) or "none",
             )
         commit = None
         if checked.job.commit_unscored or not is_unscored(receipt):

@@ -8,9 +8,9 @@ A receipt goes out as the widely used reward-receipt JSON (:func:`receipt_view`)
 enum words, integer ``policy_update`` and ``oracle_tier``, ``issued_at`` in whole seconds with
 ``Z``, ``scalar_reward: null`` when unscored, absent certificate references as null. Beside it
 (never inside, so a strict parser of that shape accepts the receipt) travel the receipt's
-``certification_refusals`` and rewardseal's signed envelope (:func:`envelope_view`, the proto3
-JSON mapping: ``payload`` is the exact signed bytes, base64), which a rewardseal client verifies
-with :func:`rewardseal.core.receipts.open_receipt`.
+``certification_refusals``, its signed ``findings`` (R-MSG-12) and rewardseal's signed
+envelope (:func:`envelope_view`, the proto3 JSON mapping: ``payload`` is the exact signed bytes,
+base64), which a rewardseal client verifies with :func:`rewardseal.core.receipts.open_receipt`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rewardseal.core.errors import InvalidEpisode
 from rewardseal.core.integrity.messages import enum_word
+from rewardseal.core.judging.receipt_findings import read_findings
 from rewardseal.core.validation import runtime_signal_named
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -149,11 +150,23 @@ class EnvelopeView(BaseModel):
     unscored: bool
 
 
+class FindingView(BaseModel):
+    """One signed finding (R-MSG-12): the contract's effect and field names, never a value."""
+
+    effect: str = Field(description='the effect name; "" for a finding about the episode')
+    code: str = Field(description="missing_record, duplicate_record, wrong_field, ...")
+    fields: list[str]
+
+
 class RewardView(BaseModel):
-    """A scored episode: the receipt, its refusals and the envelope that proves it."""
+    """A scored episode: the receipt, its refusals and findings, and the envelope that proves
+    it."""
 
     receipt: ReceiptView
     certification_refusals: list[str]
+    findings: list[FindingView] = Field(
+        description="why the outcome is what it is, per effect; empty when verified"
+    )
     envelope: EnvelopeView
 
 
@@ -320,13 +333,17 @@ def envelope_view(envelope: SignedEnvelope) -> dict[str, Any]:
 def reward_view(receipt: RewardEvidenceReceipt, envelope: SignedEnvelope) -> dict[str, Any]:
     """The answer of ``POST /v1/rewards`` and ``GET /v1/rewards/{id}``: ``{"receipt": ...}``
     (no top-level ``schema_version``: clients of the widely used shape key on that), its
-    refusals and the envelope."""
+    refusals, its findings and the envelope."""
     refusals = list(receipt.certification_refusals)
     if receipt.certified and not reports_certified(receipt):
         refusals.append(WITHHELD_PRODUCTION)
     return {
         "receipt": receipt_view(receipt, envelope),
         "certification_refusals": refusals,
+        # rewardseal's own extra, beside the compatibility receipt (R-MSG-12). At the issue-26
+        # merge it moves into (or is repeated by) rewardseal_view(receipt), with the rest of
+        # rewardseal's own view.
+        "findings": [finding.as_dict() for finding in read_findings(receipt)],
         "envelope": envelope_view(envelope),
     }
 

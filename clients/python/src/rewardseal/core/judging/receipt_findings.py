@@ -39,6 +39,7 @@ __all__ = [
     "contract_names",
     "decision_findings",
     "finding_messages",
+    "findings_text",
     "read_findings",
     "validate_findings",
 ]
@@ -86,6 +87,17 @@ class ReceiptFinding:
     def as_dict(self) -> dict[str, object]:
         """The JSON form every face shows: ``{"effect", "code", "fields"}``."""
         return {"effect": self.effect, "code": self.code, "fields": list(self.fields)}
+
+    def text(self) -> str:
+        """One word: ``effect:code`` or ``effect:code(field,field)`` (``-`` for no effect)."""
+        named = f"({','.join(self.fields)})" if self.fields else ""
+        return f"{self.effect or '-'}:{self.code}{named}"
+
+
+def findings_text(findings: Iterable[ReceiptFinding]) -> str:
+    """The findings as space-separated :meth:`ReceiptFinding.text` words ("" for none): the
+    trainers' ``reward_findings`` column and the worker's debug log."""
+    return " ".join(finding.text() for finding in findings)
 
 
 def contract_names(effects: Iterable[EffectSpec]) -> frozenset[str]:
