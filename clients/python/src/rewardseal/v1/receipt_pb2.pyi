@@ -99,9 +99,7 @@ class RewardEvidenceReceipt(_message.Message):
     def issued_at(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Finding]:
-        """23 is task_parameters_digest (R-W-18).
-        Why the outcome is what it is, per effect (R-MSG-12): empty on a VERIFIED receipt.
-        """
+        """Why the outcome is what it is, per effect (R-MSG-12): empty on a VERIFIED receipt."""
 
     def __init__(
         self,
