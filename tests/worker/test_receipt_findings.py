@@ -6,7 +6,7 @@ before a test reads it), then reads the signed findings. Every code of the vocab
 can find has a test here; ``wrong_subject`` and ``altered_record`` need a whole-collection read
 that the worker's by-identity oracle never makes (the ExtraDup kit's judge finds them:
 tests/unit/test_judging_findings.py), and their wire form is covered by
-tests/unit/test_receipt_findings.py. The privacy test plants markers in records the trainer
+tests/unit/test_finding_rules.py. The privacy test plants markers in records the trainer
 did not write and looks for them in every receipt, the HTTP answer and ``receipt show``.
 """
 
@@ -98,7 +98,12 @@ def test_duplicate_record(worker: HttpWorker, client: WorkerClient) -> None:
 
 
 def test_missing_field(worker: HttpWorker, client: WorkerClient) -> None:
-    got = play(worker, client, "findings-omit", write=lambda db, p: write_triage(db, p, note=None))
+    got = play(
+        worker,
+        client,
+        "findings-omit",
+        write=lambda db, p: write_encounter(db, patient_id=p, note=None),
+    )
     assert found(got) == (ReceiptFinding(EFFECT, "missing_field", ("note",)),)
 
 
@@ -204,7 +209,12 @@ def test_the_debug_log_says_outcome_and_findings(
     worker: HttpWorker, client: WorkerClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.DEBUG, logger="rewardseal_worker.engine"):
-        play(worker, client, "findings-log", write=lambda db, p: write_triage(db, p, note=None))
+        play(
+            worker,
+            client,
+            "findings-log",
+            write=lambda db, p: write_encounter(db, patient_id=p, note=None),
+        )
     lines = [r.getMessage() for r in caplog.records if r.name == "rewardseal_worker.engine"]
     assert lines == [
         "scored episode episode.findings-log: REWARD_OUTCOME_WRONG_EFFECT, "
@@ -215,7 +225,12 @@ def test_the_debug_log_says_outcome_and_findings(
 def test_the_http_answer_carries_the_findings_beside_the_receipt(
     worker: HttpWorker, client: WorkerClient
 ) -> None:
-    got = play(worker, client, "findings-http", write=lambda db, p: write_triage(db, p, note=None))
+    got = play(
+        worker,
+        client,
+        "findings-http",
+        write=lambda db, p: write_encounter(db, patient_id=p, note=None),
+    )
     with httpx.Client(base_url=worker.url, headers=worker.auth, timeout=20.0) as http:
         answer = http.get(f"/v1/rewards/{got.receipt.receipt_id}")
     assert answer.status_code == 200
@@ -265,12 +280,13 @@ def test_no_sor_value_reaches_a_receipt_an_answer_or_receipt_show(
     with sqlite3.connect(database) as conn:
         conn.execute(f"ALTER TABLE encounters ADD COLUMN {MARKER}_col TEXT")
 
-    def planted(patient: str, **extra: Any) -> None:
+    def planted(patient: str, **extra: Any) -> str:
         record = write_encounter(database, patient_id=patient, note=f"{MARKER} note", **extra)
         with sqlite3.connect(database) as conn:
             conn.execute(
                 f"UPDATE encounters SET {MARKER}_col = ? WHERE id = ?", (f"{MARKER} x", record)
             )
+        return record
 
     receipts: list[VerifiedReceipt] = []
     for name, write in {

@@ -48,10 +48,12 @@ EFFECT = EffectSpec(
 IDENTITY = {"patient_id": "p1"}
 
 
-def receipt_with(*findings: Finding, outcome: int = WRONG) -> RewardEvidenceReceipt:
+def receipt_with(
+    *findings: Finding, outcome: RewardOutcome.ValueType = WRONG
+) -> RewardEvidenceReceipt:
     contract = mockmed_contract()
     receipt = build_receipt(
-        make_facts(outcome),  # type: ignore[arg-type]
+        make_facts(outcome),
         contract=contract,
         certificate=make_certificate(contract),
         issuer_key_id=TEST_KEY.key_id,
@@ -89,7 +91,7 @@ def test_every_code_travels_signed_and_reads_back(fault: Fault) -> None:
     ("finding", "words"),
     [
         (Finding(effect="triage"), "not a known code"),
-        (Finding(effect="triage", code=99), "not a known code"),
+        (Finding(effect="triage", code=FindingCode.ValueType(99)), "not a known code"),
         (Finding(effect="triage", code=FindingCode.FINDING_CODE_READ_FAILED), "names no effect"),
         (Finding(code=FindingCode.FINDING_CODE_MISSING_RECORD), "not an effect name"),
         (Finding(effect="bad name", code=FindingCode.FINDING_CODE_MISSING_RECORD), "effect name"),
