@@ -219,8 +219,9 @@ class ReceiptIssuer:
     :func:`~rewardseal.core.validation.validate_receipt`); it is kept without its facts as a
     template, and the next receipts of the combination are that template with their facts
     filled in, the facts checked (:func:`~rewardseal.core.validation.validate_receipt_facts`) and
-    the receipt signed. No rule relates a fact to a claim, so each receipt is one
-    ``build_receipt`` would make and pass.
+    the receipt signed. No rule relates a fact to a claim but one, checked with the facts (a
+    VERIFIED receipt has no findings, R-MSG-12), so each receipt is one ``build_receipt`` would
+    make and pass.
 
     An issuer holds one certificate: the worker makes a new one when it changes. Safe to use
     from several threads (templates are complete before they are shared, and never changed).
