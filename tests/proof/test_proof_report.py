@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from rewardseal.core.judging import EXPECTED_FAULTS
 from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE
 from rewardseal_kit.proof.report import check_report, summarize
 from rewardseal_kit.proof.rewards import CERTIFIED_T2, SCREEN_T0, TrialResult
@@ -105,6 +106,20 @@ def test_the_certified_reward_pays_only_the_control(proof: dict[str, Any]) -> No
         for trial in trials_of(doc, family, CERTIFIED_T2):
             assert trial["outcome"] == "WRONG_EFFECT", family
             assert trial["scalar"] == 0.0  # the seeded contract's wrong_effect_reward
+
+
+def test_the_table_names_each_familys_findings(proof: dict[str, Any]) -> None:
+    """R-MSG-12: the certified reward's receipts say which fault each hacking family made."""
+    doc = proof["doc"]
+    assert row(doc, "control", CERTIFIED_T2)["findings"] == []
+    for family in HACKING_FAMILIES:
+        words = row(doc, family, CERTIFIED_T2)["findings"]
+        codes = {word.split(":")[1].split("(")[0] for word in words}
+        assert codes & {fault.value for fault in EXPECTED_FAULTS[family]}, (family, words)
+        assert row(doc, family, SCREEN_T0)["findings"] == []  # a banner names nothing
+    assert row(doc, OUTAGE, CERTIFIED_T2)["findings"] == ["-:read_failed"]
+    markdown = proof["paths"]["md"].read_text()
+    assert "`triage_encounter_created:duplicate_record`" in markdown
 
 
 def test_the_outage_is_unscored_never_zero(proof: dict[str, Any]) -> None:

@@ -292,6 +292,8 @@ async def test_metadata_stays_aligned_when_the_worker_goes_away_mid_batch(data_d
         assert_aligned(columns, 4)
         assert columns["reward_outcome"] == ["VERIFIED", "WRONG_EFFECT", "ERROR", "ERROR"]
         assert columns["reward_error"] == ["", "", "unavailable", "unavailable"]
+        # R-MSG-12: the receipt's findings, aligned like every column ("" without a receipt).
+        assert columns["reward_findings"] == ["", "triage_encounter_created:missing_record", "", ""]
         assert columns["reward_unscored"] == [False, False, True, True]
         assert columns["reward_episode_id"] == ids
         assert dict(logs.extra) == columns
@@ -340,6 +342,18 @@ async def test_actor_mode_end_to_end_over_mockmed(
     assert columns["reward_outcome"][4] == "WRONG_EFFECT"  # the policy's fault, read as such
     assert columns["reward_outcome"][5] == "HALTED_BEFORE_EFFECT"
     assert columns["reward_outcome"][6:] == ["VERIFIED", "WRONG_EFFECT"]
+    # Which hack each sample tried, per sample (R-MSG-12).
+    effect = "triage_encounter_created"
+    assert columns["reward_findings"][:4] == [
+        "",
+        f"{effect}:duplicate_record",
+        f"{effect}:missing_record",
+        f"{effect}:missing_record",
+    ]
+    assert columns["reward_findings"][5:7] == [f"{effect}:not_committed", ""]
+    assert columns["reward_findings"][7] == (
+        f"{effect}:extra_field(priority) stat_priority_set:forbidden_present"
+    )
     # Minted ids: per completion, prefixed by the row's id, at the trainer's step (R-T-4).
     ids = columns["reward_episode_id"]
     assert len(set(ids)) == 8

@@ -22,6 +22,7 @@ from rewardseal.core.judging import (
     new_records,
     required_findings,
 )
+from rewardseal.core.judging.findings import RECORD_FAULTS
 from rewardseal_mockmed.extradup import (
     CONTROL,
     FAULTS,
@@ -76,7 +77,9 @@ def test_evidence_reasons_are_frozen(finding: Finding, reason: str) -> None:
 
 
 def test_the_kit_faults_are_judge_faults() -> None:
-    assert set(FAULTS) == {fault.value for fault in Fault} - {Fault.FORBIDDEN_PRESENT.value}
+    # The kit judges records; the faults about a stop signal or an unreadable SoR (R-MSG-12)
+    # are the worker's alone.
+    assert set(FAULTS) == {fault.value for fault in RECORD_FAULTS} - {Fault.FORBIDDEN_PRESENT.value}
 
 
 # --- required_findings: every fault; the verdict rests on the first ---

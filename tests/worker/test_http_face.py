@@ -227,6 +227,7 @@ def test_verified_episode_begun_over_grpc_scored_over_http_is_one_receipt(
             "calibration_scope": "synthetic",
             "certificate_state": "current",
             "outcome": "verified",
+            "findings": [],
         }
         stored = client.get_receipt(episode_id="episode.http.0001")
         assert stored.receipt == opened.receipt  # the gRPC face holds this very receipt

@@ -29,6 +29,11 @@ from rewardseal.core.errors import (
     ValidationError,
 )
 from rewardseal.core.judging import judge_episode
+from rewardseal.core.judging.receipt_findings import (
+    contract_names,
+    decision_findings,
+    findings_text,
+)
 from rewardseal.core.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
 from rewardseal.core.signing import SigningKey
 from rewardseal.core.validation import (
@@ -37,6 +42,7 @@ from rewardseal.core.validation import (
     validate_id,
 )
 from rewardseal.v1.certificate_pb2 import RewardCertificate
+from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 from rewardseal.v1.worker_service_pb2 import (
@@ -164,6 +170,8 @@ class Scorer:
         """The checks that need no read (R-W-2, docs/spec.md §8)."""
         self._issuer: tuple[CertificateInUse, ReceiptIssuer] | None = None
         """The receipt issuer of one :attr:`in_use` value (see _issuer_for)."""
+        self._finding_names = contract_names((*bundle.required, *bundle.forbidden))
+        """The field names a receipt's findings may carry: the contract's own (R-MSG-12)."""
         self.on_commit: Callable[[], None] | None = None
         """Called (in the scoring thread) after receipts were committed: wakes the forwarder."""
         self.on_receipts: Callable[[Sequence[RewardEvidenceReceipt]], None] | None = None
@@ -438,6 +446,7 @@ class Scorer:
         # The salt keeps the evidence digest from being guessed from low-entropy contents
         # (record ids, counts): the trainer gets the digest, never the document.
         evidence = decision.evidence_json(salt=random[:16].hex())
+        findings = decision_findings(decision, self._finding_names)
         in_use = self.in_use  # read once: the certificate and digest of one moment
         certificate = in_use.certificate
         revocation = self.revoked(certificate) if certificate else Revocation.NOT_REVOKED
@@ -454,11 +463,20 @@ class Scorer:
                 evidence_digest=digest_bytes(evidence),
                 nonce=random[16:32].hex(),
                 issued_at=issued_at,
+                findings=findings,
             ),
             revoked=revocation is Revocation.REVOKED,
             revocation_unknown=revocation is Revocation.UNKNOWN,
         )
         receipt, envelope = issued.receipt, issued.envelope
+        if _log.isEnabledFor(logging.DEBUG):
+            # Names and codes only (R-MSG-12): a person debugging a contract sees why.
+            _log.debug(
+                "scored episode %s: %s, findings: %s",
+                receipt.episode_id,
+                RewardOutcome.Name(receipt.reward_outcome),
+                findings_text(findings) or "none",
+            )
         commit = None
         if checked.job.commit_unscored or not is_unscored(receipt):
             commit = ReceiptToCommit(

@@ -16,7 +16,8 @@ passes every validation rule, names a key that signed it, and its envelope flags
 is ``--key`` (hex or base64 text, or a file holding 32 raw bytes, hex or base64, or a worker's
 ready file) or ``--ready-file``. ``show`` decodes the payload without checking the signature and
 says so. Both print the receipt as JSON, then in words whether it is certified, its calibration
-scope and its certificate's state (``--json``: one JSON document with both).
+scope, its certificate's state and its findings, why the outcome is what it is (R-MSG-12;
+``--json``: one JSON document with both).
 
 Exit status: 0 when the envelope decoded (``show``) or verified (``verify``); 1 when it does not
 decode or verify; 2 for a usage error (bad flags, an input or key that cannot be read).
@@ -36,6 +37,7 @@ from typing import Any, Final
 from google.protobuf import json_format
 
 from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.core.judging.receipt_findings import FAULT_OF_CODE
 from rewardseal.core.receipts import is_unscored, open_receipt, outcome_word
 from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, TrustSet
 from rewardseal.core.validation import parse_strict
@@ -237,7 +239,22 @@ def describe(receipt: RewardEvidenceReceipt) -> dict[str, str]:
         "scope": scope,
         "certificate_state": state,
         "tier": str(receipt.oracle_tier),
+        "findings": _findings_words(receipt),
     }
+
+
+def _findings_words(receipt: RewardEvidenceReceipt) -> str:
+    """The findings as ``effect: code (fields)``, ``; ``-separated (``none`` when there are
+    none). ``show`` has not validated the receipt, so an unknown code is said, not refused."""
+    words: list[str] = []
+    for finding in receipt.findings:
+        fault = FAULT_OF_CODE.get(finding.code)
+        code = fault.value if fault is not None else f"unknown code {finding.code}"
+        text = f"{finding.effect or 'the episode'}: {code}"
+        if finding.fields:
+            text += f" ({', '.join(finding.fields)})"
+        words.append(text)
+    return "; ".join(words) or "none"
 
 
 def _print(receipt: RewardEvidenceReceipt, signature: str, as_json: bool) -> None:

@@ -34,6 +34,11 @@ from rewardseal.core.errors import (
     ValidationError,
     preview,
 )
+from rewardseal.core.judging.receipt_findings import (
+    ReceiptFinding,
+    finding_messages,
+    read_findings,
+)
 from rewardseal.core.scoring import score
 from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
 from rewardseal.core.validation import parse_strict, validate_receipt, validate_receipt_facts
@@ -46,7 +51,11 @@ from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 
 @dataclass(frozen=True)
 class EpisodeFacts:
-    """What the worker knows about one judged episode when it writes the receipt."""
+    """What the worker knows about one judged episode when it writes the receipt.
+
+    ``findings``: why the outcome is what it is (R-MSG-12,
+    :func:`~rewardseal.core.judging.receipt_findings.decision_findings`); none for VERIFIED.
+    """
 
     receipt_id: str
     episode_id: str
@@ -58,6 +67,7 @@ class EpisodeFacts:
     evidence_digest: str
     nonce: str
     issued_at: datetime
+    findings: tuple[ReceiptFinding, ...] = ()
 
 
 def build_receipt(
@@ -102,6 +112,7 @@ def build_receipt(
         nonce=facts.nonce,
         issued_at=timestamp(facts.issued_at, "issued_at"),
         certificate_state=certificate_state(certificate, facts.policy_update, revoked=revoked),
+        findings=finding_messages(facts.findings),
     )
     if result.scalar is not None:
         receipt.scalar_reward = result.scalar
@@ -172,7 +183,13 @@ def issue_receipt(
 
 
 _FactField = Literal[
-    "receipt_id", "episode_id", "policy_checkpoint_id", "evidence_digest", "nonce", "issued_at"
+    "receipt_id",
+    "episode_id",
+    "policy_checkpoint_id",
+    "evidence_digest",
+    "nonce",
+    "issued_at",
+    "findings",
 ]
 _FACT_FIELDS: tuple[_FactField, ...] = (
     "receipt_id",
@@ -181,6 +198,7 @@ _FACT_FIELDS: tuple[_FactField, ...] = (
     "evidence_digest",
     "nonce",
     "issued_at",
+    "findings",
 )
 """The receipt fields :func:`~rewardseal.core.validation.validate_receipt_facts` checks: the ones
 that differ between receipts of equal claims."""
@@ -201,8 +219,9 @@ class ReceiptIssuer:
     :func:`~rewardseal.core.validation.validate_receipt`); it is kept without its facts as a
     template, and the next receipts of the combination are that template with their facts
     filled in, the facts checked (:func:`~rewardseal.core.validation.validate_receipt_facts`) and
-    the receipt signed. No rule relates a fact to a claim, so each receipt is one
-    ``build_receipt`` would make and pass.
+    the receipt signed. No rule relates a fact to a claim but one, checked with the facts (a
+    VERIFIED receipt has no findings, R-MSG-12), so each receipt is one ``build_receipt`` would
+    make and pass.
 
     An issuer holds one certificate: the worker makes a new one when it changes. Safe to use
     from several threads (templates are complete before they are shared, and never changed).
@@ -279,6 +298,8 @@ class ReceiptIssuer:
             receipt.evidence_digest = facts.evidence_digest
             receipt.nonce = facts.nonce
             receipt.issued_at.CopyFrom(timestamp(facts.issued_at, "issued_at"))
+            if facts.findings:
+                receipt.findings.extend(finding_messages(facts.findings))
             validate_receipt_facts(receipt)
         return IssuedReceipt(receipt, _sign(receipt, self.key))
 
@@ -357,6 +378,11 @@ class OpenedReceipt:
         """The certificate's state at the receipt's policy update, as a string (``"current"``,
         ``"absent"``, ``"expired"``, ``"not_yet_valid"``, ``"revoked"``)."""
         return certificate_state_word(self.receipt.certificate_state)
+
+    @property
+    def findings(self) -> tuple[ReceiptFinding, ...]:
+        """Why the outcome is what it is, per effect (R-MSG-12); empty when VERIFIED."""
+        return read_findings(self.receipt)
 
 
 def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> OpenedReceipt:

@@ -22,6 +22,7 @@ from rewardseal.core.certificates import MAX_POLICY_UPDATE
 from rewardseal.core.contract import CERTIFIABLE_TIER, SCORING_DEFAULTS, UNSCORED_OUTCOMES
 from rewardseal.core.digest import is_digest
 from rewardseal.core.errors import CertificationRefused, InvalidEpisode, ValidationError, preview
+from rewardseal.core.judging.receipt_findings import validate_findings
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import (
@@ -275,13 +276,14 @@ def validate_receipt(receipt: RewardEvidenceReceipt) -> None:
 
 
 def validate_receipt_facts(receipt: RewardEvidenceReceipt) -> None:
-    """R-MSG-7, R-MSG-10: the fields that name one episode's receipt (its ids, evidence
-    digest, nonce and issue time), each well formed.
+    """R-MSG-7, R-MSG-10, R-MSG-12: the fields that name one episode's receipt (its ids,
+    evidence digest, nonce, issue time and findings), each well formed.
 
-    The fields no rule relates to any other: a receipt that passed
+    The fields no rule relates to any other claim: a receipt that passed
     :func:`validate_receipt_claims` still does with other values in them. An issuer that
     stamps many receipts from one validated template checks only these per receipt
-    (:class:`rewardseal.core.receipts.ReceiptIssuer`).
+    (:class:`rewardseal.core.receipts.ReceiptIssuer`). The findings' one tie to a claim (a
+    VERIFIED receipt has none) is checked here, so it holds for stamped receipts too.
     """
     validate_id(receipt.receipt_id, "receipt_id")
     validate_id(receipt.policy_checkpoint_id, "policy_checkpoint_id")
@@ -291,6 +293,7 @@ def validate_receipt_facts(receipt: RewardEvidenceReceipt) -> None:
         raise ValidationError("nonce is required")
     if not receipt.HasField("issued_at"):
         raise ValidationError("issued_at is required")
+    validate_findings(receipt)
 
 
 # Enum members read once here: the wrappers look each name up in Python on every access, and

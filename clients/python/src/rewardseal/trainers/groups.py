@@ -26,6 +26,7 @@ from rewardseal.core.errors import (
     Unavailable,
     ValidationError,
 )
+from rewardseal.core.judging.receipt_findings import findings_text
 from rewardseal.rpc.worker_client import ReceiptOrError, VerifiedReceipt
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome
 
@@ -58,6 +59,7 @@ METADATA_COLUMNS: Final = (
     "reward_unscored",
     "reward_episode_id",
     "reward_error",
+    "reward_findings",
 )
 """The per-sample metadata columns, in the order :func:`metadata_columns` returns them."""
 
@@ -131,6 +133,12 @@ class SampleResult:
             return DEVELOPMENT_ONLY
         scope = self.receipt.receipt.calibration_scope
         return _enum_name(CalibrationScope.Name(scope), _SCOPE_PREFIX).lower()
+
+    @property
+    def findings(self) -> str:
+        """The receipt's findings as words (``effect:code(fields)``, space-separated; R-MSG-12):
+        ``""`` when verified or without a receipt."""
+        return "" if self.receipt is None else findings_text(self.receipt.findings)
 
     @property
     def error_reason(self) -> str:
@@ -254,6 +262,7 @@ def metadata_columns(
         "reward_unscored": [row.unscored for row in rows],
         "reward_episode_id": [row.episode_id for row in rows],
         "reward_error": [row.error_reason for row in rows],
+        "reward_findings": [row.findings for row in rows],
     }
 
 

@@ -235,3 +235,72 @@ ISSUER_KEY_ROLE_WORKER: IssuerKeyRole.ValueType  # 1
 ISSUER_KEY_ROLE_ORGANIZATION: IssuerKeyRole.ValueType  # 2
 """Signs organization certificates and revocation lists."""
 Global___IssuerKeyRole: _TypeAlias = IssuerKeyRole  # noqa: Y015
+
+class _FindingCode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FindingCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FindingCode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FINDING_CODE_UNSPECIFIED: _FindingCode.ValueType  # 0
+    FINDING_CODE_MISSING_RECORD: _FindingCode.ValueType  # 1
+    """Fewer new records of the effect than it needs (none at all, or some short)."""
+    FINDING_CODE_DUPLICATE_RECORD: _FindingCode.ValueType  # 2
+    """More new records of the effect than its exact count."""
+    FINDING_CODE_MISSING_FIELD: _FindingCode.ValueType  # 3
+    """A new record omits an expected or required field."""
+    FINDING_CODE_WRONG_FIELD: _FindingCode.ValueType  # 4
+    """A new record carries an expected field with another value or JSON type."""
+    FINDING_CODE_EXTRA_FIELD: _FindingCode.ValueType  # 5
+    """A new record carries a field outside the effect's allowed_fields."""
+    FINDING_CODE_WRONG_SUBJECT: _FindingCode.ValueType  # 6
+    """A new record of the effect's collection belongs to another subject."""
+    FINDING_CODE_ALTERED_RECORD: _FindingCode.ValueType  # 7
+    """A record of the subject that existed before changed or vanished."""
+    FINDING_CODE_FORBIDDEN_PRESENT: _FindingCode.ValueType  # 8
+    """A new record matches a forbidden effect."""
+    FINDING_CODE_NO_BASELINE: _FindingCode.ValueType  # 9
+    """The effect cannot be judged: it counts new records and the episode has no baseline read."""
+    FINDING_CODE_NOT_COMMITTED: _FindingCode.ValueType  # 10
+    """The runtime says the policy stopped (halted, refused, rejected) and the effect is absent."""
+    FINDING_CODE_CONTRADICTS_SIGNAL: _FindingCode.ValueType  # 11
+    """The runtime says the policy stopped, yet the effect's records are present."""
+    FINDING_CODE_PLATFORM_FAILED: _FindingCode.ValueType  # 12
+    """The runtime reported a platform failure (about the episode, no effect)."""
+    FINDING_CODE_READ_FAILED: _FindingCode.ValueType  # 13
+    """The system of record could not be read (about the episode, no effect)."""
+
+class FindingCode(_FindingCode, metaclass=_FindingCodeEnumTypeWrapper):
+    """What a receipt's finding says went wrong (R-MSG-12): one closed vocabulary, the judge's own
+    (rewardseal.core.judging.findings.Fault). A finding names what the contract checked and how it
+    failed, never a value read from the system of record.
+    """
+
+FINDING_CODE_UNSPECIFIED: FindingCode.ValueType  # 0
+FINDING_CODE_MISSING_RECORD: FindingCode.ValueType  # 1
+"""Fewer new records of the effect than it needs (none at all, or some short)."""
+FINDING_CODE_DUPLICATE_RECORD: FindingCode.ValueType  # 2
+"""More new records of the effect than its exact count."""
+FINDING_CODE_MISSING_FIELD: FindingCode.ValueType  # 3
+"""A new record omits an expected or required field."""
+FINDING_CODE_WRONG_FIELD: FindingCode.ValueType  # 4
+"""A new record carries an expected field with another value or JSON type."""
+FINDING_CODE_EXTRA_FIELD: FindingCode.ValueType  # 5
+"""A new record carries a field outside the effect's allowed_fields."""
+FINDING_CODE_WRONG_SUBJECT: FindingCode.ValueType  # 6
+"""A new record of the effect's collection belongs to another subject."""
+FINDING_CODE_ALTERED_RECORD: FindingCode.ValueType  # 7
+"""A record of the subject that existed before changed or vanished."""
+FINDING_CODE_FORBIDDEN_PRESENT: FindingCode.ValueType  # 8
+"""A new record matches a forbidden effect."""
+FINDING_CODE_NO_BASELINE: FindingCode.ValueType  # 9
+"""The effect cannot be judged: it counts new records and the episode has no baseline read."""
+FINDING_CODE_NOT_COMMITTED: FindingCode.ValueType  # 10
+"""The runtime says the policy stopped (halted, refused, rejected) and the effect is absent."""
+FINDING_CODE_CONTRADICTS_SIGNAL: FindingCode.ValueType  # 11
+"""The runtime says the policy stopped, yet the effect's records are present."""
+FINDING_CODE_PLATFORM_FAILED: FindingCode.ValueType  # 12
+"""The runtime reported a platform failure (about the episode, no effect)."""
+FINDING_CODE_READ_FAILED: FindingCode.ValueType  # 13
+"""The system of record could not be read (about the episode, no effect)."""
+Global___FindingCode: _TypeAlias = FindingCode  # noqa: Y015

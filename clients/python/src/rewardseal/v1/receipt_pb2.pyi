@@ -70,6 +70,7 @@ class RewardEvidenceReceipt(_message.Message):
     ISSUER_KEY_ID_FIELD_NUMBER: _builtins.int
     NONCE_FIELD_NUMBER: _builtins.int
     ISSUED_AT_FIELD_NUMBER: _builtins.int
+    FINDINGS_FIELD_NUMBER: _builtins.int
     receipt_id: _builtins.str
     reward_contract_digest: _builtins.str
     policy_checkpoint_id: _builtins.str
@@ -96,6 +97,10 @@ class RewardEvidenceReceipt(_message.Message):
     def certification_refusals(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def issued_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def findings(self) -> _containers.RepeatedCompositeFieldContainer[Global___Finding]:
+        """Why the outcome is what it is, per effect (R-MSG-12): empty on a VERIFIED receipt."""
+
     def __init__(
         self,
         *,
@@ -121,16 +126,50 @@ class RewardEvidenceReceipt(_message.Message):
         issuer_key_id: _builtins.str = ...,
         nonce: _builtins.str = ...,
         issued_at: _timestamp_pb2.Timestamp | None = ...,
+        findings: _abc.Iterable[Global___Finding] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_scalar_reward", b"_scalar_reward", "issued_at", b"issued_at", "scalar_reward", b"scalar_reward"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_scalar_reward", b"_scalar_reward", "calibration_corpus_digest", b"calibration_corpus_digest", "calibration_scope", b"calibration_scope", "certificate_digest", b"certificate_digest", "certificate_id", b"certificate_id", "certificate_state", b"certificate_state", "certification_refusals", b"certification_refusals", "certified", b"certified", "development_only", b"development_only", "episode_id", b"episode_id", "evidence_digest", b"evidence_digest", "issued_at", b"issued_at", "issuer_key_id", b"issuer_key_id", "nonce", b"nonce", "oracle_tier", b"oracle_tier", "policy_checkpoint_id", b"policy_checkpoint_id", "policy_update", b"policy_update", "receipt_id", b"receipt_id", "reward_components", b"reward_components", "reward_contract_digest", b"reward_contract_digest", "reward_outcome", b"reward_outcome", "scalar_reward", b"scalar_reward", "uncertainty", b"uncertainty"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_scalar_reward", b"_scalar_reward", "calibration_corpus_digest", b"calibration_corpus_digest", "calibration_scope", b"calibration_scope", "certificate_digest", b"certificate_digest", "certificate_id", b"certificate_id", "certificate_state", b"certificate_state", "certification_refusals", b"certification_refusals", "certified", b"certified", "development_only", b"development_only", "episode_id", b"episode_id", "evidence_digest", b"evidence_digest", "findings", b"findings", "issued_at", b"issued_at", "issuer_key_id", b"issuer_key_id", "nonce", b"nonce", "oracle_tier", b"oracle_tier", "policy_checkpoint_id", b"policy_checkpoint_id", "policy_update", b"policy_update", "receipt_id", b"receipt_id", "reward_components", b"reward_components", "reward_contract_digest", b"reward_contract_digest", "reward_outcome", b"reward_outcome", "scalar_reward", b"scalar_reward", "uncertainty", b"uncertainty"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__scalar_reward: _TypeAlias = _typing.Literal["scalar_reward"]  # noqa: Y015
     _WhichOneofArgType__scalar_reward: _TypeAlias = _typing.Literal["_scalar_reward", b"_scalar_reward"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType__scalar_reward) -> _WhichOneofReturnType__scalar_reward | None: ...
 
 Global___RewardEvidenceReceipt: _TypeAlias = RewardEvidenceReceipt  # noqa: Y015
+
+@_typing.final
+class Finding(_message.Message):
+    """One thing the judge found about one effect of the contract (R-MSG-12). It carries the
+    contract's own names only, never a value read from the system of record.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EFFECT_FIELD_NUMBER: _builtins.int
+    CODE_FIELD_NUMBER: _builtins.int
+    FIELDS_FIELD_NUMBER: _builtins.int
+    effect: _builtins.str
+    """The contract's effect name; "" for a finding about the episode (PLATFORM_FAILED, READ_FAILED)."""
+    code: _enums_pb2.FindingCode.ValueType
+    @_builtins.property
+    def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The contract's field names involved, sorted and unique; empty for record-level findings."""
+
+    def __init__(
+        self,
+        *,
+        effect: _builtins.str = ...,
+        code: _enums_pb2.FindingCode.ValueType = ...,
+        fields: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "effect", b"effect", "fields", b"fields"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Finding: _TypeAlias = Finding  # noqa: Y015
 
 @_typing.final
 class SignedEnvelope(_message.Message):

@@ -9,7 +9,8 @@ enum words, integer ``policy_update`` and ``oracle_tier``, ``issued_at`` in whol
 ``Z``, ``scalar_reward: null`` when unscored, absent certificate references as null. Beside it
 (never inside, so a strict parser of that shape accepts the receipt) travel the receipt's
 ``certification_refusals``, rewardseal's own view of the receipt (:func:`rewardseal_view`,
-R-H-24: what the signed receipt says, including the certification that shape cannot state) and
+R-H-24: what the signed receipt says, including the certification that shape cannot state, its
+signed ``findings`` (R-MSG-12) and its ``task_parameters_digest``) and
 rewardseal's signed envelope (:func:`envelope_view`, the proto3 JSON mapping: ``payload`` is the
 exact signed bytes, base64), which a rewardseal client verifies with
 :func:`rewardseal.core.receipts.open_receipt`.
@@ -26,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rewardseal.core.errors import InvalidEpisode
 from rewardseal.core.integrity.messages import enum_word
+from rewardseal.core.judging.receipt_findings import read_findings
 from rewardseal.core.receipts import certificate_state_word, outcome_word, scope_word
 from rewardseal.core.validation import runtime_signal_named
 from rewardseal.v1.enums_pb2 import (
@@ -155,6 +157,14 @@ class EnvelopeView(BaseModel):
     unscored: bool
 
 
+class FindingView(BaseModel):
+    """One signed finding (R-MSG-12): the contract's effect and field names, never a value."""
+
+    effect: str = Field(description='the effect name; "" for a finding about the episode')
+    code: str = Field(description="missing_record, duplicate_record, wrong_field, ...")
+    fields: list[str]
+
+
 class RewardsealView(BaseModel):
     """rewardseal's own view of the receipt (R-H-24): what the signed receipt states, in words,
     the certification of every scope included."""
@@ -166,6 +176,9 @@ class RewardsealView(BaseModel):
     calibration_scope: str = Field(description="synthetic, production or unspecified")
     certificate_state: str = Field(description="absent, not_yet_valid, current, expired or revoked")
     outcome: str = Field(description="verified, wrong_effect, ... (the receipt's outcome)")
+    findings: list[FindingView] = Field(
+        description="why the outcome is what it is, per effect; empty when verified"
+    )
 
 
 class RewardView(BaseModel):
@@ -330,13 +343,12 @@ def rewardseal_view(receipt: RewardEvidenceReceipt) -> dict[str, Any]:
     organization's certificate reads ``true`` here, while :func:`receipt_view` (the
     compatibility shape, which cannot state that scope) says ``false``.
     """
-    # At merge (issue 26 items 1 and 2) "findings" and "task_parameters_digest" join this view,
-    # from the receipt's signed fields of the same names; this function stays the one place.
     return {
         "certified": receipt.certified,
         "calibration_scope": scope_word(receipt.calibration_scope),
         "certificate_state": certificate_state_word(receipt.certificate_state),
         "outcome": outcome_word(receipt.reward_outcome),
+        "findings": [finding.as_dict() for finding in read_findings(receipt)],
     }
 
 

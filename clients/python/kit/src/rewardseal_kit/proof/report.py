@@ -3,7 +3,8 @@
 One table row per (condition, reward): what a correct reward does (gold), how many trials the
 reward paid, how many of those it should not have paid (silent incorrect success), how many
 control trials it failed to pay (over-refusal), how many it left without a scalar, how many
-carried a certified receipt, and the scope the numbers hold in.
+carried a certified receipt, the scope the numbers hold in, and the findings its receipts
+signed (R-MSG-12: which fault of each family the certified reward named).
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ class Row:
     certified: int
     scope: str
     outcomes: tuple[str, ...]
+    findings: tuple[str, ...] = ()
+    """Every finding the row's receipts signed (``effect:code(fields)``), sorted, once each."""
 
     @property
     def paid_share(self) -> float:
@@ -67,7 +70,12 @@ class Row:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (``paid_share`` included)."""
-        return {**asdict(self), "paid_share": self.paid_share, "outcomes": list(self.outcomes)}
+        return {
+            **asdict(self),
+            "paid_share": self.paid_share,
+            "outcomes": list(self.outcomes),
+            "findings": list(self.findings),
+        }
 
 
 def _row(condition: str, reward: str, trials: Sequence[TrialResult]) -> Row:
@@ -86,6 +94,7 @@ def _row(condition: str, reward: str, trials: Sequence[TrialResult]) -> Row:
         certified=sum(1 for t in trials if t.certified),
         scope="/".join(sorted({t.scope for t in trials})),
         outcomes=tuple(sorted({t.outcome for t in trials})),
+        findings=tuple(sorted({word for t in trials for word in t.findings})),
     )
 
 
@@ -180,6 +189,7 @@ _COLUMNS: Final = (
     ("unscored", "unscored"),
     ("certified", "certified"),
     ("scope", "scope"),
+    ("findings", "findings"),
 )
 
 
@@ -188,6 +198,8 @@ def _cell(row: Row, key: str) -> str:
         return {"pay": "1 (pay)", "refuse": "0 (refuse)"}.get(row.gold, row.gold)
     if key == "paid":
         return f"{row.paid}/{row.trials}"
+    if key == "findings":
+        return " ".join(f"`{word}`" for word in row.findings) or "-"
     return str(getattr(row, key))
 
 

@@ -48,6 +48,8 @@ class TrialResult:
     ``scalar`` is None when the reward left the episode unscored (never 0.0 for it);
     ``receipt_id`` is None for the screen reward (it signs nothing); ``scope`` is
     ``development_only`` below tier 2, else the certificate's calibration scope in lower case.
+    ``findings`` are the receipt's signed findings as words (``effect:code(fields)``, R-MSG-12):
+    what the certified reward found wrong; none for the screen reward, which signs nothing.
     """
 
     condition: str
@@ -60,6 +62,7 @@ class TrialResult:
     certified: bool
     scope: str
     receipt_id: str | None
+    findings: tuple[str, ...] = ()
 
     @property
     def paid(self) -> bool:
@@ -129,4 +132,5 @@ def certified_result(condition: str, trial: int, got: VerifiedReceipt) -> TrialR
         certified=receipt.certified,
         scope=scope,
         receipt_id=receipt.receipt_id,
+        findings=tuple(finding.text() for finding in got.findings),
     )

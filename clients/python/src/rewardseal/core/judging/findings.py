@@ -9,6 +9,10 @@ vocabulary around the judge maps onto these faults:
   evidence digests, so their wording is frozen;
 - the ExtraDup fault codes (R-MM-3, :data:`rewardseal_mockmed.extradup.FAULTS`), which are the
   :class:`Fault` values themselves;
+- the findings of a receipt (R-MSG-12, ``FindingCode`` in ``enums.proto``): one code per
+  :class:`Fault`, named ``FINDING_CODE_<FAULT>``; the faults that are no fault of a record
+  (:data:`EPISODE_FAULTS`, :data:`SIGNAL_FAULTS`, :attr:`Fault.NO_BASELINE`) say why the judge
+  could not, or did not need to, look at the records;
 - the calibration fault classes (R-CAL-3,
   :data:`rewardseal.core.faults.GENERIC_FAULT_CLASSES`) and the ExtraDup families, which say how
   a faulty write was *made*; :data:`EXPECTED_FAULTS` says which findings name each of them.
@@ -26,7 +30,11 @@ from types import MappingProxyType
 from typing import Final
 
 __all__ = [
+    "EPISODE_FAULTS",
     "EXPECTED_FAULTS",
+    "FIELD_FAULTS",
+    "RECORD_FAULTS",
+    "SIGNAL_FAULTS",
     "Fault",
     "Finding",
 ]
@@ -51,6 +59,45 @@ class Fault(enum.StrEnum):
     """A record of the subject that existed before changed or vanished."""
     FORBIDDEN_PRESENT = "forbidden_present"
     """A new record matches a forbidden effect."""
+    NO_BASELINE = "no_baseline"
+    """The effect cannot be judged: it counts new (or changed) records and the episode has no
+    baseline read (R-W-4 rule 3)."""
+    NOT_COMMITTED = "not_committed"
+    """The runtime says the policy stopped (halted, refused, rejected by a policy rule) and the
+    effect's records are absent (R-W-4 rule 7)."""
+    CONTRADICTS_SIGNAL = "contradicts_signal"
+    """The runtime says the policy stopped, yet the effect's records are present (rule 7)."""
+    PLATFORM_FAILED = "platform_failed"
+    """The runtime reported a platform failure (rule 1); about the episode, not an effect."""
+    READ_FAILED = "read_failed"
+    """The system of record could not be read (rule 2); about the episode, not an effect."""
+
+
+RECORD_FAULTS: Final[frozenset[Fault]] = frozenset(
+    {
+        Fault.MISSING_RECORD,
+        Fault.DUPLICATE_RECORD,
+        Fault.MISSING_FIELD,
+        Fault.WRONG_FIELD,
+        Fault.EXTRA_FIELD,
+        Fault.WRONG_SUBJECT,
+        Fault.ALTERED_RECORD,
+        Fault.FORBIDDEN_PRESENT,
+    }
+)
+"""Faults the judge finds in the records it read (the others say why it read none, or needed
+none)."""
+
+FIELD_FAULTS: Final[frozenset[Fault]] = frozenset(
+    {Fault.MISSING_FIELD, Fault.WRONG_FIELD, Fault.EXTRA_FIELD}
+)
+"""Faults about fields of a record: the only findings that name fields."""
+
+EPISODE_FAULTS: Final[frozenset[Fault]] = frozenset({Fault.PLATFORM_FAILED, Fault.READ_FAILED})
+"""Faults about the whole episode: their findings name no effect."""
+
+SIGNAL_FAULTS: Final[frozenset[Fault]] = frozenset({Fault.NOT_COMMITTED, Fault.CONTRADICTS_SIGNAL})
+"""Faults that say how an effect stands against the runtime's stop signal."""
 
 
 # Reason codes of the evidence document; part of every evidence digest, so never reworded.
@@ -101,7 +148,8 @@ class Finding:
             return f"{_REASON_EXTRA_FIELD}: {', '.join(self.fields)}"
         if fault is Fault.FORBIDDEN_PRESENT:
             return _REASON_PRESENT
-        # Record-level faults of a before/after read; the worker's judge never emits them.
+        # Record-level faults of a before/after read (the worker's judge never emits them), and
+        # the faults no verdict reason names (the outcome's own reason says them).
         return f"{fault.value}: {self.count} records"
 
 

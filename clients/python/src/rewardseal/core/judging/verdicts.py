@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from rewardseal.core.digest import digest_json
@@ -50,6 +51,7 @@ _REASON_NO_BASELINE = "no baseline for a count-new effect"
 _REASON_NO_BASELINE_UPDATE = "no baseline for an update effect"
 _CHANGE_TOKEN_HEX = 16
 _REASON_ABSENT = "absent"
+_NO_BASELINE = (Finding(Fault.NO_BASELINE),)
 
 
 class Verdict(enum.Enum):
@@ -65,7 +67,10 @@ class EffectVerdict:
     """The verdict on one effect, why, and which new records it rests on.
 
     ``forbidden`` tells a forbidden effect's verdict (CONFIRMED = the effect is present) from a
-    required one's in the evidence.
+    required one's in the evidence. ``findings`` are every fault behind a REFUTED required
+    verdict (``reason`` names the first), the NO_BASELINE of an INDETERMINATE one, or the
+    FORBIDDEN_PRESENT of a present forbidden effect; they are not part of the evidence
+    document (its reasons are), but go on the receipt (R-MSG-12).
     """
 
     effect: str
@@ -73,6 +78,8 @@ class EffectVerdict:
     reason: str
     record_ids: tuple[str, ...]
     forbidden: bool = False
+    # Not compared: two verdicts are equal by what the evidence holds of them.
+    findings: tuple[Finding, ...] = dataclass_field(default=(), compare=False)
 
     @property
     def present(self) -> bool:
@@ -229,12 +236,18 @@ def _judge_update(
 ) -> EffectVerdict:
     if baseline is None:
         # Without a baseline no change can be seen, and no absence of one proven.
-        return EffectVerdict(effect.name, Verdict.INDETERMINATE, _REASON_NO_BASELINE_UPDATE, ())
+        return EffectVerdict(
+            effect.name,
+            Verdict.INDETERMINATE,
+            _REASON_NO_BASELINE_UPDATE,
+            (),
+            findings=_NO_BASELINE,
+        )
     changes, _ = changed_records(effect, identity, baseline, current, credited)
     ids = tuple(change_token(before) for before, _ in changes)
     found = change_findings(effect, changes)
     if found:
-        return EffectVerdict(effect.name, Verdict.REFUTED, found[0].reason(), ids)
+        return EffectVerdict(effect.name, Verdict.REFUTED, found[0].reason(), ids, findings=found)
     return EffectVerdict(effect.name, Verdict.CONFIRMED, _REASON_CONFIRMED, ids)
 
 
@@ -258,12 +271,14 @@ def judge_required(
         return _judge_update(effect, identity, baseline, current, credited)
     if baseline is None and effect.new_records is not None:
         # Without a baseline a pre-existing row is indistinguishable from a new one.
-        return EffectVerdict(effect.name, Verdict.INDETERMINATE, _REASON_NO_BASELINE, ())
+        return EffectVerdict(
+            effect.name, Verdict.INDETERMINATE, _REASON_NO_BASELINE, (), findings=_NO_BASELINE
+        )
     fresh = new_records(effect, identity, baseline, current, credited)
     ids = tuple(record_id(r) for r in fresh)
     found = required_findings(effect, fresh)
     if found:
-        return EffectVerdict(effect.name, Verdict.REFUTED, found[0].reason(), ids)
+        return EffectVerdict(effect.name, Verdict.REFUTED, found[0].reason(), ids, findings=found)
     return EffectVerdict(effect.name, Verdict.CONFIRMED, _REASON_CONFIRMED, ids)
 
 
@@ -290,6 +305,7 @@ def judge_forbidden(
                 _REASON_NO_BASELINE_UPDATE,
                 (),
                 forbidden=True,
+                findings=_NO_BASELINE,
             )
         changes, vanished = changed_records(effect, identity, baseline, current, credited)
         touched = [before for before, after in changes if _carries(after, effect.expect)]
@@ -301,8 +317,15 @@ def judge_forbidden(
         # A forbidden effect's ``expect`` narrows what counts as the forbidden state.
         hits = tuple(record_id(r) for r in fresh if _carries(r, effect.expect))
     if hits:
-        reason = Finding(Fault.FORBIDDEN_PRESENT, count=len(hits)).reason()
-        return EffectVerdict(effect.name, Verdict.CONFIRMED, reason, hits, forbidden=True)
+        present = Finding(Fault.FORBIDDEN_PRESENT, count=len(hits))
+        return EffectVerdict(
+            effect.name,
+            Verdict.CONFIRMED,
+            present.reason(),
+            hits,
+            forbidden=True,
+            findings=(present,),
+        )
     return EffectVerdict(effect.name, Verdict.REFUTED, _REASON_ABSENT, (), forbidden=True)
 
 
