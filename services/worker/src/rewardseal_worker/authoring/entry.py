@@ -21,6 +21,10 @@ from typing import TextIO
 
 from rewardseal.core.calibration import summary_to_json
 from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal_worker.authoring.calibration_report import (
+    print_explanation,
+    print_family_table,
+)
 from rewardseal_worker.authoring.commands import PROBLEMS_EXIT, run_contract_command
 from rewardseal_worker.bundle import CALIBRATION_FILE, ContractBundle, load_bundle
 from rewardseal_worker.calibration import calibrate, text_progress
@@ -73,6 +77,12 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
     )
     cal.add_argument(
         "--out", type=Path, help=f"where to write the summary (default DIR/{CALIBRATION_FILE})"
+    )
+    cal.add_argument(
+        "--explain",
+        action="store_true",
+        help="list each accepted fault (its class, effect and fields, never a SoR value) and "
+        "the benign and rejected draws",
     )
 
 
@@ -148,15 +158,13 @@ def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     summary = result.summary
     print(f"calibrated       {bundle.contract.contract_id} ({bundle.contract_digest})", file=out)
     print(
-        f"trials           {summary.trials} fault + {summary.gold_trials} gold control "
-        f"(seed {summary.generator_seed}{', held-out' if summary.held_out else ''})",
+        f"trials           {summary.trials} effective fault + {summary.gold_trials} gold control "
+        f"(seed {summary.generator_seed}{', held-out' if summary.held_out else ''}); of "
+        f"{result.draws} fault draws {summary.benign_trials} benign, {summary.rejected_trials} "
+        "rejected by the sandbox (R-CAL-7)",
         file=out,
     )
-    for count in summary.fault_classes:
-        print(
-            f"  {count.name:<20} {count.trials:>6} trials  {count.false_accepts} false accepts",
-            file=out,
-        )
+    print_family_table(summary, out)
     print(
         f"false accepts    {summary.false_accepts}; epsilon {result.epsilon:.6f} at delta "
         f"{result.delta:g}",
@@ -169,5 +177,7 @@ def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             "type its schema lacks: no policy could commit them there)",
             file=out,
         )
+    if args.explain:
+        print_explanation(result, out)
     print(f"wrote            {target}", file=out)
     return 0

@@ -25,8 +25,17 @@ Never the live SoR: :func:`~.live_sor.refuse_live_target` compares the file, the
 or the API the sandbox names with what the bundle reads, before the first write, and refuses a
 match; a live SoR it cannot determine is refused too, unless the operator says otherwise
 (R-CAL-5).
-A draw that the sandbox cannot hold (a column it lacks, a type it refuses) raises
-:class:`~.runner.TrialNotWritable` and is drawn again: no policy could commit that fault there.
+A draw that the sandbox cannot hold (a column it lacks, a background row it refuses) raises
+:class:`~.runner.TrialNotWritable` and is drawn again: the generator made it for another schema.
+
+Only effective faults count (R-CAL-7). The trial's own writes (the episode's creates, updates
+and deletes) that the sandbox refuses (a constraint, a type) make the draw *rejected by the
+SoR* (:class:`~.runner.TrialRejected`): that fault cannot happen there. And after the writes
+the judge reads back, through the bundle's reader, each field the fault wrote
+(:class:`~.trials.FieldTouch`): when the sandbox stored the gold value there anyway (SQLite's
+``"3"`` stored as the integer 3 in an INTEGER column, an omitted column filled with its
+``DEFAULT``, a trigger), the SoR holds the correct record, the checker is right to accept it,
+and the draw is *benign*, counted apart and never as a false accept.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchTableError, SQLAlchemyError
 
 from rewardseal.core.errors import ValidationError
-from rewardseal.core.judging import RECORD_ID_FIELD, Decision, change_token, judge_episode
+from rewardseal.core.judging import RECORD_ID_FIELD, change_token, judge_episode, same_value
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup
@@ -56,8 +65,8 @@ from rewardseal_worker.calibration.live_sor import (
     sandbox_path,
     sandbox_sqlite_file,
 )
-from rewardseal_worker.calibration.runner import TrialNotWritable
-from rewardseal_worker.calibration.trials import Record, Trial
+from rewardseal_worker.calibration.runner import JudgedTrial, TrialNotWritable, TrialRejected
+from rewardseal_worker.calibration.trials import FieldTouch, Record, Trial
 from rewardseal_worker.oracles.base import (
     KIND_FHIR,
     KIND_JSON_FILE,
@@ -168,12 +177,12 @@ class SqlSandboxStore:
                     assigned = conn.execute(self._insert, row).scalar_one()
                     ids[str(record[RECORD_ID_FIELD])] = str(assigned)
         except IntegrityError:
-            raise TrialNotWritable(
+            raise TrialRejected(
                 "a constraint of the sandbox's schema (NOT NULL, unique, foreign key, check) "
                 "refused a row"
             ) from None
         except SQLAlchemyError as exc:
-            raise TrialNotWritable(f"the sandbox refused a row ({type(exc).__name__})") from None
+            raise TrialRejected(f"the sandbox refused a row ({type(exc).__name__})") from None
         return ids
 
     def update(self, sandbox_id: str, record: Record) -> None:
@@ -185,9 +194,7 @@ class SqlSandboxStore:
                     sa.update(self._table).where(self._id == self._key(sandbox_id)).values(**values)
                 )
         except SQLAlchemyError as exc:
-            raise TrialNotWritable(
-                f"the sandbox refused an update ({type(exc).__name__})"
-            ) from None
+            raise TrialRejected(f"the sandbox refused an update ({type(exc).__name__})") from None
 
     def delete(self, sandbox_ids: Sequence[str]) -> None:
         if not sandbox_ids:
@@ -266,10 +273,14 @@ class SandboxJudge:
     note: str | None = None
     """Said to the operator: e.g. that the live target could not be compared."""
 
-    def __call__(self, setup: CalibrationSetup, rng: Any, trial: Trial) -> Decision:
+    def __call__(self, setup: CalibrationSetup, rng: Any, trial: Trial) -> JudgedTrial:
         ids: dict[str, str] = {}
         try:
-            ids |= self.store.insert(trial.baseline)
+            try:
+                ids |= self.store.insert(trial.baseline)
+            except TrialRejected as exc:
+                # The SoR before the episode is background, not the fault: draw it again.
+                raise TrialNotWritable(str(exc)) from None
             baseline = self._read(trial.identity)
             before = {str(r[RECORD_ID_FIELD]): r for r in trial.baseline}
             after = {str(r[RECORD_ID_FIELD]) for r in trial.after}
@@ -286,7 +297,7 @@ class SandboxJudge:
             self.store.delete(list(ids.values()))
         credited = _sandbox_credits(trial.credited, ids, baseline)
         # Exactly the engine's call: the bundle's specs, COMPLETED (the only signal that pays).
-        return judge_episode(
+        decision = judge_episode(
             setup.required,
             setup.forbidden,
             identity=dict(trial.identity),
@@ -296,6 +307,7 @@ class SandboxJudge:
             credited=credited,
             oracle_error=None,
         )
+        return JudgedTrial(decision, benign=_normalized_away(trial.touched, ids, current))
 
     def _read(self, identity: Mapping[str, str]) -> list[dict[str, Any]]:
         try:
@@ -309,6 +321,32 @@ class SandboxJudge:
         """Close the reader and the store."""
         self.reader.close()
         self.store.close()
+
+
+def _normalized_away(
+    touched: Sequence[FieldTouch], ids: Mapping[str, str], current: Sequence[Mapping[str, Any]]
+) -> bool:
+    """Whether the sandbox stored the gold value in every field the fault wrote (R-CAL-7).
+
+    Read back through the bundle's reader, as scoring reads; compared with the judge's own
+    JSON-scalar equality, so ``"3"`` read back as 3 is the gold 3 and ``"3"`` read back as
+    ``"3"`` is not. A trial with no field fault, or whose touched record the reader does not
+    return, is an effective fault.
+    """
+    if not touched:
+        return False
+    read = {str(r.get(RECORD_ID_FIELD)): r for r in current}
+    for touch in touched:
+        record = read.get(ids.get(touch.record_id, ""))
+        if record is None:
+            return False
+        stored = record.get(touch.field)
+        if touch.gold is None:
+            if stored is not None:
+                return False
+        elif stored is None or not same_value(stored, touch.gold):
+            return False
+    return True
 
 
 def _sandbox_credits(

@@ -12,6 +12,7 @@ and its index, so a run is reproducible per seed; the order of the draws is part
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from rewardseal_worker.calibration.fault_classes import CalibrationSetup
 
 __all__ = [
     "GOLD",
+    "FieldTouch",
     "Record",
     "Trial",
     "World",
@@ -170,14 +172,45 @@ def _subject_columns(setup: CalibrationSetup, identity: Mapping[str, str]) -> Re
     return {column: identity[key] for key, column in setup.identity_fields.items()}
 
 
+@dataclass(frozen=True)
+class FieldTouch:
+    """One field a fault trial wrote otherwise than the gold effect would have (R-CAL-7).
+
+    ``gold`` is what the gold record holds there: the expected value, or None for a field the
+    gold record leaves unset (an extra field). A sandbox that stores ``gold`` there anyway (a
+    type coercion, a column default, a trigger) has normalized the fault away.
+    """
+
+    record_id: str
+    field: str
+    gold: Any
+
+
 @dataclass
 class Trial:
-    """One synthetic episode before it is read: the SoR before and after, and credited ids."""
+    """One synthetic episode before it is read: the SoR before and after, and credited ids.
+
+    ``effect`` and ``fields`` name where the fault is, in the contract's own names (what
+    ``calibrate --explain`` shows); ``touched`` lists the fields a field fault wrote, which a
+    sandbox reads back to tell an effective fault from a benign one.
+    """
 
     identity: dict[str, str]
     baseline: list[Record]
     after: list[Record]
     credited: set[str]
+    effect: str = ""
+    fields: tuple[str, ...] = ()
+    touched: list[FieldTouch] = dataclasses.field(default_factory=list)
+
+
+@dataclass
+class _Site:
+    """Where a trial's fault is, gathered while it is built (see :class:`Trial`)."""
+
+    effect: str = ""
+    fields: tuple[str, ...] = ()
+    touched: list[FieldTouch] = dataclasses.field(default_factory=list)
 
 
 def _background(
@@ -323,9 +356,13 @@ def _change_fault(
     world: World,
     changes: dict[str, list[Change]],
     credited: set[str],
+    site: _Site,
 ) -> str:
-    """Apply ``fault`` to the update effect ``effect``; return the variant played."""
+    """Apply ``fault`` to the update effect ``effect``; return the variant played. ``site``
+    (the trial being built) gets the fields the fault involves."""
+    site.effect = effect.name
     if fault == "forbidden_present":
+        site.fields = _literal_fields(effect)
         before: Record = {RECORD_ID_FIELD: world.mint(), **_subject_columns(setup, identity)}
         before.update(_resolved_select(effect, identity))
         before.update(effect.before)
@@ -368,19 +405,35 @@ def _change_fault(
     if variant == "extra_field":
         name = _extra_field(setup, rng, effect)
         target[name] = filler(rng, name)
+        _touch(site, target, name, None)
         return variant
-    field = rng.choice(sorted(effect.expect))
+    name = rng.choice(sorted(effect.expect))
+    _touch(site, target, name, effect.expect[name])
     if variant == "changed_value":
-        target[field] = _other_value(rng, effect.expect[field])
+        target[name] = _other_value(rng, effect.expect[name])
     elif variant in ("omitted_field", "null_field"):
-        target[field] = None
+        target[name] = None
     else:
-        confused = _type_confused(effect.expect[field])
+        confused = _type_confused(effect.expect[name])
         if confused is None:
             variant = "changed_value"
-            confused = _other_value(rng, effect.expect[field])
-        target[field] = confused
+            confused = _other_value(rng, effect.expect[name])
+        target[name] = confused
     return variant
+
+
+def _touch(site: _Site, record: Record, name: str, gold: Any) -> None:
+    site.fields = (*site.fields, name)
+    site.touched.append(FieldTouch(str(record[RECORD_ID_FIELD]), name, gold))
+
+
+def _identity_fields(effect: EffectSpec) -> tuple[str, ...]:
+    return tuple(sorted(f for f, v in effect.select.items() if isinstance(v, IdentityRef)))
+
+
+def _literal_fields(effect: EffectSpec) -> tuple[str, ...]:
+    literal = {f for f, v in effect.select.items() if not isinstance(v, IdentityRef)}
+    return tuple(sorted(literal | set(effect.expect)))
 
 
 def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tuple[Trial, str]:
@@ -393,12 +446,16 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
     changes = _gold_changes(setup, rng, identity, world)
     extra: list[Record] = []
     variant = "correct_effect"
+    site = _Site()
 
     updated = _update_target(setup, rng, fault)
     if updated is not None:
-        variant = _change_fault(setup, rng, fault, updated, identity, world, changes, credited)
+        variant = _change_fault(
+            setup, rng, fault, updated, identity, world, changes, credited, site
+        )
     elif fault == "missing_record":
         effect = rng.choice([e for e in setup.required if not e.updates])
+        site.effect = effect.name
         own = writes[effect.name]
         options = ["nothing_written", "credited_elsewhere", "updated_existing"]
         if len(own) > 1 and effect.new_records is not None:
@@ -422,6 +479,7 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             own.clear()
     elif fault in ("duplicate_record", "extra_record"):
         effect = rng.choice([e for e in setup.required if e.new_records is not None])
+        site.effect = effect.name
         own = writes[effect.name]
         if fault == "duplicate_record":
             variant = rng.choice(["posted_twice", "posted_three_times"])
@@ -436,8 +494,9 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             variant = rng.choice(options)
             record = _gold_record(rng, effect, identity, world)
             if variant == "record_of_another_kind":
-                field = rng.choice(sorted(effect.expect))
-                record[field] = _other_value(rng, effect.expect[field])
+                name = rng.choice(sorted(effect.expect))
+                record[name] = _other_value(rng, effect.expect[name])
+                site.fields = (name,)
             own.append(record)
     elif fault == "wrong_field":
         effect = rng.choice(
@@ -454,23 +513,26 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             options.append("extra_field")
         variant = rng.choice(options)
         target = rng.choice(writes[effect.name])
+        site.effect = effect.name
         if variant == "extra_field":
             name = _extra_field(setup, rng, effect)
             target[name] = filler(rng, name) if rng.random() < 0.5 else "stat"
+            _touch(site, target, name, None)
         else:
-            field = rng.choice(sorted(effect.expect))
+            name = rng.choice(sorted(effect.expect))
+            _touch(site, target, name, effect.expect[name])
             if variant == "changed_value":
-                target[field] = _other_value(rng, effect.expect[field])
+                target[name] = _other_value(rng, effect.expect[name])
             elif variant == "omitted_field":
-                del target[field]
+                del target[name]
             elif variant == "null_field":
-                target[field] = None
+                target[name] = None
             else:
-                confused = _type_confused(effect.expect[field])
+                confused = _type_confused(effect.expect[name])
                 if confused is None:
                     variant = "changed_value"
-                    confused = _other_value(rng, effect.expect[field])
-                target[field] = confused
+                    confused = _other_value(rng, effect.expect[name])
+                target[name] = confused
     elif fault == "wrong_subject":
         variant = rng.choice(["fresh_subject", "near_miss_subject", "known_subject"])
         decoy = dict(identity)
@@ -483,6 +545,8 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             decoy = dict(rng.choice(others))
         for effect in setup.required:
             if effect.identity_keys():
+                site.effect = site.effect or effect.name
+                site.fields = tuple(sorted({*site.fields, *_identity_fields(effect)}))
                 for record in writes.get(effect.name, ()):
                     record.update(_resolved_select(effect, decoy))
                 for before, changed in changes.get(effect.name, ()):
@@ -491,6 +555,7 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
                     changed.update(_resolved_select(effect, decoy))
     elif fault == "forbidden_present":
         effect = rng.choice([e for e in setup.forbidden if not e.updates])
+        site.effect, site.fields = effect.name, _literal_fields(effect)
         variant = rng.choice(["merged_into_record", "separate_record"] if writes else ["separate"])
         variant = "separate_record" if variant == "separate" else variant
         if variant == "merged_into_record":
@@ -512,7 +577,8 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
                 after.append(changed)
     after.extend(extra)
     after.extend(_concurrent_writes(setup, rng, identity, world))
-    return Trial(identity, baseline, after, credited), variant
+    trial = Trial(identity, baseline, after, credited, site.effect, site.fields, site.touched)
+    return trial, variant
 
 
 def _read(
