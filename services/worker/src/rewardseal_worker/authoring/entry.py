@@ -66,7 +66,8 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
         "--trials",
         type=int,
         default=DEFAULT_TRIALS,
-        help=f"fault trials (default {DEFAULT_TRIALS}; a tenth as many gold control trials too)",
+        help=f"fault draws (default {DEFAULT_TRIALS}; a tenth as many gold control trials too); "
+        "the benign and rejected ones are counted apart (R-CAL-7)",
     )
     cal.add_argument("--seed", type=int, help="generator seed (default: a fresh random one)")
     cal.add_argument(
@@ -173,8 +174,8 @@ def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print(f"policy           {_policy_words(bundle, result.epsilon, result.delta)}", file=out)
     if result.redrawn:
         print(
-            f"redrawn          {result.redrawn} draws the sandbox could not hold (a column or "
-            "type its schema lacks: no policy could commit them there)",
+            f"redrawn          {result.redrawn} draws the sandbox could not hold (a column its "
+            "schema lacks, a background row or gold write it refuses): drawn again",
             file=out,
         )
     if args.explain:
