@@ -25,15 +25,16 @@ import sqlalchemy as sa
 from support.postgres import PostgresServer
 
 from rewardseal.core.calibration import epsilon_from_summary, summary_from_json
+from rewardseal.core.errors import ValidationError
 from rewardseal.core.signing import SigningKey
 from rewardseal.v1.enums_pb2 import CalibrationScope
 from rewardseal_worker.authoring.calibration_report import print_explanation
 from rewardseal_worker.bundle import load_bundle
 from rewardseal_worker.calibration import calibrate, self_signed_certificate
 from rewardseal_worker.calibration.fault_classes import setup_for
-from rewardseal_worker.calibration.runner import JudgedTrial
-from rewardseal_worker.calibration.sandbox import open_sandbox
-from rewardseal_worker.calibration.trials import Trial
+from rewardseal_worker.calibration.runner import NO_EFFECTIVE_FAULT_MESSAGE, JudgedTrial
+from rewardseal_worker.calibration.sandbox import _normalized_away, open_sandbox
+from rewardseal_worker.calibration.trials import FieldTouch, Trial, judge_trial
 from rewardseal_worker.cli import main
 
 SKU, QTY = "SKU-7", 3
@@ -281,3 +282,38 @@ def test_a_genuinely_accepted_fault_still_counts_and_explain_names_it(
     assert "tighten the effect's expect" in text
     assert SKU not in text  # the contract's names only, never a value
     assert order_rows(sandbox) == 0
+
+
+@pytest.mark.parametrize(
+    ("stored", "gold", "benign"),
+    [
+        pytest.param(3, 3, True, id="coerced-to-the-gold-integer"),
+        pytest.param("3", 3, False, id="text-stays-text"),
+        pytest.param(3.0, 3, True, id="a-number-equal-to-gold"),
+        pytest.param(True, 1, False, id="a-bool-is-no-number"),
+        pytest.param("pending", "pending", True, id="defaulted-to-gold"),
+        pytest.param(None, "pending", False, id="left-null"),
+        pytest.param(None, None, True, id="extra-field-dropped"),
+        pytest.param("stat", None, False, id="extra-field-kept"),
+    ],
+)
+def test_a_draw_is_benign_only_when_every_written_field_reads_back_as_gold(
+    stored: Any, gold: Any, benign: bool
+) -> None:
+    touch = FieldTouch("rec-1", "qty", gold)
+    current = [{"id": "42", "qty": stored}, {"id": "43", "qty": 3}]
+    assert _normalized_away([touch], {"rec-1": "42"}, current) is benign
+    assert _normalized_away([], {"rec-1": "42"}, current) is False  # no field fault: effective
+    assert _normalized_away([touch], {"rec-1": "41"}, current) is False  # record not read back
+
+
+def test_a_run_with_no_effective_fault_refuses(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = load_bundle(orders_bundle(tmp_path / "orders", capsys))
+
+    def everything_benign(setup: Any, rng: Any, trial: Trial) -> JudgedTrial:
+        return JudgedTrial(judge_trial(setup, rng, trial), benign=True)
+
+    with pytest.raises(ValidationError, match=NO_EFFECTIVE_FAULT_MESSAGE):
+        calibrate(bundle, seed=SEED, trials=12, judge=everything_benign)
