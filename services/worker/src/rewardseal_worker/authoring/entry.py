@@ -47,12 +47,14 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
         required=True,
         metavar="URL|DIR",
         help="writable sandbox copy of the SoR: a database URL or SQLite file (sql), the "
-        "sandbox API's base URL (rest), a directory (json_file); never the live one",
+        "sandbox API's or FHIR server's base URL (rest, fhir), a directory (json_file); never "
+        "the live one",
     )
     cal.add_argument(
         "--sandbox-store",
         metavar="URL",
-        help="rest only: the database URL the sandbox API serves from (trials are written there)",
+        help="rest and fhir: the database URL the sandbox API or FHIR server serves from (trials "
+        "are written there and read back through the API)",
     )
     cal.add_argument(
         UNSAFE_UNKNOWN_FLAG,

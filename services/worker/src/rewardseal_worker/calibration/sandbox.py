@@ -15,11 +15,17 @@ What can be written, by recipe kind:
 ``rest``
     rows into the table named like the recipe's collection in the database the sandbox API
     serves (``--sandbox-store``), read through the sandbox API (``--sandbox``, its base URL).
+``fhir``
+    rows into the table of the recipe's resource collection (``Encounter`` -> ``encounters``)
+    in the database the sandbox FHIR server serves (``--sandbox-store``), read back through the
+    sandbox server's FHIR search (``--sandbox``, its base URL) by the bundle's own fhir reader,
+    so the server's record -> Encounter mapping and the reader's inverse are both measured
+    (R-CAL-8). Writing through FHIR itself (``POST``/``DELETE Encounter``) is not done: the
+    calibrator writes where the server's own writes land.
 ``json_file``
     the collection file, written whole into the sandbox directory (``--sandbox DIR``).
-``fhir``, ``screen_dump``
-    refused: a FHIR server is written through FHIR resources (the calibrator has no
-    record -> Encounter mapping yet), and a screen dump is tier 0, which certifies nothing.
+``screen_dump``
+    refused: a screen dump is tier 0, which certifies nothing.
 
 Never the live SoR: :func:`~.live_sor.refuse_live_target` compares the file, the database server
 or the API the sandbox names with what the bundle reads, before the first write, and refuses a
@@ -85,7 +91,7 @@ __all__ = [
     "refuse_live_target",
 ]
 
-SANDBOX_KINDS: Final = (KIND_SQL, KIND_REST, KIND_JSON_FILE)
+SANDBOX_KINDS: Final = (KIND_SQL, KIND_REST, KIND_FHIR, KIND_JSON_FILE)
 """Recipe kinds whose trials the calibrator can write into a sandbox."""
 _SANDBOX_URL_ENV: Final = "REWARDSEAL_CALIBRATION_SANDBOX_URL"
 """The variable the sandbox reader's copy of a sql recipe reads its URL from (set in memory)."""
@@ -389,24 +395,19 @@ def open_sandbox(
     env = dict(os.environ if environ is None else environ)
     recipe = dict(bundle.recipe)
     kind = str(recipe.get("kind"))
-    if kind == KIND_FHIR:
-        raise ValidationError(
-            "calibrate cannot write trials into a FHIR server yet: it would need to create "
-            "Encounter resources from records (the inverse of the fhir reader's mapping); "
-            "calibrate a sql or rest bundle over the same store instead"
-        )
     if kind not in SANDBOX_KINDS:
         raise ValidationError(
             f"a {kind} recipe cannot be calibrated: it is tier 0, which no certificate covers"
         )
-    if kind == KIND_REST:
+    if kind in (KIND_REST, KIND_FHIR):
+        served = "API" if kind == KIND_REST else "FHIR server"
         if not sandbox_store:
             raise ValidationError(
-                "a rest sandbox is read through its API and written in its database: pass "
-                "--sandbox-store, the database URL the sandbox API serves from"
+                f"a {kind} sandbox is read through its {served} and written in its database: "
+                f"pass --sandbox-store, the database URL the sandbox {served} serves from"
             )
         if "://" not in sandbox:
-            raise ValidationError("a rest sandbox is the base URL of a sandbox deployment")
+            raise ValidationError(f"a {kind} sandbox is the base URL of a sandbox deployment")
     # Decided before the first write: everything below may write into the sandbox.
     note = refuse_live_target(bundle, sandbox, env, allow_unknown=unsafe_unknown_live_sor)
     store: SandboxStore
@@ -416,7 +417,7 @@ def open_sandbox(
         read_recipe = {**recipe, "database": {"url_env": _SANDBOX_URL_ENV}}
         store = SqlSandboxStore(url, recipe["table"], recipe.get("id_column", RECORD_ID_FIELD))
         reader = READER_KINDS[kind].make(read_recipe, bundle.path, env)
-    elif kind == KIND_REST:
+    elif kind in (KIND_REST, KIND_FHIR):
         env[recipe["base_url_env"]] = sandbox
         store = SqlSandboxStore(
             _as_database_url(sandbox_store or ""), recipe_collection(recipe), "id"
