@@ -1,8 +1,9 @@
 """FHIR calibration (R-CAL-8): a fhir bundle calibrated against a sandbox FHIR server.
 
 The sandbox is a real MockMed (uvicorn on a free port) over its own SQLite database: each
-trial's Encounter records are written where the server's writes land (``--sandbox-store``) and
-read back through the server's FHIR search by the bundle's own fhir reader, so the server's
+trial's records are written as Encounters with the FHIR interactions (``POST``, ``PUT``,
+``DELETE /fhir/Encounter``), or with ``--sandbox-store`` as rows where the server's writes land,
+and read back through the server's FHIR search by the bundle's own fhir reader, so the server's
 record -> Encounter mapping and the reader's inverse are in the measurement. The classification
 is the sandbox one (R-CAL-7); the live FHIR server is never the sandbox (R-CAL-5).
 """
@@ -20,6 +21,8 @@ from rewardseal.core.calibration import summary_from_json
 from rewardseal.core.signing import SigningKey
 from rewardseal_worker.bundle import load_bundle
 from rewardseal_worker.calibration import self_signed_certificate
+from rewardseal_worker.calibration.fhir_sandbox import FhirSandboxStore
+from rewardseal_worker.calibration.runner import TrialNotWritable, TrialRejected
 from rewardseal_worker.cli import main
 
 
@@ -35,38 +38,35 @@ def encounters(path: Path) -> int:
     return count
 
 
+@pytest.mark.parametrize("write", ["fhir_interactions", "sandbox_store"])
 def test_a_fhir_bundle_calibrates_against_a_sandbox_fhir_server_and_certifies(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    write: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     directory = tmp_path / "triage"
     assert run(capsys, "contract", "init", str(directory), "--recipe", "fhir")[0] == 0
     database = tmp_path / "fhir-sandbox.sqlite"
     with running_mockmed(f"sqlite:///{database}", tmp_path, admin=False) as sandbox:
         monkeypatch.setenv("SOR_FHIR_TOKEN", sandbox.token)
-        store = f"sqlite:///{database}"
+        store = ["--sandbox-store", f"sqlite:///{database}"] if write == "sandbox_store" else []
 
         # The live FHIR server, spelled otherwise, is refused before any write (R-CAL-5).
         monkeypatch.setenv("SOR_FHIR_URL", sandbox.url.replace("127.0.0.1", "localhost") + "/")
-        code, _, err = run(
-            capsys, "calibrate", str(directory), "--sandbox", sandbox.url, "--sandbox-store", store
-        )
+        code, _, err = run(capsys, "calibrate", str(directory), "--sandbox", sandbox.url, *store)
         assert code == 2
         assert "own read target" in err
+        assert encounters(database) == 0
 
         monkeypatch.setenv("SOR_FHIR_URL", "https://fhir.example.invalid")
-        code, _, err = run(capsys, "calibrate", str(directory), "--sandbox", sandbox.url)
-        assert code == 2
-        assert "--sandbox-store" in err
-        assert "FHIR server" in err
-
         code, out, err = run(
             capsys,
             "calibrate",
             str(directory),
             "--sandbox",
             sandbox.url,
-            "--sandbox-store",
-            store,
+            *store,
             "--trials",
             "90",
             "--seed",
@@ -84,3 +84,34 @@ def test_a_fhir_bundle_calibrates_against_a_sandbox_fhir_server_and_certifies(
     # 0 in ~90 effective faults meets the starting policy (epsilon <= 0.05).
     certificate = self_signed_certificate(load_bundle(directory), summary, SigningKey.generate())
     assert certificate.epsilon <= 0.05
+
+
+def test_the_fhir_store_tells_a_refused_write_from_one_no_encounter_can_carry(
+    tmp_path: Path,
+) -> None:
+    """A value the server refuses (an integer where FHIR wants a string: 422) is the SoR
+    refusing the fault (rejected, R-CAL-7), and the creates already made are deleted again; a
+    field no Encounter has a place for is a draw for another schema (drawn again)."""
+    database = tmp_path / "fhir-sandbox.sqlite"
+    with running_mockmed(f"sqlite:///{database}", tmp_path, admin=False) as sandbox:
+        store = FhirSandboxStore(sandbox.url, "/fhir/Encounter", sandbox.token)
+        try:
+            good = {"id": "rec-1", "patient_id": "patient-a", "type": "Triage", "status": "open"}
+            ids = store.insert([good])
+            assert list(ids) == ["rec-1"]
+            store.update(ids["rec-1"], {**good, "status": "closed"})
+            (record,) = sandbox.client.get("/api/encounters?patient_id=patient-a").json()[
+                "encounters"
+            ]
+            assert (record["id"], record["status"]) == (ids["rec-1"], "closed")
+            store.delete(list(ids.values()))
+            assert encounters(database) == 0
+
+            with pytest.raises(TrialRejected, match="HTTP 422"):
+                store.insert([good, {"id": "rec-2", "patient_id": "patient-a", "note": 3}])
+            assert encounters(database) == 0  # the first create was deleted again
+            with pytest.raises(TrialNotWritable, match="no place for the fields") as refused:
+                store.insert([{"id": "rec-3", "patient_id": "patient-a", "comment": "x"}])
+            assert not isinstance(refused.value, TrialRejected)
+        finally:
+            store.close()

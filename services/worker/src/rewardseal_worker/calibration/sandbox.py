@@ -16,12 +16,12 @@ What can be written, by recipe kind:
     rows into the table named like the recipe's collection in the database the sandbox API
     serves (``--sandbox-store``), read through the sandbox API (``--sandbox``, its base URL).
 ``fhir``
-    rows into the table of the recipe's resource collection (``Encounter`` -> ``encounters``)
-    in the database the sandbox FHIR server serves (``--sandbox-store``), read back through the
-    sandbox server's FHIR search (``--sandbox``, its base URL) by the bundle's own fhir reader,
-    so the server's record -> Encounter mapping and the reader's inverse are both measured
-    (R-CAL-8). Writing through FHIR itself (``POST``/``DELETE Encounter``) is not done: the
-    calibrator writes where the server's own writes land.
+    Encounters created, updated and deleted with the FHIR interactions (``POST``, ``PUT``,
+    ``DELETE <path>/Encounter``) on the sandbox FHIR server (``--sandbox``, its base URL;
+    :mod:`.fhir_sandbox`), or, with ``--sandbox-store``, rows of the resource's collection
+    (``Encounter`` -> ``encounters``) in the database that server serves from; either way read
+    back through the server's FHIR search by the bundle's own fhir reader, so the server's
+    mapping and the reader's inverse are both measured (R-CAL-8).
 ``json_file``
     the collection file, written whole into the sandbox directory (``--sandbox DIR``).
 ``screen_dump``
@@ -65,6 +65,7 @@ from rewardseal.core.judging import RECORD_ID_FIELD, change_token, judge_episode
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup
+from rewardseal_worker.calibration.fhir_sandbox import FhirSandboxStore
 from rewardseal_worker.calibration.live_sor import (
     psycopg_url,
     refuse_live_target,
@@ -82,6 +83,7 @@ from rewardseal_worker.oracles.base import (
     OracleUnavailable,
     recipe_collection,
 )
+from rewardseal_worker.oracles.http import DEFAULT_FHIR_PATH
 from rewardseal_worker.oracles.registry import READER_KINDS
 
 __all__ = [
@@ -400,11 +402,10 @@ def open_sandbox(
             f"a {kind} recipe cannot be calibrated: it is tier 0, which no certificate covers"
         )
     if kind in (KIND_REST, KIND_FHIR):
-        served = "API" if kind == KIND_REST else "FHIR server"
-        if not sandbox_store:
+        if kind == KIND_REST and not sandbox_store:
             raise ValidationError(
-                f"a {kind} sandbox is read through its {served} and written in its database: "
-                f"pass --sandbox-store, the database URL the sandbox {served} serves from"
+                "a rest sandbox is read through its API and written in its database: pass "
+                "--sandbox-store, the database URL the sandbox API serves from"
             )
         if "://" not in sandbox:
             raise ValidationError(f"a {kind} sandbox is the base URL of a sandbox deployment")
@@ -419,10 +420,18 @@ def open_sandbox(
         reader = READER_KINDS[kind].make(read_recipe, bundle.path, env)
     elif kind in (KIND_REST, KIND_FHIR):
         env[recipe["base_url_env"]] = sandbox
-        store = SqlSandboxStore(
-            _as_database_url(sandbox_store or ""), recipe_collection(recipe), "id"
-        )
         reader = READER_KINDS[kind].make(recipe, bundle.path, env)
+        if sandbox_store:
+            store = SqlSandboxStore(
+                _as_database_url(sandbox_store), recipe_collection(recipe), "id"
+            )
+        else:  # fhir: through the FHIR interactions, with the token the reader reads with
+            token_env = recipe.get("token_env")
+            store = FhirSandboxStore(
+                sandbox,
+                f"{recipe.get('path', DEFAULT_FHIR_PATH).rstrip('/')}/{recipe['resource']}",
+                env.get(token_env) if token_env else None,
+            )
     else:
         directory = sandbox_path(sandbox)
         target = _json_sandbox_file(recipe, directory)
