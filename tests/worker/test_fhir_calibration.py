@@ -24,6 +24,7 @@ from rewardseal_worker.calibration import self_signed_certificate
 from rewardseal_worker.calibration.fhir_sandbox import FhirSandboxStore
 from rewardseal_worker.calibration.runner import TrialNotWritable, TrialRejected
 from rewardseal_worker.cli import main
+from rewardseal_worker.oracles.http import encounter_from_record, records_from_bundle
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -115,3 +116,22 @@ def test_the_fhir_store_tells_a_refused_write_from_one_no_encounter_can_carry(
             assert not isinstance(refused.value, TrialRejected)
         finally:
             store.close()
+
+
+@pytest.mark.parametrize("status", ["open", "closed", "cancelled", "OPEN", None])
+def test_encounter_from_record_is_the_inverse_of_the_fhir_readers_mapping(
+    status: str | None,
+) -> None:
+    record = {
+        "patient_id": "patient-a",
+        "type": "Triage",
+        "note": "Synthetic note",
+        "status": status,
+        "priority": None,
+        "created_at": "2026-12-04T00:00:00Z",
+    }
+    resource = {**encounter_from_record(record), "id": "enc-1"}
+    bundle = {"resourceType": "Bundle", "type": "searchset", "entry": [{"resource": resource}]}
+    assert records_from_bundle(bundle, "test") == [{**record, "id": "enc-1"}]
+    with pytest.raises(ValueError, match="no place"):
+        encounter_from_record({**record, "comment": "x"})

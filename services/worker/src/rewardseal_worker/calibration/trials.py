@@ -7,7 +7,8 @@ collection, NULL columns (a SQL read returns every column) and shuffled row orde
 judged with :func:`~rewardseal.core.judging.judge_episode` exactly as the scoring engine calls it.
 
 Each trial draws from its own generator (:func:`trial_rng`), seeded from the run's seed, its kind
-and its index, so a run is reproducible per seed; the order of the draws is part of that.
+and its index, so a run is reproducible per seed; the order of the draws is part of that. The
+values a trial is made of come from :mod:`.synthetic_values`.
 """
 
 from __future__ import annotations
@@ -31,18 +32,22 @@ from rewardseal.core.judging import (
 )
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup
+from rewardseal_worker.calibration.synthetic_values import (
+    World,
+    filler,
+    fresh_identity,
+    near_miss,
+    other_value,
+    type_confused,
+)
 
 __all__ = [
     "GOLD",
     "FieldTouch",
     "Record",
     "Trial",
-    "World",
     "build_generic",
-    "filler",
-    "fresh_identity",
     "judge_trial",
-    "near_miss",
     "trial_rng",
 ]
 
@@ -52,91 +57,6 @@ GOLD: Final = "gold"
 
 _COMPLETED = RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
 _EXTRA_FIELD_CANDIDATES = ("priority", "urgency", "flag", "escalation", "comment")
-_WORDS = (
-    "headache",
-    "sore throat",
-    "ankle sprain",
-    "allergy flare",
-    "low fever",
-    "minor cut",
-    "dry cough",
-    "back stiffness",
-    "vitals stable",
-    "follow up",
-)
-
-
-class World:
-    """Mints record ids for one trial; ids are unique within the trial and carry no meaning."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
-        self._next = rng.randrange(1, 1_000_000)
-
-    def mint(self) -> str:
-        self._next += self._rng.randint(1, 7)
-        return f"rec-{self._next:07d}"
-
-
-def _slug(key: str) -> str:
-    stem = key.removesuffix("_id").replace("_", "-").strip("-")
-    return stem or "subject"
-
-
-def fresh_identity(
-    rng: random.Random, keys: Sequence[str], avoid: Mapping[str, str]
-) -> dict[str, str]:
-    while True:
-        identity = {k: f"{_slug(k)}-{rng.getrandbits(32):08x}" for k in keys}
-        if all(identity[k] != avoid.get(k) for k in keys):
-            return identity
-
-
-def near_miss(rng: random.Random, value: str) -> str:
-    """A value that a careless comparison could take for ``value``."""
-    candidates = [
-        value.upper(),
-        value + "0",
-        value[:-1],
-        value + " ",
-        " " + value,
-        value.replace("-", "_"),
-    ]
-    choices = [c for c in candidates if c and c != value]
-    return rng.choice(choices)
-
-
-def filler(rng: random.Random, field: str) -> str:
-    return f"Synthetic {field.replace('_', ' ')}: {rng.choice(_WORDS)} {rng.getrandbits(16):04x}"
-
-
-def _other_value(rng: random.Random, value: Any) -> Any:
-    """Another value of the same JSON type."""
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value + rng.randint(1, 9)
-    if isinstance(value, float):
-        return value + 0.5 + rng.random()
-    text = str(value)
-    return rng.choice(
-        [t for t in (text.lower(), text.upper(), text + " ", f"Not {text}", "Consult") if t != text]
-    )
-
-
-def _type_confused(value: Any) -> Any:
-    """The same text in another JSON type, which a sound judge must not take as equal.
-
-    None when no other scalar type spells the value (a word has no number form).
-    """
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    text = str(value)
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return None
 
 
 def _resolved_select(effect: EffectSpec, identity: Mapping[str, str]) -> Record:
@@ -410,14 +330,14 @@ def _change_fault(
     name = rng.choice(sorted(effect.expect))
     _touch(site, target, name, effect.expect[name])
     if variant == "changed_value":
-        target[name] = _other_value(rng, effect.expect[name])
+        target[name] = other_value(rng, effect.expect[name])
     elif variant in ("omitted_field", "null_field"):
         target[name] = None
     else:
-        confused = _type_confused(effect.expect[name])
+        confused = type_confused(effect.expect[name])
         if confused is None:
             variant = "changed_value"
-            confused = _other_value(rng, effect.expect[name])
+            confused = other_value(rng, effect.expect[name])
         target[name] = confused
     return variant
 
@@ -495,7 +415,7 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             record = _gold_record(rng, effect, identity, world)
             if variant == "record_of_another_kind":
                 name = rng.choice(sorted(effect.expect))
-                record[name] = _other_value(rng, effect.expect[name])
+                record[name] = other_value(rng, effect.expect[name])
                 site.fields = (name,)
             own.append(record)
     elif fault == "wrong_field":
@@ -522,16 +442,16 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             name = rng.choice(sorted(effect.expect))
             _touch(site, target, name, effect.expect[name])
             if variant == "changed_value":
-                target[name] = _other_value(rng, effect.expect[name])
+                target[name] = other_value(rng, effect.expect[name])
             elif variant == "omitted_field":
                 del target[name]
             elif variant == "null_field":
                 target[name] = None
             else:
-                confused = _type_confused(effect.expect[name])
+                confused = type_confused(effect.expect[name])
                 if confused is None:
                     variant = "changed_value"
-                    confused = _other_value(rng, effect.expect[name])
+                    confused = other_value(rng, effect.expect[name])
                 target[name] = confused
     elif fault == "wrong_subject":
         variant = rng.choice(["fresh_subject", "near_miss_subject", "known_subject"])
