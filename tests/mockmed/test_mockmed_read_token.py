@@ -69,6 +69,30 @@ def test_the_read_token_cannot_write(server: MockMedServer, path: str) -> None:
     assert len(rows["encounters"]) == 1
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("POST", "/fhir/Encounter"),
+        ("PUT", "/fhir/Encounter/enc-x"),
+        ("DELETE", "/fhir/Encounter/x"),
+    ],
+)
+def test_the_read_token_cannot_write_through_fhir(
+    server: MockMedServer, method: str, path: str
+) -> None:
+    """The FHIR interactions a sandbox calibration writes with (R-CAL-8) are writes too."""
+    encounter = {
+        "resourceType": "Encounter",
+        "status": "in-progress",
+        "class": {"code": "AMB"},
+        "subject": {"reference": f"Patient/{PATIENT}"},
+    }
+    refused = call(server, method, path, READ_TOKEN, json=encounter)
+    assert refused.status_code == 403
+    rows = call(server, "GET", f"/api/encounters?patient_id={PATIENT}", READ_TOKEN).json()
+    assert len(rows["encounters"]) == 1
+
+
 def test_the_read_token_never_opens_the_fault_switch(server: MockMedServer) -> None:
     assert call(server, "GET", "/admin/faults", READ_TOKEN).status_code == 401
     assert (

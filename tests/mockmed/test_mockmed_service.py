@@ -812,3 +812,56 @@ def test_the_screen_file_is_shared_with_the_seed_and_read_by_the_tier0_oracle(
     seen = reader.read({"patient_id": "patient-mm-lie"})
     assert [record["id"] for record in seen] == [claimed["id"]]
     assert sqlite_mockmed.server.store.count(patient_id="patient-mm-lie") == 0
+
+
+def test_fhir_create_update_delete_of_one_encounter(sqlite_mockmed: RunningMockMed) -> None:
+    """The FHIR interactions a sandbox calibration writes with (R-CAL-8): create answers 201
+    with the stored Encounter (the server's id and time), update overwrites the writable
+    fields, delete is idempotent; what the mapping cannot carry is a 422 OperationOutcome."""
+    client = sqlite_mockmed.client
+    patient = "patient-fhir-0001"
+    encounter = {
+        "resourceType": "Encounter",
+        "status": "in-progress",
+        "class": {"code": "AMB"},
+        "subject": {"reference": f"Patient/{patient}"},
+        "type": [{"text": "Triage"}],
+        "extension": [
+            {"url": NOTE_EXTENSION, "valueString": "Synthetic note"},
+            {"url": STATUS_EXTENSION, "valueString": "open"},
+        ],
+    }
+    created = client.post("/fhir/Encounter", json=encounter)
+    assert created.status_code == 201
+    assert created.headers["content-type"].startswith("application/fhir+json")
+    stored = record_from_encounter(created.json())
+    assert stored["id"] != encounter.get("id")
+    assert (stored["type"], stored["note"], stored["status"]) == (
+        "Triage",
+        "Synthetic note",
+        "open",
+    )
+    assert listed(sqlite_mockmed, patient) == [stored]
+
+    changed = {**encounter, "extension": [{"url": STATUS_EXTENSION, "valueString": "closed"}]}
+    updated = client.put(f"/fhir/Encounter/{stored['id']}", json=changed)
+    assert updated.status_code == 200
+    (record,) = listed(sqlite_mockmed, patient)
+    assert (record["status"], record["note"], record["created_at"]) == (
+        "closed",
+        None,
+        stored["created_at"],
+    )
+    assert client.put("/fhir/Encounter/enc-missing", json=changed).status_code == 404
+
+    for refused in (
+        {**encounter, "extension": [{"url": NOTE_EXTENSION, "valueString": 3}]},
+        {**encounter, "subject": {}},
+        {**encounter, "extension": [{"url": "https://other.example/x", "valueString": "y"}]},
+    ):
+        answer = client.post("/fhir/Encounter", json=refused)
+        assert answer.status_code == 422
+        assert answer.json()["resourceType"] == "OperationOutcome"
+    assert client.delete(f"/fhir/Encounter/{stored['id']}").status_code == 204
+    assert client.delete(f"/fhir/Encounter/{stored['id']}").status_code == 204
+    assert listed(sqlite_mockmed, patient) == []

@@ -1832,6 +1832,16 @@ SUMMARY_REFUSED = [
         id="R-CAL-2-class-false-accepts-sum-mismatch-refused",
     ),
     pytest.param(
+        _fault_class(0, benign=3),
+        "fault class benign draws must add up to benign_trials",
+        id="R-CAL-7-class-benign-sum-mismatch-refused",
+    ),
+    pytest.param(
+        _chain(_set("rejected_trials", 2), _fault_class(1, rejected=1)),
+        "fault class rejected draws must add up to rejected_trials",
+        id="R-CAL-7-class-rejected-sum-mismatch-refused",
+    ),
+    pytest.param(
         _chain(_fault_class(0, trials=0), _fault_class(1, trials=100)),
         "fault class 'extra_record' false_accepts cannot exceed its trials",
         id="R-CAL-2-class-false-accepts-above-class-trials-refused",
@@ -1864,6 +1874,15 @@ SUMMARY_REFUSED = [
 
 SUMMARY_ACCEPTED = [
     pytest.param(_noop, id="R-CAL-2-summary-with-fault-classes-accepted"),
+    pytest.param(
+        _chain(
+            _set("benign_trials", 5),
+            _set("rejected_trials", 2),
+            _fault_class(0, benign=4, rejected=2),
+            _fault_class(1, benign=1),
+        ),
+        id="R-CAL-7-benign-and-rejected-counted-apart-accepted",
+    ),
     pytest.param(
         _chain(_clear("fault_classes"), _set("false_accepts", 0)),
         id="R-CAL-2-no-fault-classes-accepted",

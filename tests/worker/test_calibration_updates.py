@@ -204,8 +204,9 @@ def test_a_sandbox_judges_update_faults_as_the_engine_does(bundle, tmp_path, fau
         gold = judge(setup, None, _trial_with(setup, "gold", "correct_effect"))
     finally:
         judge.close()
-    assert written.outcome == in_memory.outcome != RewardOutcome.REWARD_OUTCOME_VERIFIED
-    assert gold.outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
+    assert written.decision.outcome == in_memory.outcome != RewardOutcome.REWARD_OUTCOME_VERIFIED
+    assert not written.benign  # a structural fault is no field the sandbox could normalize
+    assert gold.decision.outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
     with sqlite3.connect(sandbox) as conn:
         assert conn.execute("SELECT count(*) FROM tickets").fetchone() == (0,)
 

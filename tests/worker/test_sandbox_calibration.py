@@ -324,15 +324,20 @@ def test_calibrate_json_file_in_a_sandbox_directory(
     assert list(sandbox.iterdir()) == []
 
 
-def test_calibrate_refuses_a_fhir_bundle_naming_what_is_missing(
+def test_calibrate_a_fhir_bundle_refuses_before_any_write_when_the_live_server_is_unknown(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A fhir bundle calibrates since R-CAL-8 (tests/worker/test_fhir_calibration.py), through
+    the sandbox server's FHIR interactions; it is refused, before any write, while the live
+    server cannot be compared (R-CAL-5), and a sandbox that is no URL is refused by name."""
     directory = tmp_path / "fhir"
     assert run(capsys, "contract", "init", str(directory), "--recipe", "fhir")[0] == 0
     code, _, err = run(capsys, "calibrate", str(directory), "--sandbox", "http://127.0.0.1:9")
     assert code == 2
-    assert "cannot write trials into a FHIR server yet" in err
-    assert "Encounter resources" in err
+    assert "$SOR_FHIR_URL is not set here" in err
+    code, _, err = run(capsys, "calibrate", str(directory), "--sandbox", str(tmp_path))
+    assert code == 2
+    assert "a fhir sandbox is the base URL of a sandbox deployment" in err
 
 
 class _Terminal(io.StringIO):

@@ -275,8 +275,11 @@ def test_extradup_omit_drops_the_note_and_is_refused(bundle):
         assert record.get("note") is None, index
         assert record["type"] == "Triage", index
         assert record["status"], index
-        variant, decision = runner.run_one(setup, SEED, "extradup.omit", index)
-        assert variant == "scripted"
+        drawn = runner.run_one(setup, SEED, "extradup.omit", index)
+        assert drawn.variant == "scripted"
+        assert drawn.judged is not None
+        assert not drawn.judged.benign  # in memory nothing normalizes: every fault is effective
+        decision = drawn.judged.decision
         assert decision.outcome == RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT, index
         assert decision.rule == 6
         assert decision.verdicts[0].reason == "omitted_field: note", index

@@ -5,6 +5,9 @@
                                           UI banner ``"Saved"`` (client token)
 ``GET  /api/encounters?patient_id=P``     ``{"encounters": [record, ...]}`` (client token)
 ``GET  /fhir/Encounter?patient=P``        FHIR R4 searchset Bundle (client token)
+``POST /fhir/Encounter``,                 FHIR create, update, delete of one Encounter
+``PUT|DELETE /fhir/Encounter/{id}``       (client token): the interactions a sandbox
+                                          calibration writes its trials with (R-CAL-8)
 ``POST /ui/claim``                        show a saved banner and a row WITHOUT storing it:
                                           the banner lie (client token)
 ``POST /ui/draft``                        show a filled-in form that was never submitted:
@@ -44,7 +47,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from rewardseal.core.errors import RewardSealError, Unavailable, ValidationError
 from rewardseal_mockmed import __version__
 from rewardseal_mockmed.faults import MALFORMED_BODY, FaultSetting, FaultSwitch
-from rewardseal_mockmed.fhir import FHIR_CONTENT_TYPE, operation_outcome, searchset_bundle
+from rewardseal_mockmed.fhir import (
+    FHIR_CONTENT_TYPE,
+    encounter_resource,
+    encounter_write_fields,
+    operation_outcome,
+    searchset_bundle,
+)
 from rewardseal_mockmed.screen import SAVED_BANNER, ScreenDump
 from rewardseal_mockmed.store import EncounterStore, Record, timestamp
 
@@ -86,6 +95,14 @@ class ClaimIn(EncounterIn):
 
 def _json(status_code: int, content: Any, media_type: str | None = None) -> JSONResponse:
     return JSONResponse(content, status_code=status_code, media_type=media_type)
+
+
+async def _fhir_body(request: Request) -> Any:
+    """The request's JSON body, or None when it is not JSON (then refused as no Encounter)."""
+    try:
+        return await request.json()
+    except ValueError:
+        return None
 
 
 def _is_read(method: str, path: str) -> bool:
@@ -240,6 +257,43 @@ def create_app(
         records = await run_in_threadpool(store.list_for_patient, patient_id)
         bundle = searchset_bundle(records, base_url=f"{str(request.base_url).rstrip('/')}/fhir")
         return _json(200, bundle, FHIR_CONTENT_TYPE)
+
+    def fhir_fields(resource: Any) -> dict[str, str | None] | JSONResponse:
+        """The resource's writable fields, or the 422 OperationOutcome that refuses it."""
+        try:
+            fields = encounter_write_fields(resource)
+            EncounterIn.model_validate(fields)  # the same limits as the JSON API's writes
+        except (ValueError, TypeError) as exc:
+            return _json(422, operation_outcome("invalid", str(exc)), FHIR_CONTENT_TYPE)
+        return fields
+
+    @app.post("/fhir/Encounter")
+    async def fhir_create(request: Request) -> JSONResponse:
+        """FHIR create: store the Encounter; answer 201 with it as stored (its new id)."""
+        fields = fhir_fields(await _fhir_body(request))
+        if isinstance(fields, JSONResponse):
+            return fields
+        record = await run_in_threadpool(save, fields)
+        return _json(201, encounter_resource(record), FHIR_CONTENT_TYPE)
+
+    @app.put("/fhir/Encounter/{encounter_id}")
+    async def fhir_update(encounter_id: str, request: Request) -> JSONResponse:
+        """FHIR update of an existing Encounter (no create-on-update): 200, or 404."""
+        fields = fhir_fields(await _fhir_body(request))
+        if isinstance(fields, JSONResponse):
+            return fields
+        record = await run_in_threadpool(store.replace, encounter_id, fields)
+        if record is None:
+            return _json(
+                404, operation_outcome("not-found", "no such Encounter"), FHIR_CONTENT_TYPE
+            )
+        return _json(200, encounter_resource(record), FHIR_CONTENT_TYPE)
+
+    @app.delete("/fhir/Encounter/{encounter_id}")
+    async def fhir_delete(encounter_id: str) -> Response:
+        """FHIR delete: 204 whether or not the Encounter existed (delete is idempotent)."""
+        await run_in_threadpool(store.delete, encounter_id)
+        return Response(status_code=204)
 
     def claim(fields: dict[str, str | None]) -> dict[str, str | None]:
         row: dict[str, str | None] = {

@@ -12,7 +12,9 @@ Mapping (every MockMed field stays recoverable, see :func:`record_from_encounter
   :data:`PRIORITY_EXTENSION`, :data:`CREATED_AT_EXTENSION` (``valueString``).
 
 A NULL field has no extension (FHIR JSON carries no nulls). ``Encounter.class`` is required in
-R4; every MockMed encounter is ambulatory (``AMB``).
+R4; every MockMed encounter is ambulatory (``AMB``). A FHIR write (``POST``/``PUT Encounter``,
+the interactions a sandbox calibration uses, R-CAL-8) goes through :func:`encounter_write_fields`,
+which refuses what the mapping cannot carry instead of dropping it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from rewardseal_mockmed.schema import COLUMNS
+from rewardseal_mockmed.schema import COLUMNS, WRITABLE_FIELDS
 
 __all__ = [
     "CREATED_AT_EXTENSION",
@@ -32,6 +34,7 @@ __all__ = [
     "STATUS_EXTENSION",
     "STATUS_TO_FHIR",
     "encounter_resource",
+    "encounter_write_fields",
     "operation_outcome",
     "patient_reference",
     "record_from_encounter",
@@ -116,6 +119,47 @@ def record_from_encounter(resource: Mapping[str, Any]) -> dict[str, str | None]:
             value = extension.get("valueString")
             record[by_url[extension["url"]]] = value if isinstance(value, str) else None
     return record
+
+
+def encounter_write_fields(resource: Any) -> dict[str, str | None]:
+    """The writable fields an Encounter written to MockMed carries (strictly).
+
+    Like :func:`record_from_encounter`, but for a write: a value that is not a string, an
+    extension MockMed does not know, or a missing ``Patient/`` subject is refused rather than
+    read as NULL; the id and ``created_at`` are the server's (not taken from the resource).
+
+    Raises:
+        ValueError: the resource is not an Encounter MockMed can store as it is.
+    """
+    if not isinstance(resource, Mapping) or resource.get("resourceType") != "Encounter":
+        raise ValueError("not an Encounter resource")
+    subject = resource.get("subject")
+    reference = subject.get("reference") if isinstance(subject, Mapping) else None
+    if not isinstance(reference, str) or not reference.startswith(_PATIENT_PREFIX):
+        raise ValueError("the Encounter has no Patient/ subject reference")
+    fields: dict[str, str | None] = dict.fromkeys(WRITABLE_FIELDS)
+    fields["patient_id"] = reference[len(_PATIENT_PREFIX) :]
+    types = resource.get("type")
+    if types is not None:
+        if not isinstance(types, list) or len(types) > 1:
+            raise ValueError("the Encounter's type must be a list of at most one concept")
+        if types:
+            text = types[0].get("text") if isinstance(types[0], Mapping) else None
+            if not isinstance(text, str):
+                raise ValueError("the Encounter's type[0].text must be a string")
+            fields["type"] = text
+    by_url = {url: field for field, url in _EXTENSIONS if field in WRITABLE_FIELDS}
+    for extension in resource.get("extension") or ():
+        url = extension.get("url") if isinstance(extension, Mapping) else None
+        if url == CREATED_AT_EXTENSION:
+            continue  # the server's own timestamp
+        if url not in by_url:
+            raise ValueError("the Encounter carries an extension MockMed does not store")
+        value = extension.get("valueString")
+        if not isinstance(value, str):
+            raise ValueError("an Encounter extension's valueString must be a string")
+        fields[by_url[url]] = value
+    return fields
 
 
 def searchset_bundle(

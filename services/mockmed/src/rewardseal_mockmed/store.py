@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from rewardseal.core.errors import ValidationError
@@ -181,6 +181,37 @@ class EncounterStore:
         record["created_at"] = timestamp()
         self._db.write(lambda conn: conn.execute(insert(encounters), record))
         return record
+
+    def replace(self, encounter_id: str, fields: Mapping[str, str | None]) -> Record | None:
+        """Overwrite the writable fields of encounter ``encounter_id`` (a FHIR ``PUT``); the
+        id and ``created_at`` stay. None when there is no such encounter.
+
+        Raises:
+            ValidationError: as :meth:`create`.
+        """
+        unknown = sorted(set(fields) - set(WRITABLE_FIELDS))
+        if unknown:
+            raise ValidationError(f"fields that cannot be written: {', '.join(unknown)}")
+        patient_id = fields.get("patient_id")
+        if not isinstance(patient_id, str) or not patient_id:
+            raise ValidationError("patient_id must be a non-empty string")
+        values = {name: fields.get(name) for name in WRITABLE_FIELDS}
+
+        def work(conn: Connection) -> Record | None:
+            done = conn.execute(
+                update(encounters).where(encounters.c.id == encounter_id).values(**values)
+            )
+            if not done.rowcount:
+                return None
+            row = conn.execute(select(encounters).where(encounters.c.id == encounter_id))
+            return _record(row.mappings().one())
+
+        return self._db.write(work)
+
+    def delete(self, encounter_id: str) -> bool:
+        """Remove encounter ``encounter_id`` (a FHIR ``DELETE``); whether there was one."""
+        query = delete(encounters).where(encounters.c.id == encounter_id)
+        return bool(self._db.write(lambda conn: conn.execute(query).rowcount))
 
     def list_for_patient(self, patient_id: str) -> list[Record]:
         """Every encounter of ``patient_id``, oldest first (rows without a time first)."""

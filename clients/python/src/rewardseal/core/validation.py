@@ -524,7 +524,7 @@ def runtime_signal_of(descriptor: EpisodeDescriptor) -> RuntimeSignal.ValueType:
 
 
 def validate_calibration_summary(summary: CalibrationSummary) -> None:
-    """R-CAL-2: counts that make sense and the digests that name contract and corpus."""
+    """R-CAL-2, R-CAL-7: counts that make sense and the digests that name contract and corpus."""
     validate_digest(summary.reward_contract_digest, "reward_contract_digest")
     validate_digest(summary.calibration_corpus_digest, "calibration_corpus_digest")
     validate_digest(summary.checker_configuration_digest, "checker_configuration_digest")
@@ -543,6 +543,11 @@ def validate_calibration_summary(summary: CalibrationSummary) -> None:
             raise ValidationError("fault class trials must add up to trials")
         if sum(c.false_accepts for c in summary.fault_classes) != summary.false_accepts:
             raise ValidationError("fault class false accepts must add up to false_accepts")
+        # R-CAL-7: draws that were no effective fault, counted apart, add up like the trials.
+        if sum(c.benign for c in summary.fault_classes) != summary.benign_trials:
+            raise ValidationError("fault class benign draws must add up to benign_trials")
+        if sum(c.rejected for c in summary.fault_classes) != summary.rejected_trials:
+            raise ValidationError("fault class rejected draws must add up to rejected_trials")
     if not (math.isfinite(summary.confidence) and 0 < summary.confidence < 1):
         raise ValidationError(f"confidence must be in (0, 1), got {summary.confidence!r}")
     check_float(summary.threshold, "threshold")

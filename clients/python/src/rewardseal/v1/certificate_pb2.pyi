@@ -86,26 +86,38 @@ Global___RewardCertificate: _TypeAlias = RewardCertificate  # noqa: Y015
 
 @_typing.final
 class FaultClassCount(_message.Message):
-    """Trials of one fault class during calibration."""
+    """Trials of one fault class during calibration. `trials` counts the effective faults only
+    (R-CAL-7): draws whose stored state the checker should refuse; epsilon is computed over them.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     NAME_FIELD_NUMBER: _builtins.int
     TRIALS_FIELD_NUMBER: _builtins.int
     FALSE_ACCEPTS_FIELD_NUMBER: _builtins.int
+    BENIGN_FIELD_NUMBER: _builtins.int
+    REJECTED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     trials: _builtins.int
     false_accepts: _builtins.int
+    benign: _builtins.int
+    """Draws the sandbox stored as a correct record (type coercion, a column default, a trigger):
+    no fault, so neither a trial nor a false accept (R-CAL-7).
+    """
+    rejected: _builtins.int
+    """Draws the sandbox refused to store (a constraint of its schema): no fault either (R-CAL-7)."""
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         trials: _builtins.int = ...,
         false_accepts: _builtins.int = ...,
+        benign: _builtins.int = ...,
+        rejected: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["false_accepts", b"false_accepts", "name", b"name", "trials", b"trials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["benign", b"benign", "false_accepts", b"false_accepts", "name", b"name", "rejected", b"rejected", "trials", b"trials"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -130,6 +142,8 @@ class CalibrationSummary(_message.Message):
     GOLD_TRIALS_FIELD_NUMBER: _builtins.int
     GOLD_REFUSED_FIELD_NUMBER: _builtins.int
     HELD_OUT_FIELD_NUMBER: _builtins.int
+    BENIGN_TRIALS_FIELD_NUMBER: _builtins.int
+    REJECTED_TRIALS_FIELD_NUMBER: _builtins.int
     reward_contract_digest: _builtins.str
     calibration_corpus_digest: _builtins.str
     checker_configuration_digest: _builtins.str
@@ -145,6 +159,11 @@ class CalibrationSummary(_message.Message):
     gold_refused: _builtins.int
     held_out: _builtins.bool
     """True only for a corpus held out from everything the checker was tuned on (R-MSG-5)."""
+    benign_trials: _builtins.int
+    """Draws that were no effective fault (R-CAL-7), over every fault class: stored as a correct
+    record, or refused by the sandbox. Neither enters trials, false_accepts or epsilon.
+    """
+    rejected_trials: _builtins.int
     @_builtins.property
     def fault_classes(self) -> _containers.RepeatedCompositeFieldContainer[Global___FaultClassCount]: ...
     def __init__(
@@ -163,10 +182,12 @@ class CalibrationSummary(_message.Message):
         gold_trials: _builtins.int = ...,
         gold_refused: _builtins.int = ...,
         held_out: _builtins.bool = ...,
+        benign_trials: _builtins.int = ...,
+        rejected_trials: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["calibration_corpus_digest", b"calibration_corpus_digest", "checker_configuration_digest", b"checker_configuration_digest", "confidence", b"confidence", "false_accepts", b"false_accepts", "fault_classes", b"fault_classes", "generator_seed", b"generator_seed", "gold_refused", b"gold_refused", "gold_trials", b"gold_trials", "held_out", b"held_out", "method", b"method", "reward_contract_digest", b"reward_contract_digest", "threshold", b"threshold", "trials", b"trials"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["benign_trials", b"benign_trials", "calibration_corpus_digest", b"calibration_corpus_digest", "checker_configuration_digest", b"checker_configuration_digest", "confidence", b"confidence", "false_accepts", b"false_accepts", "fault_classes", b"fault_classes", "generator_seed", b"generator_seed", "gold_refused", b"gold_refused", "gold_trials", b"gold_trials", "held_out", b"held_out", "method", b"method", "rejected_trials", b"rejected_trials", "reward_contract_digest", b"reward_contract_digest", "threshold", b"threshold", "trials", b"trials"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -21,6 +21,10 @@ from typing import TextIO
 
 from rewardseal.core.calibration import summary_to_json
 from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal_worker.authoring.calibration_report import (
+    print_explanation,
+    print_family_table,
+)
 from rewardseal_worker.authoring.commands import PROBLEMS_EXIT, run_contract_command
 from rewardseal_worker.bundle import CALIBRATION_FILE, ContractBundle, load_bundle
 from rewardseal_worker.calibration import calibrate, text_progress
@@ -43,12 +47,14 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
         required=True,
         metavar="URL|DIR",
         help="writable sandbox copy of the SoR: a database URL or SQLite file (sql), the "
-        "sandbox API's base URL (rest), a directory (json_file); never the live one",
+        "sandbox API's or FHIR server's base URL (rest, fhir), a directory (json_file); never "
+        "the live one",
     )
     cal.add_argument(
         "--sandbox-store",
         metavar="URL",
-        help="rest only: the database URL the sandbox API serves from (trials are written there)",
+        help="rest and fhir: the database URL the sandbox API or FHIR server serves from (trials "
+        "are written there and read back through the API)",
     )
     cal.add_argument(
         UNSAFE_UNKNOWN_FLAG,
@@ -62,7 +68,8 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
         "--trials",
         type=int,
         default=DEFAULT_TRIALS,
-        help=f"fault trials (default {DEFAULT_TRIALS}; a tenth as many gold control trials too)",
+        help=f"fault draws (default {DEFAULT_TRIALS}; a tenth as many gold control trials too); "
+        "the benign and rejected ones are counted apart (R-CAL-7)",
     )
     cal.add_argument("--seed", type=int, help="generator seed (default: a fresh random one)")
     cal.add_argument(
@@ -73,6 +80,12 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
     )
     cal.add_argument(
         "--out", type=Path, help=f"where to write the summary (default DIR/{CALIBRATION_FILE})"
+    )
+    cal.add_argument(
+        "--explain",
+        action="store_true",
+        help="list each accepted fault (its class, effect and fields, never a SoR value) and "
+        "the benign and rejected draws",
     )
 
 
@@ -148,15 +161,13 @@ def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     summary = result.summary
     print(f"calibrated       {bundle.contract.contract_id} ({bundle.contract_digest})", file=out)
     print(
-        f"trials           {summary.trials} fault + {summary.gold_trials} gold control "
-        f"(seed {summary.generator_seed}{', held-out' if summary.held_out else ''})",
+        f"trials           {summary.trials} effective fault + {summary.gold_trials} gold control "
+        f"(seed {summary.generator_seed}{', held-out' if summary.held_out else ''}); of "
+        f"{result.draws} fault draws {summary.benign_trials} benign, {summary.rejected_trials} "
+        "rejected by the sandbox (R-CAL-7)",
         file=out,
     )
-    for count in summary.fault_classes:
-        print(
-            f"  {count.name:<20} {count.trials:>6} trials  {count.false_accepts} false accepts",
-            file=out,
-        )
+    print_family_table(summary, out)
     print(
         f"false accepts    {summary.false_accepts}; epsilon {result.epsilon:.6f} at delta "
         f"{result.delta:g}",
@@ -165,9 +176,11 @@ def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print(f"policy           {_policy_words(bundle, result.epsilon, result.delta)}", file=out)
     if result.redrawn:
         print(
-            f"redrawn          {result.redrawn} draws the sandbox could not hold (a column or "
-            "type its schema lacks: no policy could commit them there)",
+            f"redrawn          {result.redrawn} draws the sandbox could not hold (a column its "
+            "schema lacks, a background row or gold write it refuses): drawn again",
             file=out,
         )
+    if args.explain:
+        print_explanation(result, out)
     print(f"wrote            {target}", file=out)
     return 0

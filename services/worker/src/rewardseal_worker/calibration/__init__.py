@@ -46,7 +46,13 @@ The package, by what each part does:
 * :mod:`.families`: the data a caller passes (:class:`FaultFamilies`, :class:`FamilyReplay`);
 * :mod:`.fault_classes`: the classes a bundle can express, derived once per run;
 * :mod:`.trials` and :mod:`.family_trials`: one synthetic trial, and how it is read and judged;
-* :mod:`.runner`: :func:`calibrate`, the run and its summary;
+  :mod:`.synthetic_values`: the values they are made of;
+* :mod:`.runner`: :func:`calibrate`, the run and its summary; only effective faults count
+  (R-CAL-7: a sandbox draw stored as the correct record is *benign*, one the sandbox refused is
+  *rejected*, both counted apart);
+* :mod:`.sandbox`, :mod:`.fhir_sandbox`, :mod:`.live_sor`, :mod:`.sandbox_corpus`: calibration
+  written into a sandbox copy of the SoR (a FHIR server through its interactions, R-CAL-8),
+  never the live one;
 * :mod:`.checker`: the checker configuration digest a summary and a certificate carry;
 * :mod:`.certificate`: :func:`self_signed_certificate`;
 * :mod:`.progress`: :func:`text_progress`.

@@ -12,7 +12,8 @@ from __future__ import annotations
 import random
 
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup
-from rewardseal_worker.calibration.trials import Trial, filler, fresh_identity, near_miss
+from rewardseal_worker.calibration.synthetic_values import filler, fresh_identity, near_miss
+from rewardseal_worker.calibration.trials import Trial
 
 __all__ = ["build_family_trial"]
 

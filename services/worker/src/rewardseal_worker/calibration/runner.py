@@ -5,6 +5,12 @@ must all judge VERIFIED; one that does not makes calibration refuse (R-CAL-3): a
 cannot pay the right answer has a meaningless false-accept rate. The output is a
 :class:`~rewardseal.v1.certificate_pb2.CalibrationSummary` (counts, never the corpus) and
 epsilon, the exact one-sided Clopper-Pearson upper bound on the false-accept rate.
+
+Only effective faults count (R-CAL-7). A sandbox judge reads back what the sandbox stored: a
+draw it stored as the correct record (a type coercion, a column default, a trigger) is *benign*,
+one it refused to store (:class:`TrialRejected`) is *rejected by the SoR*; both are counted
+apart, per class, and enter neither ``trials`` nor ``false_accepts``, so epsilon is the same
+Clopper-Pearson bound (R-CAL-1) over the faults a policy could actually leave in the SoR.
 """
 
 from __future__ import annotations
@@ -34,12 +40,18 @@ from rewardseal_worker.calibration.trials import GOLD, Trial, build_generic, jud
 __all__ = [
     "DEFAULT_TRIALS",
     "GOLD_REFUSED_MESSAGE",
+    "NO_EFFECTIVE_FAULT_MESSAGE",
     "CalibrationResult",
+    "Draw",
+    "DrawSite",
     "FalseAccept",
+    "JudgedTrial",
     "TrialJudge",
     "TrialNotWritable",
+    "TrialRejected",
     "calibrate",
     "default_gold_trials",
+    "judge_in_memory",
     "run_one",
 ]
 
@@ -47,6 +59,8 @@ DEFAULT_TRIALS: Final = 300
 """Fault trials of a default run: 0 false accepts in 300 gives epsilon 0.0099361 (R-CAL-1)."""
 GOLD_REFUSED_MESSAGE: Final = "calibration refused: a gold control trial was not VERIFIED"
 """The message of the ValidationError raised when a gold control trial is refused (R-CAL-3)."""
+NO_EFFECTIVE_FAULT_MESSAGE: Final = "calibration refused: no draw was an effective fault"
+"""Every fault draw was benign or rejected by the SoR: there is nothing to bound (R-CAL-7)."""
 
 MAX_REDRAWS: Final = 50
 """Draws of one trial that a sandbox may refuse before calibration gives up on it."""
@@ -54,26 +68,70 @@ MAX_REDRAWS: Final = 50
 _MAX_SEED = 2**64 - 1  # generator_seed is a uint64
 _MAX_TRIALS = 1_000_000
 
-TrialJudge = Callable[[CalibrationSetup, random.Random, Trial], Decision]
-"""Reads a trial's SoR before and after and judges it: in memory (:func:`judge_trial`), or
+
+@dataclass(frozen=True)
+class JudgedTrial:
+    """A trial's verdict, and whether the SoR stored its fault at all (R-CAL-7).
+
+    ``benign`` is True when the sandbox read back the correct record where the trial wrote a
+    faulty one (it coerced the type, filled the column default, a trigger fixed it): the
+    checker is right to accept that, so it is no fault and no false accept.
+    """
+
+    decision: Decision
+    benign: bool = False
+
+
+TrialJudge = Callable[[CalibrationSetup, random.Random, Trial], JudgedTrial]
+"""Reads a trial's SoR before and after and judges it: in memory (:func:`judge_in_memory`), or
 written into a sandbox and read back through the bundle's own reader."""
 
 
+def judge_in_memory(setup: CalibrationSetup, rng: random.Random, trial: Trial) -> JudgedTrial:
+    """:func:`~.trials.judge_trial`: no SoR stores anything, so every fault is effective."""
+    return JudgedTrial(judge_trial(setup, rng, trial))
+
+
 class TrialNotWritable(Exception):
-    """The system of record cannot hold this trial (a column it lacks, a type it refuses): a
-    fault no policy could commit there. The runner draws the trial again."""
+    """The system of record cannot hold this trial (a column it lacks, a background row it
+    refuses): a draw the generator made for another schema. The runner draws it again."""
+
+
+class TrialRejected(TrialNotWritable):
+    """The system of record refused to store the trial's own writes (a constraint, a type):
+    the fault cannot happen there. A fault draw is counted *rejected by the SoR* (R-CAL-7); a
+    gold control draw is drawn again, as a :class:`TrialNotWritable`."""
 
 
 _VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
 
 
 @dataclass(frozen=True)
-class FalseAccept:
-    """One fault trial the judge VERIFIED: its class, how the fault was made, its index."""
+class DrawSite:
+    """One fault draw: its class, how the fault was made, its index, and where the fault is in
+    the contract's own names (the effect and the fields it involves; never a value read from
+    the SoR)."""
 
     fault_class: str
     variant: str
     trial: int
+    effect: str = ""
+    fields: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FalseAccept(DrawSite):
+    """One effective fault trial the judge VERIFIED."""
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One drawn trial: how its fault was made, the trial, and its verdict (None: the SoR
+    refused to store it, :class:`TrialRejected`)."""
+
+    variant: str
+    trial: Trial
+    judged: JudgedTrial | None
 
 
 @dataclass(frozen=True)
@@ -94,6 +152,15 @@ class CalibrationResult:
     elapsed_seconds: float
     redrawn: int = 0
     """Draws a sandbox could not hold (:class:`TrialNotWritable`), drawn again."""
+    benign_draws: tuple[DrawSite, ...] = ()
+    """Fault draws the sandbox stored as the correct record (R-CAL-7), local like the leaks."""
+    rejected_draws: tuple[DrawSite, ...] = ()
+    """Fault draws the sandbox refused to store (R-CAL-7)."""
+
+    @property
+    def draws(self) -> int:
+        """Fault draws made: effective faults, benign and rejected together."""
+        return self.summary.trials + self.summary.benign_trials + self.summary.rejected_trials
 
 
 def default_gold_trials(trials: int) -> int:
@@ -102,14 +169,19 @@ def default_gold_trials(trials: int) -> int:
 
 
 def run_one(
-    setup: CalibrationSetup, seed: int, kind: str, index: int, judge: TrialJudge = judge_trial
-) -> tuple[str, Decision]:
+    setup: CalibrationSetup, seed: int, kind: str, index: int, judge: TrialJudge = judge_in_memory
+) -> Draw:
+    """Draw trial ``index`` of ``kind`` and judge it; a :class:`TrialNotWritable` that is not
+    a :class:`TrialRejected` propagates (the caller draws again)."""
     rng = trial_rng(seed, kind, index)
     if kind.startswith(EXTRADUP_PREFIX):
         trial, variant = build_family_trial(setup, rng, kind.removeprefix(EXTRADUP_PREFIX))
     else:
         trial, variant = build_generic(setup, rng, kind)
-    return variant, judge(setup, rng, trial)
+    try:
+        return Draw(variant, trial, judge(setup, rng, trial))
+    except TrialRejected:
+        return Draw(variant, trial, None)
 
 
 def _check_int(value: int, name: str, low: int, high: int) -> int:
@@ -127,7 +199,7 @@ def calibrate(
     gold_trials: int | None = None,
     families: FaultFamilies | None = None,
     progress: ProgressCallback | None = None,
-    judge: TrialJudge = judge_trial,
+    judge: TrialJudge = judge_in_memory,
     held_out: bool = False,
 ) -> CalibrationResult:
     """Calibrate ``bundle``'s judge on ``trials`` synthetic fault trials (R-CAL-2/3).
@@ -145,12 +217,15 @@ def calibrate(
         progress: called as ``progress(done, total)`` after each trial.
         judge: how a trial is read and judged (default in memory); a sandbox judge writes it
             into a sandbox copy of the SoR and may refuse a draw (:class:`TrialNotWritable`),
-            which is then drawn again, up to :data:`MAX_REDRAWS` times.
+            which is then drawn again, up to :data:`MAX_REDRAWS` times; a fault draw whose
+            own writes the SoR refuses (:class:`TrialRejected`) or stores as the correct
+            record (``benign``) is counted apart (R-CAL-7).
         held_out: mark the summary as made on a held-out corpus (R-MSG-5).
 
     Raises:
         ValidationError: bad arguments, ``families`` for another task, a gold control trial
-            was not VERIFIED (R-CAL-3), or a sandbox refused every draw of one trial.
+            was not VERIFIED (R-CAL-3), a sandbox refused every draw of one trial, or no fault
+            draw was an effective fault (R-CAL-7).
     """
     _check_int(seed, "seed", 0, _MAX_SEED)
     _check_int(trials, "trials", 1, _MAX_TRIALS)
@@ -170,33 +245,46 @@ def calibrate(
     redrawn = 0
     transcript: list[list[Any]] = []
 
-    def draw(kind: str, index: int) -> tuple[str, Decision]:
+    def draw(kind: str, index: int, *, gold: bool) -> Draw:
         nonlocal redrawn
         reason = ""
         for attempt in range(MAX_REDRAWS):
             try:
                 # A redraw gets its own generator: index + attempt * _MAX_TRIALS is no other
                 # trial's index, and the run stays reproducible per seed.
-                return run_one(setup, seed, kind, index + attempt * _MAX_TRIALS, judge)
+                drawn = run_one(setup, seed, kind, index + attempt * _MAX_TRIALS, judge)
             except TrialNotWritable as exc:
                 redrawn += 1
                 reason = str(exc)
+                continue
+            if drawn.judged is None and gold:
+                # The correct effect must be writable: a gold draw the SoR refused is drawn
+                # again, and a schema that refuses every one stops calibration below.
+                redrawn += 1
+                reason = "a constraint of the sandbox's schema refused the gold write"
+                continue
+            return drawn
         raise ValidationError(
             f"calibration refused: {MAX_REDRAWS} draws of a {kind!r} trial could not be written "
             f"into the sandbox (last: {reason})"
         )
 
-    def note(kind: str, index: int, variant: str, decision: Decision) -> None:
+    def note(kind: str, index: int, drawn: Draw) -> None:
         nonlocal done
-        transcript.append(
-            [
+        judged = drawn.judged
+        if judged is None:
+            row: list[Any] = [kind, index, drawn.variant, "rejected"]
+        else:
+            decision = judged.decision
+            row = [
                 kind,
                 index,
-                variant,
+                drawn.variant,
+                "benign" if judged.benign else "stored",
                 RewardOutcome.Name(decision.outcome),
                 digest_json(decision.evidence()),
             ]
-        )
+        transcript.append(row)
         done += 1
         if progress is not None:
             progress(done, total)
@@ -204,8 +292,10 @@ def calibrate(
     # Gold first: a checker that cannot pay the right answer is refused before anything else.
     for index in range(golds):
         kind = gold_kinds[index % len(gold_kinds)]
-        variant, decision = draw(kind, index)
-        note(kind, index, variant, decision)
+        drawn = draw(kind, index, gold=True)
+        note(kind, index, drawn)
+        assert drawn.judged is not None  # draw() redraws a rejected gold trial
+        decision = drawn.judged.decision
         if decision.outcome != _VERIFIED:
             raise ValidationError(
                 GOLD_REFUSED_MESSAGE,
@@ -217,28 +307,44 @@ def calibrate(
                 },
             )
 
-    per_class = {name: [0, 0] for name in classes}
+    per_class = {name: FaultClassCount(name=name) for name in classes}
     leaks: list[FalseAccept] = []
+    benign_draws: list[DrawSite] = []
+    rejected_draws: list[DrawSite] = []
     for index in range(trials):
         kind = classes[index % len(classes)]
-        variant, decision = draw(kind, index)
-        note(kind, index, variant, decision)
-        per_class[kind][0] += 1
-        if decision.outcome == _VERIFIED:
-            per_class[kind][1] += 1
-            leaks.append(FalseAccept(kind, variant, index))
+        drawn = draw(kind, index, gold=False)
+        note(kind, index, drawn)
+        count = per_class[kind]
+        site = (kind, drawn.variant, index, drawn.trial.effect, drawn.trial.fields)
+        if drawn.judged is None:
+            count.rejected += 1
+            rejected_draws.append(DrawSite(*site))
+        elif drawn.judged.benign:
+            count.benign += 1
+            benign_draws.append(DrawSite(*site))
+        else:
+            count.trials += 1
+            if drawn.judged.decision.outcome == _VERIFIED:
+                count.false_accepts += 1
+                leaks.append(FalseAccept(*site))
+    faults = sum(c.trials for c in per_class.values())
+    benign = sum(c.benign for c in per_class.values())
+    rejected = sum(c.rejected for c in per_class.values())
+    if faults == 0:
+        raise ValidationError(
+            NO_EFFECTIVE_FAULT_MESSAGE,
+            metadata={"benign": str(benign), "rejected": str(rejected)},
+        )
 
     contract = bundle.contract
     summary = CalibrationSummary(
         reward_contract_digest=bundle.contract_digest,
         calibration_corpus_digest=contract.certificate_policy.calibration_corpus_digest,
         checker_configuration_digest=checker_configuration_digest(bundle),
-        trials=trials,
+        trials=faults,
         false_accepts=len(leaks),
-        fault_classes=[
-            FaultClassCount(name=name, trials=counts[0], false_accepts=counts[1])
-            for name, counts in per_class.items()
-        ],
+        fault_classes=list(per_class.values()),
         generator_seed=seed,
         method=METHOD,
         confidence=1.0 - float(delta),
@@ -246,14 +352,18 @@ def calibrate(
         gold_trials=golds,
         gold_refused=0,
         held_out=held_out,
+        benign_trials=benign,
+        rejected_trials=rejected,
     )
     validate_calibration_summary(summary)
     return CalibrationResult(
         summary=summary,
-        epsilon=clopper_pearson_upper(len(leaks), trials, float(delta)),
+        epsilon=clopper_pearson_upper(len(leaks), faults, float(delta)),
         delta=float(delta),
         false_accept_trials=tuple(leaks),
         transcript_digest=digest_json(transcript),
         elapsed_seconds=time.perf_counter() - started,
         redrawn=redrawn,
+        benign_draws=tuple(benign_draws),
+        rejected_draws=tuple(rejected_draws),
     )

@@ -15,18 +15,33 @@ What can be written, by recipe kind:
 ``rest``
     rows into the table named like the recipe's collection in the database the sandbox API
     serves (``--sandbox-store``), read through the sandbox API (``--sandbox``, its base URL).
+``fhir``
+    Encounters created, updated and deleted with the FHIR interactions (``POST``, ``PUT``,
+    ``DELETE <path>/Encounter``) on the sandbox FHIR server (``--sandbox``, its base URL;
+    :mod:`.fhir_sandbox`), or, with ``--sandbox-store``, rows of the resource's collection
+    (``Encounter`` -> ``encounters``) in the database that server serves from; either way read
+    back through the server's FHIR search by the bundle's own fhir reader, so the server's
+    mapping and the reader's inverse are both measured (R-CAL-8).
 ``json_file``
     the collection file, written whole into the sandbox directory (``--sandbox DIR``).
-``fhir``, ``screen_dump``
-    refused: a FHIR server is written through FHIR resources (the calibrator has no
-    record -> Encounter mapping yet), and a screen dump is tier 0, which certifies nothing.
+``screen_dump``
+    refused: a screen dump is tier 0, which certifies nothing.
 
 Never the live SoR: :func:`~.live_sor.refuse_live_target` compares the file, the database server
 or the API the sandbox names with what the bundle reads, before the first write, and refuses a
 match; a live SoR it cannot determine is refused too, unless the operator says otherwise
 (R-CAL-5).
-A draw that the sandbox cannot hold (a column it lacks, a type it refuses) raises
-:class:`~.runner.TrialNotWritable` and is drawn again: no policy could commit that fault there.
+A draw that the sandbox cannot hold (a column it lacks, a background row it refuses) raises
+:class:`~.runner.TrialNotWritable` and is drawn again: the generator made it for another schema.
+
+Only effective faults count (R-CAL-7). The trial's own writes (the episode's creates, updates
+and deletes) that the sandbox refuses (a constraint, a type) make the draw *rejected by the
+SoR* (:class:`~.runner.TrialRejected`): that fault cannot happen there. And after the writes
+the judge reads back, through the bundle's reader, each field the fault wrote
+(:class:`~.trials.FieldTouch`): when the sandbox stored the gold value there anyway (SQLite's
+``"3"`` stored as the integer 3 in an INTEGER column, an omitted column filled with its
+``DEFAULT``, a trigger), the SoR holds the correct record, the checker is right to accept it,
+and the draw is *benign*, counted apart and never as a false accept.
 """
 
 from __future__ import annotations
@@ -46,18 +61,19 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import IntegrityError, NoSuchTableError, SQLAlchemyError
 
 from rewardseal.core.errors import ValidationError
-from rewardseal.core.judging import RECORD_ID_FIELD, Decision, change_token, judge_episode
+from rewardseal.core.judging import RECORD_ID_FIELD, change_token, judge_episode, same_value
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup
+from rewardseal_worker.calibration.fhir_sandbox import FhirSandboxStore
 from rewardseal_worker.calibration.live_sor import (
     psycopg_url,
     refuse_live_target,
     sandbox_path,
     sandbox_sqlite_file,
 )
-from rewardseal_worker.calibration.runner import TrialNotWritable
-from rewardseal_worker.calibration.trials import Record, Trial
+from rewardseal_worker.calibration.runner import JudgedTrial, TrialNotWritable, TrialRejected
+from rewardseal_worker.calibration.trials import FieldTouch, Record, Trial
 from rewardseal_worker.oracles.base import (
     KIND_FHIR,
     KIND_JSON_FILE,
@@ -67,6 +83,7 @@ from rewardseal_worker.oracles.base import (
     OracleUnavailable,
     recipe_collection,
 )
+from rewardseal_worker.oracles.http import DEFAULT_FHIR_PATH
 from rewardseal_worker.oracles.registry import READER_KINDS
 
 __all__ = [
@@ -76,7 +93,7 @@ __all__ = [
     "refuse_live_target",
 ]
 
-SANDBOX_KINDS: Final = (KIND_SQL, KIND_REST, KIND_JSON_FILE)
+SANDBOX_KINDS: Final = (KIND_SQL, KIND_REST, KIND_FHIR, KIND_JSON_FILE)
 """Recipe kinds whose trials the calibrator can write into a sandbox."""
 _SANDBOX_URL_ENV: Final = "REWARDSEAL_CALIBRATION_SANDBOX_URL"
 """The variable the sandbox reader's copy of a sql recipe reads its URL from (set in memory)."""
@@ -168,12 +185,12 @@ class SqlSandboxStore:
                     assigned = conn.execute(self._insert, row).scalar_one()
                     ids[str(record[RECORD_ID_FIELD])] = str(assigned)
         except IntegrityError:
-            raise TrialNotWritable(
+            raise TrialRejected(
                 "a constraint of the sandbox's schema (NOT NULL, unique, foreign key, check) "
                 "refused a row"
             ) from None
         except SQLAlchemyError as exc:
-            raise TrialNotWritable(f"the sandbox refused a row ({type(exc).__name__})") from None
+            raise TrialRejected(f"the sandbox refused a row ({type(exc).__name__})") from None
         return ids
 
     def update(self, sandbox_id: str, record: Record) -> None:
@@ -185,9 +202,7 @@ class SqlSandboxStore:
                     sa.update(self._table).where(self._id == self._key(sandbox_id)).values(**values)
                 )
         except SQLAlchemyError as exc:
-            raise TrialNotWritable(
-                f"the sandbox refused an update ({type(exc).__name__})"
-            ) from None
+            raise TrialRejected(f"the sandbox refused an update ({type(exc).__name__})") from None
 
     def delete(self, sandbox_ids: Sequence[str]) -> None:
         if not sandbox_ids:
@@ -266,10 +281,14 @@ class SandboxJudge:
     note: str | None = None
     """Said to the operator: e.g. that the live target could not be compared."""
 
-    def __call__(self, setup: CalibrationSetup, rng: Any, trial: Trial) -> Decision:
+    def __call__(self, setup: CalibrationSetup, rng: Any, trial: Trial) -> JudgedTrial:
         ids: dict[str, str] = {}
         try:
-            ids |= self.store.insert(trial.baseline)
+            try:
+                ids |= self.store.insert(trial.baseline)
+            except TrialRejected as exc:
+                # The SoR before the episode is background, not the fault: draw it again.
+                raise TrialNotWritable(str(exc)) from None
             baseline = self._read(trial.identity)
             before = {str(r[RECORD_ID_FIELD]): r for r in trial.baseline}
             after = {str(r[RECORD_ID_FIELD]) for r in trial.after}
@@ -286,7 +305,7 @@ class SandboxJudge:
             self.store.delete(list(ids.values()))
         credited = _sandbox_credits(trial.credited, ids, baseline)
         # Exactly the engine's call: the bundle's specs, COMPLETED (the only signal that pays).
-        return judge_episode(
+        decision = judge_episode(
             setup.required,
             setup.forbidden,
             identity=dict(trial.identity),
@@ -296,6 +315,7 @@ class SandboxJudge:
             credited=credited,
             oracle_error=None,
         )
+        return JudgedTrial(decision, benign=_normalized_away(trial.touched, ids, current))
 
     def _read(self, identity: Mapping[str, str]) -> list[dict[str, Any]]:
         try:
@@ -309,6 +329,32 @@ class SandboxJudge:
         """Close the reader and the store."""
         self.reader.close()
         self.store.close()
+
+
+def _normalized_away(
+    touched: Sequence[FieldTouch], ids: Mapping[str, str], current: Sequence[Mapping[str, Any]]
+) -> bool:
+    """Whether the sandbox stored the gold value in every field the fault wrote (R-CAL-7).
+
+    Read back through the bundle's reader, as scoring reads; compared with the judge's own
+    JSON-scalar equality, so ``"3"`` read back as 3 is the gold 3 and ``"3"`` read back as
+    ``"3"`` is not. A trial with no field fault, or whose touched record the reader does not
+    return, is an effective fault.
+    """
+    if not touched:
+        return False
+    read = {str(r.get(RECORD_ID_FIELD)): r for r in current}
+    for touch in touched:
+        record = read.get(ids.get(touch.record_id, ""))
+        if record is None:
+            return False
+        stored = record.get(touch.field)
+        if touch.gold is None:
+            if stored is not None:
+                return False
+        elif stored is None or not same_value(stored, touch.gold):
+            return False
+    return True
 
 
 def _sandbox_credits(
@@ -351,24 +397,18 @@ def open_sandbox(
     env = dict(os.environ if environ is None else environ)
     recipe = dict(bundle.recipe)
     kind = str(recipe.get("kind"))
-    if kind == KIND_FHIR:
-        raise ValidationError(
-            "calibrate cannot write trials into a FHIR server yet: it would need to create "
-            "Encounter resources from records (the inverse of the fhir reader's mapping); "
-            "calibrate a sql or rest bundle over the same store instead"
-        )
     if kind not in SANDBOX_KINDS:
         raise ValidationError(
             f"a {kind} recipe cannot be calibrated: it is tier 0, which no certificate covers"
         )
-    if kind == KIND_REST:
-        if not sandbox_store:
+    if kind in (KIND_REST, KIND_FHIR):
+        if kind == KIND_REST and not sandbox_store:
             raise ValidationError(
                 "a rest sandbox is read through its API and written in its database: pass "
                 "--sandbox-store, the database URL the sandbox API serves from"
             )
         if "://" not in sandbox:
-            raise ValidationError("a rest sandbox is the base URL of a sandbox deployment")
+            raise ValidationError(f"a {kind} sandbox is the base URL of a sandbox deployment")
     # Decided before the first write: everything below may write into the sandbox.
     note = refuse_live_target(bundle, sandbox, env, allow_unknown=unsafe_unknown_live_sor)
     store: SandboxStore
@@ -378,12 +418,20 @@ def open_sandbox(
         read_recipe = {**recipe, "database": {"url_env": _SANDBOX_URL_ENV}}
         store = SqlSandboxStore(url, recipe["table"], recipe.get("id_column", RECORD_ID_FIELD))
         reader = READER_KINDS[kind].make(read_recipe, bundle.path, env)
-    elif kind == KIND_REST:
+    elif kind in (KIND_REST, KIND_FHIR):
         env[recipe["base_url_env"]] = sandbox
-        store = SqlSandboxStore(
-            _as_database_url(sandbox_store or ""), recipe_collection(recipe), "id"
-        )
         reader = READER_KINDS[kind].make(recipe, bundle.path, env)
+        if sandbox_store:
+            store = SqlSandboxStore(
+                _as_database_url(sandbox_store), recipe_collection(recipe), "id"
+            )
+        else:  # fhir: through the FHIR interactions, with the token the reader reads with
+            token_env = recipe.get("token_env")
+            store = FhirSandboxStore(
+                sandbox,
+                f"{recipe.get('path', DEFAULT_FHIR_PATH).rstrip('/')}/{recipe['resource']}",
+                env.get(token_env) if token_env else None,
+            )
     else:
         directory = sandbox_path(sandbox)
         target = _json_sandbox_file(recipe, directory)

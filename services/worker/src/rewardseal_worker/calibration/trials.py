@@ -7,11 +7,13 @@ collection, NULL columns (a SQL read returns every column) and shuffled row orde
 judged with :func:`~rewardseal.core.judging.judge_episode` exactly as the scoring engine calls it.
 
 Each trial draws from its own generator (:func:`trial_rng`), seeded from the run's seed, its kind
-and its index, so a run is reproducible per seed; the order of the draws is part of that.
+and its index, so a run is reproducible per seed; the order of the draws is part of that. The
+values a trial is made of come from :mod:`.synthetic_values`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,17 +32,22 @@ from rewardseal.core.judging import (
 )
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_worker.calibration.fault_classes import CalibrationSetup
+from rewardseal_worker.calibration.synthetic_values import (
+    World,
+    filler,
+    fresh_identity,
+    near_miss,
+    other_value,
+    type_confused,
+)
 
 __all__ = [
     "GOLD",
+    "FieldTouch",
     "Record",
     "Trial",
-    "World",
     "build_generic",
-    "filler",
-    "fresh_identity",
     "judge_trial",
-    "near_miss",
     "trial_rng",
 ]
 
@@ -50,91 +57,6 @@ GOLD: Final = "gold"
 
 _COMPLETED = RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
 _EXTRA_FIELD_CANDIDATES = ("priority", "urgency", "flag", "escalation", "comment")
-_WORDS = (
-    "headache",
-    "sore throat",
-    "ankle sprain",
-    "allergy flare",
-    "low fever",
-    "minor cut",
-    "dry cough",
-    "back stiffness",
-    "vitals stable",
-    "follow up",
-)
-
-
-class World:
-    """Mints record ids for one trial; ids are unique within the trial and carry no meaning."""
-
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
-        self._next = rng.randrange(1, 1_000_000)
-
-    def mint(self) -> str:
-        self._next += self._rng.randint(1, 7)
-        return f"rec-{self._next:07d}"
-
-
-def _slug(key: str) -> str:
-    stem = key.removesuffix("_id").replace("_", "-").strip("-")
-    return stem or "subject"
-
-
-def fresh_identity(
-    rng: random.Random, keys: Sequence[str], avoid: Mapping[str, str]
-) -> dict[str, str]:
-    while True:
-        identity = {k: f"{_slug(k)}-{rng.getrandbits(32):08x}" for k in keys}
-        if all(identity[k] != avoid.get(k) for k in keys):
-            return identity
-
-
-def near_miss(rng: random.Random, value: str) -> str:
-    """A value that a careless comparison could take for ``value``."""
-    candidates = [
-        value.upper(),
-        value + "0",
-        value[:-1],
-        value + " ",
-        " " + value,
-        value.replace("-", "_"),
-    ]
-    choices = [c for c in candidates if c and c != value]
-    return rng.choice(choices)
-
-
-def filler(rng: random.Random, field: str) -> str:
-    return f"Synthetic {field.replace('_', ' ')}: {rng.choice(_WORDS)} {rng.getrandbits(16):04x}"
-
-
-def _other_value(rng: random.Random, value: Any) -> Any:
-    """Another value of the same JSON type."""
-    if isinstance(value, bool):
-        return not value
-    if isinstance(value, int):
-        return value + rng.randint(1, 9)
-    if isinstance(value, float):
-        return value + 0.5 + rng.random()
-    text = str(value)
-    return rng.choice(
-        [t for t in (text.lower(), text.upper(), text + " ", f"Not {text}", "Consult") if t != text]
-    )
-
-
-def _type_confused(value: Any) -> Any:
-    """The same text in another JSON type, which a sound judge must not take as equal.
-
-    None when no other scalar type spells the value (a word has no number form).
-    """
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    text = str(value)
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return None
 
 
 def _resolved_select(effect: EffectSpec, identity: Mapping[str, str]) -> Record:
@@ -170,14 +92,45 @@ def _subject_columns(setup: CalibrationSetup, identity: Mapping[str, str]) -> Re
     return {column: identity[key] for key, column in setup.identity_fields.items()}
 
 
+@dataclass(frozen=True)
+class FieldTouch:
+    """One field a fault trial wrote otherwise than the gold effect would have (R-CAL-7).
+
+    ``gold`` is what the gold record holds there: the expected value, or None for a field the
+    gold record leaves unset (an extra field). A sandbox that stores ``gold`` there anyway (a
+    type coercion, a column default, a trigger) has normalized the fault away.
+    """
+
+    record_id: str
+    field: str
+    gold: Any
+
+
 @dataclass
 class Trial:
-    """One synthetic episode before it is read: the SoR before and after, and credited ids."""
+    """One synthetic episode before it is read: the SoR before and after, and credited ids.
+
+    ``effect`` and ``fields`` name where the fault is, in the contract's own names (what
+    ``calibrate --explain`` shows); ``touched`` lists the fields a field fault wrote, which a
+    sandbox reads back to tell an effective fault from a benign one.
+    """
 
     identity: dict[str, str]
     baseline: list[Record]
     after: list[Record]
     credited: set[str]
+    effect: str = ""
+    fields: tuple[str, ...] = ()
+    touched: list[FieldTouch] = dataclasses.field(default_factory=list)
+
+
+@dataclass
+class _Site:
+    """Where a trial's fault is, gathered while it is built (see :class:`Trial`)."""
+
+    effect: str = ""
+    fields: tuple[str, ...] = ()
+    touched: list[FieldTouch] = dataclasses.field(default_factory=list)
 
 
 def _background(
@@ -323,9 +276,13 @@ def _change_fault(
     world: World,
     changes: dict[str, list[Change]],
     credited: set[str],
+    site: _Site,
 ) -> str:
-    """Apply ``fault`` to the update effect ``effect``; return the variant played."""
+    """Apply ``fault`` to the update effect ``effect``; return the variant played. ``site``
+    (the trial being built) gets the fields the fault involves."""
+    site.effect = effect.name
     if fault == "forbidden_present":
+        site.fields = _literal_fields(effect)
         before: Record = {RECORD_ID_FIELD: world.mint(), **_subject_columns(setup, identity)}
         before.update(_resolved_select(effect, identity))
         before.update(effect.before)
@@ -368,19 +325,35 @@ def _change_fault(
     if variant == "extra_field":
         name = _extra_field(setup, rng, effect)
         target[name] = filler(rng, name)
+        _touch(site, target, name, None)
         return variant
-    field = rng.choice(sorted(effect.expect))
+    name = rng.choice(sorted(effect.expect))
+    _touch(site, target, name, effect.expect[name])
     if variant == "changed_value":
-        target[field] = _other_value(rng, effect.expect[field])
+        target[name] = other_value(rng, effect.expect[name])
     elif variant in ("omitted_field", "null_field"):
-        target[field] = None
+        target[name] = None
     else:
-        confused = _type_confused(effect.expect[field])
+        confused = type_confused(effect.expect[name])
         if confused is None:
             variant = "changed_value"
-            confused = _other_value(rng, effect.expect[field])
-        target[field] = confused
+            confused = other_value(rng, effect.expect[name])
+        target[name] = confused
     return variant
+
+
+def _touch(site: _Site, record: Record, name: str, gold: Any) -> None:
+    site.fields = (*site.fields, name)
+    site.touched.append(FieldTouch(str(record[RECORD_ID_FIELD]), name, gold))
+
+
+def _identity_fields(effect: EffectSpec) -> tuple[str, ...]:
+    return tuple(sorted(f for f, v in effect.select.items() if isinstance(v, IdentityRef)))
+
+
+def _literal_fields(effect: EffectSpec) -> tuple[str, ...]:
+    literal = {f for f, v in effect.select.items() if not isinstance(v, IdentityRef)}
+    return tuple(sorted(literal | set(effect.expect)))
 
 
 def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tuple[Trial, str]:
@@ -393,12 +366,16 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
     changes = _gold_changes(setup, rng, identity, world)
     extra: list[Record] = []
     variant = "correct_effect"
+    site = _Site()
 
     updated = _update_target(setup, rng, fault)
     if updated is not None:
-        variant = _change_fault(setup, rng, fault, updated, identity, world, changes, credited)
+        variant = _change_fault(
+            setup, rng, fault, updated, identity, world, changes, credited, site
+        )
     elif fault == "missing_record":
         effect = rng.choice([e for e in setup.required if not e.updates])
+        site.effect = effect.name
         own = writes[effect.name]
         options = ["nothing_written", "credited_elsewhere", "updated_existing"]
         if len(own) > 1 and effect.new_records is not None:
@@ -422,6 +399,7 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             own.clear()
     elif fault in ("duplicate_record", "extra_record"):
         effect = rng.choice([e for e in setup.required if e.new_records is not None])
+        site.effect = effect.name
         own = writes[effect.name]
         if fault == "duplicate_record":
             variant = rng.choice(["posted_twice", "posted_three_times"])
@@ -436,8 +414,9 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             variant = rng.choice(options)
             record = _gold_record(rng, effect, identity, world)
             if variant == "record_of_another_kind":
-                field = rng.choice(sorted(effect.expect))
-                record[field] = _other_value(rng, effect.expect[field])
+                name = rng.choice(sorted(effect.expect))
+                record[name] = other_value(rng, effect.expect[name])
+                site.fields = (name,)
             own.append(record)
     elif fault == "wrong_field":
         effect = rng.choice(
@@ -454,23 +433,26 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             options.append("extra_field")
         variant = rng.choice(options)
         target = rng.choice(writes[effect.name])
+        site.effect = effect.name
         if variant == "extra_field":
             name = _extra_field(setup, rng, effect)
             target[name] = filler(rng, name) if rng.random() < 0.5 else "stat"
+            _touch(site, target, name, None)
         else:
-            field = rng.choice(sorted(effect.expect))
+            name = rng.choice(sorted(effect.expect))
+            _touch(site, target, name, effect.expect[name])
             if variant == "changed_value":
-                target[field] = _other_value(rng, effect.expect[field])
+                target[name] = other_value(rng, effect.expect[name])
             elif variant == "omitted_field":
-                del target[field]
+                del target[name]
             elif variant == "null_field":
-                target[field] = None
+                target[name] = None
             else:
-                confused = _type_confused(effect.expect[field])
+                confused = type_confused(effect.expect[name])
                 if confused is None:
                     variant = "changed_value"
-                    confused = _other_value(rng, effect.expect[field])
-                target[field] = confused
+                    confused = other_value(rng, effect.expect[name])
+                target[name] = confused
     elif fault == "wrong_subject":
         variant = rng.choice(["fresh_subject", "near_miss_subject", "known_subject"])
         decoy = dict(identity)
@@ -483,6 +465,8 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
             decoy = dict(rng.choice(others))
         for effect in setup.required:
             if effect.identity_keys():
+                site.effect = site.effect or effect.name
+                site.fields = tuple(sorted({*site.fields, *_identity_fields(effect)}))
                 for record in writes.get(effect.name, ()):
                     record.update(_resolved_select(effect, decoy))
                 for before, changed in changes.get(effect.name, ()):
@@ -491,6 +475,7 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
                     changed.update(_resolved_select(effect, decoy))
     elif fault == "forbidden_present":
         effect = rng.choice([e for e in setup.forbidden if not e.updates])
+        site.effect, site.fields = effect.name, _literal_fields(effect)
         variant = rng.choice(["merged_into_record", "separate_record"] if writes else ["separate"])
         variant = "separate_record" if variant == "separate" else variant
         if variant == "merged_into_record":
@@ -512,7 +497,8 @@ def build_generic(setup: CalibrationSetup, rng: random.Random, fault: str) -> tu
                 after.append(changed)
     after.extend(extra)
     after.extend(_concurrent_writes(setup, rng, identity, world))
-    return Trial(identity, baseline, after, credited), variant
+    trial = Trial(identity, baseline, after, credited, site.effect, site.fields, site.touched)
+    return trial, variant
 
 
 def _read(

@@ -34,7 +34,8 @@ MockMed): ``id``; ``subject.reference`` ``Patient/<id>`` -> ``patient_id``; ``ty
 ``type``; the MockMed extensions -> ``note``, ``priority``, ``created_at``; ``status`` from the
 raw-status extension when present, else mapped back (in-progress -> open, finished -> closed,
 cancelled -> cancelled, anything else -> null). Every record has all seven fields (null when
-absent), as the SQL reader answers for the same table.
+absent), as the SQL reader answers for the same table. :func:`encounter_from_record` is that
+mapping's inverse: the Encounter a sandbox calibration creates for a trial record (R-CAL-8).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from rewardseal_worker.oracles.base import (
 __all__ = [
     "DEFAULT_FHIR_PATH",
     "FHIR_EXTENSION_BASE",
+    "encounter_from_record",
     "MAX_RESPONSE_BYTES",
     "HttpReader",
     "check_http_recipe",
@@ -94,6 +96,11 @@ _FHIR_TO_STATUS: Final[Mapping[str, str]] = {
     "cancelled": "cancelled",
 }
 _PATIENT_PREFIX: Final = "Patient/"
+_STATUS_TO_FHIR: Final[Mapping[str, str]] = {v: k for k, v in _FHIR_TO_STATUS.items()}
+_AMBULATORY: Final = {
+    "system": "http://terminology.hl7.org/CodeSystem/v3-ActCode",
+    "code": "AMB",
+}
 
 
 def check_url_path(raw: Any, where: str) -> str:
@@ -190,6 +197,41 @@ def _record_from_encounter(resource: Any, source: str) -> dict[str, Any]:
     if not isinstance(fields[RECORD_ID_FIELD], str):
         raise OracleUnavailable(f"{source}: an Encounter has no id")
     return make_record(fields, RECORD_ID_FIELD, source)
+
+
+def encounter_from_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The FHIR R4 Encounter that the fhir reader maps back to ``record`` (its inverse).
+
+    ``record`` carries ``patient_id`` and any of the mapped fields; a value is written as it is
+    (a non-string where FHIR wants a string is the server's to refuse). ``id`` is the server's
+    to assign and is not sent.
+
+    Raises:
+        ValueError: ``record`` names a field the mapping has no place for, or no patient.
+    """
+    unknown = sorted(set(record) - set(_FHIR_FIELDS) - {RECORD_ID_FIELD})
+    if unknown:
+        raise ValueError(f"an Encounter has no place for the fields {unknown}")
+    patient = record.get("patient_id")
+    if patient is None:
+        raise ValueError("an Encounter needs a patient")
+    status = record.get("status")
+    resource: dict[str, Any] = {
+        "resourceType": "Encounter",
+        "status": _STATUS_TO_FHIR.get(status, "unknown") if isinstance(status, str) else "unknown",
+        "class": dict(_AMBULATORY),
+        "subject": {"reference": f"{_PATIENT_PREFIX}{patient}"},
+    }
+    if record.get("type") is not None:
+        resource["type"] = [{"text": record["type"]}]
+    extensions = [
+        {"url": url, "valueString": record[field]}
+        for url, field in _FHIR_EXTENSIONS.items()
+        if record.get(field) is not None
+    ]
+    if extensions:
+        resource["extension"] = extensions
+    return resource
 
 
 def records_from_bundle(document: Any, source: str) -> list[dict[str, Any]]:
