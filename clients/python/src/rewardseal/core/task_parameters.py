@@ -169,6 +169,8 @@ def to_wire(values: Mapping[str, ParameterValue]) -> dict[str, TaskParameterValu
         if isinstance(value, bool):
             wire[name] = TaskParameterValue(bool_value=value)
         elif isinstance(value, int):
+            if abs(value) > MAX_SAFE_INTEGER:  # int64 could hold more; JSON safely cannot
+                raise _refused(name, "must be within -(2^53 - 1) .. 2^53 - 1")
             wire[name] = TaskParameterValue(integer_value=value)
         elif isinstance(value, float):
             wire[name] = TaskParameterValue(number_value=value)

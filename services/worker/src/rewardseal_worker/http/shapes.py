@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rewardseal.core.errors import InvalidEpisode
 from rewardseal.core.integrity.messages import enum_word
+from rewardseal.core.task_parameters import to_wire
 from rewardseal.core.validation import runtime_signal_named
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -52,6 +53,10 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+ParameterValues = dict[str, bool | int | float | str]
+"""A JSON object of task parameter values (R-W-18): name -> string, number or boolean."""
+
+
 class EpisodeBody(_Body):
     """``POST /v1/rewards``: the episode descriptor (docs/spec.md R-MSG-9)."""
 
@@ -74,6 +79,9 @@ class EpisodeBody(_Body):
         description="free-form; oracle_identity and runtime_signal are read from here too; "
         "keys naming record contents are refused",
     )
+    task_parameters: ParameterValues | None = Field(
+        default=None, description="optional repeat of the values the begin bound: must equal them"
+    )
 
 
 class BeginBody(_Body):
@@ -82,6 +90,11 @@ class BeginBody(_Body):
     episode_id: str
     reward_contract_digest: str
     oracle_identity: dict[str, str]
+    task_parameters: ParameterValues | None = Field(
+        default=None,
+        description="the episode's task parameters, bound once (exactly the contract's declared "
+        "parameters, each of its type and range)",
+    )
 
 
 class GraderBody(_Body):
@@ -218,6 +231,8 @@ def descriptor_from_body(body: EpisodeBody) -> EpisodeDescriptor:
         descriptor.runtime_signal = runtime_signal_named(body.runtime_signal, "runtime_signal")
     if body.metadata:
         descriptor.metadata.CopyFrom(_struct(body.metadata))
+    if body.task_parameters:
+        descriptor.task_parameters.update(to_wire(body.task_parameters))
     return descriptor
 
 
@@ -236,6 +251,7 @@ def begin_request_from_body(body: BeginBody) -> BeginEpisodeRequest:
         episode_id=body.episode_id,
         reward_contract_digest=body.reward_contract_digest,
         oracle_identity=body.oracle_identity,
+        task_parameters=to_wire(body.task_parameters or {}),
     )
 
 

@@ -47,6 +47,8 @@ class OpenEpisode:
     identity: Identity
     baseline: list[Record] | None
     begun_at: datetime
+    task_parameters: dict[str, Any] | None = None
+    """The task parameters bound at begin (R-W-18); None when the contract declares none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +62,9 @@ class BeginItem:
     baseline: list[Record] | None
     begun_at: datetime
     ttl_seconds: float
+    task_parameters: dict[str, Any] | None = None
+    """The task parameters bound at begin, checked against the contract (R-W-18); None when
+    it declares none."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ def open_episode_of(row: Row[*tuple[Any, ...]]) -> OpenEpisode:
         identity=Identity(row.identity),
         baseline=None if row.baseline is None else list(row.baseline),
         begun_at=row.begun_at,
+        task_parameters=None if row.task_parameters is None else dict(row.task_parameters),
     )
 
 
@@ -182,6 +188,7 @@ class EpisodeStore(StorePart):
                     "identity": dict(entry.identity),
                     "baseline": entry.baseline,
                     "begun_at": now,
+                    "task_parameters": entry.task_parameters,
                 }
             if to_delete:
                 self._hot.close_open(conn, sorted(to_delete))
