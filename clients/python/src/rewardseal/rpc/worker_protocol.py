@@ -102,7 +102,8 @@ def make_descriptor(
     if metadata:
         descriptor.metadata.update(dict(metadata))
     if task_parameters:
-        descriptor.task_parameters.update(to_wire(task_parameters))
+        for name, value in to_wire(task_parameters).items():  # a message map takes no update()
+            descriptor.task_parameters[name].CopyFrom(value)
     return descriptor
 
 

@@ -232,7 +232,8 @@ def descriptor_from_body(body: EpisodeBody) -> EpisodeDescriptor:
     if body.metadata:
         descriptor.metadata.CopyFrom(_struct(body.metadata))
     if body.task_parameters:
-        descriptor.task_parameters.update(to_wire(body.task_parameters))
+        for name, value in to_wire(body.task_parameters).items():  # a message map: no update()
+            descriptor.task_parameters[name].CopyFrom(value)
     return descriptor
 
 
