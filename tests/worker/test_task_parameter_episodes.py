@@ -81,6 +81,8 @@ async def test_the_same_action_pays_for_matching_parameters_and_not_for_others(
     refused = await client.score(descriptor(digest, "ep-params-other"))
     assert paid.receipt.reward_outcome == VERIFIED
     assert paid.scalar == 1.0
+    # The seeded bundle is calibrated with values drawn per trial (R-CAL-6) and self-signed.
+    assert paid.receipt.certified
     assert refused.receipt.reward_outcome == WRONG_EFFECT
     assert paid.task_parameters_digest == digest_json(TRIAGE)
     assert refused.task_parameters_digest == digest_json(CONSULT)

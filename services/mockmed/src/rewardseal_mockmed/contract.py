@@ -14,6 +14,7 @@ from typing import Any
 from rewardseal.core.contract import contract_digest
 from rewardseal.core.digest import digest_json
 from rewardseal.core.faults import GENERIC_FAULT_CLASSES
+from rewardseal.core.task_parameters import DECLARATION_DRAWING
 from rewardseal.v1.contract_pb2 import (
     CertificatePolicy,
     OracleSpec,
@@ -130,7 +131,13 @@ PARAMETERIZED_REQUIRED_EFFECTS: dict[str, Any] = {
     ]
 }
 """Exactly one new encounter for the patient, of the episode's type and with its note."""
-PARAMETERIZED_CORPUS: dict[str, Any] = {**CALIBRATION_CORPUS, "corpus": "mockmed-params"}
+PARAMETERIZED_CORPUS: dict[str, Any] = {
+    **CALIBRATION_CORPUS,
+    "corpus": "mockmed-params",
+    "task_parameters": DECLARATION_DRAWING,
+}
+"""The parameterized contract's corpus: the generic fault classes, each trial's encounter type
+and note drawn from the declaration (R-CAL-6), so the digest says how they were drawn."""
 PARAMETERIZED_CORPUS_DIGEST = digest_json(PARAMETERIZED_CORPUS)
 
 

@@ -21,7 +21,8 @@ SYNTHETIC certificates, the seeding lock and idempotence.
                                            + its own certificate.json + calibration.json
     data_dir/contracts/mockmed-params/     tier-2 bundle (sql oracle) of the parameterized
                                            contract (encounter type and note per episode,
-                                           R-MSG-11), no certificate
+                                           R-MSG-11) + its own certificate.json +
+                                           calibration.json (values drawn per trial, R-CAL-6)
 
 Everything is synthetic: the background rows belong to invented patients, and no real patient
 data is involved anywhere.
@@ -294,9 +295,9 @@ def _ensure_certificate(
     if bundle.certificate is not None:
         certificate, summary = _reused_certificate(bundle)
         return bundle, certificate, summary, False
-    result = calibrate(
-        bundle, seed=seed, trials=trials, families=MOCKMED_FAULT_FAMILIES, progress=progress
-    )
+    # The ExtraDup families play the fixed task's write; the parameterized task has its own.
+    families = None if reader == _PARAMS else MOCKMED_FAULT_FAMILIES
+    result = calibrate(bundle, seed=seed, trials=trials, families=families, progress=progress)
     summary = result.summary
     calibration_doc = summary_to_json(summary)
     if bundle.calibration is not None and dict(bundle.calibration) != calibration_doc:
@@ -331,9 +332,10 @@ def seed_mockmed(
 
     On first run: create the database with ``background_rows`` synthetic rows, the empty screen
     dump, the tier-2 (sql), tier-0, rest and parameterized bundles, run ``trials`` calibration
-    trials on the sql and rest bundles (generator seed ``seed``), and self-sign for each a
-    SYNTHETIC certificate with ``key`` that satisfies the contract's certificate policy. Later
-    runs reuse what exists (see the module docstring).
+    trials on the sql, rest and parameterized bundles (generator seed ``seed``; the ExtraDup
+    families on the first two), and self-sign for each a SYNTHETIC certificate with ``key``
+    that satisfies the contract's certificate policy. Later runs reuse what exists (see the
+    module docstring).
 
     Raises:
         ValidationError: an existing file differs from what seeding would write, the existing
@@ -400,7 +402,10 @@ def _seed_locked(
     rest, _, _, rest_signed = _ensure_certificate(
         rest, _REST, key, seed=seed, trials=trials, progress=progress
     )
-    created = created or tier2_signed or rest_signed
+    params, _, _, params_signed = _ensure_certificate(
+        params, _PARAMS, key, seed=seed, trials=trials, progress=progress
+    )
+    created = created or tier2_signed or rest_signed or params_signed
 
     return SeedResult(
         tier2_bundle_dir=tier2.path,

@@ -22,6 +22,8 @@ parameter in ``metadata["parameter"]`` and quoting at most a short prefix of wha
 from __future__ import annotations
 
 import math
+import random
+import string
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -33,6 +35,7 @@ from rewardseal.v1.enums_pb2 import TaskParameterType
 from rewardseal.v1.episode_pb2 import TaskParameterValue
 
 __all__ = [
+    "DECLARATION_DRAWING",
     "MAX_ALLOWED_VALUES",
     "MAX_PARAMETERS",
     "MAX_STRING_LENGTH",
@@ -40,6 +43,7 @@ __all__ = [
     "bound_values",
     "check_declarations",
     "declarations",
+    "draw_values",
     "from_wire",
     "normalized_declarations",
     "parameters_digest",
@@ -252,6 +256,60 @@ def parameters_digest(contract: RewardContract, bound: Mapping[str, ParameterVal
     if not contract.task_parameters:
         return ""
     return digest_json(dict(bound))
+
+
+DECLARATION_DRAWING = "rewardseal.task-parameters.declaration/1"
+"""Names how :func:`draw_values` draws (R-CAL-6): it enters the checker configuration of a
+calibration of a contract with parameters, and a corpus document that says how its parameter
+values were drawn, so a change of the rule is a change of what a certificate names."""
+
+_DRAWN_CHARACTERS = string.ascii_letters + string.digits + " .,-"
+_MAX_DRAWN_LENGTH = 48
+_DEFAULT_SPAN = 1000
+"""An unbounded number is drawn within this distance of its one bound, or of 0."""
+
+
+def draw_values(
+    parameters: Iterable[TaskParameter], rng: random.Random
+) -> dict[str, ParameterValue]:
+    """One set of values for ``parameters``, drawn from ``rng`` by the declaration alone
+    (R-CAL-6, :data:`DECLARATION_DRAWING`): a string one of its ``allowed_values``, else 1 to
+    min(``max_length``, 48) characters of letters, digits, space and ``.,-``; an integer or
+    number uniformly within its bounds (an open side :data:`_DEFAULT_SPAN` from the other
+    bound, or from 0); a boolean by a fair coin. Drawn in name order, so the same generator
+    state gives the same values whatever order the contract lists them in."""
+    values: dict[str, ParameterValue] = {}
+    for parameter in sorted(parameters, key=lambda p: p.name):
+        kind = parameter.type
+        if kind == STRING:
+            if parameter.allowed_values:
+                values[parameter.name] = rng.choice(sorted(parameter.allowed_values))
+            else:
+                length = rng.randint(1, min(parameter.max_length, _MAX_DRAWN_LENGTH))
+                values[parameter.name] = "".join(rng.choices(_DRAWN_CHARACTERS, k=length))
+        elif kind == BOOLEAN:
+            values[parameter.name] = rng.random() < 0.5
+        else:
+            low, high = _span(parameter)
+            if kind == INTEGER:
+                values[parameter.name] = rng.randint(math.ceil(low), math.floor(high))
+            else:
+                values[parameter.name] = min(high, max(low, round(rng.uniform(low, high), 6)))
+    return values
+
+
+def _span(parameter: TaskParameter) -> tuple[float, float]:
+    has_low, has_high = parameter.HasField("minimum"), parameter.HasField("maximum")
+    low = parameter.minimum if has_low else None
+    high = parameter.maximum if has_high else None
+    if low is None and high is None:
+        return -_DEFAULT_SPAN, _DEFAULT_SPAN
+    if low is None:
+        assert high is not None
+        return high - _DEFAULT_SPAN, high
+    if high is None:
+        return low, low + _DEFAULT_SPAN
+    return low, high
 
 
 def _refused(name: str, why: str) -> InvalidTaskParameters:

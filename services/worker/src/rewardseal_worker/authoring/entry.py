@@ -27,7 +27,10 @@ from rewardseal_worker.calibration import calibrate, text_progress
 from rewardseal_worker.calibration.live_sor import UNSAFE_UNKNOWN_FLAG
 from rewardseal_worker.calibration.runner import DEFAULT_TRIALS
 from rewardseal_worker.calibration.sandbox import open_sandbox
-from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
+from rewardseal_worker.calibration.sandbox_corpus import (
+    SANDBOX_CORPUS_DIGEST,
+    sandbox_corpus_digest,
+)
 
 __all__ = ["add_calibrate_command", "run_authoring_command", "run_calibrate"]
 
@@ -97,10 +100,16 @@ def _check_corpus(bundle: ContractBundle) -> None:
     """A sandbox run is the sandbox corpus: refuse a contract that pins another one, rather than
     stamp a summary with a corpus it did not run (R-C-3 would then certify the wrong claim)."""
     pinned = bundle.contract.certificate_policy.calibration_corpus_digest
-    if pinned != SANDBOX_CORPUS_DIGEST:
+    runs = sandbox_corpus_digest(bundle.contract)
+    if pinned != runs:
+        which = (
+            "sandbox corpus with task parameters drawn from the declaration (R-CAL-6)"
+            if runs != SANDBOX_CORPUS_DIGEST
+            else "sandbox corpus"
+        )
         raise ValidationError(
             f"the contract pins calibration corpus {pinned}, but a sandbox calibration runs the "
-            f"sandbox corpus {SANDBOX_CORPUS_DIGEST}; pin that digest in "
+            f"{which} {runs}; pin that digest in "
             "certificate_policy.calibration_corpus_digest (contract init does) and seal"
         )
 

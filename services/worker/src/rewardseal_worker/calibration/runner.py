@@ -27,7 +27,11 @@ from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.checker import checker_configuration_digest
 from rewardseal_worker.calibration.families import EXTRADUP_PREFIX, FaultFamilies
 from rewardseal_worker.calibration.family_trials import build_family_trial
-from rewardseal_worker.calibration.fault_classes import CalibrationSetup, setup_for
+from rewardseal_worker.calibration.fault_classes import (
+    CalibrationSetup,
+    setup_for,
+    with_drawn_parameters,
+)
 from rewardseal_worker.calibration.progress import ProgressCallback
 from rewardseal_worker.calibration.trials import GOLD, Trial, build_generic, judge_trial, trial_rng
 
@@ -50,6 +54,10 @@ GOLD_REFUSED_MESSAGE: Final = "calibration refused: a gold control trial was not
 
 MAX_REDRAWS: Final = 50
 """Draws of one trial that a sandbox may refuse before calibration gives up on it."""
+
+PARAMETERS_STREAM: Final = "task_parameters"
+"""Where a trial's task parameter values come from (R-CAL-6): the generator of the run's seed,
+this name, the trial's kind and index."""
 
 _MAX_SEED = 2**64 - 1  # generator_seed is a uint64
 _MAX_TRIALS = 1_000_000
@@ -105,6 +113,8 @@ def run_one(
     setup: CalibrationSetup, seed: int, kind: str, index: int, judge: TrialJudge = judge_trial
 ) -> tuple[str, Decision]:
     rng = trial_rng(seed, kind, index)
+    # Its own generator, so a contract without parameters draws exactly what it drew before.
+    setup = with_drawn_parameters(setup, trial_rng(seed, f"{PARAMETERS_STREAM}/{kind}", index))
     if kind.startswith(EXTRADUP_PREFIX):
         trial, variant = build_family_trial(setup, rng, kind.removeprefix(EXTRADUP_PREFIX))
     else:
