@@ -5,17 +5,22 @@ sandbox copy of MockMed and reads them back."""
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rewardseal.core.calibration import summary_from_json
 from rewardseal.core.digest import digest_json
+from rewardseal.core.errors import ValidationError
 from rewardseal.core.judging import ParamRef
 from rewardseal.core.task_parameters import (
     DECLARATION_DRAWING,
+    ROWS_DRAWING,
     bound_values,
     draw_values,
     to_wire,
@@ -30,6 +35,8 @@ from rewardseal_worker.calibration.fault_classes import setup_for, with_drawn_pa
 from rewardseal_worker.calibration.sandbox_corpus import (
     SANDBOX_CORPUS_DIGEST,
     SANDBOX_PARAMETERIZED_CORPUS_DIGEST,
+    sandbox_corpus,
+    sandbox_corpus_digest,
 )
 from rewardseal_worker.cli import main
 
@@ -120,8 +127,7 @@ def test_drawn_values_always_satisfy_the_declaration():
     )
 
 
-def test_the_checker_configuration_names_the_drawing_only_with_parameters(params_bundle, tmp_path):
-    assert checker_configuration(params_bundle)["task_parameters_drawing"] == DECLARATION_DRAWING
+def test_the_corpus_names_how_values_are_drawn_and_the_checker_does_not(params_bundle, tmp_path):
     fixed = tmp_path / "fixed"
     write_bundle(
         fixed,
@@ -130,10 +136,55 @@ def test_the_checker_configuration_names_the_drawing_only_with_parameters(params
         forbidden_doc=mockmed.FORBIDDEN_EFFECTS,
         recipe_doc=mockmed.TIER2_RECIPE,
     )
-    assert "task_parameters_drawing" not in checker_configuration(load_bundle(fixed))
-    # The MockMed parameterized corpus says how its values are drawn.
+    # The checker configuration says what decides a verdict, the same shape for both.
+    assert set(checker_configuration(params_bundle)) == set(
+        checker_configuration(load_bundle(fixed))
+    )
+    # The corpus says how the values were drawn: the MockMed one, and the sandbox's.
     assert mockmed.PARAMETERIZED_CORPUS["task_parameters"] == DECLARATION_DRAWING
     assert digest_json(mockmed.PARAMETERIZED_CORPUS) == mockmed.PARAMETERIZED_CORPUS_DIGEST
+    contract = params_bundle.contract
+    rows = [TRIAGE_ROW, CONSULT_ROW]
+    assert sandbox_corpus_digest(contract) == SANDBOX_PARAMETERIZED_CORPUS_DIGEST
+    assert sandbox_corpus(contract, rows)["task_parameters"] == {
+        "drawing": ROWS_DRAWING,
+        "rows_digest": digest_json(rows),
+    }
+    assert sandbox_corpus_digest(contract, rows) != sandbox_corpus_digest(contract, rows[:1])
+    assert sandbox_corpus_digest(load_bundle(fixed).contract) == SANDBOX_CORPUS_DIGEST
+
+
+TRIAGE_ROW = {"encounter_type": "Triage", "note": "Row one note."}
+CONSULT_ROW = {"encounter_type": "Consult", "note": "Row two note."}
+
+
+def test_task_rows_are_drawn_per_trial_and_reproducible(params_bundle):
+    rows = [TRIAGE_ROW, CONSULT_ROW]
+    first = calibrate(params_bundle, seed=SEED, trials=30, task_rows=rows)
+    again = calibrate(params_bundle, seed=SEED, trials=30, task_rows=rows)
+    assert first.transcript_digest == again.transcript_digest
+    assert first.summary.false_accepts == 0
+    declared = calibrate(params_bundle, seed=SEED, trials=30)
+    assert declared.transcript_digest != first.transcript_digest
+    setup = replace(setup_for(params_bundle, None), parameter_rows=tuple(rows))
+    notes = {
+        with_drawn_parameters(setup, random.Random(n)).required[0].expect["note"] for n in range(20)
+    }
+    assert notes == {TRIAGE_ROW["note"], CONSULT_ROW["note"]}
+
+
+@pytest.mark.parametrize(
+    ("rows", "words"),
+    [
+        ([TRIAGE_ROW, {"note": "x"}], "task row 2: task parameter encounter_type is missing"),
+        ([{**TRIAGE_ROW, "qty": 1}], "task row 1: task parameter qty is not a parameter"),
+        ([["Triage"]], "task row 1 is not a JSON object"),
+        ([], "no task rows"),
+    ],
+)
+def test_bad_task_rows_are_refused_naming_the_row(params_bundle, rows, words):
+    with pytest.raises(ValidationError, match=re.escape(words)):
+        calibrate(params_bundle, seed=SEED, trials=6, task_rows=rows)
 
 
 def test_a_sandbox_run_writes_the_bound_trials_into_a_mockmed_copy(
@@ -162,3 +213,41 @@ def test_a_sandbox_run_writes_the_bound_trials_into_a_mockmed_copy(
         count = "SELECT count(*) FROM encounters"
         assert conn.execute(count).fetchone()[0] == 5  # every trial's rows deleted again
         assert live_conn.execute(count).fetchone()[0] == 5  # the live SoR never touched
+
+    # --task-rows: the contract must pin the corpus of those very rows; calibrate names it.
+    rows_file = tmp_path / "rows.jsonl"
+    rows_file.write_text(json.dumps(TRIAGE_ROW) + "\n\n" + json.dumps(CONSULT_ROW) + "\n")
+    with_rows = [*argv, "--task-rows", str(rows_file), "--seed", "7"]
+    assert main(with_rows) == 2
+    err = capsys.readouterr().err
+    pinned = sandbox_corpus_digest(load_bundle(directory).contract, [TRIAGE_ROW, CONSULT_ROW])
+    assert f"drawn from these task rows (R-CAL-6) {pinned}" in err
+    rows_dir = write_params_bundle(data / "contracts" / "rows", corpus=pinned)
+    assert (
+        main(
+            [
+                "calibrate",
+                str(rows_dir),
+                "--sandbox",
+                str(sandbox),
+                "--trials",
+                "24",
+                "--task-rows",
+                str(rows_file),
+                "--seed",
+                "7",
+            ]
+        )
+        == 0
+    ), capsys.readouterr().err
+    summary = summary_from_json(load_bundle(rows_dir).calibration or {})
+    assert summary.calibration_corpus_digest == pinned
+    assert summary.false_accepts == 0
+    rows_file.write_text(json.dumps({"note": "no type"}) + "\n")
+    assert (
+        main(["calibrate", str(rows_dir), "--sandbox", str(sandbox), "--task-rows", str(rows_file)])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert "task row 1: task parameter encounter_type is missing" in err
+    assert "no type" not in err

@@ -37,6 +37,7 @@ from rewardseal.v1.episode_pb2 import TaskParameterValue
 __all__ = [
     "DECLARATION_DRAWING",
     "MAX_ALLOWED_VALUES",
+    "ROWS_DRAWING",
     "MAX_PARAMETERS",
     "MAX_STRING_LENGTH",
     "ParameterValue",
@@ -262,6 +263,10 @@ DECLARATION_DRAWING = "rewardseal.task-parameters.declaration/1"
 """Names how :func:`draw_values` draws (R-CAL-6): it enters the checker configuration of a
 calibration of a contract with parameters, and a corpus document that says how its parameter
 values were drawn, so a change of the rule is a change of what a certificate names."""
+
+ROWS_DRAWING = "rewardseal.task-parameters.rows/1"
+"""Names the other way (R-CAL-6): each trial takes one of a file's task rows, chosen by a
+generator of the run's seed; a corpus document names it beside the rows' digest."""
 
 _DRAWN_CHARACTERS = string.ascii_letters + string.digits + " .,-"
 _MAX_DRAWN_LENGTH = 48

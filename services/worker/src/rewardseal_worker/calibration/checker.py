@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Final
 
 from rewardseal.core.digest import digest_json
-from rewardseal.core.task_parameters import DECLARATION_DRAWING
 from rewardseal_worker import __version__
 from rewardseal_worker.bundle import ContractBundle
 
@@ -20,18 +19,15 @@ JUDGE_VERSION: Final = f"rewardseal_worker.judge/{__version__}"
 def checker_configuration(bundle: ContractBundle) -> dict[str, Any]:
     """The document the checker configuration digest covers: what decides a verdict."""
     contract = bundle.contract
-    document: dict[str, Any] = {
+    # How trials draw task parameter values (R-CAL-6) is the corpus's, not the checker's: the
+    # corpus digest on the summary and the certificate names it.
+    return {
         "judge_version": JUDGE_VERSION,
         "recipe_kind": str(bundle.recipe.get("kind")),
         "required_effects_digest": contract.required_effects_digest,
         "forbidden_effects_digest": contract.forbidden_effects_digest,
         "threshold": contract.certificate_policy.threshold,
     }
-    if contract.task_parameters:
-        # R-CAL-6: how the trials' parameter values were drawn decides what was measured
-        # (absent for a contract without parameters, whose digest stays what it was).
-        document["task_parameters_drawing"] = DECLARATION_DRAWING
-    return document
 
 
 def checker_configuration_digest(bundle: ContractBundle) -> str:

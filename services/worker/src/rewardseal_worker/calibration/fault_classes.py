@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from rewardseal.core.errors import ValidationError
 from rewardseal.core.faults import GENERIC_FAULT_CLASSES
@@ -23,7 +24,7 @@ from rewardseal.core.judging import (
     bind_parameters,
     parse_effects,
 )
-from rewardseal.core.task_parameters import draw_values
+from rewardseal.core.task_parameters import ParameterValue, draw_values
 from rewardseal.v1.contract_pb2 import TaskParameter
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.families import (
@@ -34,7 +35,13 @@ from rewardseal_worker.calibration.families import (
 )
 from rewardseal_worker.oracles.base import recipe_identity_fields
 
-__all__ = ["CalibrationSetup", "fault_classes_for", "setup_for", "with_drawn_parameters"]
+__all__ = [
+    "CalibrationSetup",
+    "drawn_parameters",
+    "fault_classes_for",
+    "setup_for",
+    "with_drawn_parameters",
+]
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,10 @@ class CalibrationSetup:
     parameters: tuple[TaskParameter, ...] = ()
     """The contract's task parameter declarations (R-MSG-11): each trial draws its own values
     (R-CAL-6, :func:`with_drawn_parameters`)."""
+    parameter_rows: tuple[Mapping[str, ParameterValue], ...] = ()
+    """Task rows to draw the values from instead of the declaration (``--task-rows``)."""
+    bound: Mapping[str, ParameterValue] = field(default_factory=lambda: MappingProxyType({}))
+    """The values this setup's effects are bound to (one trial's; empty for the run's)."""
 
     @property
     def fault_classes(self) -> tuple[str, ...]:
@@ -152,17 +163,25 @@ def setup_for(bundle: ContractBundle, families: FaultFamilies | None) -> Calibra
 
 
 def with_drawn_parameters(setup: CalibrationSetup, rng: random.Random) -> CalibrationSetup:
-    """``setup`` with its effects bound to task parameter values drawn from ``rng`` by the
-    declaration (R-CAL-6): the trial is then generated and judged as an episode begun with
-    them. A contract without parameters gets ``setup`` itself (and ``rng`` is not used)."""
+    """``setup`` with its effects bound to task parameter values drawn from ``rng`` (R-CAL-6):
+    one of its task rows, else by the declaration. The trial is then generated and judged as
+    an episode begun with them. A contract without parameters gets ``setup`` itself (and
+    ``rng`` is not used)."""
     if not setup.parameters:
         return setup
-    values = draw_values(setup.parameters, rng)
+    rows = setup.parameter_rows
+    values = rows[rng.randrange(len(rows))] if rows else draw_values(setup.parameters, rng)
     return replace(
         setup,
         required=bind_parameters(setup.required, values),
         forbidden=bind_parameters(setup.forbidden, values),
+        bound=MappingProxyType(dict(values)),
     )
+
+
+def drawn_parameters(setup: CalibrationSetup) -> Mapping[str, ParameterValue]:
+    """The values :func:`with_drawn_parameters` bound ``setup`` to (empty when unbound)."""
+    return setup.bound
 
 
 def fault_classes_for(

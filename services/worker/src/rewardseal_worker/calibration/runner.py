@@ -12,8 +12,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from rewardseal.core.calibration import METHOD, clopper_pearson_upper
@@ -29,10 +29,12 @@ from rewardseal_worker.calibration.families import EXTRADUP_PREFIX, FaultFamilie
 from rewardseal_worker.calibration.family_trials import build_family_trial
 from rewardseal_worker.calibration.fault_classes import (
     CalibrationSetup,
+    drawn_parameters,
     setup_for,
     with_drawn_parameters,
 )
 from rewardseal_worker.calibration.progress import ProgressCallback
+from rewardseal_worker.calibration.task_rows import checked_rows
 from rewardseal_worker.calibration.trials import GOLD, Trial, build_generic, judge_trial, trial_rng
 
 __all__ = [
@@ -42,9 +44,11 @@ __all__ = [
     "FalseAccept",
     "TrialJudge",
     "TrialNotWritable",
+    "TrialRun",
     "calibrate",
     "default_gold_trials",
     "run_one",
+    "run_trial",
 ]
 
 DEFAULT_TRIALS: Final = 300
@@ -109,17 +113,37 @@ def default_gold_trials(trials: int) -> int:
     return max(1, math.ceil(trials / 10))
 
 
+@dataclass(frozen=True)
+class TrialRun:
+    """One trial as run: how its fault was made, its decision, and the task parameter values
+    it was generated and judged with (None for a contract without parameters)."""
+
+    variant: str
+    decision: Decision
+    parameters: Mapping[str, Any] | None
+
+
+def run_trial(
+    setup: CalibrationSetup, seed: int, kind: str, index: int, judge: TrialJudge = judge_trial
+) -> TrialRun:
+    """Draw, generate and judge trial ``index`` of ``kind`` (R-CAL-3, R-CAL-6)."""
+    rng = trial_rng(seed, kind, index)
+    # Its own generator, so a contract without parameters draws exactly what it drew before.
+    bound = with_drawn_parameters(setup, trial_rng(seed, f"{PARAMETERS_STREAM}/{kind}", index))
+    if kind.startswith(EXTRADUP_PREFIX):
+        trial, variant = build_family_trial(bound, rng, kind.removeprefix(EXTRADUP_PREFIX))
+    else:
+        trial, variant = build_generic(bound, rng, kind)
+    parameters = drawn_parameters(bound) if setup.parameters else None
+    return TrialRun(variant, judge(bound, rng, trial), parameters)
+
+
 def run_one(
     setup: CalibrationSetup, seed: int, kind: str, index: int, judge: TrialJudge = judge_trial
 ) -> tuple[str, Decision]:
-    rng = trial_rng(seed, kind, index)
-    # Its own generator, so a contract without parameters draws exactly what it drew before.
-    setup = with_drawn_parameters(setup, trial_rng(seed, f"{PARAMETERS_STREAM}/{kind}", index))
-    if kind.startswith(EXTRADUP_PREFIX):
-        trial, variant = build_family_trial(setup, rng, kind.removeprefix(EXTRADUP_PREFIX))
-    else:
-        trial, variant = build_generic(setup, rng, kind)
-    return variant, judge(setup, rng, trial)
+    """:func:`run_trial`'s variant and decision."""
+    run = run_trial(setup, seed, kind, index, judge)
+    return run.variant, run.decision
 
 
 def _check_int(value: int, name: str, low: int, high: int) -> int:
@@ -139,6 +163,7 @@ def calibrate(
     progress: ProgressCallback | None = None,
     judge: TrialJudge = judge_trial,
     held_out: bool = False,
+    task_rows: Sequence[Mapping[str, Any]] | None = None,
 ) -> CalibrationResult:
     """Calibrate ``bundle``'s judge on ``trials`` synthetic fault trials (R-CAL-2/3).
 
@@ -157,6 +182,9 @@ def calibrate(
             into a sandbox copy of the SoR and may refuse a draw (:class:`TrialNotWritable`),
             which is then drawn again, up to :data:`MAX_REDRAWS` times.
         held_out: mark the summary as made on a held-out corpus (R-MSG-5).
+        task_rows: for a contract with task parameters, the rows each trial takes its values
+            from (one per trial, drawn with the seed; checked against the declaration);
+            None draws them from the declaration (R-CAL-6).
 
     Raises:
         ValidationError: bad arguments, ``families`` for another task, a gold control trial
@@ -171,6 +199,8 @@ def calibrate(
 
     started = time.perf_counter()
     setup = setup_for(bundle, families)
+    if task_rows is not None:
+        setup = replace(setup, parameter_rows=checked_rows(bundle.contract, task_rows))
     classes = setup.fault_classes
     gold_kinds = [GOLD]
     if setup.replay is not None:
@@ -180,14 +210,14 @@ def calibrate(
     redrawn = 0
     transcript: list[list[Any]] = []
 
-    def draw(kind: str, index: int) -> tuple[str, Decision]:
+    def draw(kind: str, index: int) -> TrialRun:
         nonlocal redrawn
         reason = ""
         for attempt in range(MAX_REDRAWS):
             try:
                 # A redraw gets its own generator: index + attempt * _MAX_TRIALS is no other
                 # trial's index, and the run stays reproducible per seed.
-                return run_one(setup, seed, kind, index + attempt * _MAX_TRIALS, judge)
+                return run_trial(setup, seed, kind, index + attempt * _MAX_TRIALS, judge)
             except TrialNotWritable as exc:
                 redrawn += 1
                 reason = str(exc)
@@ -196,17 +226,18 @@ def calibrate(
             f"into the sandbox (last: {reason})"
         )
 
-    def note(kind: str, index: int, variant: str, decision: Decision) -> None:
+    def note(kind: str, index: int, run: TrialRun) -> None:
         nonlocal done
-        transcript.append(
-            [
-                kind,
-                index,
-                variant,
-                RewardOutcome.Name(decision.outcome),
-                digest_json(decision.evidence()),
-            ]
-        )
+        entry: list[Any] = [
+            kind,
+            index,
+            run.variant,
+            RewardOutcome.Name(run.decision.outcome),
+            digest_json(run.decision.evidence()),
+        ]
+        if run.parameters is not None:  # R-CAL-6: the values drawn are part of the run
+            entry.append(digest_json(dict(run.parameters)))
+        transcript.append(entry)
         done += 1
         if progress is not None:
             progress(done, total)
@@ -214,8 +245,9 @@ def calibrate(
     # Gold first: a checker that cannot pay the right answer is refused before anything else.
     for index in range(golds):
         kind = gold_kinds[index % len(gold_kinds)]
-        variant, decision = draw(kind, index)
-        note(kind, index, variant, decision)
+        run = draw(kind, index)
+        note(kind, index, run)
+        decision = run.decision
         if decision.outcome != _VERIFIED:
             raise ValidationError(
                 GOLD_REFUSED_MESSAGE,
@@ -231,12 +263,12 @@ def calibrate(
     leaks: list[FalseAccept] = []
     for index in range(trials):
         kind = classes[index % len(classes)]
-        variant, decision = draw(kind, index)
-        note(kind, index, variant, decision)
+        run = draw(kind, index)
+        note(kind, index, run)
         per_class[kind][0] += 1
-        if decision.outcome == _VERIFIED:
+        if run.decision.outcome == _VERIFIED:
             per_class[kind][1] += 1
-            leaks.append(FalseAccept(kind, variant, index))
+            leaks.append(FalseAccept(kind, run.variant, index))
 
     contract = bundle.contract
     summary = CalibrationSummary(

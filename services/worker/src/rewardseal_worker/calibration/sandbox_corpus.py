@@ -7,17 +7,18 @@ into a sandbox copy of the system of record and reads it back through the bundle
 this document names that corpus, and ``contract init`` pins its digest in the starting contract.
 
 A contract with task parameters (R-MSG-11) runs another corpus: each trial's values drawn from
-the declaration (R-CAL-6), named in the document, so the digest it pins says how they were
-drawn (:func:`sandbox_corpus_digest`).
+the declaration, or from task rows whose digest the document holds (R-CAL-6), so the digest it
+pins says how they were drawn (:func:`sandbox_corpus_digest`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from rewardseal.core.digest import digest_json
 from rewardseal.core.faults import GENERIC_FAULT_CLASSES
-from rewardseal.core.task_parameters import DECLARATION_DRAWING
+from rewardseal.core.task_parameters import DECLARATION_DRAWING, ROWS_DRAWING
 from rewardseal.v1.contract_pb2 import RewardContract
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "SANDBOX_CORPUS_DIGEST",
     "SANDBOX_PARAMETERIZED_CORPUS",
     "SANDBOX_PARAMETERIZED_CORPUS_DIGEST",
+    "sandbox_corpus",
     "sandbox_corpus_digest",
 ]
 
@@ -44,8 +46,22 @@ SANDBOX_PARAMETERIZED_CORPUS: Final[dict[str, Any]] = {
 SANDBOX_PARAMETERIZED_CORPUS_DIGEST: Final = digest_json(SANDBOX_PARAMETERIZED_CORPUS)
 
 
-def sandbox_corpus_digest(contract: RewardContract) -> str:
-    """The corpus digest a sandbox calibration of ``contract`` runs (the one it must pin)."""
-    if contract.task_parameters:
-        return SANDBOX_PARAMETERIZED_CORPUS_DIGEST
-    return SANDBOX_CORPUS_DIGEST
+def sandbox_corpus(
+    contract: RewardContract, rows: Sequence[Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The corpus document a sandbox calibration of ``contract`` runs: with ``rows`` (task rows,
+    checked), the parameterized corpus naming the rows' digest (their JSON list, in order)."""
+    if not contract.task_parameters:
+        return SANDBOX_CORPUS
+    if rows is None:
+        return SANDBOX_PARAMETERIZED_CORPUS
+    drawn = {"drawing": ROWS_DRAWING, "rows_digest": digest_json([dict(r) for r in rows])}
+    return {**SANDBOX_CORPUS, "task_parameters": drawn}
+
+
+def sandbox_corpus_digest(
+    contract: RewardContract, rows: Sequence[Mapping[str, Any]] | None = None
+) -> str:
+    """The corpus digest a sandbox calibration of ``contract`` (with task ``rows``, if any)
+    runs: the one the contract must pin."""
+    return digest_json(sandbox_corpus(contract, rows))
