@@ -311,3 +311,16 @@ async def test_begins_of_many_episodes_with_parameters_score_concurrently(
     outcomes = [g.receipt.reward_outcome for g in got]
     assert outcomes == [VERIFIED if n % 2 == 0 else WRONG_EFFECT for n in range(len(values))]
     assert [g.task_parameters_digest for g in got] == [digest_json(v) for v in values]
+
+
+async def test_a_rebegin_keeps_its_values_and_cannot_change_them(params_stack: RunningStack):
+    client, digest = params_stack.client, params_stack.digest
+    first = await client.begin("ep-params-re", digest, identity("p-re"), task_parameters=TRIAGE)
+    again = await client.begin("ep-params-re", digest, identity("p-re"), task_parameters=TRIAGE)
+    assert again.begun_at == first.begun_at  # idempotent: the first registration stands
+    with pytest.raises(InvalidTaskParameters) as caught:
+        await client.begin("ep-params-re", digest, identity("p-re"), task_parameters=CONSULT)
+    assert caught.value.metadata["parameter"] == "encounter_type"
+    write(params_stack, "p-re", TRIAGE)
+    got = await client.score(descriptor(digest, "ep-params-re", task_parameters=TRIAGE))
+    assert got.receipt.reward_outcome == VERIFIED

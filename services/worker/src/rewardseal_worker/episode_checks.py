@@ -125,9 +125,10 @@ class EpisodeChecks:
                     if type(bound[name]) is not type(repeated[name])
                     or bound[name] != repeated[name]
                 )
+                named = (differing or sorted(bound))[0]
                 raise InvalidTaskParameters(
-                    f"task parameter {differing[0]} differs from the value the begin bound",
-                    metadata={"parameter": differing[0]},
+                    f"task parameter {named} differs from the value the begin bound",
+                    metadata={"parameter": named},
                 )
         return bound
 

@@ -62,6 +62,10 @@ Registration = tuple[dict[str, str], list[dict[str, Any]] | None, datetime, dict
 """An open registration as read: identity, baseline (None: no baseline), begun_at (aware), task
 parameters (None: the contract declares none)."""
 
+BeginRead = tuple[str, str, str, datetime, bool, dict[str, Any] | None]
+"""An open registration as a batch of begins reads it: contract, identity key, episode id,
+begun_at (aware), whether a baseline is recorded, task parameters (None: none bound)."""
+
 _RECEIPT_COLUMNS: tuple[str, ...] = tuple(receipts.columns.keys())
 """The columns of a receipt row, in the order its insert binds them (the table's)."""
 
@@ -196,12 +200,12 @@ class HotSql:
         # SQLite's writers are serialized by BEGIN IMMEDIATE, so there one statement reads both.
         open_for_begin = (
             f"SELECT {_OPEN}, contract_digest, identity_key, episode_id, begun_at, "
-            "baseline IS NOT NULL "
+            "baseline IS NOT NULL, task_parameters "
             f"FROM open_episodes WHERE episode_id {listed('ids', 1)} "
             f"OR (contract_digest {listed('contracts', 2)} AND identity_key {listed('keys', 3)})"
         )
         receipts_for_begin = (
-            f"SELECT {_RECEIPT}, NULL, NULL, episode_id, receipt_id, NULL FROM receipts "
+            f"SELECT {_RECEIPT}, NULL, NULL, episode_id, receipt_id, NULL, NULL FROM receipts "
             f"WHERE episode_id {listed('ids', 1)}"
         )
         all_three = ("ids", "contracts", "keys")
@@ -482,9 +486,10 @@ class HotSql:
         episode_ids: Collection[str],
         contracts: Collection[str],
         identity_keys: Collection[str],
-    ) -> tuple[list[tuple[str, str, str, datetime, bool]], dict[str, str]]:
+    ) -> tuple[list[BeginRead], dict[str, str]]:
         """The open registrations a batch of begins can meet, as (contract, identity key,
-        episode id, begun_at aware, whether a baseline is recorded): those of ``episode_ids``
+        episode id, begun_at aware, whether a baseline is recorded, task parameters or None):
+        those of ``episode_ids``
         and of the ``contracts`` x ``identity_keys`` slots (PostgreSQL: locked ``FOR
         UPDATE``); and the receipts of ``episode_ids`` (episode id -> receipt id), read after
         the lock."""
@@ -493,15 +498,19 @@ class HotSql:
             "contracts": self._list(contracts),
             "keys": self._list(identity_keys),
         }
-        registrations: list[tuple[str, str, str, datetime, bool]] = []
+        registrations: list[BeginRead] = []
         receipts: dict[str, str] = {}
         for statement, order in self._begin_reads:
-            for kind, contract, key, episode_id, last, recorded in conn.fetch(
+            for kind, contract, key, episode_id, last, recorded, parameters in conn.fetch(
                 statement, self._bind(named, order)
             ):
                 if kind == _OPEN:
                     begun = datetime.fromisoformat(last) if self._sqlite else last
-                    registrations.append((contract, key, episode_id, as_utc(begun), bool(recorded)))
+                    if self._sqlite and parameters is not None:
+                        parameters = json.loads(parameters)
+                    registrations.append(
+                        (contract, key, episode_id, as_utc(begun), bool(recorded), parameters)
+                    )
                 else:
                     receipts[episode_id] = last
         return registrations, receipts
