@@ -51,6 +51,7 @@ def begin_episode(
     baseline: list[dict[str, Any]] | None,
     begun_at: datetime,
     ttl_seconds: float,
+    task_parameters: dict[str, Any] | None = None,
 ) -> None:
     """Register one episode (a batch of one :class:`BeginItem`; an idempotent re-begin keeps
     the first registration); raise its refusal, if any.
@@ -68,6 +69,7 @@ def begin_episode(
                 baseline=baseline,
                 begun_at=begun_at,
                 ttl_seconds=ttl_seconds,
+                task_parameters=task_parameters,
             )
         ]
     )

@@ -38,7 +38,7 @@ from rewardseal.core.digest import (
 )
 from rewardseal.core.errors import ValidationError
 from rewardseal.v1.contract_pb2 import RewardComponent, RewardContract
-from rewardseal.v1.enums_pb2 import OracleChannel
+from rewardseal.v1.enums_pb2 import OracleChannel, TaskParameterType
 from rewardseal_mockmed.contract import CORPUS_DIGEST, mockmed_contract
 
 DIGEST_RE = re.compile(r"\Asha256:[0-9a-f]{64}\Z")
@@ -300,6 +300,17 @@ def _add_component(contract: RewardContract) -> None:
     contract.components.add(name="note_present", weight=1.0)
 
 
+def _add_parameter(contract: RewardContract) -> None:
+    contract.task_parameters.add(
+        name="note", type=TaskParameterType.TASK_PARAMETER_TYPE_STRING, max_length=64
+    )
+
+
+def _bound_parameter(contract: RewardContract) -> None:
+    _add_parameter(contract)
+    contract.task_parameters[0].max_length = 65
+
+
 OTHER_DIGEST = "sha256:" + "9" * 64
 
 # (top-level field, what changes, mutation)
@@ -369,6 +380,7 @@ SINGLE_FIELD_CHANGES: list[tuple[str, str, Callable[[RewardContract], None]]] = 
         "certificate.max_expiry_policy_updates",
         _set("certificate_policy.max_expiry_policy_updates", 999),
     ),
+    ("task_parameters", "task_parameters-added", _add_parameter),
 ]
 
 
@@ -391,6 +403,24 @@ def test_every_contract_field_is_covered_by_the_change_table():
     # A new field in the proto must get a row above (R-DIG-2: the digest covers everything).
     covered = {field for field, _, _ in SINGLE_FIELD_CHANGES}
     assert {f.name for f in RewardContract.DESCRIPTOR.fields} == covered
+
+
+def test_task_parameter_bounds_and_order_enter_the_digest():
+    # R-MSG-11: a bound is part of what the digest covers; the order an author wrote is not.
+    one, two = mockmed_contract(), mockmed_contract()
+    _add_parameter(one)
+    _bound_parameter(two)
+    assert contract_digest(one) != contract_digest(two)
+    first, second = mockmed_contract(), mockmed_contract()
+    for contract, names in ((first, ("a", "b")), (second, ("b", "a"))):
+        for name in names:
+            contract.task_parameters.add(
+                name=name,
+                type=TaskParameterType.TASK_PARAMETER_TYPE_STRING,
+                max_length=8,
+                allowed_values=["y", "x"] if name == "a" else ["x", "y"],
+            )
+    assert contract_digest(first) == contract_digest(second)
 
 
 def test_mockmed_contract_policy_uses_the_published_corpus():

@@ -65,6 +65,7 @@ def test_a_receipt_answers_its_own_request_and_unknown_fields_are_not_checked() 
         ("policy_update", 50),
         ("policy_checkpoint_id", "policy.checkpoint.other"),
         ("reward_contract_digest", "sha256:" + "1" * 64),
+        ("task_parameters_digest", "sha256:" + "2" * 64),  # R-W-18: other task parameters
     ],
 )
 def test_each_bound_field_refuses_another_value(field: str, value: object) -> None:

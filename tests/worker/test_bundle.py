@@ -20,11 +20,13 @@ from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.enums_pb2 import OracleChannel
 from rewardseal_mockmed.contract import (
     FORBIDDEN_EFFECTS,
+    PARAMETERIZED_REQUIRED_EFFECTS,
     REQUIRED_EFFECTS,
     TIER0_RECIPE,
     TIER2_RECIPE,
     mockmed_contract,
     mockmed_contract_digest,
+    mockmed_parameterized_contract,
 )
 from rewardseal_worker import bundle as bundle_module
 from rewardseal_worker.bundle import BUNDLE_FILES, ContractBundle, load_bundle, write_bundle
@@ -451,3 +453,27 @@ class TestWriteBundle:
         write_bundle(bundle_dir, **docs())
         for path in bundle_dir.iterdir():
             assert os.stat(path).st_mode & 0o444 == 0o444
+
+
+def test_an_effect_referring_to_an_undeclared_parameter_is_refused(bundle_dir):
+    """R-MSG-11: ``{"param": ...}`` names a parameter of the contract, or the bundle is refused
+    (at write and at load alike); the parameterized MockMed bundle itself loads."""
+    contract = mockmed_parameterized_contract()
+    good = {
+        "contract": contract,
+        "required_doc": PARAMETERIZED_REQUIRED_EFFECTS,
+        "forbidden_doc": FORBIDDEN_EFFECTS,
+        "recipe_doc": TIER2_RECIPE,
+    }
+    write_bundle(bundle_dir, **good)
+    loaded = load_bundle(bundle_dir)
+    assert loaded.required[0].parameter_names() == {"encounter_type", "note"}
+
+    undeclared = copy.deepcopy(PARAMETERIZED_REQUIRED_EFFECTS)
+    undeclared["effects"][0]["expect"]["status"] = {"param": "status"}
+    rebound = mockmed_parameterized_contract()
+    rebound.required_effects_digest = digest_json(undeclared)
+    with pytest.raises(ValidationError, match=r"task parameters \['status'\] that the contract"):
+        write_bundle(
+            bundle_dir.parent / "other", **{**good, "contract": rebound, "required_doc": undeclared}
+        )

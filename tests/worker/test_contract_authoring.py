@@ -227,3 +227,26 @@ def test_schemas_accept_a_calibration_and_a_certificate_as_the_worker_writes_the
     assert any(
         p.startswith("certificate.json: (top level) lacks") for p in schema_problems(directory)
     )
+
+
+def test_a_parameterized_bundle_passes_check_and_show_names_its_parameters(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """R-MSG-11: the schemas take task parameter declarations and ``{"param": ...}``
+    references; ``show`` says what each parameter may hold and where it is used."""
+    directory = tmp_path / "params"
+    write_bundle(
+        directory,
+        contract=mockmed.mockmed_parameterized_contract(),
+        required_doc=mockmed.PARAMETERIZED_REQUIRED_EFFECTS,
+        forbidden_doc=mockmed.FORBIDDEN_EFFECTS,
+        recipe_doc=mockmed.TIER2_RECIPE,
+    )
+    assert schema_problems(directory) == []
+    code, out, _ = run(capsys, "contract", "check", str(directory))
+    assert code == 0
+    code, out, _ = run(capsys, "contract", "show", str(directory))
+    assert code == 0
+    assert "  - encounter_type: string, at most 32 characters, one of ['Consult'" in out
+    assert "  - note: string, at most 256 characters" in out
+    assert "with note = <param note>, type = <param encounter_type>" in out

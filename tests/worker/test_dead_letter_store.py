@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, event, insert, inspect
+from sqlalchemy import create_engine, event, insert, inspect, text
 from support.worker_store import count_receipts, outbox_size
 
 from rewardseal.core.errors import NotFound
@@ -22,7 +22,8 @@ from rewardseal_worker.store import (
     Refused,
     WorkerStore,
 )
-from rewardseal_worker.store.schema import metadata, outbox, receipts
+from rewardseal_worker.store.migrating import MIGRATIONS
+from rewardseal_worker.store.schema import outbox, receipts
 
 CONTRACT = "sha256:" + "c" * 64
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
@@ -154,14 +155,13 @@ def test_two_forwarders_refusing_one_receipt_move_it_once(
 
 
 def test_a_store_made_before_the_dead_letter_gains_it_on_start(store_url: str) -> None:
-    # A store as an older worker left it: every table but the dead letter, two receipts waiting
-    # in the outbox.
+    # A store as an older worker left it (its create_all made the schema of revision 0001:
+    # every table but the dead letter, and no later column), two receipts waiting in the outbox.
+    MIGRATIONS.upgrade(store_url, "0001")
     engine = create_engine(store_url)
     try:
         with engine.begin() as conn:
-            for table in metadata.sorted_tables:
-                if table.name != "dead_letter":
-                    table.create(conn)
+            conn.execute(text("DROP TABLE alembic_version"))
             for n in (0, 1):
                 conn.execute(
                     insert(receipts).values(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import bindparam, select, text
-from support.worker_store import begin_episode
+from support.worker_store import begin_episode, open_episode
 
 from rewardseal.core.digest import canonical_json
 from rewardseal.core.errors import RewardSealError
@@ -141,6 +141,31 @@ def test_lookup_reads_registrations_as_sqlalchemy_wrote_them(store: WorkerStore)
         assert registration.begun_at.tzinfo is not None
     assert found.open["ep-0"].baseline == baselines[0]
     assert found.open["ep-1"].baseline is None
+
+
+def test_task_parameters_are_stored_and_read_back_on_both_paths(store: WorkerStore) -> None:
+    """R-W-18: a registration's task parameters (COPY on PostgreSQL, INSERT on SQLite) come
+    back from the hot lookup and the Core read alike, typed as bound; none stay None."""
+    bound = {"encounter_type": "Triage", "note": 'ünïcode "quoted"', "qty": 3, "w": 2.5}
+    for n, parameters in enumerate([bound, None, {"flag": False}]):
+        begin_episode(
+            store,
+            contract_digest=CONTRACT,
+            episode_id=f"ep-p{n}",
+            identity={"patient_id": f"P-p{n}"},
+            baseline=[],
+            begun_at=T0,
+            ttl_seconds=600,
+            task_parameters=parameters,
+        )
+    found = store.lookup(CONTRACT, ["ep-p0", "ep-p1", "ep-p2"])
+    assert found.open["ep-p0"].task_parameters == bound
+    assert isinstance(found.open["ep-p0"].task_parameters["w"], float)
+    assert found.open["ep-p1"].task_parameters is None
+    assert found.open["ep-p2"].task_parameters == {"flag": False}
+    read = open_episode(store, CONTRACT, "ep-p0")
+    assert read is not None
+    assert read.task_parameters == bound
 
 
 def test_lookup_of_nothing_and_of_an_empty_ledger(store: WorkerStore) -> None:

@@ -40,7 +40,7 @@ from rewardseal_worker.store.schema import metadata, outbox, receipts
 
 CONTRACT = "sha256:" + "c" * 64
 T0 = datetime(2026, 12, 1, 12, 0, 0, tzinfo=UTC)
-HEAD = "0002"
+HEAD = "0003"
 TABLES = {
     "open_episodes",
     "receipts",
@@ -64,6 +64,10 @@ def run(url: str, work: Callable[[Any], Any]) -> Any:
             return work(conn)
     finally:
         store.dispose()
+
+
+def open_episode_columns(url: str) -> list[str]:
+    return [c["name"] for c in run(url, lambda conn: inspect(conn).get_columns("open_episodes"))]
 
 
 def tables(url: str) -> set[str]:
@@ -115,13 +119,13 @@ def structure(url: str) -> dict[str, Any]:
 
 
 def create_all(url: str, *, leave_out: frozenset[str] = frozenset()) -> None:
-    """A store as a worker before migrations made it (``metadata.create_all``), with a receipt
-    waiting in the outbox."""
+    """A store as a worker before migrations made it (``metadata.create_all`` of that build:
+    the schema of revision 0002, or 0001 without the dead letter), with a receipt waiting in the
+    outbox. Later revisions (0003 on) were never made by ``create_all``."""
+    MIGRATIONS.upgrade(url, "0001" if "dead_letter" in leave_out else "0002")
+    run(url, lambda conn: conn.execute(text("DROP TABLE alembic_version")))
 
     def work(conn: Any) -> None:
-        for table in metadata.sorted_tables:
-            if table.name not in leave_out:
-                table.create(conn)
         conn.execute(
             insert(receipts).values(
                 receipt_id="r-0",
@@ -163,6 +167,7 @@ def test_migrations_ship_inside_the_package() -> None:
     assert (MIGRATIONS_DIR / "env.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0001_initial.py").is_file()
     assert (MIGRATIONS_DIR / "versions" / "0002_dead_letter.py").is_file()
+    assert (MIGRATIONS_DIR / "versions" / "0003_task_parameters.py").is_file()
     assert MIGRATIONS.head() == HEAD
     # Built in code: no alembic.ini is read.
     assert MIGRATIONS.config().config_file_name is None
@@ -176,6 +181,9 @@ def test_upgrade_to_head_and_downgrade_to_base(store_url: str) -> None:
     MIGRATIONS.upgrade(store_url)  # at head already: a no-op
     assert MIGRATIONS.current(store_url) == HEAD
 
+    MIGRATIONS.downgrade(store_url, "0002")
+    assert MIGRATIONS.current(store_url) == "0002"
+    assert "task_parameters" not in open_episode_columns(store_url)
     MIGRATIONS.downgrade(store_url, "0001")
     assert MIGRATIONS.current(store_url) == "0001"
     assert tables(store_url) == TABLES - {"dead_letter"}
@@ -221,6 +229,51 @@ def test_the_migrations_make_exactly_what_create_all_made(store_url: str) -> Non
 def test_each_adoptable_shape_is_what_its_revision_makes(store_url: str, revision: str) -> None:
     MIGRATIONS.upgrade(store_url, revision)
     assert run(store_url, shape_of) == PRE_MIGRATION_SHAPES[revision]
+
+
+def test_the_task_parameters_revision_keeps_open_episodes_on_upgrade_and_downgrade(
+    store_url: str,
+) -> None:
+    """0003 (R-W-18) adds a nullable column: a registration made at 0002 survives the upgrade
+    with no parameters, and one made at 0003 survives the downgrade without its column."""
+    MIGRATIONS.upgrade(store_url, "0002")
+    row = {
+        "contract_digest": CONTRACT,
+        "identity_key": "k-1",
+        "episode_id": "ep-1",
+        "identity": '{"patient_id": "p-1"}',
+        "begun_at": T0,
+    }
+    statement = text(
+        "INSERT INTO open_episodes (contract_digest, identity_key, episode_id, identity, "
+        "begun_at) VALUES (:contract_digest, :identity_key, :episode_id, :identity, :begun_at)"
+    )
+    run(store_url, lambda conn: conn.execute(statement, row))
+    MIGRATIONS.upgrade(store_url)
+    assert "task_parameters" in open_episode_columns(store_url)
+    read = text("SELECT episode_id, task_parameters FROM open_episodes ORDER BY episode_id")
+    assert [tuple(r) for r in run(store_url, lambda conn: conn.execute(read).all())] == [
+        ("ep-1", None)
+    ]
+    run(
+        store_url,
+        lambda conn: conn.execute(
+            text(
+                "INSERT INTO open_episodes (contract_digest, identity_key, episode_id, "
+                "identity, begun_at, task_parameters) VALUES (:c, 'k-2', 'ep-2', :i, :t, :p)"
+            ),
+            {"c": CONTRACT, "i": '{"patient_id": "p-2"}', "t": T0, "p": '{"qty": 3}'},
+        ),
+    )
+    MIGRATIONS.downgrade(store_url, "0002")
+    assert "task_parameters" not in open_episode_columns(store_url)
+    ids = text("SELECT episode_id FROM open_episodes ORDER BY episode_id")
+    assert [r[0] for r in run(store_url, lambda conn: conn.execute(ids).all())] == [
+        "ep-1",
+        "ep-2",
+    ]
+    MIGRATIONS.upgrade(store_url)
+    assert diff(store_url) == []
 
 
 @pytest.mark.parametrize(
@@ -318,17 +371,17 @@ def unversioned(url: str) -> None:
 REFUSALS: dict[str, tuple[Callable[[str], None], str]] = {
     "older": (
         older,
-        "worker store schema is at revision '0001', this build needs '0002': run the "
+        "worker store schema is at revision '0001', this build needs '0003': run the "
         "migrations (rewardseal-worker migrate)",
     ),
     "newer": (
         newer,
-        "worker store schema is at revision '0099', newer than this build's '0002': run the "
+        "worker store schema is at revision '0099', newer than this build's '0003': run the "
         "build that migrated it (rewardseal-worker migrate of this build cannot take it back)",
     ),
     "unversioned": (
         unversioned,
-        "worker store schema has no revision, this build needs '0002': run the migrations "
+        "worker store schema has no revision, this build needs '0003': run the migrations "
         "(rewardseal-worker migrate)",
     ),
 }

@@ -1,4 +1,6 @@
-"""The MockMed reward contract: a synthetic EMR task, "create exactly one Triage encounter".
+"""The MockMed reward contracts: a synthetic EMR task, "create exactly one Triage encounter", and
+its parameterized variant, "create exactly one encounter of type T with note N" (T and N bound
+per episode: task parameters, R-MSG-11).
 
 Everything here is synthetic (no real patient data). The effect specs and oracle recipes are
 plain JSON documents; the contract binds them by digest only, so the documents themselves can
@@ -12,6 +14,7 @@ from typing import Any
 from rewardseal.core.contract import contract_digest
 from rewardseal.core.digest import digest_json
 from rewardseal.core.faults import GENERIC_FAULT_CLASSES
+from rewardseal.core.task_parameters import DECLARATION_DRAWING
 from rewardseal.v1.contract_pb2 import (
     CertificatePolicy,
     OracleSpec,
@@ -19,7 +22,7 @@ from rewardseal.v1.contract_pb2 import (
     RewardContract,
     ScoringPolicy,
 )
-from rewardseal.v1.enums_pb2 import OracleChannel
+from rewardseal.v1.enums_pb2 import OracleChannel, TaskParameterType
 
 IDENTITY_KEY = "patient_id"
 ENCOUNTER_FIELDS = ("patient_id", "type", "note", "status")
@@ -109,6 +112,63 @@ def mockmed_contract(*, tier: int = 2) -> RewardContract:
             max_expiry_policy_updates=1000,
         ),
     )
+
+
+ENCOUNTER_TYPES = ("Triage", "Followup", "Consult", "Discharge")
+"""The encounter types the parameterized task may ask for."""
+NOTE_MAX_LENGTH = 256
+PARAMETERIZED_REQUIRED_EFFECTS: dict[str, Any] = {
+    "effects": [
+        {
+            "name": "encounter_created",
+            "collection": "encounters",
+            "select": {"patient_id": {"identity": IDENTITY_KEY}},
+            "expect": {"type": {"param": "encounter_type"}, "note": {"param": "note"}},
+            "required_fields": list(ENCOUNTER_FIELDS),
+            "new_records": 1,
+            "allowed_fields": list(ENCOUNTER_FIELDS + SYSTEM_FIELDS),
+        }
+    ]
+}
+"""Exactly one new encounter for the patient, of the episode's type and with its note."""
+PARAMETERIZED_CORPUS: dict[str, Any] = {
+    **CALIBRATION_CORPUS,
+    "corpus": "mockmed-params",
+    "task_parameters": DECLARATION_DRAWING,
+}
+"""The parameterized contract's corpus: the generic fault classes, each trial's encounter type
+and note drawn from the declaration (R-CAL-6), so the digest says how they were drawn."""
+PARAMETERIZED_CORPUS_DIGEST = digest_json(PARAMETERIZED_CORPUS)
+
+
+def mockmed_parameterized_contract() -> RewardContract:
+    """The parameterized MockMed contract, read at tier 2 (sql): "create exactly one encounter
+    of type ``encounter_type`` (one of :data:`ENCOUNTER_TYPES`) with note ``note``" for the
+    episode's patient, the two bound per episode at begin (R-MSG-11, R-W-18).
+
+    The same effects as :func:`mockmed_contract` but the type and note come from the episode;
+    its own id, task and corpus, so the fixed contract's digest is unchanged.
+    """
+    contract = mockmed_contract(tier=2)
+    contract.contract_id = "mockmed.encounter-create.params"
+    contract.task_id = "mockmed.task.create-encounter-of-type"
+    contract.task_digest = digest_json(
+        {"task": "create exactly one encounter of the given type with the given note"}
+    )
+    contract.required_effects_digest = digest_json(PARAMETERIZED_REQUIRED_EFFECTS)
+    del contract.components[:]
+    contract.components.add(name="encounter_created", weight=1.0)
+    contract.certificate_policy.calibration_corpus_digest = PARAMETERIZED_CORPUS_DIGEST
+    contract.task_parameters.add(
+        name="encounter_type",
+        type=TaskParameterType.TASK_PARAMETER_TYPE_STRING,
+        max_length=32,
+        allowed_values=list(ENCOUNTER_TYPES),
+    )
+    contract.task_parameters.add(
+        name="note", type=TaskParameterType.TASK_PARAMETER_TYPE_STRING, max_length=NOTE_MAX_LENGTH
+    )
+    return contract
 
 
 def mockmed_contract_digest(*, tier: int = 2) -> str:

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from rewardseal.core.clock import timestamp
 from rewardseal.core.errors import InvalidEpisode, RewardSealError, preview
+from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.v1.worker_service_pb2 import BeginEpisodeResponse
 from rewardseal_worker.identity import Identity
 from rewardseal_worker.oracles.base import OracleReader, OracleUnavailable
@@ -34,6 +35,8 @@ class BeginJob:
 
     episode_id: str
     identity: Identity
+    task_parameters: dict[str, ParameterValue] | None = None
+    """The checked values it binds (R-W-18); None when the contract declares none."""
 
 
 def repeat_of_earlier(episode_id: str, seen: set[str]) -> InvalidEpisode | None:
@@ -82,6 +85,7 @@ def begin_batch(
                 baseline=baseline,
                 begun_at=begun_at,
                 ttl_seconds=ttl_seconds,
+                task_parameters=job.task_parameters,
             )
         )
         answers.append(

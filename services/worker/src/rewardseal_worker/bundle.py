@@ -319,6 +319,17 @@ def _assemble(
                 "key would not bind the effect to the episode's subject"
             )
 
+    if contract is not None:
+        # R-MSG-11: an effect may refer only to a parameter the contract declares.
+        declared = {parameter.name for parameter in contract.task_parameters}
+        for spec in (*(required or ()), *(forbidden or ())):
+            undeclared = spec.parameter_names() - declared
+            if undeclared:
+                problems.add(
+                    f"effect {spec.name!r} refers to task parameters {sorted(undeclared)} that "
+                    "the contract does not declare (contract.json task_parameters)"
+                )
+
     kind: str | None = None
     if isinstance(recipe_doc, Mapping):
         with problems.catch(f"{ORACLE_RECIPE_FILE}: "):

@@ -28,7 +28,7 @@ from rewardseal.core.errors import (
     Unavailable,
     ValidationError,
 )
-from rewardseal.core.judging import judge_episode
+from rewardseal.core.judging import bind_parameters, judge_episode
 from rewardseal.core.judging.receipt_findings import (
     contract_names,
     decision_findings,
@@ -36,6 +36,7 @@ from rewardseal.core.judging.receipt_findings import (
 )
 from rewardseal.core.receipts import EpisodeFacts, ReceiptIssuer, is_unscored
 from rewardseal.core.signing import SigningKey
+from rewardseal.core.task_parameters import ParameterValue, parameters_digest
 from rewardseal.core.validation import (
     runtime_signal_of,
     validate_descriptor,
@@ -135,6 +136,8 @@ class _Checked:
     job: ScoreJob
     identity: Identity
     baseline: list[Record] | None
+    task_parameters: dict[str, ParameterValue] | None = None
+    """The values it is judged with (R-W-18); None when the contract declares none."""
 
 
 class Scorer:
@@ -229,7 +232,8 @@ class Scorer:
         validate_id(request.episode_id, "episode_id", error=InvalidEpisode)
         self._checks.contract_digest(request.reward_contract_digest)
         identity = self._checks.identity(dict(request.oracle_identity), "oracle_identity")
-        return BeginJob(request.episode_id, identity)
+        parameters = self._checks.task_parameters(request.task_parameters)
+        return BeginJob(request.episode_id, identity, parameters)
 
     def _begin_batch(self, jobs: Sequence[BeginJob]) -> list[BeginOutcome]:
         return begin_batch(
@@ -402,6 +406,11 @@ class Scorer:
                 identity = self._checks.resolve_identity(
                     descriptor, registration.identity if registration else None
                 )
+                parameters = self._checks.resolve_parameters(
+                    descriptor,
+                    registration.task_parameters if registration else None,
+                    begun=registration is not None,
+                )
             except RewardSealError as exc:
                 outcomes[index] = exc
                 continue
@@ -411,6 +420,7 @@ class Scorer:
                     job=jobs[index],
                     identity=identity,
                     baseline=registration.baseline if registration is not None else None,
+                    task_parameters=parameters,
                 )
             )
         return checked, known
@@ -433,9 +443,10 @@ class Scorer:
             oracle_error = str(read) or "the system of record could not be read"
         else:
             current = read
+        parameters = checked.task_parameters or {}
         decision = judge_episode(
-            self.bundle.required,
-            self.bundle.forbidden,
+            bind_parameters(self.bundle.required, parameters),
+            bind_parameters(self.bundle.forbidden, parameters),
             identity=checked.identity,
             baseline=checked.baseline,
             current=current,
@@ -464,6 +475,7 @@ class Scorer:
                 nonce=random[16:32].hex(),
                 issued_at=issued_at,
                 findings=findings,
+                task_parameters_digest=parameters_digest(self.bundle.contract, parameters),
             ),
             revoked=revocation is Revocation.REVOKED,
             revocation_unknown=revocation is Revocation.UNKNOWN,

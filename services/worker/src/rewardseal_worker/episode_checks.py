@@ -9,6 +9,7 @@ one place an :class:`~rewardseal_worker.identity.Identity` (and its key) is made
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from google.protobuf import json_format
 
@@ -18,11 +19,13 @@ from rewardseal.core.errors import (
     IdentityMismatch,
     IdentityMissing,
     InvalidEpisode,
+    InvalidTaskParameters,
     preview,
 )
+from rewardseal.core.task_parameters import ParameterValue, bound_values, parameters_digest
 from rewardseal.core.validation import check_identity_values, validate_digest
 from rewardseal.v1.contract_pb2 import RewardContract
-from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor, TaskParameterValue
 from rewardseal_worker.identity import Identity
 
 __all__ = ["EpisodeChecks"]
@@ -74,6 +77,60 @@ class EpisodeChecks:
         if isinstance(identity, Identity):
             return identity  # its key is already computed
         return Identity({name: str(value) for name, value in identity.items()})
+
+    def task_parameters(
+        self, values: Mapping[str, TaskParameterValue]
+    ) -> dict[str, ParameterValue] | None:
+        """The values a begin binds, checked against the contract's declaration (R-W-18);
+        None for a contract that declares none (and was sent none).
+
+        Raises:
+            InvalidTaskParameters: a parameter missing, extra, ill-typed or out of range.
+        """
+        bound = bound_values(self._contract, values)
+        return bound if self._contract.task_parameters else None
+
+    def resolve_parameters(
+        self, descriptor: EpisodeDescriptor, registered: Mapping[str, Any] | None, begun: bool
+    ) -> dict[str, ParameterValue] | None:
+        """The task parameters an episode is judged with (R-W-18): those its begin bound
+        (``begun``: the episode has a registration), which a descriptor may repeat but must
+        then equal; without a begin, the descriptor's own, checked like a begin's.
+
+        Raises:
+            InvalidTaskParameters: the descriptor's values are refused, or differ from the
+                begin's (``metadata["parameter"]`` names the first that differs).
+        """
+        if not begun:
+            return self.task_parameters(descriptor.task_parameters)
+        if not self._contract.task_parameters:
+            if descriptor.task_parameters:
+                self.task_parameters(descriptor.task_parameters)  # raises: none are declared
+            return None
+        if registered is None:
+            # A registration made before this worker stored parameters (or by a downgrade).
+            raise InvalidTaskParameters(
+                "the episode's begin bound no task parameters; begin it again",
+                metadata={"parameter": sorted(p.name for p in self._contract.task_parameters)[0]},
+            )
+        bound = dict(registered)
+        if descriptor.task_parameters:
+            repeated = self.task_parameters(descriptor.task_parameters) or {}
+            if parameters_digest(self._contract, repeated) != parameters_digest(
+                self._contract, bound
+            ):
+                differing = sorted(
+                    name
+                    for name in bound
+                    if type(bound[name]) is not type(repeated[name])
+                    or bound[name] != repeated[name]
+                )
+                named = (differing or sorted(bound))[0]
+                raise InvalidTaskParameters(
+                    f"task parameter {named} differs from the value the begin bound",
+                    metadata={"parameter": named},
+                )
+        return bound
 
     def resolve_identity(
         self, descriptor: EpisodeDescriptor, registered: Identity | None

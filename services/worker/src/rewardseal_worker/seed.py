@@ -1,4 +1,4 @@
-"""Seed a worker data directory with MockMed: the synthetic SoR, three bundles, certificates.
+"""Seed a worker data directory with MockMed: the synthetic SoR, four bundles, certificates.
 
 A demo and development feature (``rewardseal-worker serve --seed-mockmed``): the worker imports
 this module only when asked to seed, and it needs the ``rewardseal-mockmed`` distribution
@@ -19,6 +19,10 @@ SYNTHETIC certificates, the seeding lock and idempotence.
     data_dir/contracts/mockmed-rest/       tier-2 bundle (rest oracle: MockMed's read API at the
                                            URL in $MOCKMED_API_URL, bearer $MOCKMED_API_TOKEN)
                                            + its own certificate.json + calibration.json
+    data_dir/contracts/mockmed-params/     tier-2 bundle (sql oracle) of the parameterized
+                                           contract (encounter type and note per episode,
+                                           R-MSG-11) + its own certificate.json +
+                                           calibration.json (values drawn per trial, R-CAL-6)
 
 Everything is synthetic: the background rows belong to invented patients, and no real patient
 data is involved anywhere.
@@ -100,6 +104,7 @@ __all__ = [
     "DATABASE_PATH",
     "DEFAULT_SEED",
     "MOCKMED_FAULT_FAMILIES",
+    "PARAMS_BUNDLE",
     "REST_BUNDLE",
     "REST_RECIPE",
     "REST_TOKEN_ENV",
@@ -122,6 +127,8 @@ TIER0_BUNDLE: Final = Path("contracts") / "mockmed-tier0"
 """The tier-0 bundle directory, relative to the data directory."""
 REST_BUNDLE: Final = Path("contracts") / "mockmed-rest"
 """The tier-2 rest bundle directory (MockMed's HTTP read API), relative to the data directory."""
+PARAMS_BUNDLE: Final = Path("contracts") / "mockmed-params"
+"""The parameterized tier-2 bundle directory (sql oracle), relative to the data directory."""
 REST_URL_ENV: Final = "MOCKMED_API_URL"
 """The variable the rest recipe reads MockMed's base URL from (never stored in the bundle)."""
 REST_TOKEN_ENV: Final = "MOCKMED_API_TOKEN"
@@ -160,11 +167,13 @@ class SeedResult:
     tier2_bundle_dir: Path
     tier0_bundle_dir: Path
     rest_bundle_dir: Path
+    params_bundle_dir: Path
     database_path: Path
     screen_path: Path
     contract_digest: str
     tier0_contract_digest: str
     rest_contract_digest: str
+    params_contract_digest: str
     certificate: RewardCertificate
     epsilon: float
     created: bool
@@ -179,6 +188,7 @@ class SeedResult:
 _SQL: Final = "sql"
 _SCREEN: Final = "screen"
 _REST: Final = "rest"
+_PARAMS: Final = "params"
 
 
 def rest_contract() -> RewardContract:
@@ -194,7 +204,15 @@ def rest_contract() -> RewardContract:
 
 
 def _documents(reader: str) -> dict[str, Any]:
-    """The bundle documents of the MockMed contract read by ``reader`` (sql, screen or rest)."""
+    """The bundle documents of the MockMed contract read by ``reader`` (sql, screen or rest;
+    params: the parameterized contract, read by sql)."""
+    if reader == _PARAMS:
+        return {
+            "contract": mockmed.mockmed_parameterized_contract(),
+            "required_doc": mockmed.PARAMETERIZED_REQUIRED_EFFECTS,
+            "forbidden_doc": mockmed.FORBIDDEN_EFFECTS,
+            "recipe_doc": mockmed.TIER2_RECIPE,
+        }
     if reader == _REST:
         contract, recipe = rest_contract(), dict(REST_RECIPE)
     elif reader == _SQL:
@@ -277,9 +295,9 @@ def _ensure_certificate(
     if bundle.certificate is not None:
         certificate, summary = _reused_certificate(bundle)
         return bundle, certificate, summary, False
-    result = calibrate(
-        bundle, seed=seed, trials=trials, families=MOCKMED_FAULT_FAMILIES, progress=progress
-    )
+    # The ExtraDup families play the fixed task's write; the parameterized task has its own.
+    families = None if reader == _PARAMS else MOCKMED_FAULT_FAMILIES
+    result = calibrate(bundle, seed=seed, trials=trials, families=families, progress=progress)
     summary = result.summary
     calibration_doc = summary_to_json(summary)
     if bundle.calibration is not None and dict(bundle.calibration) != calibration_doc:
@@ -313,10 +331,11 @@ def seed_mockmed(
     """Seed (or re-open) MockMed in ``data_dir`` and return where everything is.
 
     On first run: create the database with ``background_rows`` synthetic rows, the empty screen
-    dump, the tier-2 (sql), tier-0 and rest bundles, run ``trials`` calibration trials on each
-    tier-2 bundle (generator seed ``seed``), and self-sign for each a SYNTHETIC certificate with
-    ``key`` that satisfies the contract's certificate policy. Later runs reuse what exists (see
-    the module docstring).
+    dump, the tier-2 (sql), tier-0, rest and parameterized bundles, run ``trials`` calibration
+    trials on the sql, rest and parameterized bundles (generator seed ``seed``; the ExtraDup
+    families on the first two), and self-sign for each a SYNTHETIC certificate with ``key``
+    that satisfies the contract's certificate policy. Later runs reuse what exists (see the
+    module docstring).
 
     Raises:
         ValidationError: an existing file differs from what seeding would write, the existing
@@ -374,7 +393,8 @@ def _seed_locked(
     tier0, tier0_created = _ensure_bundle(data_dir / TIER0_BUNDLE, _SCREEN, trust)
     tier2, tier2_created = _ensure_bundle(data_dir / TIER2_BUNDLE, _SQL, trust)
     rest, rest_created = _ensure_bundle(data_dir / REST_BUNDLE, _REST, trust)
-    created = created or tier0_created or tier2_created or rest_created
+    params, params_created = _ensure_bundle(data_dir / PARAMS_BUNDLE, _PARAMS, trust)
+    created = created or tier0_created or tier2_created or rest_created or params_created
 
     tier2, certificate, summary, tier2_signed = _ensure_certificate(
         tier2, _SQL, key, seed=seed, trials=trials, progress=progress
@@ -382,17 +402,22 @@ def _seed_locked(
     rest, _, _, rest_signed = _ensure_certificate(
         rest, _REST, key, seed=seed, trials=trials, progress=progress
     )
-    created = created or tier2_signed or rest_signed
+    params, _, _, params_signed = _ensure_certificate(
+        params, _PARAMS, key, seed=seed, trials=trials, progress=progress
+    )
+    created = created or tier2_signed or rest_signed or params_signed
 
     return SeedResult(
         tier2_bundle_dir=tier2.path,
         tier0_bundle_dir=tier0.path,
         rest_bundle_dir=rest.path,
+        params_bundle_dir=params.path,
         database_path=database_path.resolve(),
         screen_path=screen_path.resolve(),
         contract_digest=tier2.contract_digest,
         tier0_contract_digest=tier0.contract_digest,
         rest_contract_digest=rest.contract_digest,
+        params_contract_digest=params.contract_digest,
         certificate=certificate,
         epsilon=epsilon_from_summary(summary),
         created=created,

@@ -1,8 +1,8 @@
 """Reward contracts: oracle tiers, scoring defaults, normalization and the contract digest.
 
 R-MSG-1/2, R-DIG-1/2. Normalization makes the digest independent of how an author wrote the
-contract: scoring defaults are filled in explicitly, identity keys and components are sorted by
-name. Two authors who mean the same contract therefore get the same digest.
+contract: scoring defaults are filled in explicitly, identity keys, components and task
+parameters are sorted by name. Two authors who mean the same contract therefore get the same digest.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Literal
 
 from rewardseal.core.digest import digest_json
 from rewardseal.core.errors import ValidationError
+from rewardseal.core.task_parameters import normalized_declarations
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract, ScoringPolicy
 from rewardseal.v1.enums_pb2 import OracleChannel, RewardOutcome
@@ -108,6 +109,10 @@ def normalize_contract(contract: RewardContract) -> RewardContract:
     copies = [type(c)(name=c.name, weight=c.weight) for c in components]
     del normalized.components[:]
     normalized.components.extend(copies)
+    if normalized.task_parameters:  # R-MSG-11; a contract declaring none keeps its digest
+        parameters = normalized_declarations(normalized.task_parameters)
+        del normalized.task_parameters[:]
+        normalized.task_parameters.extend(parameters)
     return normalized
 
 

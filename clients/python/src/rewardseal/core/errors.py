@@ -89,6 +89,14 @@ class InvalidEpisode(ValidationError):
     reason = "invalid_episode"
 
 
+class InvalidTaskParameters(ValidationError):
+    """Task parameters missing, extra, ill-typed or out of range for the contract's declaration,
+    or a descriptor repeating other values than the begin bound (R-W-18); ``metadata
+    ["parameter"]`` names the parameter."""
+
+    reason = "invalid_task_parameters"
+
+
 class ContractMismatch(ValidationError):
     """A descriptor names another contract digest, task or environment."""
 

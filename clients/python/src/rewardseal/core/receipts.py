@@ -15,6 +15,7 @@ validated again.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -27,6 +28,7 @@ from rewardseal.core.contract import (
     component_values,
     contract_digest,
 )
+from rewardseal.core.digest import digest_json
 from rewardseal.core.errors import (
     ReceiptMismatch,
     SignatureError,
@@ -41,11 +43,12 @@ from rewardseal.core.judging.receipt_findings import (
 )
 from rewardseal.core.scoring import score
 from rewardseal.core.signing import RECEIPT_PAYLOAD_TYPE, SigningKey, TrustSet, sign_envelope
+from rewardseal.core.task_parameters import from_wire
 from rewardseal.core.validation import parse_strict, validate_receipt, validate_receipt_facts
 from rewardseal.v1.certificate_pb2 import RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome, Uncertainty
-from rewardseal.v1.episode_pb2 import EpisodeDescriptor
+from rewardseal.v1.episode_pb2 import EpisodeDescriptor, TaskParameterValue
 from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
 
 
@@ -68,6 +71,8 @@ class EpisodeFacts:
     nonce: str
     issued_at: datetime
     findings: tuple[ReceiptFinding, ...] = ()
+    task_parameters_digest: str = ""
+    """The bound task parameters' digest (R-W-18); "" when the contract declares none."""
 
 
 def build_receipt(
@@ -111,6 +116,7 @@ def build_receipt(
         issuer_key_id=issuer_key_id,
         nonce=facts.nonce,
         issued_at=timestamp(facts.issued_at, "issued_at"),
+        task_parameters_digest=facts.task_parameters_digest,
         certificate_state=certificate_state(certificate, facts.policy_update, revoked=revoked),
         findings=finding_messages(facts.findings),
     )
@@ -190,6 +196,7 @@ _FactField = Literal[
     "nonce",
     "issued_at",
     "findings",
+    "task_parameters_digest",
 ]
 _FACT_FIELDS: tuple[_FactField, ...] = (
     "receipt_id",
@@ -199,6 +206,7 @@ _FACT_FIELDS: tuple[_FactField, ...] = (
     "nonce",
     "issued_at",
     "findings",
+    "task_parameters_digest",
 )
 """The receipt fields :func:`~rewardseal.core.validation.validate_receipt_facts` checks: the ones
 that differ between receipts of equal claims."""
@@ -300,6 +308,7 @@ class ReceiptIssuer:
             receipt.issued_at.CopyFrom(timestamp(facts.issued_at, "issued_at"))
             if facts.findings:
                 receipt.findings.extend(finding_messages(facts.findings))
+            receipt.task_parameters_digest = facts.task_parameters_digest
             validate_receipt_facts(receipt)
         return IssuedReceipt(receipt, _sign(receipt, self.key))
 
@@ -384,6 +393,12 @@ class OpenedReceipt:
         """Why the outcome is what it is, per effect (R-MSG-12); empty when VERIFIED."""
         return read_findings(self.receipt)
 
+    @property
+    def task_parameters_digest(self) -> str:
+        """The digest of the task parameters the episode was judged with (R-W-18); "" when
+        the contract declares none."""
+        return self.receipt.task_parameters_digest
+
 
 def open_receipt(envelope: SignedEnvelope, trust: TrustSet) -> OpenedReceipt:
     """Verify, then parse, then validate a receipt envelope (R-MSG-8, R-T-5).
@@ -433,20 +448,41 @@ class ExpectedReceipt:
     policy_checkpoint_id: str | None = None
     policy_update: int | None = None
     reward_contract_digest: str | None = None
+    task_parameters_digest: str | None = None
+    """The digest of the task parameters the request bound (R-W-18; see
+    :func:`expected_parameters_digest`)."""
 
     @classmethod
     def for_descriptor(
-        cls, descriptor: EpisodeDescriptor, *, receipt_id: str | None = None
+        cls,
+        descriptor: EpisodeDescriptor,
+        *,
+        receipt_id: str | None = None,
+        task_parameters_digest: str | None = None,
     ) -> ExpectedReceipt:
         """A receipt answering ``descriptor``: its episode, checkpoint, update and contract
-        (and, when given, the receipt id the worker named for it)."""
+        (and, when given, the receipt id the worker named for it), and the task parameters
+        it repeats, else ``task_parameters_digest`` (what its begin bound, when known)."""
+        if descriptor.task_parameters:
+            task_parameters_digest = expected_parameters_digest(descriptor.task_parameters)
         return cls(
             receipt_id=receipt_id,
             episode_id=descriptor.episode_id,
             policy_checkpoint_id=descriptor.policy_checkpoint_id,
             policy_update=descriptor.policy_update,
             reward_contract_digest=descriptor.reward_contract_digest,
+            task_parameters_digest=task_parameters_digest,
         )
+
+
+def expected_parameters_digest(values: Mapping[str, TaskParameterValue]) -> str:
+    """The ``task_parameters_digest`` a receipt must carry for an episode whose request sent
+    ``values`` (R-W-18): "" for none, else the digest of their JSON object. The worker binds
+    exactly what was sent (a NUMBER given as an integer has the same canonical JSON), so a
+    client knows the digest without the contract's declaration."""
+    if not values:
+        return ""
+    return digest_json(from_wire(values))
 
 
 # Checked in this order, so the error names the most telling field first.
@@ -456,6 +492,7 @@ _BOUND_FIELDS = (
     "policy_update",
     "policy_checkpoint_id",
     "reward_contract_digest",
+    "task_parameters_digest",
 )
 
 

@@ -23,6 +23,7 @@ from rewardseal.core.contract import CERTIFIABLE_TIER, SCORING_DEFAULTS, UNSCORE
 from rewardseal.core.digest import is_digest
 from rewardseal.core.errors import CertificationRefused, InvalidEpisode, ValidationError, preview
 from rewardseal.core.judging.receipt_findings import validate_findings
+from rewardseal.core.task_parameters import check_declarations
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
 from rewardseal.v1.enums_pb2 import (
@@ -187,6 +188,7 @@ def validate_contract(contract: RewardContract) -> None:
     )
     validate_digest(contract.oracle.oracle_recipe_digest, "oracle.oracle_recipe_digest")
     _check_names((c.name for c in contract.components), "components", low=1, high=MAX_COMPONENTS)
+    check_declarations(contract.task_parameters, NAME_PATTERN.match)  # R-MSG-11
     for component in contract.components:
         # Names were checked above (NAME_PATTERN: at most 64 characters), so quoting is safe.
         check_float(component.weight, f"component {component.name} weight")
@@ -289,6 +291,8 @@ def validate_receipt_facts(receipt: RewardEvidenceReceipt) -> None:
     validate_id(receipt.policy_checkpoint_id, "policy_checkpoint_id")
     validate_id(receipt.episode_id, "episode_id")
     validate_digest(receipt.evidence_digest, "evidence_digest")
+    if receipt.task_parameters_digest:  # "" when the contract declares no parameters (R-W-18)
+        validate_digest(receipt.task_parameters_digest, "task_parameters_digest")
     if not receipt.nonce:
         raise ValidationError("nonce is required")
     if not receipt.HasField("issued_at"):

@@ -29,6 +29,7 @@ _CLASS_BY_REASON: Mapping[str, type[errors.RewardSealError]] = {
     for cls in (
         errors.ValidationError,
         errors.InvalidEpisode,
+        errors.InvalidTaskParameters,
         errors.ContractMismatch,
         errors.IdentityMissing,
         errors.IdentityMismatch,

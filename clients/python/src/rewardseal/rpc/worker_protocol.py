@@ -5,7 +5,8 @@ through :mod:`rewardseal.rpc.aio.transport` (R-T-5).
 
 from __future__ import annotations
 
-from collections import deque
+import dataclasses
+from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,11 +24,13 @@ from rewardseal.core.receipts import (
     ExpectedReceipt,
     OpenedReceipt,
     check_receipt_answers,
+    expected_parameters_digest,
     grader_score,
     open_receipt,
     receipt_mismatch,
 )
 from rewardseal.core.signing import TrustSet
+from rewardseal.core.task_parameters import ParameterValue, to_wire
 from rewardseal.rpc.call_rules import Attempts, CallRules
 from rewardseal.rpc.status import from_episode_error
 from rewardseal.v1 import worker_service_pb2 as pb
@@ -73,8 +76,15 @@ def make_descriptor(
     task_id: str | None = None,
     environment_id: str | None = None,
     metadata: Mapping[str, Any] | None = None,
+    task_parameters: Mapping[str, ParameterValue] | None = None,
 ) -> EpisodeDescriptor:
-    """Build an EpisodeDescriptor; absent optional fields stay absent (R-MSG-9)."""
+    """Build an EpisodeDescriptor; absent optional fields stay absent (R-MSG-9).
+
+    ``task_parameters``: plain values (str, int, float, bool; see
+    :func:`rewardseal.core.task_parameters.to_wire`) repeating what the begin bound (the worker
+    refuses other values), or the episode's parameters when it had no begin (R-W-18). The
+    receipt must then carry their digest.
+    """
     descriptor = EpisodeDescriptor(
         episode_id=episode_id,
         policy_checkpoint_id=policy_checkpoint_id,
@@ -91,18 +101,59 @@ def make_descriptor(
         descriptor.environment_id = environment_id
     if metadata:
         descriptor.metadata.update(dict(metadata))
+    if task_parameters:
+        for name, value in to_wire(task_parameters).items():  # a message map takes no update()
+            descriptor.task_parameters[name].CopyFrom(value)
     return descriptor
 
 
 def make_begin(
-    episode_id: str, reward_contract_digest: str, oracle_identity: Mapping[str, str]
+    episode_id: str,
+    reward_contract_digest: str,
+    oracle_identity: Mapping[str, str],
+    task_parameters: Mapping[str, ParameterValue] | None = None,
 ) -> pb.BeginEpisodeRequest:
-    """A BeginEpisode request: an item of ``begin_many`` or of a stream (R-W-1)."""
+    """A BeginEpisode request: an item of ``begin_many`` or of a stream (R-W-1); it binds the
+    episode's ``task_parameters`` (plain values, as :func:`make_descriptor` takes them; R-W-18)."""
     return pb.BeginEpisodeRequest(
         episode_id=episode_id,
         reward_contract_digest=reward_contract_digest,
         oracle_identity=dict(oracle_identity),
+        task_parameters=to_wire(task_parameters or {}),
     )
+
+
+MAX_REMEMBERED_BEGINS = 65536
+"""The begins whose task parameters one client remembers for the receipts of their episodes
+(the oldest are forgotten first; a forgotten one's receipt is checked only if its descriptor
+repeats the parameters)."""
+
+
+class BoundParameters:
+    """The task parameters digest each episode this client began was bound to (R-W-18), so
+    the episode's receipt can be checked for it like for its episode id.
+
+    Only begins with parameters are remembered: a receipt for an episode begun without any
+    must carry the empty digest, which the descriptor alone says (:meth:`expected`).
+    """
+
+    def __init__(self, limit: int = MAX_REMEMBERED_BEGINS) -> None:
+        self._digests: OrderedDict[str, str] = OrderedDict()
+        self._limit = limit
+
+    def begun(self, request: pb.BeginEpisodeRequest) -> None:
+        """Remember what ``request`` (accepted by the worker) bound."""
+        self._digests[request.episode_id] = expected_parameters_digest(request.task_parameters)
+        self._digests.move_to_end(request.episode_id)
+        while len(self._digests) > self._limit:
+            self._digests.popitem(last=False)
+
+    def expected(self, descriptor: EpisodeDescriptor) -> ExpectedReceipt:
+        """What a receipt answering ``descriptor`` must name, its task parameters included:
+        those the descriptor repeats, else those its begin bound, when this client made it."""
+        return ExpectedReceipt.for_descriptor(
+            descriptor, task_parameters_digest=self._digests.get(descriptor.episode_id)
+        )
 
 
 def chunked(items: Iterable[pb.BeginEpisodeRequest]) -> Iterator[list[pb.BeginEpisodeRequest]]:
@@ -140,6 +191,8 @@ class WorkerProtocol(CallRules):
         if not len(trust):
             raise ValidationError("pin at least one worker key: receipts are verified (R-T-5)")
         self.trust = trust
+        self.bound = BoundParameters()
+        """The task parameters of the episodes this client began (R-W-18)."""
 
     def verify(self, envelope: SignedEnvelope, expected: ExpectedReceipt) -> VerifiedReceipt:
         """Open ``envelope`` against the pinned keys, then check it answers ``expected``.
@@ -160,7 +213,7 @@ class WorkerProtocol(CallRules):
             if result.episode_id != descriptor.episode_id:
                 raise receipt_mismatch("episode_id", descriptor.episode_id, result.episode_id)
             if result.HasField("envelope"):
-                return self.verify(result.envelope, ExpectedReceipt.for_descriptor(descriptor))
+                return self.verify(result.envelope, self.bound.expected(descriptor))
         except RewardSealError as exc:
             return exc
         return from_episode_error(result.error)
@@ -204,8 +257,7 @@ class WorkerProtocol(CallRules):
             return receipt_mismatch("stream answer", "result", kind)
         return self.result(answer.result, request)
 
-    @staticmethod
-    def begun(result: pb.BeginResult, request: pb.BeginEpisodeRequest) -> BeginOrError:
+    def begun(self, result: pb.BeginResult, request: pb.BeginEpisodeRequest) -> BeginOrError:
         """One begin's answer, bound to the request it answers; any error is the entry.
 
         Both the result's ``episode_id`` and the registration's must name the request's episode,
@@ -216,12 +268,12 @@ class WorkerProtocol(CallRules):
         if result.HasField("begun"):
             if result.begun.episode_id != request.episode_id:
                 return receipt_mismatch("episode_id", request.episode_id, result.begun.episode_id)
+            self.bound.begun(request)
             return result.begun
         return from_episode_error(result.error)
 
-    @staticmethod
     def begun_one(
-        answer: pb.BeginEpisodeResponse, request: pb.BeginEpisodeRequest
+        self, answer: pb.BeginEpisodeResponse, request: pb.BeginEpisodeRequest
     ) -> pb.BeginEpisodeResponse:
         """A unary BeginEpisode answer, bound to its request like a batch entry.
 
@@ -229,6 +281,7 @@ class WorkerProtocol(CallRules):
         """
         if answer.episode_id != request.episode_id:
             raise receipt_mismatch("episode_id", request.episode_id, answer.episode_id)
+        self.bound.begun(request)
         return answer
 
     def begun_many(
@@ -252,9 +305,8 @@ class WorkerProtocol(CallRules):
             return pb.StreamEpisodesRequest(begin=item)
         return pb.StreamEpisodesRequest(descriptor=item)
 
-    @staticmethod
     def get_receipt_request(
-        receipt_id: str | None, episode_id: str | None, answers: EpisodeDescriptor | None
+        self, receipt_id: str | None, episode_id: str | None, answers: EpisodeDescriptor | None
     ) -> tuple[pb.GetReceiptRequest, ExpectedReceipt]:
         """The GetReceipt request and what its answer must name (see ``get_receipt``)."""
         if answers is not None:
@@ -268,12 +320,12 @@ class WorkerProtocol(CallRules):
         else:
             request = pb.GetReceiptRequest(episode_id=episode_id or "")
         if answers is not None:
-            return request, ExpectedReceipt.for_descriptor(answers, receipt_id=receipt_id)
+            expected = self.bound.expected(answers)
+            return request, dataclasses.replace(expected, receipt_id=receipt_id)
         return request, ExpectedReceipt(receipt_id=receipt_id, episode_id=episode_id)
 
-    @staticmethod
     def own(
-        stored: VerifiedReceipt, duplicate: DuplicateEpisode, descriptor: EpisodeDescriptor
+        self, stored: VerifiedReceipt, duplicate: DuplicateEpisode, descriptor: EpisodeDescriptor
     ) -> VerifiedReceipt:
         """``stored`` when it answers ``descriptor``; else ``duplicate`` is raised.
 
@@ -282,14 +334,13 @@ class WorkerProtocol(CallRules):
         of the episode id (R-T-4): not this episode's reward, so the duplicate surfaces.
         """
         try:
-            check_receipt_answers(stored.receipt, ExpectedReceipt.for_descriptor(descriptor))
+            check_receipt_answers(stored.receipt, self.bound.expected(descriptor))
         except ReceiptMismatch:
             raise duplicate from None
         return stored
 
-    @staticmethod
     def grade_request(
-        sample: Mapping[str, Any], item: Mapping[str, Any]
+        self, sample: Mapping[str, Any], item: Mapping[str, Any]
     ) -> tuple[pb.GradeOpenAIRequest, ExpectedReceipt]:
         """The GradeOpenAI request and what its receipt must name.
 
@@ -309,7 +360,7 @@ class WorkerProtocol(CallRules):
             json_format.ParseDict(fields, descriptor)
         except json_format.ParseError as exc:
             raise InvalidEpisode(f"the grader item is not an episode descriptor: {exc}") from None
-        return request, ExpectedReceipt.for_descriptor(descriptor)
+        return request, self.bound.expected(descriptor)
 
     def grade(self, answer: pb.GradeOpenAIResponse, expected: ExpectedReceipt) -> float:
         """The grader score of a verified, bound receipt; the unsigned score must agree with it.

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from rewardseal.v1 import enums_pb2 as rewardseal_dot_v1_dot_enums__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crewardseal/v1/contract.proto\x12\rrewardseal.v1\x1a\x19rewardseal/v1/enums.proto\"\xaf\x03\n\x0eRewardContract\x12\x13\n\x0b\x63ontract_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontract_version\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x13\n\x0btask_digest\x18\x04 \x01(\t\x12\x16\n\x0e\x65nvironment_id\x18\x05 \x01(\t\x12\x1a\n\x12\x65nvironment_digest\x18\x06 \x01(\t\x12\x1f\n\x17required_effects_digest\x18\x07 \x01(\t\x12 \n\x18\x66orbidden_effects_digest\x18\x08 \x01(\t\x12)\n\x06oracle\x18\t \x01(\x0b\x32\x19.rewardseal.v1.OracleSpec\x12\x32\n\ncomponents\x18\n \x03(\x0b\x32\x1e.rewardseal.v1.RewardComponent\x12\x34\n\x0escoring_policy\x18\x0b \x01(\x0b\x32\x1c.rewardseal.v1.ScoringPolicy\x12<\n\x12\x63\x65rtificate_policy\x18\x0c \x01(\x0b\x32 .rewardseal.v1.CertificatePolicy\"p\n\nOracleSpec\x12-\n\x07\x63hannel\x18\x01 \x01(\x0e\x32\x1c.rewardseal.v1.OracleChannel\x12\x15\n\ridentity_keys\x18\x02 \x03(\t\x12\x1c\n\x14oracle_recipe_digest\x18\x03 \x01(\t\"/\n\x0fRewardComponent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"\xb5\x02\n\rScoringPolicy\x12\x1c\n\x0fverified_reward\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12(\n\x1bhalted_before_effect_reward\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x1b\n\x0erefused_reward\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12#\n\x16rejected_policy_reward\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12 \n\x13wrong_effect_reward\x18\x05 \x01(\x01H\x04\x88\x01\x01\x42\x12\n\x10_verified_rewardB\x1e\n\x1c_halted_before_effect_rewardB\x11\n\x0f_refused_rewardB\x19\n\x17_rejected_policy_rewardB\x16\n\x14_wrong_effect_reward\"\x94\x01\n\x11\x43\x65rtificatePolicy\x12\x13\n\x0bmax_epsilon\x18\x01 \x01(\x01\x12\x11\n\tmax_delta\x18\x02 \x01(\x01\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12!\n\x19\x63\x61libration_corpus_digest\x18\x04 \x01(\t\x12!\n\x19max_expiry_policy_updates\x18\x05 \x01(\rb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1crewardseal/v1/contract.proto\x12\rrewardseal.v1\x1a\x19rewardseal/v1/enums.proto\"\xe6\x03\n\x0eRewardContract\x12\x13\n\x0b\x63ontract_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontract_version\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x13\n\x0btask_digest\x18\x04 \x01(\t\x12\x16\n\x0e\x65nvironment_id\x18\x05 \x01(\t\x12\x1a\n\x12\x65nvironment_digest\x18\x06 \x01(\t\x12\x1f\n\x17required_effects_digest\x18\x07 \x01(\t\x12 \n\x18\x66orbidden_effects_digest\x18\x08 \x01(\t\x12)\n\x06oracle\x18\t \x01(\x0b\x32\x19.rewardseal.v1.OracleSpec\x12\x32\n\ncomponents\x18\n \x03(\x0b\x32\x1e.rewardseal.v1.RewardComponent\x12\x34\n\x0escoring_policy\x18\x0b \x01(\x0b\x32\x1c.rewardseal.v1.ScoringPolicy\x12<\n\x12\x63\x65rtificate_policy\x18\x0c \x01(\x0b\x32 .rewardseal.v1.CertificatePolicy\x12\x35\n\x0ftask_parameters\x18\r \x03(\x0b\x32\x1c.rewardseal.v1.TaskParameter\"\xd1\x01\n\rTaskParameter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12.\n\x04type\x18\x02 \x01(\x0e\x32 .rewardseal.v1.TaskParameterType\x12\x17\n\nmax_length\x18\x03 \x01(\rH\x00\x88\x01\x01\x12\x16\n\x0e\x61llowed_values\x18\x04 \x03(\t\x12\x14\n\x07minimum\x18\x05 \x01(\x01H\x01\x88\x01\x01\x12\x14\n\x07maximum\x18\x06 \x01(\x01H\x02\x88\x01\x01\x42\r\n\x0b_max_lengthB\n\n\x08_minimumB\n\n\x08_maximum\"p\n\nOracleSpec\x12-\n\x07\x63hannel\x18\x01 \x01(\x0e\x32\x1c.rewardseal.v1.OracleChannel\x12\x15\n\ridentity_keys\x18\x02 \x03(\t\x12\x1c\n\x14oracle_recipe_digest\x18\x03 \x01(\t\"/\n\x0fRewardComponent\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"\xb5\x02\n\rScoringPolicy\x12\x1c\n\x0fverified_reward\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12(\n\x1bhalted_before_effect_reward\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x1b\n\x0erefused_reward\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12#\n\x16rejected_policy_reward\x18\x04 \x01(\x01H\x03\x88\x01\x01\x12 \n\x13wrong_effect_reward\x18\x05 \x01(\x01H\x04\x88\x01\x01\x42\x12\n\x10_verified_rewardB\x1e\n\x1c_halted_before_effect_rewardB\x11\n\x0f_refused_rewardB\x19\n\x17_rejected_policy_rewardB\x16\n\x14_wrong_effect_reward\"\x94\x01\n\x11\x43\x65rtificatePolicy\x12\x13\n\x0bmax_epsilon\x18\x01 \x01(\x01\x12\x11\n\tmax_delta\x18\x02 \x01(\x01\x12\x11\n\tthreshold\x18\x03 \x01(\x01\x12!\n\x19\x63\x61libration_corpus_digest\x18\x04 \x01(\t\x12!\n\x19max_expiry_policy_updates\x18\x05 \x01(\rb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,13 +33,15 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'rewardseal.v1.contract_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_REWARDCONTRACT']._serialized_start=75
-  _globals['_REWARDCONTRACT']._serialized_end=506
-  _globals['_ORACLESPEC']._serialized_start=508
-  _globals['_ORACLESPEC']._serialized_end=620
-  _globals['_REWARDCOMPONENT']._serialized_start=622
-  _globals['_REWARDCOMPONENT']._serialized_end=669
-  _globals['_SCORINGPOLICY']._serialized_start=672
-  _globals['_SCORINGPOLICY']._serialized_end=981
-  _globals['_CERTIFICATEPOLICY']._serialized_start=984
-  _globals['_CERTIFICATEPOLICY']._serialized_end=1132
+  _globals['_REWARDCONTRACT']._serialized_end=561
+  _globals['_TASKPARAMETER']._serialized_start=564
+  _globals['_TASKPARAMETER']._serialized_end=773
+  _globals['_ORACLESPEC']._serialized_start=775
+  _globals['_ORACLESPEC']._serialized_end=887
+  _globals['_REWARDCOMPONENT']._serialized_start=889
+  _globals['_REWARDCOMPONENT']._serialized_end=936
+  _globals['_SCORINGPOLICY']._serialized_start=939
+  _globals['_SCORINGPOLICY']._serialized_end=1248
+  _globals['_CERTIFICATEPOLICY']._serialized_start=1251
+  _globals['_CERTIFICATEPOLICY']._serialized_end=1399
 # @@protoc_insertion_point(module_scope)

@@ -37,6 +37,7 @@ class RewardContract(_message.Message):
     COMPONENTS_FIELD_NUMBER: _builtins.int
     SCORING_POLICY_FIELD_NUMBER: _builtins.int
     CERTIFICATE_POLICY_FIELD_NUMBER: _builtins.int
+    TASK_PARAMETERS_FIELD_NUMBER: _builtins.int
     contract_id: _builtins.str
     contract_version: _builtins.str
     task_id: _builtins.str
@@ -55,6 +56,12 @@ class RewardContract(_message.Message):
     def scoring_policy(self) -> Global___ScoringPolicy: ...
     @_builtins.property
     def certificate_policy(self) -> Global___CertificatePolicy: ...
+    @_builtins.property
+    def task_parameters(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskParameter]:
+        """0-32 parameters with unique names, bound per episode at begin (R-MSG-11); sorted by name
+        before digesting. A contract with none behaves as one written before parameters existed.
+        """
+
     def __init__(
         self,
         *,
@@ -70,14 +77,76 @@ class RewardContract(_message.Message):
         components: _abc.Iterable[Global___RewardComponent] | None = ...,
         scoring_policy: Global___ScoringPolicy | None = ...,
         certificate_policy: Global___CertificatePolicy | None = ...,
+        task_parameters: _abc.Iterable[Global___TaskParameter] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["certificate_policy", b"certificate_policy", "oracle", b"oracle", "scoring_policy", b"scoring_policy"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["certificate_policy", b"certificate_policy", "components", b"components", "contract_id", b"contract_id", "contract_version", b"contract_version", "environment_digest", b"environment_digest", "environment_id", b"environment_id", "forbidden_effects_digest", b"forbidden_effects_digest", "oracle", b"oracle", "required_effects_digest", b"required_effects_digest", "scoring_policy", b"scoring_policy", "task_digest", b"task_digest", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["certificate_policy", b"certificate_policy", "components", b"components", "contract_id", b"contract_id", "contract_version", b"contract_version", "environment_digest", b"environment_digest", "environment_id", b"environment_id", "forbidden_effects_digest", b"forbidden_effects_digest", "oracle", b"oracle", "required_effects_digest", b"required_effects_digest", "scoring_policy", b"scoring_policy", "task_digest", b"task_digest", "task_id", b"task_id", "task_parameters", b"task_parameters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RewardContract: _TypeAlias = RewardContract  # noqa: Y015
+
+@_typing.final
+class TaskParameter(_message.Message):
+    """One named, typed value a task takes per episode (R-MSG-11). Effects refer to it in `select`
+    and `expect` as {"param": "<name>"}; the values are bound at begin and never read from the
+    system of record.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TYPE_FIELD_NUMBER: _builtins.int
+    MAX_LENGTH_FIELD_NUMBER: _builtins.int
+    ALLOWED_VALUES_FIELD_NUMBER: _builtins.int
+    MINIMUM_FIELD_NUMBER: _builtins.int
+    MAXIMUM_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The contract's NAME pattern; unique within the contract."""
+    type: _enums_pb2.TaskParameterType.ValueType
+    """Never UNSPECIFIED."""
+    max_length: _builtins.int
+    """STRING only, required: 1-4096 characters at most."""
+    minimum: _builtins.float
+    """INTEGER and NUMBER only: the inclusive bounds (an INTEGER's are whole numbers; finite,
+    |x| <= 2^53 - 1; minimum <= maximum).
+    """
+    maximum: _builtins.float
+    @_builtins.property
+    def allowed_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """STRING only: when non-empty (1-64 unique entries, each within max_length), a value must be
+        one of them. Sorted before digesting.
+        """
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        type: _enums_pb2.TaskParameterType.ValueType = ...,
+        max_length: _builtins.int | None = ...,
+        allowed_values: _abc.Iterable[_builtins.str] | None = ...,
+        minimum: _builtins.float | None = ...,
+        maximum: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_length", b"_max_length", "_maximum", b"_maximum", "_minimum", b"_minimum", "max_length", b"max_length", "maximum", b"maximum", "minimum", b"minimum"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_length", b"_max_length", "_maximum", b"_maximum", "_minimum", b"_minimum", "allowed_values", b"allowed_values", "max_length", b"max_length", "maximum", b"maximum", "minimum", b"minimum", "name", b"name", "type", b"type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__max_length: _TypeAlias = _typing.Literal["max_length"]  # noqa: Y015
+    _WhichOneofArgType__max_length: _TypeAlias = _typing.Literal["_max_length", b"_max_length"]  # noqa: Y015
+    _WhichOneofReturnType__maximum: _TypeAlias = _typing.Literal["maximum"]  # noqa: Y015
+    _WhichOneofArgType__maximum: _TypeAlias = _typing.Literal["_maximum", b"_maximum"]  # noqa: Y015
+    _WhichOneofReturnType__minimum: _TypeAlias = _typing.Literal["minimum"]  # noqa: Y015
+    _WhichOneofArgType__minimum: _TypeAlias = _typing.Literal["_minimum", b"_minimum"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_length) -> _WhichOneofReturnType__max_length | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__maximum) -> _WhichOneofReturnType__maximum | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__minimum) -> _WhichOneofReturnType__minimum | None: ...
+
+Global___TaskParameter: _TypeAlias = TaskParameter  # noqa: Y015
 
 @_typing.final
 class OracleSpec(_message.Message):

@@ -304,3 +304,33 @@ FINDING_CODE_PLATFORM_FAILED: FindingCode.ValueType  # 12
 FINDING_CODE_READ_FAILED: FindingCode.ValueType  # 13
 """The system of record could not be read (about the episode, no effect)."""
 Global___FindingCode: _TypeAlias = FindingCode  # noqa: Y015
+
+class _TaskParameterType:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _TaskParameterTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TaskParameterType.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    TASK_PARAMETER_TYPE_UNSPECIFIED: _TaskParameterType.ValueType  # 0
+    TASK_PARAMETER_TYPE_STRING: _TaskParameterType.ValueType  # 1
+    """A string of at most max_length characters (optionally one of allowed_values)."""
+    TASK_PARAMETER_TYPE_INTEGER: _TaskParameterType.ValueType  # 2
+    """A whole number in -(2^53 - 1) .. 2^53 - 1, within minimum and maximum when given."""
+    TASK_PARAMETER_TYPE_NUMBER: _TaskParameterType.ValueType  # 3
+    """A finite number, within minimum and maximum when given."""
+    TASK_PARAMETER_TYPE_BOOLEAN: _TaskParameterType.ValueType  # 4
+    """true or false."""
+
+class TaskParameterType(_TaskParameterType, metaclass=_TaskParameterTypeEnumTypeWrapper):
+    """The closed set of task parameter types (R-MSG-11)."""
+
+TASK_PARAMETER_TYPE_UNSPECIFIED: TaskParameterType.ValueType  # 0
+TASK_PARAMETER_TYPE_STRING: TaskParameterType.ValueType  # 1
+"""A string of at most max_length characters (optionally one of allowed_values)."""
+TASK_PARAMETER_TYPE_INTEGER: TaskParameterType.ValueType  # 2
+"""A whole number in -(2^53 - 1) .. 2^53 - 1, within minimum and maximum when given."""
+TASK_PARAMETER_TYPE_NUMBER: TaskParameterType.ValueType  # 3
+"""A finite number, within minimum and maximum when given."""
+TASK_PARAMETER_TYPE_BOOLEAN: TaskParameterType.ValueType  # 4
+"""true or false."""
+Global___TaskParameterType: _TypeAlias = TaskParameterType  # noqa: Y015

@@ -26,7 +26,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from rewardseal.v1 import enums_pb2 as rewardseal_dot_v1_dot_enums__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brewardseal/v1/episode.proto\x12\rrewardseal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19rewardseal/v1/enums.proto\"\xcd\x03\n\x11\x45pisodeDescriptor\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x1c\n\x14policy_checkpoint_id\x18\x02 \x01(\t\x12\x15\n\rpolicy_update\x18\x03 \x01(\x03\x12\x1e\n\x16reward_contract_digest\x18\x04 \x01(\t\x12\x14\n\x07task_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x1b\n\x0e\x65nvironment_id\x18\x06 \x01(\tH\x01\x88\x01\x01\x12M\n\x0foracle_identity\x18\x07 \x03(\x0b\x32\x34.rewardseal.v1.EpisodeDescriptor.OracleIdentityEntry\x12\x39\n\x0eruntime_signal\x18\x08 \x01(\x0e\x32\x1c.rewardseal.v1.RuntimeSignalH\x02\x88\x01\x01\x12)\n\x08metadata\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x1a\x35\n\x13OracleIdentityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\n\n\x08_task_idB\x11\n\x0f_environment_idB\x11\n\x0f_runtime_signal\"\xab\x01\n\x0c\x45pisodeError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12;\n\x08metadata\x18\x04 \x03(\x0b\x32).rewardseal.v1.EpisodeError.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brewardseal/v1/episode.proto\x12\rrewardseal.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19rewardseal/v1/enums.proto\"\xf6\x04\n\x11\x45pisodeDescriptor\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x1c\n\x14policy_checkpoint_id\x18\x02 \x01(\t\x12\x15\n\rpolicy_update\x18\x03 \x01(\x03\x12\x1e\n\x16reward_contract_digest\x18\x04 \x01(\t\x12\x14\n\x07task_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x1b\n\x0e\x65nvironment_id\x18\x06 \x01(\tH\x01\x88\x01\x01\x12M\n\x0foracle_identity\x18\x07 \x03(\x0b\x32\x34.rewardseal.v1.EpisodeDescriptor.OracleIdentityEntry\x12\x39\n\x0eruntime_signal\x18\x08 \x01(\x0e\x32\x1c.rewardseal.v1.RuntimeSignalH\x02\x88\x01\x01\x12)\n\x08metadata\x18\t \x01(\x0b\x32\x17.google.protobuf.Struct\x12M\n\x0ftask_parameters\x18\n \x03(\x0b\x32\x34.rewardseal.v1.EpisodeDescriptor.TaskParametersEntry\x1a\x35\n\x13OracleIdentityEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1aX\n\x13TaskParametersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x30\n\x05value\x18\x02 \x01(\x0b\x32!.rewardseal.v1.TaskParameterValue:\x02\x38\x01\x42\n\n\x08_task_idB\x11\n\x0f_environment_idB\x11\n\x0f_runtime_signal\"|\n\x12TaskParameterValue\x12\x16\n\x0cstring_value\x18\x01 \x01(\tH\x00\x12\x17\n\rinteger_value\x18\x02 \x01(\x03H\x00\x12\x16\n\x0cnumber_value\x18\x03 \x01(\x01H\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x42\x07\n\x05value\"\xab\x01\n\x0c\x45pisodeError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x0f\n\x07message\x18\x03 \x01(\t\x12;\n\x08metadata\x18\x04 \x03(\x0b\x32).rewardseal.v1.EpisodeError.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,14 +35,20 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_EPISODEDESCRIPTOR_ORACLEIDENTITYENTRY']._loaded_options = None
   _globals['_EPISODEDESCRIPTOR_ORACLEIDENTITYENTRY']._serialized_options = b'8\001'
+  _globals['_EPISODEDESCRIPTOR_TASKPARAMETERSENTRY']._loaded_options = None
+  _globals['_EPISODEDESCRIPTOR_TASKPARAMETERSENTRY']._serialized_options = b'8\001'
   _globals['_EPISODEERROR_METADATAENTRY']._loaded_options = None
   _globals['_EPISODEERROR_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_EPISODEDESCRIPTOR']._serialized_start=104
-  _globals['_EPISODEDESCRIPTOR']._serialized_end=565
-  _globals['_EPISODEDESCRIPTOR_ORACLEIDENTITYENTRY']._serialized_start=462
-  _globals['_EPISODEDESCRIPTOR_ORACLEIDENTITYENTRY']._serialized_end=515
-  _globals['_EPISODEERROR']._serialized_start=568
-  _globals['_EPISODEERROR']._serialized_end=739
-  _globals['_EPISODEERROR_METADATAENTRY']._serialized_start=692
-  _globals['_EPISODEERROR_METADATAENTRY']._serialized_end=739
+  _globals['_EPISODEDESCRIPTOR']._serialized_end=734
+  _globals['_EPISODEDESCRIPTOR_ORACLEIDENTITYENTRY']._serialized_start=541
+  _globals['_EPISODEDESCRIPTOR_ORACLEIDENTITYENTRY']._serialized_end=594
+  _globals['_EPISODEDESCRIPTOR_TASKPARAMETERSENTRY']._serialized_start=596
+  _globals['_EPISODEDESCRIPTOR_TASKPARAMETERSENTRY']._serialized_end=684
+  _globals['_TASKPARAMETERVALUE']._serialized_start=736
+  _globals['_TASKPARAMETERVALUE']._serialized_end=860
+  _globals['_EPISODEERROR']._serialized_start=863
+  _globals['_EPISODEERROR']._serialized_end=1034
+  _globals['_EPISODEERROR_METADATAENTRY']._serialized_start=987
+  _globals['_EPISODEERROR_METADATAENTRY']._serialized_end=1034
 # @@protoc_insertion_point(module_scope)

@@ -46,6 +46,27 @@ class EpisodeDescriptor(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class TaskParametersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___TaskParameterValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___TaskParameterValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     EPISODE_ID_FIELD_NUMBER: _builtins.int
     POLICY_CHECKPOINT_ID_FIELD_NUMBER: _builtins.int
     POLICY_UPDATE_FIELD_NUMBER: _builtins.int
@@ -55,6 +76,7 @@ class EpisodeDescriptor(_message.Message):
     ORACLE_IDENTITY_FIELD_NUMBER: _builtins.int
     RUNTIME_SIGNAL_FIELD_NUMBER: _builtins.int
     METADATA_FIELD_NUMBER: _builtins.int
+    TASK_PARAMETERS_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     policy_checkpoint_id: _builtins.str
     policy_update: _builtins.int
@@ -72,6 +94,12 @@ class EpisodeDescriptor(_message.Message):
     def metadata(self) -> _struct_pb2.Struct:
         """Free-form trainer metadata. Keys naming record contents are refused."""
 
+    @_builtins.property
+    def task_parameters(self) -> _containers.MessageMap[_builtins.str, Global___TaskParameterValue]:
+        """Optional repeat of the task parameters the begin bound (R-W-18): when given, they must
+        equal them. Without a begin, they are the episode's parameters.
+        """
+
     def __init__(
         self,
         *,
@@ -84,10 +112,11 @@ class EpisodeDescriptor(_message.Message):
         oracle_identity: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         runtime_signal: _enums_pb2.RuntimeSignal.ValueType | None = ...,
         metadata: _struct_pb2.Struct | None = ...,
+        task_parameters: _abc.Mapping[_builtins.str, Global___TaskParameterValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_environment_id", b"_environment_id", "_runtime_signal", b"_runtime_signal", "_task_id", b"_task_id", "environment_id", b"environment_id", "metadata", b"metadata", "runtime_signal", b"runtime_signal", "task_id", b"task_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_environment_id", b"_environment_id", "_runtime_signal", b"_runtime_signal", "_task_id", b"_task_id", "environment_id", b"environment_id", "episode_id", b"episode_id", "metadata", b"metadata", "oracle_identity", b"oracle_identity", "policy_checkpoint_id", b"policy_checkpoint_id", "policy_update", b"policy_update", "reward_contract_digest", b"reward_contract_digest", "runtime_signal", b"runtime_signal", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_environment_id", b"_environment_id", "_runtime_signal", b"_runtime_signal", "_task_id", b"_task_id", "environment_id", b"environment_id", "episode_id", b"episode_id", "metadata", b"metadata", "oracle_identity", b"oracle_identity", "policy_checkpoint_id", b"policy_checkpoint_id", "policy_update", b"policy_update", "reward_contract_digest", b"reward_contract_digest", "runtime_signal", b"runtime_signal", "task_id", b"task_id", "task_parameters", b"task_parameters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__environment_id: _TypeAlias = _typing.Literal["environment_id"]  # noqa: Y015
     _WhichOneofArgType__environment_id: _TypeAlias = _typing.Literal["_environment_id", b"_environment_id"]  # noqa: Y015
@@ -103,6 +132,38 @@ class EpisodeDescriptor(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__task_id) -> _WhichOneofReturnType__task_id | None: ...
 
 Global___EpisodeDescriptor: _TypeAlias = EpisodeDescriptor  # noqa: Y015
+
+@_typing.final
+class TaskParameterValue(_message.Message):
+    """One task parameter value (R-MSG-11, R-W-18); its kind must be the declared type's."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STRING_VALUE_FIELD_NUMBER: _builtins.int
+    INTEGER_VALUE_FIELD_NUMBER: _builtins.int
+    NUMBER_VALUE_FIELD_NUMBER: _builtins.int
+    BOOL_VALUE_FIELD_NUMBER: _builtins.int
+    string_value: _builtins.str
+    integer_value: _builtins.int
+    number_value: _builtins.float
+    bool_value: _builtins.bool
+    def __init__(
+        self,
+        *,
+        string_value: _builtins.str = ...,
+        integer_value: _builtins.int = ...,
+        number_value: _builtins.float = ...,
+        bool_value: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bool_value", b"bool_value", "integer_value", b"integer_value", "number_value", b"number_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bool_value", b"bool_value", "integer_value", b"integer_value", "number_value", b"number_value", "string_value", b"string_value", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_value: _TypeAlias = _typing.Literal["string_value", "integer_value", "number_value", "bool_value"]  # noqa: Y015
+    _WhichOneofArgType_value: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_value) -> _WhichOneofReturnType_value | None: ...
+
+Global___TaskParameterValue: _TypeAlias = TaskParameterValue  # noqa: Y015
 
 @_typing.final
 class EpisodeError(_message.Message):

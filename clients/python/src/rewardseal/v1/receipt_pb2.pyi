@@ -70,6 +70,7 @@ class RewardEvidenceReceipt(_message.Message):
     ISSUER_KEY_ID_FIELD_NUMBER: _builtins.int
     NONCE_FIELD_NUMBER: _builtins.int
     ISSUED_AT_FIELD_NUMBER: _builtins.int
+    TASK_PARAMETERS_DIGEST_FIELD_NUMBER: _builtins.int
     FINDINGS_FIELD_NUMBER: _builtins.int
     receipt_id: _builtins.str
     reward_contract_digest: _builtins.str
@@ -91,6 +92,10 @@ class RewardEvidenceReceipt(_message.Message):
     development_only: _builtins.bool
     issuer_key_id: _builtins.str
     nonce: _builtins.str
+    task_parameters_digest: _builtins.str
+    """"" when the contract declares no task parameters; else the digest (R-DIG-1) of the JSON
+    object {name: value} of the values bound at begin (R-W-18).
+    """
     @_builtins.property
     def reward_components(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]: ...
     @_builtins.property
@@ -126,11 +131,12 @@ class RewardEvidenceReceipt(_message.Message):
         issuer_key_id: _builtins.str = ...,
         nonce: _builtins.str = ...,
         issued_at: _timestamp_pb2.Timestamp | None = ...,
+        task_parameters_digest: _builtins.str = ...,
         findings: _abc.Iterable[Global___Finding] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_scalar_reward", b"_scalar_reward", "issued_at", b"issued_at", "scalar_reward", b"scalar_reward"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_scalar_reward", b"_scalar_reward", "calibration_corpus_digest", b"calibration_corpus_digest", "calibration_scope", b"calibration_scope", "certificate_digest", b"certificate_digest", "certificate_id", b"certificate_id", "certificate_state", b"certificate_state", "certification_refusals", b"certification_refusals", "certified", b"certified", "development_only", b"development_only", "episode_id", b"episode_id", "evidence_digest", b"evidence_digest", "findings", b"findings", "issued_at", b"issued_at", "issuer_key_id", b"issuer_key_id", "nonce", b"nonce", "oracle_tier", b"oracle_tier", "policy_checkpoint_id", b"policy_checkpoint_id", "policy_update", b"policy_update", "receipt_id", b"receipt_id", "reward_components", b"reward_components", "reward_contract_digest", b"reward_contract_digest", "reward_outcome", b"reward_outcome", "scalar_reward", b"scalar_reward", "uncertainty", b"uncertainty"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_scalar_reward", b"_scalar_reward", "calibration_corpus_digest", b"calibration_corpus_digest", "calibration_scope", b"calibration_scope", "certificate_digest", b"certificate_digest", "certificate_id", b"certificate_id", "certificate_state", b"certificate_state", "certification_refusals", b"certification_refusals", "certified", b"certified", "development_only", b"development_only", "episode_id", b"episode_id", "evidence_digest", b"evidence_digest", "findings", b"findings", "issued_at", b"issued_at", "issuer_key_id", b"issuer_key_id", "nonce", b"nonce", "oracle_tier", b"oracle_tier", "policy_checkpoint_id", b"policy_checkpoint_id", "policy_update", b"policy_update", "receipt_id", b"receipt_id", "reward_components", b"reward_components", "reward_contract_digest", b"reward_contract_digest", "reward_outcome", b"reward_outcome", "scalar_reward", b"scalar_reward", "task_parameters_digest", b"task_parameters_digest", "uncertainty", b"uncertainty"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__scalar_reward: _TypeAlias = _typing.Literal["scalar_reward"]  # noqa: Y015
     _WhichOneofArgType__scalar_reward: _TypeAlias = _typing.Literal["_scalar_reward", b"_scalar_reward"]  # noqa: Y015

@@ -106,23 +106,52 @@ class BeginEpisodeRequest(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class TaskParametersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> _episode_pb2.TaskParameterValue: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _episode_pb2.TaskParameterValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     EPISODE_ID_FIELD_NUMBER: _builtins.int
     REWARD_CONTRACT_DIGEST_FIELD_NUMBER: _builtins.int
     ORACLE_IDENTITY_FIELD_NUMBER: _builtins.int
+    TASK_PARAMETERS_FIELD_NUMBER: _builtins.int
     episode_id: _builtins.str
     reward_contract_digest: _builtins.str
     @_builtins.property
     def oracle_identity(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def task_parameters(self) -> _containers.MessageMap[_builtins.str, _episode_pb2.TaskParameterValue]:
+        """The episode's task parameters, bound here once (R-W-18): exactly the contract's declared
+        parameters, each of its declared type and range.
+        """
+
     def __init__(
         self,
         *,
         episode_id: _builtins.str = ...,
         reward_contract_digest: _builtins.str = ...,
         oracle_identity: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        task_parameters: _abc.Mapping[_builtins.str, _episode_pb2.TaskParameterValue] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "oracle_identity", b"oracle_identity", "reward_contract_digest", b"reward_contract_digest"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["episode_id", b"episode_id", "oracle_identity", b"oracle_identity", "reward_contract_digest", b"reward_contract_digest", "task_parameters", b"task_parameters"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -22,9 +22,9 @@ from rewardseal.core import strict_json
 from rewardseal.core.calibration import epsilon_from_summary, summary_from_json
 from rewardseal.core.digest import digest_json
 from rewardseal.core.errors import ValidationError
-from rewardseal.core.judging import EffectSpec, IdentityRef
-from rewardseal.v1.contract_pb2 import RewardContract
-from rewardseal.v1.enums_pb2 import OracleChannel
+from rewardseal.core.judging import EffectSpec, IdentityRef, ParamRef
+from rewardseal.v1.contract_pb2 import RewardContract, TaskParameter
+from rewardseal.v1.enums_pb2 import OracleChannel, TaskParameterType
 from rewardseal_worker.authoring.readme import bundle_readme
 from rewardseal_worker.authoring.schema_check import schema_problems
 from rewardseal_worker.authoring.templates import INIT_KINDS, starting_bundle
@@ -207,6 +207,10 @@ def show_bundle(directory: Path, out: TextIO) -> int:
     channel = OracleChannel.Name(contract.oracle.channel).removeprefix("ORACLE_CHANNEL_")
     print(f"oracle           tier {bundle.tier}, channel {channel}, {_reads(recipe)}", file=out)
     print(f"identity         {', '.join(contract.oracle.identity_keys)}", file=out)
+    if contract.task_parameters:
+        print("task parameters  bound per episode at begin (R-W-18)", file=out)
+        for parameter in contract.task_parameters:
+            print(f"  - {_parameter_words(parameter)}", file=out)
     print("required effects", file=out)
     for spec in bundle.required:
         print(f"  - {_effect_words(spec)}", file=out)
@@ -258,9 +262,30 @@ def _reads(recipe: Mapping[str, Any]) -> str:
     return f"{kind} file {recipe.get('path')} collection {recipe.get('collection')!r}"
 
 
+def _parameter_words(parameter: TaskParameter) -> str:
+    kind = TaskParameterType.Name(parameter.type).removeprefix("TASK_PARAMETER_TYPE_").lower()
+    words = [f"{parameter.name}: {kind}"]
+    if parameter.HasField("max_length"):
+        words.append(f"at most {parameter.max_length} characters")
+    if parameter.allowed_values:
+        words.append(f"one of {sorted(parameter.allowed_values)}")
+    if parameter.HasField("minimum"):
+        words.append(f">= {parameter.minimum:g}")
+    if parameter.HasField("maximum"):
+        words.append(f"<= {parameter.maximum:g}")
+    return ", ".join(words)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, IdentityRef):
+        return f"<{value.key}>"
+    if isinstance(value, ParamRef):
+        return f"<param {value.name}>"
+    return repr(value)
+
+
 def _effect_words(spec: EffectSpec) -> str:
-    def shown(value: Any) -> str:
-        return f"<{value.key}>" if isinstance(value, IdentityRef) else repr(value)
+    shown = _shown
 
     where = ", ".join(f"{f} = {shown(v)}" for f, v in spec.select.items())
     parts = [f"{spec.name}: in {spec.collection} where {where}"]
@@ -274,7 +299,7 @@ def _effect_words(spec: EffectSpec) -> str:
         parts.append(f"exactly {spec.new_records} new record(s)")
     if spec.expect:
         now = "now with " if spec.updates else "with "
-        parts.append(now + ", ".join(f"{f} = {v!r}" for f, v in spec.expect.items()))
+        parts.append(now + ", ".join(f"{f} = {shown(v)}" for f, v in spec.expect.items()))
     if spec.required_fields:
         parts.append(f"fields {sorted(spec.required_fields)} set")
     if spec.allowed_fields is not None:

@@ -31,7 +31,11 @@ from rewardseal_worker.calibration import calibrate, text_progress
 from rewardseal_worker.calibration.live_sor import UNSAFE_UNKNOWN_FLAG
 from rewardseal_worker.calibration.runner import DEFAULT_TRIALS
 from rewardseal_worker.calibration.sandbox import open_sandbox
-from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
+from rewardseal_worker.calibration.sandbox_corpus import (
+    SANDBOX_CORPUS_DIGEST,
+    sandbox_corpus_digest,
+)
+from rewardseal_worker.calibration.task_rows import TaskRows, read_task_rows
 
 __all__ = ["add_calibrate_command", "run_authoring_command", "run_calibrate"]
 
@@ -79,6 +83,14 @@ def add_calibrate_command(commands: argparse._SubParsersAction[argparse.Argument
         "PRODUCTION certificates need it, R-MSG-5)",
     )
     cal.add_argument(
+        "--task-rows",
+        type=Path,
+        metavar="FILE.jsonl",
+        help="for a contract with task parameters: draw each trial's values from these rows "
+        "(one JSON object per line) instead of the declaration (R-CAL-6); the corpus digest "
+        "covers the rows",
+    )
+    cal.add_argument(
         "--out", type=Path, help=f"where to write the summary (default DIR/{CALIBRATION_FILE})"
     )
     cal.add_argument(
@@ -106,14 +118,21 @@ def run_authoring_command(
         return PROBLEMS_EXIT
 
 
-def _check_corpus(bundle: ContractBundle) -> None:
+def _check_corpus(bundle: ContractBundle, rows: TaskRows | None) -> None:
     """A sandbox run is the sandbox corpus: refuse a contract that pins another one, rather than
     stamp a summary with a corpus it did not run (R-C-3 would then certify the wrong claim)."""
     pinned = bundle.contract.certificate_policy.calibration_corpus_digest
-    if pinned != SANDBOX_CORPUS_DIGEST:
+    runs = sandbox_corpus_digest(bundle.contract, rows)
+    if pinned != runs:
+        if runs == SANDBOX_CORPUS_DIGEST:
+            which = "sandbox corpus"
+        elif rows is None:
+            which = "sandbox corpus with task parameters drawn from the declaration (R-CAL-6)"
+        else:
+            which = "sandbox corpus with task parameters drawn from these task rows (R-CAL-6)"
         raise ValidationError(
             f"the contract pins calibration corpus {pinned}, but a sandbox calibration runs the "
-            f"sandbox corpus {SANDBOX_CORPUS_DIGEST}; pin that digest in "
+            f"{which} {runs}; pin that digest in "
             "certificate_policy.calibration_corpus_digest (contract init does) and seal"
         )
 
@@ -134,7 +153,8 @@ def _policy_words(bundle: ContractBundle, epsilon: float, delta: float) -> str:
 def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """``calibrate``: the summary written to ``--out``; the counts printed."""
     bundle = load_bundle(args.directory)
-    _check_corpus(bundle)
+    rows = read_task_rows(bundle.contract, args.task_rows) if args.task_rows else None
+    _check_corpus(bundle, rows)
     seed = args.seed if args.seed is not None else secrets.randbits(63)
     judge = open_sandbox(
         bundle,
@@ -151,6 +171,7 @@ def run_calibrate(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             trials=args.trials,
             judge=judge,
             held_out=args.held_out,
+            task_rows=rows,
             # A bar only where someone watches: a log or a pipe gets the summary lines alone.
             progress=text_progress(err) if err.isatty() else None,
         )

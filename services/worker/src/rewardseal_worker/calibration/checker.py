@@ -19,6 +19,8 @@ JUDGE_VERSION: Final = f"rewardseal_worker.judge/{__version__}"
 def checker_configuration(bundle: ContractBundle) -> dict[str, Any]:
     """The document the checker configuration digest covers: what decides a verdict."""
     contract = bundle.contract
+    # How trials draw task parameter values (R-CAL-6) is the corpus's, not the checker's: the
+    # corpus digest on the summary and the certificate names it.
     return {
         "judge_version": JUDGE_VERSION,
         "recipe_kind": str(bundle.recipe.get("kind")),

@@ -10,12 +10,22 @@ bundle's task, the families its replay can play on the task's published write, e
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from rewardseal.core.errors import ValidationError
 from rewardseal.core.faults import GENERIC_FAULT_CLASSES
-from rewardseal.core.judging import RECORD_ID_FIELD, EffectSpec, IdentityRef, parse_effects
+from rewardseal.core.judging import (
+    RECORD_ID_FIELD,
+    EffectSpec,
+    IdentityRef,
+    bind_parameters,
+    parse_effects,
+)
+from rewardseal.core.task_parameters import ParameterValue, draw_values
+from rewardseal.v1.contract_pb2 import TaskParameter
 from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.families import (
     EXTRADUP_PREFIX,
@@ -25,7 +35,13 @@ from rewardseal_worker.calibration.families import (
 )
 from rewardseal_worker.oracles.base import recipe_identity_fields
 
-__all__ = ["CalibrationSetup", "fault_classes_for", "setup_for"]
+__all__ = [
+    "CalibrationSetup",
+    "drawn_parameters",
+    "fault_classes_for",
+    "setup_for",
+    "with_drawn_parameters",
+]
 
 
 @dataclass(frozen=True)
@@ -42,6 +58,13 @@ class CalibrationSetup:
     family_write: FamilyWrite | None
     family_names: tuple[str, ...]
     replay: FamilyReplay | None
+    parameters: tuple[TaskParameter, ...] = ()
+    """The contract's task parameter declarations (R-MSG-11): each trial draws its own values
+    (R-CAL-6, :func:`with_drawn_parameters`)."""
+    parameter_rows: tuple[Mapping[str, ParameterValue], ...] = ()
+    """Task rows to draw the values from instead of the declaration (``--task-rows``)."""
+    bound: Mapping[str, ParameterValue] = field(default_factory=lambda: MappingProxyType({}))
+    """The values this setup's effects are bound to (one trial's; empty for the run's)."""
 
     @property
     def fault_classes(self) -> tuple[str, ...]:
@@ -135,7 +158,30 @@ def setup_for(bundle: ContractBundle, families: FaultFamilies | None) -> Calibra
         family_write=write,
         family_names=names,
         replay=families.replay if write is not None and families is not None else None,
+        parameters=tuple(bundle.contract.task_parameters),
     )
+
+
+def with_drawn_parameters(setup: CalibrationSetup, rng: random.Random) -> CalibrationSetup:
+    """``setup`` with its effects bound to task parameter values drawn from ``rng`` (R-CAL-6):
+    one of its task rows, else by the declaration. The trial is then generated and judged as
+    an episode begun with them. A contract without parameters gets ``setup`` itself (and
+    ``rng`` is not used)."""
+    if not setup.parameters:
+        return setup
+    rows = setup.parameter_rows
+    values = rows[rng.randrange(len(rows))] if rows else draw_values(setup.parameters, rng)
+    return replace(
+        setup,
+        required=bind_parameters(setup.required, values),
+        forbidden=bind_parameters(setup.forbidden, values),
+        bound=MappingProxyType(dict(values)),
+    )
+
+
+def drawn_parameters(setup: CalibrationSetup) -> Mapping[str, ParameterValue]:
+    """The values :func:`with_drawn_parameters` bound ``setup`` to (empty when unbound)."""
+    return setup.bound
 
 
 def fault_classes_for(

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from rewardseal.core.calibration import METHOD, clopper_pearson_upper
@@ -33,8 +33,14 @@ from rewardseal_worker.bundle import ContractBundle
 from rewardseal_worker.calibration.checker import checker_configuration_digest
 from rewardseal_worker.calibration.families import EXTRADUP_PREFIX, FaultFamilies
 from rewardseal_worker.calibration.family_trials import build_family_trial
-from rewardseal_worker.calibration.fault_classes import CalibrationSetup, setup_for
+from rewardseal_worker.calibration.fault_classes import (
+    CalibrationSetup,
+    drawn_parameters,
+    setup_for,
+    with_drawn_parameters,
+)
 from rewardseal_worker.calibration.progress import ProgressCallback
+from rewardseal_worker.calibration.task_rows import checked_rows
 from rewardseal_worker.calibration.trials import GOLD, Trial, build_generic, judge_trial, trial_rng
 
 __all__ = [
@@ -64,6 +70,10 @@ NO_EFFECTIVE_FAULT_MESSAGE: Final = "calibration refused: no draw was an effecti
 
 MAX_REDRAWS: Final = 50
 """Draws of one trial that a sandbox may refuse before calibration gives up on it."""
+
+PARAMETERS_STREAM: Final = "task_parameters"
+"""Where a trial's task parameter values come from (R-CAL-6): the generator of the run's seed,
+this name, the trial's kind and index."""
 
 _MAX_SEED = 2**64 - 1  # generator_seed is a uint64
 _MAX_TRIALS = 1_000_000
@@ -126,12 +136,14 @@ class FalseAccept(DrawSite):
 
 @dataclass(frozen=True)
 class Draw:
-    """One drawn trial: how its fault was made, the trial, and its verdict (None: the SoR
-    refused to store it, :class:`TrialRejected`)."""
+    """One drawn trial: how its fault was made, the trial, its verdict (None: the SoR refused
+    to store it, :class:`TrialRejected`), and the task parameter values it was generated and
+    judged with (None for a contract without parameters, R-CAL-6)."""
 
     variant: str
     trial: Trial
     judged: JudgedTrial | None
+    parameters: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -174,14 +186,17 @@ def run_one(
     """Draw trial ``index`` of ``kind`` and judge it; a :class:`TrialNotWritable` that is not
     a :class:`TrialRejected` propagates (the caller draws again)."""
     rng = trial_rng(seed, kind, index)
+    # Its own generator, so a contract without parameters draws exactly what it drew before.
+    bound = with_drawn_parameters(setup, trial_rng(seed, f"{PARAMETERS_STREAM}/{kind}", index))
     if kind.startswith(EXTRADUP_PREFIX):
-        trial, variant = build_family_trial(setup, rng, kind.removeprefix(EXTRADUP_PREFIX))
+        trial, variant = build_family_trial(bound, rng, kind.removeprefix(EXTRADUP_PREFIX))
     else:
-        trial, variant = build_generic(setup, rng, kind)
+        trial, variant = build_generic(bound, rng, kind)
+    parameters = drawn_parameters(bound) if setup.parameters else None
     try:
-        return Draw(variant, trial, judge(setup, rng, trial))
+        return Draw(variant, trial, judge(bound, rng, trial), parameters)
     except TrialRejected:
-        return Draw(variant, trial, None)
+        return Draw(variant, trial, None, parameters)
 
 
 def _check_int(value: int, name: str, low: int, high: int) -> int:
@@ -201,6 +216,7 @@ def calibrate(
     progress: ProgressCallback | None = None,
     judge: TrialJudge = judge_in_memory,
     held_out: bool = False,
+    task_rows: Sequence[Mapping[str, Any]] | None = None,
 ) -> CalibrationResult:
     """Calibrate ``bundle``'s judge on ``trials`` synthetic fault trials (R-CAL-2/3).
 
@@ -221,6 +237,9 @@ def calibrate(
             own writes the SoR refuses (:class:`TrialRejected`) or stores as the correct
             record (``benign``) is counted apart (R-CAL-7).
         held_out: mark the summary as made on a held-out corpus (R-MSG-5).
+        task_rows: for a contract with task parameters, the rows each trial takes its values
+            from (one per trial, drawn with the seed; checked against the declaration);
+            None draws them from the declaration (R-CAL-6).
 
     Raises:
         ValidationError: bad arguments, ``families`` for another task, a gold control trial
@@ -236,6 +255,8 @@ def calibrate(
 
     started = time.perf_counter()
     setup = setup_for(bundle, families)
+    if task_rows is not None:
+        setup = replace(setup, parameter_rows=checked_rows(bundle.contract, task_rows))
     classes = setup.fault_classes
     gold_kinds = [GOLD]
     if setup.replay is not None:
@@ -284,6 +305,8 @@ def calibrate(
                 RewardOutcome.Name(decision.outcome),
                 digest_json(decision.evidence()),
             ]
+        if drawn.parameters is not None:  # R-CAL-6: the values drawn are part of the run
+            row.append(digest_json(dict(drawn.parameters)))
         transcript.append(row)
         done += 1
         if progress is not None:

@@ -29,6 +29,7 @@ from rewardseal.core.errors import InvalidEpisode
 from rewardseal.core.integrity.messages import enum_word
 from rewardseal.core.judging.receipt_findings import read_findings
 from rewardseal.core.receipts import certificate_state_word, outcome_word, scope_word
+from rewardseal.core.task_parameters import to_wire
 from rewardseal.core.validation import runtime_signal_named
 from rewardseal.v1.enums_pb2 import (
     CalibrationScope,
@@ -60,6 +61,10 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+ParameterValues = dict[str, bool | int | float | str]
+"""A JSON object of task parameter values (R-W-18): name -> string, number or boolean."""
+
+
 class EpisodeBody(_Body):
     """``POST /v1/rewards``: the episode descriptor (docs/spec.md R-MSG-9)."""
 
@@ -82,6 +87,9 @@ class EpisodeBody(_Body):
         description="free-form; oracle_identity and runtime_signal are read from here too; "
         "keys naming record contents are refused",
     )
+    task_parameters: ParameterValues | None = Field(
+        default=None, description="optional repeat of the values the begin bound: must equal them"
+    )
 
 
 class BeginBody(_Body):
@@ -90,6 +98,11 @@ class BeginBody(_Body):
     episode_id: str
     reward_contract_digest: str
     oracle_identity: dict[str, str]
+    task_parameters: ParameterValues | None = Field(
+        default=None,
+        description="the episode's task parameters, bound once (exactly the contract's declared "
+        "parameters, each of its type and range)",
+    )
 
 
 class GraderBody(_Body):
@@ -179,6 +192,10 @@ class RewardsealView(BaseModel):
     findings: list[FindingView] = Field(
         description="why the outcome is what it is, per effect; empty when verified"
     )
+    task_parameters_digest: str = Field(
+        description="the digest of the task parameters bound at begin (R-W-18); empty when "
+        "the contract declares none"
+    )
 
 
 class RewardView(BaseModel):
@@ -252,6 +269,9 @@ def descriptor_from_body(body: EpisodeBody) -> EpisodeDescriptor:
         descriptor.runtime_signal = runtime_signal_named(body.runtime_signal, "runtime_signal")
     if body.metadata:
         descriptor.metadata.CopyFrom(_struct(body.metadata))
+    if body.task_parameters:
+        for name, value in to_wire(body.task_parameters).items():  # a message map: no update()
+            descriptor.task_parameters[name].CopyFrom(value)
     return descriptor
 
 
@@ -270,6 +290,7 @@ def begin_request_from_body(body: BeginBody) -> BeginEpisodeRequest:
         episode_id=body.episode_id,
         reward_contract_digest=body.reward_contract_digest,
         oracle_identity=body.oracle_identity,
+        task_parameters=to_wire(body.task_parameters or {}),
     )
 
 
@@ -349,6 +370,7 @@ def rewardseal_view(receipt: RewardEvidenceReceipt) -> dict[str, Any]:
         "certificate_state": certificate_state_word(receipt.certificate_state),
         "outcome": outcome_word(receipt.reward_outcome),
         "findings": [finding.as_dict() for finding in read_findings(receipt)],
+        "task_parameters_digest": receipt.task_parameters_digest,
     }
 
 

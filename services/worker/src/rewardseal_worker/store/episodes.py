@@ -20,11 +20,14 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Row
 
+from rewardseal.core.digest import canonical_json
 from rewardseal.core.errors import (
     DuplicateEpisode,
     IdentityBusy,
     IdentityConflict,
+    InvalidTaskParameters,
     RewardSealError,
+    preview,
 )
 from rewardseal_server.sqlstore import (
     UNIQUE_VIOLATION,
@@ -47,6 +50,8 @@ class OpenEpisode:
     identity: Identity
     baseline: list[Record] | None
     begun_at: datetime
+    task_parameters: dict[str, Any] | None = None
+    """The task parameters bound at begin (R-W-18); None when the contract declares none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +65,9 @@ class BeginItem:
     baseline: list[Record] | None
     begun_at: datetime
     ttl_seconds: float
+    task_parameters: dict[str, Any] | None = None
+    """The task parameters bound at begin, checked against the contract (R-W-18); None when
+    it declares none."""
 
 
 @dataclass(frozen=True)
@@ -78,12 +86,37 @@ BeginDecision = RewardSealError | KeptRegistration | None
 a :class:`KeptRegistration`, already registered so; else the refusal."""
 
 
+def same_parameters(stored: dict[str, Any] | None, given: dict[str, Any] | None) -> bool:
+    """Whether two sets of bound task parameters are the same values (types included: a JSON
+    round trip keeps them; canonical JSON tells ``1`` from ``true``)."""
+    if stored is None or given is None:
+        return stored is None and given is None
+    return canonical_json(stored) == canonical_json(given)
+
+
+def other_parameters(
+    episode_id: str, stored: dict[str, Any] | None, given: dict[str, Any] | None
+) -> InvalidTaskParameters:
+    """The refusal of a re-begin that names other task parameters than the open episode's,
+    naming the first (by name) whose value differs."""
+    first, second = stored or {}, given or {}
+    names = sorted(set(first) | set(second))
+    differing = [n for n in names if not same_parameters({n: first.get(n)}, {n: second.get(n)})]
+    named = (differing or names or ["?"])[0]
+    return InvalidTaskParameters(
+        f"episode {preview(episode_id)} is already begun with another value of task parameter "
+        f"{preview(named, quoted=False)} (parameters are bound once)",
+        metadata={"parameter": named},
+    )
+
+
 def open_episode_of(row: Row[*tuple[Any, ...]]) -> OpenEpisode:
     """An :class:`OpenEpisode` from a row of ``open_episodes`` (identity, baseline, begun_at)."""
     return OpenEpisode(
         identity=Identity(row.identity),
         baseline=None if row.baseline is None else list(row.baseline),
         begun_at=row.begun_at,
+        task_parameters=None if row.task_parameters is None else dict(row.task_parameters),
     )
 
 
@@ -126,10 +159,12 @@ class EpisodeStore(StorePart):
             by_slot: dict[tuple[str, str], tuple[str, datetime]] = {}
             by_episode: dict[str, tuple[str, str, datetime]] = {}
             recorded: dict[str, bool] = {}  # episode -> a baseline is recorded
-            for contract, key, episode, begun, has_baseline in found:
+            parameters: dict[str, dict[str, Any] | None] = {}  # episode -> what its begin bound
+            for contract, key, episode, begun, has_baseline, bound in found:
                 by_slot[(contract, key)] = (episode, begun)
                 by_episode[episode] = (contract, key, begun)
                 recorded[episode] = has_baseline
+                parameters[episode] = bound
             stored_episodes = set(by_episode)
             to_delete: set[str] = set()
             to_insert: dict[str, dict[str, Any]] = {}
@@ -153,6 +188,12 @@ class EpisodeStore(StorePart):
                 holder = by_slot.get((entry.contract_digest, key))
                 if holder is not None:
                     if holder[0] == entry.episode_id:
+                        if not same_parameters(parameters.get(holder[0]), entry.task_parameters):
+                            # R-W-18: values are bound once; a re-begin cannot change them.
+                            results[index] = other_parameters(
+                                entry.episode_id, parameters.get(holder[0]), entry.task_parameters
+                            )
+                            continue
                         # Idempotent re-begin: the first registration stands, and the answer
                         # says what it holds (not this begin's time and baseline read).
                         results[index] = KeptRegistration(holder[1], recorded[holder[0]])
@@ -175,6 +216,7 @@ class EpisodeStore(StorePart):
                 by_slot[(entry.contract_digest, key)] = (entry.episode_id, now)
                 by_episode[entry.episode_id] = (entry.contract_digest, key, now)
                 recorded[entry.episode_id] = entry.baseline is not None
+                parameters[entry.episode_id] = entry.task_parameters
                 to_insert[entry.episode_id] = {
                     "contract_digest": entry.contract_digest,
                     "identity_key": key,
@@ -182,6 +224,7 @@ class EpisodeStore(StorePart):
                     "identity": dict(entry.identity),
                     "baseline": entry.baseline,
                     "begun_at": now,
+                    "task_parameters": entry.task_parameters,
                 }
             if to_delete:
                 self._hot.close_open(conn, sorted(to_delete))

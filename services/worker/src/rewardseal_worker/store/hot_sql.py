@@ -50,11 +50,21 @@ def _array_element(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _json_or_none(value: Any) -> str | None:
+    """``value`` as JSON text; None (SQL NULL) for None."""
+    return None if value is None else json.dumps(value)
+
+
 SQLITE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 """How SQLAlchemy's ``DateTime`` stores a timestamp in SQLite (naive UTC)."""
 
-Registration = tuple[dict[str, str], list[dict[str, Any]] | None, datetime]
-"""An open registration as read: identity, baseline (None: no baseline), begun_at (aware)."""
+Registration = tuple[dict[str, str], list[dict[str, Any]] | None, datetime, dict[str, Any] | None]
+"""An open registration as read: identity, baseline (None: no baseline), begun_at (aware), task
+parameters (None: the contract declares none)."""
+
+BeginRead = tuple[str, str, str, datetime, bool, dict[str, Any] | None]
+"""An open registration as a batch of begins reads it: contract, identity key, episode id,
+begun_at (aware), whether a baseline is recorded, task parameters (None: none bound)."""
 
 _RECEIPT_COLUMNS: tuple[str, ...] = tuple(receipts.columns.keys())
 """The columns of a receipt row, in the order its insert binds them (the table's)."""
@@ -65,10 +75,10 @@ _OPEN_COLUMNS: tuple[str, ...] = tuple(open_episodes.columns.keys())
 _RECEIPT_TYPES = ("text", "text", "text", "int8", "bytea", "bytea", "timestamptz")
 """The PostgreSQL types of :data:`_RECEIPT_COLUMNS` (for COPY's binary rows)."""
 
-_OPEN_TYPES = ("text", "text", "text", "text", "text", "timestamptz")
-"""The types COPY writes a registration's columns as. ``identity`` and ``baseline`` are
-``json`` columns whose binary form is their text: written as ``text``, our JSON goes in as it
-is (psycopg's ``json`` dumper would encode the string again)."""
+_OPEN_TYPES = ("text", "text", "text", "text", "text", "timestamptz", "text")
+"""The types COPY writes a registration's columns as. ``identity``, ``baseline`` and
+``task_parameters`` are ``json`` columns whose binary form is their text: written as ``text``,
+our JSON goes in as it is (psycopg's ``json`` dumper would encode the string again)."""
 
 # Kinds of rows of the one-statement reads (first column).
 _OPEN, _RECEIPT, _HIGHEST, _TAKEN, _CREDITED = 0, 1, 2, 3, 4
@@ -96,25 +106,26 @@ class HotSql:
             return f"= ANY(%({name})s::text[])"
 
         self._lookup = (
-            f"SELECT {_OPEN}, episode_id, identity_key, identity, baseline, begun_at "
+            f"SELECT {_OPEN}, episode_id, identity_key, identity, baseline, begun_at, "
+            "task_parameters "
             f"FROM open_episodes WHERE contract_digest = {param('contract', 1)} "
             f"AND episode_id {listed('ids', 2)} "
-            f"UNION ALL SELECT {_RECEIPT}, episode_id, receipt_id, NULL, NULL, NULL "
+            f"UNION ALL SELECT {_RECEIPT}, episode_id, receipt_id, NULL, NULL, NULL, NULL "
             f"FROM receipts WHERE episode_id {listed('ids', 2)} "
             f"UNION ALL SELECT {_HIGHEST}, NULL, "
             + ("highest_update" if sqlite else "highest_update::text")
-            + ", NULL, NULL, NULL "
+            + ", NULL, NULL, NULL, NULL "
             f"FROM policy_ledger WHERE contract_digest = {param('contract', 1)} "
             # The records credited for the contract to the open registrations' identities (two
             # index searches, as in _credited) and to no identity, in the same snapshot: the
             # judge's credited set costs no second transaction (advisory, as before: the commit
             # checks every credit again under its lock, and a record taken in between sends
             # the episode round again, R-W-3).
-            f"UNION ALL SELECT {_CREDITED}, identity_key, record_id, NULL, NULL, NULL "
+            f"UNION ALL SELECT {_CREDITED}, identity_key, record_id, NULL, NULL, NULL, NULL "
             f"FROM credited_records WHERE contract_digest = {param('contract', 1)} "
             "AND identity_key IN (SELECT identity_key FROM open_episodes "
             f"WHERE contract_digest = {param('contract', 1)} AND episode_id {listed('ids', 2)}) "
-            f"UNION ALL SELECT {_CREDITED}, NULL, record_id, NULL, NULL, NULL "
+            f"UNION ALL SELECT {_CREDITED}, NULL, record_id, NULL, NULL, NULL, NULL "
             f"FROM credited_records WHERE contract_digest = {param('contract', 1)} "
             "AND identity_key IS NULL"
         )
@@ -194,12 +205,12 @@ class HotSql:
         # SQLite's writers are serialized by BEGIN IMMEDIATE, so there one statement reads both.
         open_for_begin = (
             f"SELECT {_OPEN}, contract_digest, identity_key, episode_id, begun_at, "
-            "baseline IS NOT NULL "
+            "baseline IS NOT NULL, task_parameters "
             f"FROM open_episodes WHERE episode_id {listed('ids', 1)} "
             f"OR (contract_digest {listed('contracts', 2)} AND identity_key {listed('keys', 3)})"
         )
         receipts_for_begin = (
-            f"SELECT {_RECEIPT}, NULL, NULL, episode_id, receipt_id, NULL FROM receipts "
+            f"SELECT {_RECEIPT}, NULL, NULL, episode_id, receipt_id, NULL, NULL FROM receipts "
             f"WHERE episode_id {listed('ids', 1)}"
         )
         all_three = ("ids", "contracts", "keys")
@@ -215,7 +226,12 @@ class HotSql:
             f"INSERT INTO open_episodes ({', '.join(_OPEN_COLUMNS)}) VALUES ("
             f"{param('contract_digest', 1)}, "
             f"{param('identity_key', 2)}, {param('episode_id', 3)}, "
-            + ("?4, ?5, ?6" if sqlite else "%(identity)s::json, %(baseline)s::json, %(begun_at)s")
+            + (
+                "?4, ?5, ?6, ?7"
+                if sqlite
+                else "%(identity)s::json, %(baseline)s::json, %(begun_at)s, "
+                "%(task_parameters)s::json"
+            )
             + ") ON CONFLICT DO NOTHING"
         )
 
@@ -272,9 +288,13 @@ class HotSql:
         params = self._bind(
             {"contract": contract_digest, "ids": self._list(episode_ids)}, ("contract", "ids")
         )
-        for kind, episode_id, key, identity, baseline, begun_at in conn.fetch(self._lookup, params):
+        for kind, episode_id, key, identity, baseline, begun_at, parameters in conn.fetch(
+            self._lookup, params
+        ):
             if kind == _OPEN:
-                registered[episode_id] = self._registration(identity, baseline, begun_at)
+                registered[episode_id] = self._registration(
+                    identity, baseline, begun_at, parameters
+                )
             elif kind == _RECEIPT:
                 found[episode_id] = key
             elif kind == _CREDITED:
@@ -283,12 +303,16 @@ class HotSql:
                 highest = int(key)
         return found, registered, highest, credited
 
-    def _registration(self, identity: Any, baseline: Any, begun_at: Any) -> Registration:
+    def _registration(
+        self, identity: Any, baseline: Any, begun_at: Any, parameters: Any
+    ) -> Registration:
         if self._sqlite:  # JSON as text, timestamps as naive-UTC text (see the module docstring)
             identity = json.loads(identity)
             baseline = None if baseline is None else json.loads(baseline)
             begun_at = datetime.fromisoformat(begun_at)
-        return identity, None if baseline is None else list(baseline), as_utc(begun_at)
+            parameters = None if parameters is None else json.loads(parameters)
+        listed = None if baseline is None else list(baseline)
+        return identity, listed, as_utc(begun_at), None if parameters is None else dict(parameters)
 
     def credited(
         self, conn: DriverConnection, contract_digest: str, identity_keys: Collection[str]
@@ -467,9 +491,10 @@ class HotSql:
         episode_ids: Collection[str],
         contracts: Collection[str],
         identity_keys: Collection[str],
-    ) -> tuple[list[tuple[str, str, str, datetime, bool]], dict[str, str]]:
+    ) -> tuple[list[BeginRead], dict[str, str]]:
         """The open registrations a batch of begins can meet, as (contract, identity key,
-        episode id, begun_at aware, whether a baseline is recorded): those of ``episode_ids``
+        episode id, begun_at aware, whether a baseline is recorded, task parameters or None):
+        those of ``episode_ids``
         and of the ``contracts`` x ``identity_keys`` slots (PostgreSQL: locked ``FOR
         UPDATE``); and the receipts of ``episode_ids`` (episode id -> receipt id), read after
         the lock."""
@@ -478,23 +503,27 @@ class HotSql:
             "contracts": self._list(contracts),
             "keys": self._list(identity_keys),
         }
-        registrations: list[tuple[str, str, str, datetime, bool]] = []
+        registrations: list[BeginRead] = []
         receipts: dict[str, str] = {}
         for statement, order in self._begin_reads:
-            for kind, contract, key, episode_id, last, recorded in conn.fetch(
+            for kind, contract, key, episode_id, last, recorded, parameters in conn.fetch(
                 statement, self._bind(named, order)
             ):
                 if kind == _OPEN:
                     begun = datetime.fromisoformat(last) if self._sqlite else last
-                    registrations.append((contract, key, episode_id, as_utc(begun), bool(recorded)))
+                    if self._sqlite and parameters is not None:
+                        parameters = json.loads(parameters)
+                    registrations.append(
+                        (contract, key, episode_id, as_utc(begun), bool(recorded), parameters)
+                    )
                 else:
                     receipts[episode_id] = last
         return registrations, receipts
 
     def register(self, conn: DriverConnection, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert open registrations (``ON CONFLICT DO NOTHING``): each row's contract_digest,
-        identity_key, episode_id, identity (a mapping), baseline (records or None) and
-        begun_at; how many were inserted.
+        identity_key, episode_id, identity (a mapping), baseline (records or None), begun_at
+        and task_parameters (a mapping or None); how many were inserted.
 
         PostgreSQL (:attr:`copies`): in one COPY stream, which has no ``ON CONFLICT``: a taken
         slot or episode id fails the statement (and the transaction) with a unique violation
@@ -511,6 +540,7 @@ class HotSql:
                         json.dumps(row["identity"]),
                         None if row["baseline"] is None else json.dumps(row["baseline"]),
                         as_utc(row["begun_at"]),
+                        _json_or_none(row["task_parameters"]),
                     )
                     for row in rows
                 ),
@@ -523,6 +553,7 @@ class HotSql:
                     "identity": json.dumps(row["identity"]),
                     "baseline": None if row["baseline"] is None else json.dumps(row["baseline"]),
                     "begun_at": self._time(row["begun_at"]),
+                    "task_parameters": _json_or_none(row["task_parameters"]),
                 },
                 _OPEN_COLUMNS,
             )

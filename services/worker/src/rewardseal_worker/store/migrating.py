@@ -2,7 +2,9 @@
 
 :data:`MIGRATIONS` (:class:`rewardseal_server.migrating.Migrations`, as the control plane's) runs
 the revisions shipped in ``rewardseal_worker/migrations``: ``0001`` the store as
-``metadata.create_all`` made it before the dead letter, ``0002`` the dead letter (R-C-12).
+``metadata.create_all`` made it before the dead letter, ``0002`` the dead letter (R-C-12),
+``0003`` the task parameters of open episodes (R-W-18; no store was made before migrations at
+it).
 
 Before migrations the worker made its tables with ``create_all`` on every start, so an existing
 store has no version table. :func:`recognise` says which revision such a store's schema is (its

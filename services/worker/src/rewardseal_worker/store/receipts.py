@@ -213,9 +213,12 @@ class ReceiptStore(StorePart):
         )
         registered = {
             episode_id: OpenEpisode(
-                identity=Identity(identity), baseline=baseline, begun_at=begun_at
+                identity=Identity(identity),
+                baseline=baseline,
+                begun_at=begun_at,
+                task_parameters=parameters,
             )
-            for episode_id, (identity, baseline, begun_at) in rows.items()
+            for episode_id, (identity, baseline, begun_at, parameters) in rows.items()
         }
         keys = {episode.identity.key for episode in registered.values()}
         credited = group_credits(keys, credits)

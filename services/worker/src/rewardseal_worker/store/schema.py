@@ -49,6 +49,9 @@ open_episodes = Table(
     Column("identity", JSON, nullable=False),
     Column("baseline", JSON(none_as_null=True), nullable=True),
     Column("begun_at", UTCDateTime, nullable=False),
+    # The task parameters bound at begin, {name: value} (R-W-18); NULL when the contract
+    # declares none.
+    Column("task_parameters", JSON(none_as_null=True), nullable=True),
 )
 
 receipts = Table(
@@ -158,6 +161,7 @@ OPEN_EPISODES = select(
     open_episodes.c.identity,
     open_episodes.c.baseline,
     open_episodes.c.begun_at,
+    open_episodes.c.task_parameters,
 ).where(
     open_episodes.c.contract_digest == bindparam("contract_digest"),
     open_episodes.c.episode_id.in_(bindparam("episode_ids", expanding=True)),

@@ -31,6 +31,11 @@ differ in the current read; ``expect`` and ``required_fields`` hold for their ne
 ``allowed_fields`` names the fields that may change. A forbidden update effect is present when
 such a record changed at all (``expect`` narrowing what counts) or vanished.
 
+A ``select`` or ``expect`` value may also be ``{"param": "qty"}``: the episode's value of the
+contract's task parameter ``qty`` (R-MSG-11), bound at begin. :func:`bind_parameters` replaces
+every such reference by the episode's value before judging; an unbound reference matches and
+satisfies nothing, so a forgotten binding can only refuse, never pay.
+
 A record is ``dict[str, Any]`` with a string ``"id"`` plus field name -> JSON scalar. A field whose
 value is None counts as absent.
 """
@@ -40,7 +45,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
 from types import MappingProxyType
 from typing import Any
@@ -80,6 +85,17 @@ _MAX_NEW_RECORDS = 1000
 
 
 @dataclass(frozen=True)
+class ParamRef:
+    """A select or expect value that stands for the episode's task parameter ``name``
+    (R-MSG-11), bound by :func:`bind_parameters` before judging.
+
+    JSON form: ``{"param": "qty"}``.
+    """
+
+    name: str
+
+
+@dataclass(frozen=True)
 class IdentityRef:
     """A select value that stands for the episode's oracle identity value under ``key``.
 
@@ -87,6 +103,11 @@ class IdentityRef:
     """
 
     key: str
+
+
+SelectValue = str | int | float | bool | IdentityRef | ParamRef
+"""A select value: a literal (a string as written; any scalar once a parameter is bound), the
+episode's identity value, or a task parameter."""
 
 
 def identity_equals(value: Any, wanted: str) -> bool:
@@ -140,7 +161,7 @@ class EffectSpec:
 
     name: str
     collection: str
-    select: Mapping[str, str | IdentityRef]
+    select: Mapping[str, SelectValue]
     expect: Mapping[str, Any]
     new_records: int | None
     allowed_fields: frozenset[str] | None
@@ -175,13 +196,44 @@ class EffectSpec:
                 subject = identity.get(wanted.key)
                 if subject is None or not identity_equals(value, subject):
                     return False
-            elif not same_value(value, wanted):
+            elif isinstance(wanted, ParamRef) or not same_value(value, wanted):
                 return False
         return True
 
     def identity_keys(self) -> frozenset[str]:
         """The identity keys this effect selects on."""
         return frozenset(v.key for v in self.select.values() if isinstance(v, IdentityRef))
+
+    def parameter_names(self) -> frozenset[str]:
+        """The task parameters this effect refers to (in ``select`` and ``expect``)."""
+        values = (*self.select.values(), *self.expect.values())
+        return frozenset(v.name for v in values if isinstance(v, ParamRef))
+
+
+def bind_parameters(
+    specs: tuple[EffectSpec, ...], values: Mapping[str, str | int | float | bool]
+) -> tuple[EffectSpec, ...]:
+    """``specs`` with every :class:`ParamRef` replaced by its value in ``values`` (the
+    episode's bound task parameters, R-W-18). An effect without references is returned as it
+    is; a reference ``values`` lacks stays unbound (it matches and satisfies nothing).
+    """
+    if not values:
+        return specs
+    return tuple(_bound(spec, values) for spec in specs)
+
+
+def _bound(spec: EffectSpec, values: Mapping[str, str | int | float | bool]) -> EffectSpec:
+    if not spec.parameter_names():
+        return spec
+
+    def value(raw: Any) -> Any:
+        return values.get(raw.name, raw) if isinstance(raw, ParamRef) else raw
+
+    return replace(
+        spec,
+        select=MappingProxyType({f: value(v) for f, v in spec.select.items()}),
+        expect=MappingProxyType({f: value(v) for f, v in spec.expect.items()}),
+    )
 
 
 def parse_effects(doc: Mapping[str, Any]) -> tuple[EffectSpec, ...]:
@@ -286,28 +338,36 @@ def _check_field(field: Any, where: str, what: str) -> str:
     return field
 
 
-def _parse_select(raw: Any, where: str) -> dict[str, str | IdentityRef]:
+_SELECT_SHAPE = 'a string or a reference ({"identity": <key>} or {"param": <name>})'
+
+
+def _parse_select(raw: Any, where: str) -> dict[str, SelectValue]:
     if not isinstance(raw, Mapping) or not raw:
         raise ValidationError(f"{where}: select must be a non-empty JSON object")
-    select: dict[str, str | IdentityRef] = {}
+    select: dict[str, SelectValue] = {}
     for field, value in raw.items():
         _check_field(field, where, "select")
         if isinstance(value, str):
             select[field] = value
+        elif isinstance(value, Mapping) and set(value) == {"param"}:
+            select[field] = _param_ref(value, where, f"select.{field}")
         elif isinstance(value, Mapping):
             key = value.get("identity")
             if set(value) != {"identity"} or not isinstance(key, str):
-                raise ValidationError(
-                    f'{where}: select.{field} must be a string or {{"identity": <key>}}'
-                )
+                raise ValidationError(f"{where}: select.{field} must be {_SELECT_SHAPE}")
             if not EFFECT_NAME_PATTERN.match(key):
                 raise ValidationError(f"{where}: select.{field} names an invalid identity key")
             select[field] = IdentityRef(key)
         else:
-            raise ValidationError(
-                f'{where}: select.{field} must be a string or {{"identity": <key>}}'
-            )
+            raise ValidationError(f"{where}: select.{field} must be {_SELECT_SHAPE}")
     return select
+
+
+def _param_ref(value: Mapping[str, Any], where: str, what: str) -> ParamRef:
+    name = value["param"]
+    if not isinstance(name, str) or not EFFECT_NAME_PATTERN.match(name):
+        raise ValidationError(f"{where}: {what} names an invalid task parameter")
+    return ParamRef(name)
 
 
 def _parse_expect(raw: Any, where: str, what: str = "expect") -> dict[str, Any]:
@@ -316,6 +376,9 @@ def _parse_expect(raw: Any, where: str, what: str = "expect") -> dict[str, Any]:
     expect: dict[str, Any] = {}
     for field, value in raw.items():
         _check_field(field, where, what)
+        if what == "expect" and isinstance(value, Mapping) and set(value) == {"param"}:
+            expect[field] = _param_ref(value, where, f"{what}.{field}")
+            continue
         # None would mean "absent", which no record can be required to carry.
         if value is None or not isinstance(value, str | int | float | bool):
             raise ValidationError(f"{where}: {what}.{field} must be a string, number or boolean")

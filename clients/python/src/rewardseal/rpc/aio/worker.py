@@ -21,8 +21,8 @@ from typing import Any
 import grpc
 
 from rewardseal.core.errors import DuplicateEpisode
-from rewardseal.core.receipts import ExpectedReceipt
 from rewardseal.core.signing import TrustSet
+from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.rpc.aio.transport import AsyncTransport
 from rewardseal.rpc.call_rules import (
     DEFAULT_RETRIES,
@@ -79,10 +79,17 @@ class AsyncWorkerClient(FromConnection, AsyncTransport[WorkerProtocol]):
         return answer
 
     async def begin(
-        self, episode_id: str, reward_contract_digest: str, oracle_identity: Mapping[str, str]
+        self,
+        episode_id: str,
+        reward_contract_digest: str,
+        oracle_identity: Mapping[str, str],
+        *,
+        task_parameters: Mapping[str, ParameterValue] | None = None,
     ) -> pb.BeginEpisodeResponse:
-        """Record the baseline read for ``oracle_identity`` before the rollout (R-W-1)."""
-        request = make_begin(episode_id, reward_contract_digest, oracle_identity)
+        """Record the baseline read for ``oracle_identity`` before the rollout (R-W-1), and bind
+        the episode's ``task_parameters`` (plain str/int/float/bool values, R-W-18): its receipt
+        must then carry their digest (ReceiptMismatch if not)."""
+        request = make_begin(episode_id, reward_contract_digest, oracle_identity, task_parameters)
         answer = await self._call("BeginEpisode", request)
         return self._protocol.begun_one(answer, request)
 
@@ -115,7 +122,7 @@ class AsyncWorkerClient(FromConnection, AsyncTransport[WorkerProtocol]):
             if not self._protocol.recoverable(exc, attempts):
                 raise
             return await self.recover(exc, descriptor)
-        return self._protocol.verify(answer.envelope, ExpectedReceipt.for_descriptor(descriptor))
+        return self._protocol.verify(answer.envelope, self._protocol.bound.expected(descriptor))
 
     async def recover(
         self, duplicate: DuplicateEpisode, descriptor: EpisodeDescriptor

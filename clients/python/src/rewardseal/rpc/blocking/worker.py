@@ -11,8 +11,8 @@ from typing import Any
 import grpc
 
 from rewardseal.core.errors import DuplicateEpisode
-from rewardseal.core.receipts import ExpectedReceipt
 from rewardseal.core.signing import TrustSet
+from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.rpc.blocking.transport import BlockingTransport
 from rewardseal.rpc.call_rules import (
     DEFAULT_RETRIES,
@@ -69,10 +69,17 @@ class WorkerClient(FromConnection, BlockingTransport[WorkerProtocol]):
         return answer
 
     def begin(
-        self, episode_id: str, reward_contract_digest: str, oracle_identity: Mapping[str, str]
+        self,
+        episode_id: str,
+        reward_contract_digest: str,
+        oracle_identity: Mapping[str, str],
+        *,
+        task_parameters: Mapping[str, ParameterValue] | None = None,
     ) -> pb.BeginEpisodeResponse:
-        """Record the baseline read for ``oracle_identity`` before the rollout (R-W-1)."""
-        request = make_begin(episode_id, reward_contract_digest, oracle_identity)
+        """Record the baseline read for ``oracle_identity`` before the rollout (R-W-1), and bind
+        the episode's ``task_parameters`` (plain str/int/float/bool values, R-W-18): its receipt
+        must then carry their digest (ReceiptMismatch if not)."""
+        request = make_begin(episode_id, reward_contract_digest, oracle_identity, task_parameters)
         answer = self._call("BeginEpisode", request)
         return self._protocol.begun_one(answer, request)
 
@@ -105,7 +112,7 @@ class WorkerClient(FromConnection, BlockingTransport[WorkerProtocol]):
             if not self._protocol.recoverable(exc, attempts):
                 raise
             return self.recover(exc, descriptor)
-        return self._protocol.verify(answer.envelope, ExpectedReceipt.for_descriptor(descriptor))
+        return self._protocol.verify(answer.envelope, self._protocol.bound.expected(descriptor))
 
     def recover(
         self, duplicate: DuplicateEpisode, descriptor: EpisodeDescriptor
