@@ -1,5 +1,6 @@
 """Task parameters from the trainer's data (R-MSG-11, R-W-18): TRL's ``task_parameters`` column
-and verl's ``extra_info["task_parameters"]``, against a real worker over the parameterized
+verl's ``extra_info["task_parameters"]`` and the verifiers environment's task rows
+(``info["task_parameters"]``), against a real worker over the parameterized
 MockMed contract (encounter type and note per episode; grpc.aio on port 0, the seeded SQLite
 system of record, real Ed25519) and, for TRL's actor mode, a real MockMed.
 
@@ -22,13 +23,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rewardseal_mockmed_extradup.reward import certify_row
+from rewardseal_mockmed_extradup.tasks import (
+    STORES,
+    spec_from_json,
+    spec_prompt,
+    spec_to_json,
+    task_parameters_of,
+    train_rows,
+)
 from support.mockmed_episodes import CHECKPOINT
 from support.mockmed_service import RunningMockMed, running_mockmed
 from support.verl_episodes import manager_kwargs
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.core.digest import digest_json
-from rewardseal.core.errors import ValidationError
+from rewardseal.core.errors import InvalidTaskParameters, ValidationError
 from rewardseal.rpc.worker_client import VerifiedReceipt, WorkerClient
 from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.trainers.task_parameters import PARAMETERS_KEY, row_parameters
@@ -37,7 +47,13 @@ from rewardseal.trainers.verl import CertifiedRewardManager
 from rewardseal.trainers.verl.loop import LoopScorer, settings_from_config
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_mockmed.contract import IDENTITY_KEY
-from rewardseal_mockmed.extradup import CONTROL, parameterized_write_spec, scripted_completion
+from rewardseal_mockmed.extradup import (
+    CONTROL,
+    REFUSED,
+    mockmed_write_spec,
+    parameterized_write_spec,
+    scripted_completion,
+)
 from rewardseal_mockmed.seeding import count_encounters, write_encounter
 from rewardseal_worker.seed import PARAMS_BUNDLE
 
@@ -267,3 +283,92 @@ async def test_verl_reward_loop_reads_the_samples_parameters_from_extra_info(
     assert [answer["reward_score"] for answer in answers] == [1.0, wrong, 1.0, wrong, None]
     assert answers[4]["reward_extra_info"]["reward_error"] == "invalid_task_parameters"
     await check_verl_receipts(stack, infos)
+
+
+# --------------------------------------------------------------------------------------------
+# The verifiers environment: the task row carries the parameters
+# --------------------------------------------------------------------------------------------
+
+
+def env_row(patient: str, values: dict[str, str]) -> dict[str, Any]:
+    """A MockMed task row of the environment, as :func:`tasks.train_rows` builds them."""
+    spec = mockmed_write_spec(patient, values["note"], encounter_type=values["encounter_type"])
+    info = {"spec": spec_to_json(spec), "store": "mockmed"}
+    parameters = task_parameters_of(spec)
+    assert parameters == values
+    return {"prompt": spec_prompt(spec), "info": {**info, PARAMETERS_KEY: parameters}}
+
+
+def test_env_rows_carry_the_parameterized_contracts_values() -> None:
+    rows = train_rows(2, 0, STORES)
+    mockmed_rows = [row for row in rows if row["info"]["store"] == "mockmed"]
+    for row in mockmed_rows:
+        spec = spec_from_json(row["info"]["spec"])
+        assert row["info"][PARAMETERS_KEY] == {
+            "encounter_type": spec.fields["type"],
+            "note": spec.fields["note"],
+        }
+    assert mockmed_rows[0]["info"][PARAMETERS_KEY] != mockmed_rows[1]["info"][PARAMETERS_KEY]
+    # The OpenEMR-shaped task declares no parameters: its rows carry none.
+    assert all(PARAMETERS_KEY not in row["info"] for row in rows if row not in mockmed_rows)
+
+
+def test_env_reward_judges_each_row_by_its_own_parameters() -> None:
+    rows = [env_row("patient-env-params-0", CONSULT), env_row("patient-env-params-1", FOLLOWUP)]
+    for own, other in ((0, 1), (1, 0)):
+        info = rows[own]["info"]
+        patient = spec_from_json(info["spec"]).identity
+        assert certify_row(honest(patient, info[PARAMETERS_KEY]), info).reward == 1.0
+        wrong = certify_row(honest(patient, rows[other]["info"][PARAMETERS_KEY]), info)
+        assert wrong.verdict == REFUSED
+        assert wrong.reward == 0.0
+    # A row whose parameters are not the task its prompt shows is refused, naming the value.
+    broken = {**rows[0]["info"], PARAMETERS_KEY: FOLLOWUP}
+    with pytest.raises(InvalidTaskParameters) as refused:
+        certify_row(honest("patient-env-params-0", CONSULT), broken)
+    assert refused.value.metadata["parameter"] == "encounter_type"
+    missing = {**rows[0]["info"], PARAMETERS_KEY: {"encounter_type": "Consult"}}
+    with pytest.raises(InvalidTaskParameters, match="note"):
+        certify_row(honest("patient-env-params-0", CONSULT), missing)
+
+
+async def test_env_rows_begin_their_episodes_on_the_worker_with_their_parameters(
+    stack: RunningStack, sync_client: WorkerClient, mockmed: RunningMockMed
+) -> None:
+    """The environment's rows, fed to a trainer as they are (the row's ``task_parameters`` as
+    the column): the worker pays what the environment's own reward pays, and each receipt
+    carries the digest of its row's values."""
+    rows = [env_row("patient-env-worker-0", CONSULT), env_row("patient-env-worker-1", FOLLOWUP)]
+    infos = [row["info"] for row in rows for _ in range(2)]
+    patients = [spec_from_json(info["spec"]).identity for info in infos]
+    completions = [
+        honest(patients[0], CONSULT),
+        honest(patients[1], FOLLOWUP),
+        honest(patients[2], FOLLOWUP),
+        honest(patients[3], CONSULT),
+    ]
+    function = CertifiedRewardFunction(
+        sync_client,
+        reward_contract_digest=stack.digest,
+        policy_checkpoint_id=CHECKPOINT,
+        num_generations=2,
+        require_certified=False,
+        policy_update=1,
+        actor=MockMedActor(mockmed.url, mockmed.token),
+    )
+    rewards = await asyncio.to_thread(
+        lambda: function(
+            prompts=[info["spec"]["collection"] for info in infos],
+            completions=completions,
+            oracle_identity=[{IDENTITY_KEY: patient} for patient in patients],
+            task_parameters=[info[PARAMETERS_KEY] for info in infos],
+        )
+    )
+    local = [certify_row(text, info).reward for text, info in zip(completions, infos, strict=True)]
+    assert local == [1.0, 0.0, 1.0, 0.0]
+    assert rewards == [1.0, wrong_effect_reward(stack), 1.0, wrong_effect_reward(stack)]
+    for episode_id, info in zip(
+        function.metadata_columns()["reward_episode_id"], infos, strict=True
+    ):
+        receipt = await receipt_of(stack, episode_id)
+        assert receipt.receipt.task_parameters_digest == digest_json(info[PARAMETERS_KEY])
