@@ -23,6 +23,7 @@ import httpx
 
 from helpdesk.reports import CREATE, HelpdeskAction, parse_report
 from rewardseal.core.errors import ValidationError
+from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 
@@ -110,8 +111,11 @@ class HelpdeskActor:
         identity: Mapping[str, str],
         row_identity: Mapping[str, str],
         episode_id: str,
+        *,
+        task_parameters: Mapping[str, ParameterValue] | None = None,
     ) -> RuntimeSignal.ValueType:
-        """Run the report's calls in order.
+        """Run the report's calls in order (the helpdesk contract declares no task parameters:
+        ``task_parameters`` is accepted for the protocol and unused).
 
         An unparseable report writes nothing and completes (the read then finds nothing:
         WRONG_EFFECT). A 4xx answer is a refused call and the run goes on. A 5xx answer or an

@@ -18,7 +18,7 @@ import importlib
 from typing import Any
 
 from .certify import CorpusReport, certify_corpus, self_test
-from .reward import Certification, certified_reward, certify_completion
+from .reward import Certification, certified_reward, certify_completion, certify_row
 
 __all__ = [
     "ENV_ID",
@@ -29,6 +29,7 @@ __all__ = [
     "certified_reward",
     "certify_completion",
     "certify_corpus",
+    "certify_row",
     "load_environment",
     "self_test",
 ]

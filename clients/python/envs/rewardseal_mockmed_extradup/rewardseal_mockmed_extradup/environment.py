@@ -7,7 +7,8 @@ verifiers 0.4.0 (``verifiers.v1``) has no ``SingleTurnEnv`` or ``Rubric``: an en
 
 * :class:`ExtraDupTaskset` yields one :class:`ExtraDupTask` per row of :mod:`.tasks`;
 * :class:`ExtraDupTask` pays :func:`.reward.certified_reward` on the last reply (the tier-2
-  read; weight 1) and records :meth:`.reward.Certification.metrics` as metrics and
+  read; weight 1) against the row's task, :func:`.reward.certify_row` (its ``task_parameters``),
+  and records :meth:`.reward.Certification.metrics` as metrics and
   :meth:`.reward.Certification.to_info` as ``trace.info["certification"]``;
 * :class:`SingleTurnHarness` makes exactly one chat-completions call through the rollout's
   interception endpoint, in-process with stdlib HTTP (no program, no ``uv``, no container).
@@ -28,8 +29,8 @@ from pydantic import Field
 
 from rewardseal.core.errors import ValidationError
 
-from .reward import certify_completion, refuse_screen_scoring
-from .tasks import STORES, eval_rows, spec_from_json, train_rows
+from .reward import certify_row, refuse_screen_scoring
+from .tasks import STORES, eval_rows, train_rows
 
 __all__ = [
     "ENV_ID",
@@ -59,8 +60,8 @@ class ExtraDupTask(vf.Task[ExtraDupData]):  # type: ignore[misc]
     """One CREATE task; scored only by replaying the last reply on a fresh store."""
 
     def _certify(self, trace: vf.Trace) -> dict[str, Any]:
-        spec = spec_from_json(self.data.info.get("spec"))
-        certification = certify_completion(trace.last_reply, spec)
+        # The row's own task: its parameters, checked against the spec its prompt showed.
+        certification = certify_row(trace.last_reply, self.data.info)
         details = certification.to_info()
         trace.info["certification"] = details
         return {"metrics": certification.metrics(), "reward": certification.reward}

@@ -13,6 +13,7 @@ what the policy says, and they are recorded beside the verdict, never in it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +29,15 @@ from rewardseal_mockmed.extradup import (
     sor_check,
 )
 
+from .tasks import row_spec
+
 __all__ = [
     "READ_TIER",
     "SCREEN_REFUSAL",
     "Certification",
     "certified_reward",
     "certify_completion",
+    "certify_row",
     "refuse_screen_scoring",
     "report_text",
 ]
@@ -149,6 +153,14 @@ def certify_completion(completion: str, spec: WriteSpec) -> Certification:
         faults=check.faults,
         reasons=check.reasons,
     )
+
+
+def certify_row(completion: str, info: Mapping[str, Any]) -> Certification:
+    """Judge ``completion`` by its task row's own task (:func:`.tasks.row_spec`: the row's
+    ``task_parameters``, checked against the spec its prompt showed), as a worker would judge the
+    episode begun with those parameters. A row whose parameters are broken raises
+    :class:`~rewardseal.core.errors.InvalidTaskParameters`: a dataset fault, never a 0.0."""
+    return certify_completion(completion, row_spec(info))
 
 
 def certified_reward(completion: str, spec: WriteSpec) -> float:

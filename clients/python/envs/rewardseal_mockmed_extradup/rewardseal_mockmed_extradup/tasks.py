@@ -5,6 +5,14 @@ the spec as JSON-ready data, the store it came from, and, on labeled evaluation 
 ``family`` and its ``scripted_completion``. The prompt repeats the spec in one fenced ``json``
 block so that a policy (or the scripted policy server) can read it back with
 :func:`spec_from_prompt`.
+
+Task parameters (R-MSG-11): a MockMed row is also a row of the parameterized MockMed contract
+(``mockmed_parameterized_contract``: an encounter of type T with note N per episode), so its
+``info["task_parameters"]`` carries ``{"encounter_type": T, "note": N}``, the values a worker
+begins the row's episode with (:func:`rewardseal.trainers.task_parameters.row_parameters` reads
+them, as the TRL and verl adapters do). :func:`row_spec` is the task the reward judges a row
+by: the parameterized task built from those values, which must agree with the spec the prompt
+shows.
 """
 
 from __future__ import annotations
@@ -14,18 +22,28 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, cast
 
-from rewardseal.core.errors import ValidationError
-from rewardseal_mockmed.extradup import FAMILIES, WriteSpec, scripted_completion, variants
+from rewardseal.core.errors import InvalidTaskParameters, ValidationError
+from rewardseal.core.task_parameters import ParameterValue
+from rewardseal.trainers.task_parameters import PARAMETERS_KEY, row_parameters
+from rewardseal_mockmed.extradup import (
+    FAMILIES,
+    MOCKMED_COLLECTION,
+    WriteSpec,
+    scripted_completion,
+    variants,
+)
 
 __all__ = [
     "STORES",
     "Store",
     "check_stores",
     "eval_rows",
+    "row_spec",
     "spec_from_json",
     "spec_from_prompt",
     "spec_prompt",
     "spec_to_json",
+    "task_parameters_of",
     "train_rows",
 ]
 
@@ -106,6 +124,43 @@ def spec_from_prompt(prompt: str) -> WriteSpec:
     return spec_from_json(data)
 
 
+def task_parameters_of(spec: WriteSpec) -> dict[str, ParameterValue] | None:
+    """The parameterized MockMed contract's values for ``spec`` (its encounter type and note),
+    or None for a spec of another store (the OpenEMR-shaped task declares none)."""
+    if spec.collection != MOCKMED_COLLECTION or "type" not in spec.fields:
+        return None
+    return {"encounter_type": spec.fields["type"], "note": spec.fields["note"]}
+
+
+def row_spec(info: Mapping[str, Any]) -> WriteSpec:
+    """The task a row's completion is judged by (the reward "begins" the row's episode here).
+
+    A row with ``task_parameters`` is the parameterized MockMed task for the spec's patient
+    with exactly those values: its spec block (what the prompt told the policy) must carry
+    them (type and note), else the dataset is broken and the row is refused rather than judged
+    against a task the policy never saw. A row without parameters is judged by its spec block.
+
+    Raises:
+        ValidationError: the spec block is malformed.
+        InvalidTaskParameters: the row's parameters are malformed, miss a value, or disagree
+            with its spec block (``metadata["parameter"]`` names the parameter).
+    """
+    spec = spec_from_json(info.get("spec"))
+    raw = info.get(PARAMETERS_KEY)
+    if raw is None:
+        return spec
+    values = row_parameters(raw, 0)
+    expected = task_parameters_of(spec) or {}
+    for name in sorted(set(expected) | set(values)):
+        if values.get(name) != expected.get(name):
+            raise InvalidTaskParameters(
+                f"the row's task parameter {name} does not match the task its prompt shows",
+                metadata={"parameter": name},
+            )
+    # Agreeing value for value, the spec block is the parameterized task for these values.
+    return spec
+
+
 def _check_count(num_tasks: int) -> None:
     """``num_tasks`` is a plain integer in a sane range."""
     if isinstance(num_tasks, bool) or not isinstance(num_tasks, int):
@@ -128,6 +183,9 @@ def check_stores(stores: Iterable[str]) -> tuple[Store, ...]:
 def _row(spec: WriteSpec, store: Store, family: str | None = None) -> dict[str, Any]:
     """One task row; a labeled row also carries its family's scripted completion."""
     info: dict[str, Any] = {"spec": spec_to_json(spec), "store": store}
+    parameters = task_parameters_of(spec)
+    if parameters is not None:
+        info[PARAMETERS_KEY] = parameters
     if family is not None:
         info["family"] = family
         info["scripted_completion"] = scripted_completion(family, spec)

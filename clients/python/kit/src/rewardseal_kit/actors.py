@@ -5,6 +5,11 @@ one (``CertifiedRewardFunction(actor=MockMedActor(...))``) runs each completion'
 MockMed before the worker scores the episode. It lives in the kit, not in ``rewardseal.trainers``,
 because it speaks the synthetic world's action-report format and MockMed's API; the trainer
 adapters know only the generic protocol.
+
+It plays the fixed contract and the parameterized one (``mockmed_parameterized_contract``: an
+encounter of the row's ``encounter_type`` with its ``note``) alike: MockMed takes any type and
+note, and the policy's report says which it writes. The episode's ``task_parameters`` are
+accepted and never written in the report's place (see :meth:`MockMedActor.act`).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from rewardseal.core.errors import ValidationError
+from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_mockmed.contract import IDENTITY_KEY
@@ -56,8 +62,14 @@ class MockMedActor:
         identity: Mapping[str, str],
         row_identity: Mapping[str, str],
         episode_id: str,
+        *,
+        task_parameters: Mapping[str, ParameterValue] | None = None,
     ) -> RuntimeSignal.ValueType:
         """Post the report's creates in order; see the class docstring for the redirect.
+
+        ``task_parameters`` (the type and note the episode was begun with) are not written for
+        the policy: a report that writes another type or note, or none, is posted as it is, so
+        the worker's read pays only the policy's own write of the row's task.
 
         An unparseable report writes nothing and completes (the read then finds nothing:
         WRONG_EFFECT). A 4xx answer is a refused write and the run goes on. A 5xx answer or an

@@ -10,6 +10,12 @@ row's own patient, the second begin would be refused (``identity_busy``) and, wo
 completions' rows would be indistinguishable. So each completion gets its own sandbox patient,
 derived from the row's patient and the episode id.
 
+Why the task parameters: a parameterized contract (R-MSG-11) asks each row for its own task
+("an encounter of type T with note N"), and an actor that builds its calls from the task rather
+than only replaying the completion needs them. The adapters pass the row's parameters
+(:mod:`rewardseal.trainers.task_parameters`) as ``task_parameters=`` only when the row carries
+some, so an actor written before parameters keeps working for a contract without them.
+
 The actor for the synthetic EMR (``MockMedActor``) is in the kit, :mod:`rewardseal_kit.actors`;
 the helpdesk example's (``HelpdeskActor``, examples/helpdesk/) is the second implementation:
 trainer adapters know this protocol, not a system of record. docs/trainers.md (*Episode actors*)
@@ -23,6 +29,7 @@ from collections.abc import Mapping
 from typing import Final, Protocol, runtime_checkable
 
 from rewardseal.core.errors import ValidationError
+from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 
 __all__ = ["EpisodeActor", "SANDBOX_SEPARATOR", "sandbox_identity"]
@@ -47,8 +54,15 @@ class EpisodeActor(Protocol):
         identity: Mapping[str, str],
         row_identity: Mapping[str, str],
         episode_id: str,
+        *,
+        task_parameters: Mapping[str, ParameterValue] | None = None,
     ) -> RuntimeSignal.ValueType:
         """Carry out ``completion`` and say how the run ended (the worker's runtime signal).
+
+        ``task_parameters`` are the values the episode was begun with (None: the row has
+        none). They say what the task asks; they never stand in for what the completion did:
+        an actor that wrote the task's values when the completion omitted them would be paid
+        for its own work, not the policy's.
 
         ``FAILED_PLATFORM`` only for the platform's own failure (the system of record refused
         service), never for a bad completion: that is the policy's fault and must be read.

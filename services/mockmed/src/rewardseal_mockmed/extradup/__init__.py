@@ -71,6 +71,7 @@ from rewardseal_mockmed.extradup.specs import (
     WriteSpec,
     mockmed_write_spec,
     openemr_write_spec,
+    parameterized_write_spec,
     variants,
 )
 from rewardseal_mockmed.extradup.store import InMemoryStore, Record
@@ -100,6 +101,7 @@ __all__ = [
     "WriteSpec",
     "mockmed_write_spec",
     "openemr_write_spec",
+    "parameterized_write_spec",
     "parse_action_report",
     "replay",
     "run_family",

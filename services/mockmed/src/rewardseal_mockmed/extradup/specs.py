@@ -23,6 +23,7 @@ __all__ = [
     "frozen_fields",
     "mockmed_write_spec",
     "openemr_write_spec",
+    "parameterized_write_spec",
     "variants",
 ]
 
@@ -111,15 +112,33 @@ def mockmed_write_spec(
     note: str = "Synthetic triage: mild headache since morning; vitals stable.",
     *,
     status: str = "open",
+    encounter_type: str = "Triage",
 ) -> WriteSpec:
-    """The MockMed task: one new Triage encounter for ``patient_id`` (allowed: ENCOUNTER_FIELDS)."""
+    """The MockMed task: one new encounter (Triage unless ``encounter_type`` says another) for
+    ``patient_id`` (allowed: ENCOUNTER_FIELDS)."""
     return WriteSpec(
         collection=MOCKMED_COLLECTION,
-        fields={IDENTITY_KEY: patient_id, "type": "Triage", "note": note, "status": status},
+        fields={IDENTITY_KEY: patient_id, "type": encounter_type, "note": note, "status": status},
         spec_count=1,
         allowed_fields=frozenset(ENCOUNTER_FIELDS),
         identity_field=IDENTITY_KEY,
     )
+
+
+def parameterized_write_spec(patient_id: str, task_parameters: Mapping[str, object]) -> WriteSpec:
+    """The task of the parameterized MockMed contract (``mockmed_parameterized_contract``) for
+    one episode: one new encounter of the row's ``encounter_type`` with its ``note``.
+
+    Raises ValidationError when either parameter is missing or not a string (the worker would
+    refuse the begin: ``invalid_task_parameters``).
+    """
+    values = {}
+    for name in ("encounter_type", "note"):
+        value = task_parameters.get(name)
+        if not isinstance(value, str):
+            raise ValidationError(f"the parameterized MockMed task needs a string {name!r}")
+        values[name] = value
+    return mockmed_write_spec(patient_id, values["note"], encounter_type=values["encounter_type"])
 
 
 def openemr_write_spec(

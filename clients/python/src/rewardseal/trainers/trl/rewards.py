@@ -35,6 +35,16 @@ Two ways to run an episode:
 * without one, the rollout already began and acted; the dataset must carry an ``episode_id``
   column with a distinct value per completion, and the batch is only scored.
 
+Task parameters (R-MSG-11, R-W-18): for a parameterized contract each dataset row carries its
+values in the ``task_parameters`` column (``parameters_column=``; a mapping such as
+``{"encounter_type": "Consult", "note": "..."}``, or its JSON text). With an actor they are
+bound at begin and handed to the actor; every descriptor repeats them, so the worker refuses
+other values and the client checks the receipt's ``task_parameters_digest`` against the row's.
+A row without them for a contract that declares some is refused by the worker for that sample
+(``invalid_task_parameters``): like every refused begin or descriptor (``invalid_episode``,
+``identity_busy``) the sample is unscored (``reward_error`` names the reason), filled from its
+group, never paid 0.0.
+
 Every receipt is verified against the pinned worker key by the client before use (R-T-5),
 and bound to the descriptor it answers: a receipt naming another episode, checkpoint, policy
 update or contract (``ReceiptMismatch``) stops the run rather than being paid or filled
@@ -67,6 +77,7 @@ from typing import Any, Final
 
 from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal.core.signing import TrustSet
+from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.core.validation import validate_id
 from rewardseal.rpc.tls import ClientTls
 from rewardseal.rpc.worker_client import (
@@ -92,6 +103,7 @@ from rewardseal.trainers.groups import (
 )
 from rewardseal.trainers.integrity.capture import IntegrityCapture
 from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
+from rewardseal.trainers.task_parameters import PARAMETERS_KEY, row_parameters
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
@@ -180,6 +192,7 @@ class _Batch:
     identities: list[dict[str, str] | None]
     signals: list[RuntimeSignal.ValueType | None]
     policy_update: int
+    parameters: list[dict[str, ParameterValue]]
     answers: list[ReceiptOrError | None] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -215,6 +228,7 @@ class CertifiedRewardFunction:
         name: str = "certified_reward",
         capture: IntegrityCapture | None = None,
         record_column: str = "record_id",
+        parameters_column: str = PARAMETERS_KEY,
     ) -> None:
         if num_generations < 1:
             raise ValidationError(f"num_generations must be at least 1, got {num_generations}")
@@ -236,6 +250,7 @@ class CertifiedRewardFunction:
         self.max_batch = max_batch
         self.capture = capture
         self.record_column = record_column
+        self.parameters_column = parameters_column
         # TRL names a reward function by its __name__ in its metrics and completions table.
         self.__name__ = name
         self._last: dict[str, list[Any]] = {}
@@ -272,6 +287,8 @@ class CertifiedRewardFunction:
         texts = [completion_text(completion) for completion in completions]
         raw_ids = column(kwargs, self.episode_column, count)
         raw_identities = column(kwargs, self.identity_column, count)
+        raw_parameters = column(kwargs, self.parameters_column, count) or [None] * count
+        parameters = [row_parameters(value, row) for row, value in enumerate(raw_parameters)]
         row_identities: list[dict[str, str] | None] = (
             [None] * count
             if raw_identities is None
@@ -285,7 +302,9 @@ class CertifiedRewardFunction:
                 if raw_signals is None
                 else [_signal(value, row) for row, value in enumerate(raw_signals)]
             )
-            return _Batch(episode_ids, texts, row_identities, row_identities, signals, step)
+            return _Batch(
+                episode_ids, texts, row_identities, row_identities, signals, step, parameters
+            )
         if raw_identities is None:
             raise ValidationError(
                 f"an actor needs the dataset's {self.identity_column!r} column (the row identity)"
@@ -298,7 +317,9 @@ class CertifiedRewardFunction:
             self.actor.identity_for(row or {}, episode_id)
             for row, episode_id in zip(row_identities, episode_ids, strict=True)
         ]
-        return _Batch(episode_ids, texts, row_identities, identities, [None] * count, step)
+        return _Batch(
+            episode_ids, texts, row_identities, identities, [None] * count, step, parameters
+        )
 
     def _given_ids(self, raw_ids: list[Any] | None) -> list[str]:
         """The rollout's own episode ids: present and distinct within the batch (R-T-4)."""
@@ -327,6 +348,7 @@ class CertifiedRewardFunction:
             reward_contract_digest=self.reward_contract_digest,
             oracle_identity=batch.identities[index],
             runtime_signal=batch.signals[index],
+            task_parameters=batch.parameters[index],
         )
 
     def _chunks(self, batch: _Batch) -> list[list[int]]:
@@ -339,9 +361,14 @@ class CertifiedRewardFunction:
         assert self.actor is not None
         identity = batch.identities[index] or {}
         row = batch.row_identities[index] or {}
-        batch.signals[index] = self.actor.act(
-            batch.texts[index], identity, row, batch.episode_ids[index]
-        )
+        text, episode_id = batch.texts[index], batch.episode_ids[index]
+        parameters = batch.parameters[index]
+        # Only when the row has some: an actor written before parameters has no such keyword.
+        if parameters:
+            signal = self.actor.act(text, identity, row, episode_id, task_parameters=parameters)
+        else:
+            signal = self.actor.act(text, identity, row, episode_id)
+        batch.signals[index] = signal
 
     @staticmethod
     def _record(batch: _Batch, chunk: Sequence[int], answers: Sequence[ReceiptOrError]) -> None:
@@ -352,7 +379,10 @@ class CertifiedRewardFunction:
 
     def _begin(self, batch: _Batch, index: int) -> pb.BeginEpisodeRequest:
         return make_begin(
-            batch.episode_ids[index], self.reward_contract_digest, batch.identities[index] or {}
+            batch.episode_ids[index],
+            self.reward_contract_digest,
+            batch.identities[index] or {},
+            task_parameters=batch.parameters[index],
         )
 
     @staticmethod

@@ -52,6 +52,15 @@ monitor) each batch is followed by the gate: the binding is checked on the first
 boundary is audited once its batch is captured, and a pause, stop or fork raises
 ``IntegrityHalted`` before the rewards reach the trainer.
 
+Task parameters (R-MSG-11, R-W-18): for a parameterized contract each sample's ``extra_info``
+carries its values under ``task_parameters`` (a mapping, or its JSON text; verl copies a row's
+``extra_info`` to its ``rollout.n`` samples, which share the task). The descriptor repeats them:
+the worker refuses values other than those the rollout's begin bound, or binds them for an
+episode with no begin, and the client checks the receipt's ``task_parameters_digest`` against
+them. A sample without them for a contract that declares some is the worker's
+``invalid_task_parameters`` for that sample: unscored (``reward_error``) and filled from its
+uid group like every per-sample refusal, never paid.
+
 The module imports without verl and torch: verl is imported by :func:`register_with_verl` and
 torch by :meth:`CertifiedRewardManager.__call__` only. :func:`batch_rewards` is the pure part
 (no I/O, no torch) and :func:`score_samples` the network part, both usable on their own.
@@ -65,10 +74,11 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rewardseal.core.errors import RewardSealError, ValidationError
+from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.rpc.worker_client import ReceiptOrError, WorkerClient, make_descriptor
 from rewardseal.trainers.groups import (
     SampleResult,
@@ -82,6 +92,7 @@ from rewardseal.trainers.groups import (
 from rewardseal.trainers.integrity.capture import IntegrityCapture
 from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
 from rewardseal.trainers.integrity.gate import StepGate
+from rewardseal.trainers.task_parameters import PARAMETERS_KEY, row_parameters
 from rewardseal.trainers.verl.settings import (
     ManagerSettings,
     missing_verl,
@@ -106,6 +117,7 @@ class Sample:
     group: Hashable
     oracle_identity: Mapping[str, str] | None = None
     runtime_signal: RuntimeSignal.ValueType | None = None
+    task_parameters: Mapping[str, ParameterValue] = field(default_factory=dict)
 
 
 def _runtime_signal(value: Any, index: int) -> RuntimeSignal.ValueType | None:
@@ -129,7 +141,8 @@ def samples_from_batch(extra_infos: Sequence[Any], uids: Sequence[Any]) -> list[
     Each ``extra_info`` must carry its own ``episode_id`` (R-T-4): verl repeats a dataset row
     ``rollout.n`` times, so an id copied from the dataset collides; the rollout that acted must
     have minted one per sample (``rewardseal.trainers.groups.mint_episode_id``). Optional keys:
-    ``oracle_identity`` (a mapping) and ``runtime_signal``.
+    ``oracle_identity`` (a mapping), ``runtime_signal`` and ``task_parameters``
+    (:func:`rewardseal.trainers.task_parameters.row_parameters`).
 
     Raises:
         ValidationError: a column is misaligned, an ``extra_info`` lacks ``episode_id``, or two
@@ -154,6 +167,7 @@ def samples_from_batch(extra_infos: Sequence[Any], uids: Sequence[Any]) -> list[
                     None if identity is None else {str(k): str(v) for k, v in identity.items()}
                 ),
                 runtime_signal=_runtime_signal(info.get("runtime_signal"), index),
+                task_parameters=row_parameters(info.get(PARAMETERS_KEY), index),
             )
         )
     repeated = sorted(eid for eid, n in Counter(s.episode_id for s in samples).items() if n > 1)
@@ -196,6 +210,7 @@ def descriptor_for(
         reward_contract_digest=settings.reward_contract_digest,
         oracle_identity=sample.oracle_identity,
         runtime_signal=sample.runtime_signal,
+        task_parameters=sample.task_parameters,
     )
 
 
