@@ -14,9 +14,15 @@ import pytest
 from support.helpdesk_stack import CHECKPOINT, running_helpdesk, serving_bundle
 
 from helpdesk.store import Task
-from helpdesk.tools import HELPDESK_TOOLS, helpdesk_session
+from helpdesk.tools import HELPDESK_TOOLS, helpdesk_session, helpdesk_toolbox
 from rewardseal.rpc.worker_client import make_descriptor
-from rewardseal.trainers.tools import ERROR_PREFIX, AgentTool, call_tool, tools_by_name
+from rewardseal.trainers.tools import (
+    ERROR_PREFIX,
+    AgentTool,
+    ToolProvider,
+    call_tool,
+    tools_by_name,
+)
 from rewardseal.v1.enums_pb2 import RewardOutcome
 from rewardseal_kit.tools.base import ToolSession
 
@@ -79,7 +85,11 @@ def test_every_tool_satisfies_the_protocol_and_names_no_identity() -> None:
 
 async def test_each_tool_works_in_its_queue(helpdesk, tasks) -> None:
     task = tasks[0]
-    async with session_for(helpdesk, task) as session:
+    toolbox = helpdesk_toolbox(helpdesk.url, helpdesk.token)
+    assert isinstance(toolbox, ToolProvider)
+    with pytest.raises(ValueError, match="identity keys"):
+        toolbox.session({"customer_id": task.customer_id})
+    async with toolbox.session(task.identity) as session:
         listed = await call(session, "list_tickets")
         ids = {ticket["id"] for ticket in listed["tickets"]}
         assert {task.open_ticket_id, task.closed_ticket_id} <= ids

@@ -19,13 +19,14 @@ from support.mockmed_service import RunningMockMed, running_mockmed
 from rewardseal.trainers.tools import (
     ERROR_PREFIX,
     AgentTool,
+    ToolProvider,
     argument_error,
     call_tool,
     openai_tools,
     tools_by_name,
 )
 from rewardseal_kit.tools.base import Tool, ToolSession, tools_markdown
-from rewardseal_kit.tools.mockmed import MOCKMED_TOOLS, mockmed_session
+from rewardseal_kit.tools.mockmed import MOCKMED_TOOLS, mockmed_session, mockmed_toolbox
 
 PATIENT = "patient-tools-0001"
 OTHER = "patient-tools-0002"
@@ -80,6 +81,20 @@ def test_every_tool_satisfies_the_integrations_protocol() -> None:
         assert schema["additionalProperties"] is False
         # The identity is the session's: no schema lets the model name a patient.
         assert "patient_id" not in schema["properties"]
+
+
+async def test_the_toolbox_is_a_provider_that_opens_one_identity(mockmed: RunningMockMed) -> None:
+    toolbox = mockmed_toolbox(mockmed.url, mockmed.token)
+    assert isinstance(toolbox, ToolProvider)
+    assert toolbox.tools == MOCKMED_TOOLS
+    assert mockmed.token not in repr(toolbox)
+    for wrong in ({}, {"patient": PATIENT}, {"patient_id": PATIENT, "queue_id": "q"}):
+        with pytest.raises(ValueError, match="identity keys"):
+            toolbox.session(wrong)
+    async with toolbox.session({"patient_id": PATIENT}) as session:
+        assert session.identity == {"patient_id": PATIENT}
+        text = await call_tool(tools_by_name(toolbox.tools), "lookup_patient", None, session)
+        assert json.loads(text)["patient_id"] == PATIENT
 
 
 def test_openai_tools_lists_every_function() -> None:

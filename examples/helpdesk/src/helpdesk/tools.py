@@ -27,6 +27,7 @@ from helpdesk.bundles import IDENTITY_KEYS
 from rewardseal_kit.tools.base import (
     DEFAULT_TIMEOUT_SECONDS,
     Tool,
+    ToolBox,
     ToolError,
     ToolSession,
     object_schema,
@@ -39,6 +40,7 @@ __all__ = [
     "LIST_TICKETS",
     "UPDATE_TICKET",
     "helpdesk_session",
+    "helpdesk_toolbox",
 ]
 
 _TEXT: Final = {"type": "string", "maxLength": 4000}
@@ -70,7 +72,14 @@ def helpdesk_session(
 ) -> ToolSession:
     """A session of the helpdesk's tools for the episode of ``customer_id`` in ``queue_id``."""
     identity = dict(zip(IDENTITY_KEYS, (customer_id, queue_id), strict=True))
-    return ToolSession(identity, base_url, token, timeout=timeout, service="the helpdesk")
+    return helpdesk_toolbox(base_url, token, timeout=timeout).session(identity)
+
+
+def helpdesk_toolbox(
+    base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS
+) -> ToolBox:
+    """:data:`HELPDESK_TOOLS` with their sessions (``toolbox.session(task.identity)``)."""
+    return ToolBox(HELPDESK_TOOLS, base_url, token, IDENTITY_KEYS, "the helpdesk", timeout)
 
 
 def _fields(arguments: Mapping[str, Any], *names: str) -> dict[str, Any]:

@@ -12,13 +12,15 @@ The rule every integration shares: **a tool error is the agent's observation**, 
 exception that ends the episode. A call with a name no tool has, arguments that are not a JSON
 object or do not match the schema, or a refusal by the system of record comes back as text that
 starts with :data:`ERROR_PREFIX`. :func:`call_tool` applies it for the name and the JSON;
-:func:`argument_error` is the schema check a tool's ``call`` runs first.
+:func:`argument_error` is the schema check a tool's ``call`` runs first. A
+:class:`ToolProvider` pairs the tools with the session an integration opens per episode.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 from jsonschema import Draft202012Validator
@@ -28,6 +30,7 @@ from rewardseal.core.errors import preview
 __all__ = [
     "ERROR_PREFIX",
     "AgentTool",
+    "ToolProvider",
     "argument_error",
     "call_tool",
     "openai_tools",
@@ -39,6 +42,7 @@ ERROR_PREFIX: Final = "error: "
 _MAX_SHOWN_ERRORS: Final = 3
 
 SessionT = TypeVar("SessionT", contravariant=True)
+SessionV = TypeVar("SessionV")
 
 
 @runtime_checkable
@@ -65,6 +69,28 @@ class AgentTool(Protocol[SessionT]):
 
         Never raises for the agent's mistakes or the system of record's refusals: those are
         returned as text starting with :data:`ERROR_PREFIX`.
+        """
+        ...
+
+
+@runtime_checkable
+class ToolProvider(Protocol[SessionV]):
+    """A system of record's tools and how to open their session for one episode.
+
+    An integration holds one provider; per episode it enters ``session(identity)`` (the row's
+    oracle identity, the same mapping BeginEpisode binds) and calls ``tools`` with it.
+    """
+
+    @property
+    def tools(self) -> Sequence[AgentTool[SessionV]]:
+        """Every tool, in the order the model is shown them."""
+        ...
+
+    def session(self, identity: Mapping[str, str]) -> AbstractAsyncContextManager[SessionV]:
+        """A session bound to ``identity`` (enter it with ``async with``; exit closes it).
+
+        Raises:
+            ValueError: ``identity`` does not have exactly the keys the tools need.
         """
         ...
 

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
     "Handler",
     "Tool",
+    "ToolBox",
     "ToolError",
     "ToolSession",
     "object_schema",
@@ -182,6 +183,34 @@ class Tool:
         except ToolError as exc:
             return f"{ERROR_PREFIX}{exc.message}"
         return result if isinstance(result, str) else json.dumps(result, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class ToolBox:
+    """Tools over one service and the sessions they need (a
+    :class:`~rewardseal.trainers.tools.ToolProvider` over :class:`ToolSession`)."""
+
+    tools: tuple[Tool, ...]
+    base_url: str
+    token: str = field(repr=False)
+    identity_keys: tuple[str, ...]
+    service: str = "the service"
+    timeout: float = DEFAULT_TIMEOUT_SECONDS
+
+    def session(self, identity: Mapping[str, str]) -> ToolSession:
+        """A session for the episode of ``identity`` (exactly :attr:`identity_keys`).
+
+        Raises:
+            ValueError: a key is missing or extra, or a value is not a non-empty string.
+        """
+        if sorted(identity) != sorted(self.identity_keys):
+            raise ValueError(
+                f"the {self.service} tools need the identity keys {list(self.identity_keys)}, "
+                f"not {sorted(identity)}"
+            )
+        return ToolSession(
+            identity, self.base_url, self.token, timeout=self.timeout, service=self.service
+        )
 
 
 def tools_markdown(tools: tuple[Tool, ...]) -> str:

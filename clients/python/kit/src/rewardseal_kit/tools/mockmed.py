@@ -28,6 +28,7 @@ from urllib.parse import quote
 from rewardseal_kit.tools.base import (
     DEFAULT_TIMEOUT_SECONDS,
     Tool,
+    ToolBox,
     ToolSession,
     object_schema,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "SUBMIT_ENCOUNTER",
     "UPDATE_ENCOUNTER",
     "mockmed_session",
+    "mockmed_toolbox",
 ]
 
 _FIELD_DESCRIPTIONS: Final = {
@@ -69,6 +71,14 @@ def mockmed_session(
     return ToolSession(
         {IDENTITY_KEY: patient_id}, base_url, token, timeout=timeout, service="MockMed"
     )
+
+
+def mockmed_toolbox(
+    base_url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT_SECONDS
+) -> ToolBox:
+    """:data:`MOCKMED_TOOLS` with their sessions (``toolbox.session({"patient_id": P})``): the
+    :class:`~rewardseal.trainers.tools.ToolProvider` a trainer integration takes."""
+    return ToolBox(MOCKMED_TOOLS, base_url, token, (IDENTITY_KEY,), "MockMed", timeout)
 
 
 def _patient(session: ToolSession) -> str:
