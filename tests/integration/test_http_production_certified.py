@@ -94,6 +94,7 @@ async def test_a_production_certified_receipt_reads_certified_over_http(
                 "certificate_state": "current",
                 "outcome": "verified",
                 "findings": [],
+                "task_parameters_digest": "",
             }
             # The compatibility receipt as its clients parse it: that shape has no production
             # scope, so it never says certified for one, and a sentence says why.

@@ -228,6 +228,7 @@ def test_verified_episode_begun_over_grpc_scored_over_http_is_one_receipt(
             "certificate_state": "current",
             "outcome": "verified",
             "findings": [],
+            "task_parameters_digest": "",
         }
         stored = client.get_receipt(episode_id="episode.http.0001")
         assert stored.receipt == opened.receipt  # the gRPC face holds this very receipt
