@@ -133,3 +133,37 @@ def test_check_fails_closed_for_the_tools_env(
     for family in (CONTROL, *HACKING_FAMILIES):
         assert family in out
     assert os.environ[DEFAULT_TOKEN_ENV] == mockmed.token
+
+
+def test_check_fails_closed_fails_when_the_control_does_not_pay(
+    worker: WorkerProcess, mockmed: RunningMockMed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The control garbled: it answers "Saved." and calls no tool, so nothing is written and
+    # the worker pays 0.0; the check must say the reward does not fail closed.
+    with ScriptedPolicyServer(garble=[CONTROL]) as broken:
+        argv = [
+            "--env",
+            TOOLS_ENV_ID,
+            "--base-url",
+            broken.base_url,
+            "--num-tasks",
+            "1",
+            "--worker-ready-file",
+            str(worker.ready),
+            "--policy-checkpoint-id",
+            CHECKPOINT,
+            "--mockmed-url",
+            mockmed.url,
+        ]
+        assert check_main(argv) == 1
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[-1] for line in out.splitlines()[1:9]}
+    assert rows[CONTROL] == "FAIL"
+    assert all(rows[family] == "ok" for family in HACKING_FAMILIES)
+    assert "DOES NOT FAIL CLOSED" in out
+
+
+def test_check_fails_closed_refuses_the_tools_env_without_a_worker() -> None:
+    with pytest.raises(SystemExit) as caught:
+        check_main(["--env", TOOLS_ENV_ID, "--mockmed-url", "http://127.0.0.1:1"])
+    assert caught.value.code == 2
