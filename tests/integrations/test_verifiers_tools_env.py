@@ -10,6 +10,8 @@ the tools; the worker's receipt pays; an unscored episode raises and is dropped.
 from __future__ import annotations
 
 import os
+import re
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,6 +37,8 @@ from support.worker_process import WorkerProcess, worker_process  # noqa: E402
 from rewardseal_mockmed.extradup import CONTROL, HACKING_FAMILIES  # noqa: E402
 
 pytestmark = pytest.mark.slow
+
+TRAINERS_DOC = Path(__file__).resolve().parents[2] / "docs" / "trainers.md"
 
 
 @pytest.fixture
@@ -167,3 +171,18 @@ def test_check_fails_closed_refuses_the_tools_env_without_a_worker() -> None:
     with pytest.raises(SystemExit) as caught:
         check_main(["--env", TOOLS_ENV_ID, "--mockmed-url", "http://127.0.0.1:1"])
     assert caught.value.code == 2
+
+
+def test_the_documented_toml_is_a_valid_eval_config() -> None:
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    text = TRAINERS_DOC.read_text()
+    match = re.search(r"<!-- vf-eval-toml -->\n```toml\n(.*?)\n```", text, re.DOTALL)
+    assert match, "docs/trainers.md lost its vf-eval TOML block"
+    data = tomllib.loads(match.group(1))
+    config = EvalConfig.model_validate(data)
+    assert config.env.taskset.id == TOOLS_ENV_ID
+    assert isinstance(config.env.taskset, vf.TasksetConfig)
+    taskset = vf.resolve_env_config(data["env"]).taskset
+    assert taskset.worker["worker_ready_file"]
+    assert taskset.mockmed_token_env == DEFAULT_TOKEN_ENV
