@@ -1,8 +1,9 @@
 """The parts of the ``rewardseal-mockmed-tools`` taskset that need no verifiers.
 
 The tool script (rows, prompts, each family's turns), the scripted server's tool-calling
-answers over HTTP, the MockMed tools against a real MockMed, and :class:`WorkerEpisodes` against
-a real worker and MockMed: each family's tool calls played by hand, then scored by the worker.
+answers over HTTP, every family's script through the kit's MockMed tools on a real MockMed, and
+:class:`WorkerEpisodes` against a real worker and MockMed: each family's tool calls played as
+the harness plays them, then scored by the worker.
 The verifiers taskset itself is tested in tests/integrations/test_verifiers_tools_env.py.
 """
 
@@ -15,13 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rewardseal_mockmed_extradup.mockmed_tools import (
-    ERROR_PREFIX,
-    MOCKMED_TOOLS,
-    MockMedSession,
-    call_tool,
-    openai_tools,
-)
 from rewardseal_mockmed_extradup.scripted_policy import (
     GARBLED_ANSWER,
     ScriptedPolicyServer,
@@ -29,9 +23,11 @@ from rewardseal_mockmed_extradup.scripted_policy import (
 )
 from rewardseal_mockmed_extradup.tool_script import (
     DONE_TEXT,
+    LATEST_DRAFT,
     TOOL_TASK_STATUS,
     TOOL_TASK_TYPE,
     family_script,
+    latest_draft,
     request_from_prompt,
     scripted_turn,
     tool_prompt,
@@ -48,23 +44,27 @@ from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.core.errors import Unscored, ValidationError
 from rewardseal.trainers.actors import SANDBOX_SEPARATOR
+from rewardseal.trainers.tools import ERROR_PREFIX, call_tool, tools_by_name
 from rewardseal.trainers.verl.settings import ManagerSettings
+from rewardseal_kit.tools.base import ToolSession
+from rewardseal_kit.tools.mockmed import MOCKMED_TOOLS, mockmed_toolbox
 from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_mockmed.extradup import CONTROL, FAMILIES, HACKING_FAMILIES
 
 WRITES = {
     "control": 1,
     "dup": 2,
-    "extra": 0,
-    "omit": 0,
+    "extra": 1,
+    "omit": 1,
     "unsubmit": 0,
     "claim": 0,
     "screen_only": 0,
     "wrong_record": 0,
 }
 """Encounters each family stores for its patient."""
-REFUSED_CALLS = {"extra", "omit", "wrong_record"}
+REFUSED_CALLS = {"wrong_record"}
 """Families whose tool call is refused by the schema (error text, nothing sent)."""
+TOOLS = tools_by_name(MOCKMED_TOOLS)
 
 
 def test_rows_prompts_and_requests() -> None:
@@ -100,7 +100,7 @@ def test_every_family_has_a_script_ending_in_text() -> None:
 def test_scripted_turn_follows_the_conversation() -> None:
     messages: list[dict[str, Any]] = [{"role": "user", "content": tool_prompt("n")}]
     first = scripted_turn(CONTROL, messages)
-    assert first["tool_calls"][0]["function"]["name"] == "list_encounters"
+    assert first["tool_calls"][0]["function"]["name"] == "lookup_patient"
     messages += [first, {"role": "tool", "tool_call_id": "call_0", "content": "{}"}]
     second = scripted_turn(CONTROL, messages)
     call = second["tool_calls"][0]["function"]
@@ -110,7 +110,17 @@ def test_scripted_turn_follows_the_conversation() -> None:
         "note": "n",
         "status": TOOL_TASK_STATUS,
     }
-    messages += [second, {"role": "tool", "tool_call_id": "call_1", "content": "{}"}]
+    opened = json.dumps({"draft": {"id": "draft-" + "a" * 32}, "submitted": False})
+    messages += [second, {"role": "tool", "tool_call_id": "call_1", "content": opened}]
+    assert latest_draft(messages) == "draft-" + "a" * 32
+    third = scripted_turn(CONTROL, messages)["tool_calls"][0]["function"]
+    assert third["name"] == "submit_encounter"
+    assert json.loads(third["arguments"]) == {"draft_id": "draft-" + "a" * 32}
+    assert LATEST_DRAFT not in third["arguments"]
+    messages += [
+        {"role": "assistant", "tool_calls": [third]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "{}"},
+    ]
     assert scripted_turn(CONTROL, messages) == {"role": "assistant", "content": DONE_TEXT}
 
 
@@ -142,31 +152,26 @@ def test_scripted_server_answers_tool_calls_over_http() -> None:
     assert {tools_model_name(family) for family in FAMILIES} <= models
 
 
-def test_openai_tool_list_declares_no_patient_argument() -> None:
-    offered = openai_tools(MOCKMED_TOOLS)
-    assert [entry["function"]["name"] for entry in offered] == [t.name for t in MOCKMED_TOOLS]
-    for entry in offered:
-        parameters = entry["function"]["parameters"]
-        assert parameters["additionalProperties"] is False
-        assert IDENTITY_KEY not in parameters["properties"]
-
-
 @pytest.fixture
 def mockmed(tmp_path: Path) -> Iterator[RunningMockMed]:
     with running_mockmed(f"sqlite:///{tmp_path / 'mockmed.sqlite'}", tmp_path) as service:
         yield service
 
 
-async def _play(family: str, session: MockMedSession) -> list[str]:
-    """Carry out ``family``'s tool calls on ``session``; the tool results."""
-    script = family_script(family, request_from_prompt(tool_prompt("Follow-up.")))
+async def _play(family: str, session: ToolSession) -> list[str]:
+    """Play ``family``'s script on ``session`` as the harness does: ask, call, answer."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": tool_prompt("Follow-up.")}]
     results = []
-    for step in script:
-        if isinstance(step, str):
-            continue
-        name, arguments = step
-        results.append(await call_tool(MOCKMED_TOOLS, name, json.dumps(arguments), session))
-    return results
+    while True:
+        message = scripted_turn(family, messages)
+        messages.append(message)
+        if not message.get("tool_calls"):
+            return results
+        for call in message["tool_calls"]:
+            function = call["function"]
+            result = await call_tool(TOOLS, function["name"], function["arguments"], session)
+            results.append(result)
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -174,26 +179,13 @@ async def test_each_family_through_the_tools_on_mockmed(
     family: str, mockmed: RunningMockMed
 ) -> None:
     patient = f"P-parts-{family}"
-    async with MockMedSession({IDENTITY_KEY: patient}, mockmed.url, mockmed.token) as session:
+    toolbox = mockmed_toolbox(mockmed.url, mockmed.token)
+    async with toolbox.session({IDENTITY_KEY: patient}) as session:
         results = await _play(family, session)
     refused = [text for text in results if text.startswith(ERROR_PREFIX)]
     assert bool(refused) == (family in REFUSED_CALLS)
     stored = mockmed.client.get("/api/encounters", params={IDENTITY_KEY: patient}).json()
     assert len(stored["encounters"]) == WRITES[family]
-
-
-async def test_tool_errors_are_observations(mockmed: RunningMockMed) -> None:
-    async with MockMedSession({IDENTITY_KEY: "P-x"}, mockmed.url, mockmed.token) as session:
-        assert (await call_tool(MOCKMED_TOOLS, "rm_rf", None, session)).startswith(ERROR_PREFIX)
-        assert (await call_tool(MOCKMED_TOOLS, "create_encounter", "{", session)).startswith(
-            ERROR_PREFIX
-        )
-        assert (await call_tool(MOCKMED_TOOLS, "create_encounter", "[]", session)).startswith(
-            ERROR_PREFIX
-        )
-    async with MockMedSession({IDENTITY_KEY: "P-x"}, mockmed.url, "wrong") as session:
-        answer = await call_tool(MOCKMED_TOOLS, "list_encounters", "{}", session)
-    assert answer.startswith(f"{ERROR_PREFIX}MockMed refused (401)")
 
 
 @pytest.fixture
@@ -234,8 +226,8 @@ async def test_worker_pays_only_the_honest_tool_episode(
         episode = await episodes.begin({IDENTITY_KEY: "P-row-1"})
         assert episode.episode_id.startswith(EPISODE_PREFIX)
         assert episode.identity[IDENTITY_KEY].startswith(f"P-row-1{SANDBOX_SEPARATOR}")
-        identity = episode.identity
-        async with MockMedSession(identity, stack_mockmed.url, stack_mockmed.token) as session:
+        toolbox = mockmed_toolbox(stack_mockmed.url, stack_mockmed.token)
+        async with toolbox.session(episode.identity) as session:
             await _play(family, session)
         row = await episodes.score(episode)
         paid[family] = row.scalar

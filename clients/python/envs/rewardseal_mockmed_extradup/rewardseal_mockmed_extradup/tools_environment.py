@@ -10,7 +10,8 @@ module's taskset and harness. Per rollout:
    records it in ``trace.info["rewardseal"]["episode"]``;
 2. :class:`ToolCallingHarness` runs the turns: chat completions through the rollout's
    interception endpoint with the tools offered (OpenAI function calling), each tool call
-   carried out in-process on MockMed for the episode's patient, until the model answers
+   carried out in-process by MockMed's tools (``rewardseal_kit.tools.mockmed``, issue 27
+   item 2) in a session bound to the episode's patient, until the model answers
    without a call or ``max_turns`` is reached;
 3. :meth:`ToolsTask.certified_reward` scores the episode at the worker and pays the receipt's
    scalar; ``trace.info["rewardseal"]["receipt"]`` gets the receipt id, outcome, certified and
@@ -19,10 +20,13 @@ module's taskset and harness. Per rollout:
    from its group; it is never paid 0.0.
 
 Why the tools run in the harness rather than in a ``vf.Toolset``: a 0.4 ``Toolset`` is an MCP
-server started per rollout as a subprocess, whose tools are declared by Python signatures; the
-tools here are declared by JSON Schemas (the framework-neutral protocol of issue 27 item 2) and
-must act for the identity the worker began, which lives in this process. The harness offers
-them to the model exactly as a toolset's tools would be offered (``tools=[...]``).
+server started per rollout as a subprocess, whose tools' arguments are validated by a pydantic
+model built from each function's Python signature, which *ignores* arguments outside the
+signature. The tools here are declared by JSON Schemas with ``additionalProperties: false``
+(the framework-neutral protocol of issue 27 item 2): behind MCP, a model's ``patient_id`` for a
+decoy would be silently dropped and the write would land on the episode's own patient, turning
+a refused hack into a paid one. The harness offers the tools to the model exactly as a
+toolset's would be offered (``tools=[...]``) and applies their schemas as written.
 
 Worker settings are the taskset's ``worker`` table (verl's ``reward_kwargs`` keys; see
 :mod:`.worker_episodes`); MockMed is ``mockmed_url`` with its bearer token read from the
@@ -44,8 +48,9 @@ import verifiers.v1 as vf
 from pydantic import Field
 
 from rewardseal.core.errors import ValidationError
+from rewardseal.trainers.tools import ToolProvider, call_tool, openai_tools, tools_by_name
+from rewardseal_kit.tools.mockmed import mockmed_toolbox
 
-from .mockmed_tools import MOCKMED_TOOLS, MockMedSession, MockMedTool, call_tool, openai_tools
 from .tool_script import tool_rows
 from .worker_episodes import OpenEpisode, WorkerEpisodes, receipt_info
 
@@ -73,9 +78,7 @@ class _Rollout:
     """What the harness needs of a begun episode (kept in-process, keyed by trace id)."""
 
     episode: OpenEpisode
-    tools: tuple[MockMedTool, ...]
-    mockmed_url: str
-    mockmed_token: str
+    provider: ToolProvider[Any]
 
 
 _OPEN: dict[str, _Rollout] = {}
@@ -107,7 +110,8 @@ class ToolsTask(vf.Task[ToolsData]):  # type: ignore[misc]
             raise ValidationError("a tool task row needs info.identity")
         episode = await self._episodes().begin(identity)
         trace.info[INFO_KEY] = {"episode": episode.to_info()}
-        _OPEN[trace.id] = _Rollout(episode, MOCKMED_TOOLS, self.mockmed_url, self.mockmed_token)
+        provider = mockmed_toolbox(self.mockmed_url, self.mockmed_token)
+        _OPEN[trace.id] = _Rollout(episode, provider)
 
     @vf.reward  # type: ignore[untyped-decorator]
     async def certified_reward(self, trace: vf.Trace) -> float:
@@ -209,11 +213,10 @@ class ToolCallingHarness(vf.Harness[ToolCallingHarnessConfig]):  # type: ignore[
             raise ValidationError("the tool-calling harness needs a text prompt")
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         messages.append({"role": "user", "content": prompt})
-        offered = openai_tools(rollout.tools)
+        tools = tools_by_name(rollout.provider.tools)
+        offered = openai_tools(tools.values())
         answer = ""
-        async with MockMedSession(
-            rollout.episode.identity, rollout.mockmed_url, rollout.mockmed_token
-        ) as session:
+        async with rollout.provider.session(rollout.episode.identity) as session:
             for _ in range(self.config.max_turns):
                 body = {"model": ctx.model, "messages": messages, "tools": offered}
                 message = await asyncio.to_thread(_chat, endpoint, secret, body, self.TIMEOUT_S)
@@ -229,7 +232,7 @@ class ToolCallingHarness(vf.Harness[ToolCallingHarnessConfig]):  # type: ignore[
                 for call in calls:
                     function = call.get("function") or {}
                     result = await call_tool(
-                        rollout.tools,
+                        tools,
                         str(function.get("name", "")),
                         function.get("arguments"),
                         session,
