@@ -47,7 +47,7 @@ from typing import Any, Final
 import verifiers.v1 as vf
 from pydantic import Field
 
-from rewardseal.core.errors import ValidationError
+from rewardseal.core.errors import Unscored, ValidationError
 from rewardseal.trainers.tools import ToolProvider, call_tool, openai_tools, tools_by_name
 from rewardseal_kit.tools.mockmed import mockmed_toolbox
 
@@ -121,9 +121,9 @@ class ToolsTask(vf.Task[ToolsData]):  # type: ignore[misc]
             raise ValidationError("the episode was never begun (task setup did not run)")
         row = await self._episodes().score(rollout.episode)
         trace.info.setdefault(INFO_KEY, {})["receipt"] = receipt_info(row)
-        scalar = row.scalar
-        assert scalar is not None  # score() raises Unscored otherwise
-        return float(scalar)
+        if row.scalar is None:  # score() raises Unscored first; never pay a missing scalar
+            raise Unscored(f"episode {row.episode_id} has no scalar: dropped")
+        return float(row.scalar)
 
 
 class ToolsTasksetConfig(vf.TasksetConfig):  # type: ignore[misc]
