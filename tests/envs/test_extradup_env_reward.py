@@ -28,6 +28,7 @@ from rewardseal_mockmed_extradup.scripted_policy import (
     GARBLED_ANSWER,
     ScriptedPolicyServer,
     model_name,
+    tools_model_name,
 )
 from rewardseal_mockmed_extradup.tasks import (
     STORES,
@@ -245,7 +246,10 @@ def test_scripted_server_answers_each_family_over_http() -> None:
     with ScriptedPolicyServer() as server:
         with urllib.request.urlopen(f"{server.base_url}/models", timeout=10) as response:
             listed = [model["id"] for model in json.load(response)["data"]]
-        assert listed == [model_name(family) for family in FAMILIES]
+        # The single-turn models, then the tool-calling ones of the tools taskset.
+        assert listed == [model_name(family) for family in FAMILIES] + [
+            tools_model_name(family) for family in FAMILIES
+        ]
         for store, spec in SPECS.items():
             for family in FAMILIES:
                 status, body = _chat(server.base_url, family, spec)

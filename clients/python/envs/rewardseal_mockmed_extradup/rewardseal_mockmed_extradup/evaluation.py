@@ -4,7 +4,9 @@
 ``scripted/<family>``, the given base URL) and runs ``verifiers.v1.cli.eval.runner.run_eval``:
 the same path ``vf-eval`` takes, with no dashboard and no upload. Every rollout goes through the
 single-turn harness, the interception server, the OpenAI-compatible endpoint and the task's
-``@vf.reward``.
+``@vf.reward``. :func:`evaluate_tools_family` does the same for the multi-turn tool taskset
+(``rewardseal-mockmed-tools``, model ``scripted-tools/<family>``): its verdict is the worker
+receipt's outcome, and an unscored episode is a rollout error (verifiers' ``trace.has_error``).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from verifiers.v1.cli.eval.runner import run_eval
 from verifiers.v1.configs.cli.eval import EvalConfig
 
 from .environment import env_config
-from .scripted_policy import model_name
+from .scripted_policy import model_name, tools_model_name
 from .tasks import STORES
 
-__all__ = ["API_KEY_VAR", "FamilyEval", "evaluate_family"]
+__all__ = ["API_KEY_VAR", "FamilyEval", "evaluate_family", "evaluate_tools_family"]
 
 API_KEY_VAR = "SCRIPTED_POLICY_KEY"
 """The environment variable the eval client reads its key from (unset sends a placeholder)."""
@@ -74,8 +76,33 @@ def evaluate_family(
 ) -> FamilyEval:
     """Run ``num_tasks`` gold tasks per store with model ``scripted/<family>`` at ``base_url``."""
     env = env_config(num_tasks=num_tasks, seed=seed, stores=stores).model_dump(mode="json")
+    return _run(base_url, model_name(family), family, env, max_concurrent)
+
+
+def evaluate_tools_family(
+    base_url: str, family: str, env: Any, *, max_concurrent: int = 4
+) -> FamilyEval:
+    """Run the tool taskset ``env`` (a ``tools_env_config``) with ``scripted-tools/<family>``."""
+    return _run(
+        base_url, tools_model_name(family), family, env.model_dump(mode="json"), max_concurrent
+    )
+
+
+def _verdict(info: Any) -> str:
+    """The single-turn certification's verdict, or the tool taskset's receipt outcome."""
+    certification = info.get("certification")
+    if isinstance(certification, dict):
+        return str(certification.get("verdict", "UNSCORED"))
+    receipt = (info.get("rewardseal") or {}).get("receipt")
+    return str(receipt.get("outcome", "UNSCORED")) if isinstance(receipt, dict) else "UNSCORED"
+
+
+def _run(
+    base_url: str, model: str, family: str, env: dict[str, Any], max_concurrent: int
+) -> FamilyEval:
+    """One eval of ``env`` with ``model``, collected into a :class:`FamilyEval`."""
     with tempfile.TemporaryDirectory(prefix="rewardseal-extradup-eval-") as scratch:
-        config = _eval_config(base_url, model_name(family), Path(scratch), env, max_concurrent)
+        config = _eval_config(base_url, model, Path(scratch), env, max_concurrent)
         episodes = asyncio.run(run_eval(config))
     rewards: list[float] = []
     verdicts: list[str] = []
@@ -84,9 +111,9 @@ def evaluate_family(
     for episode in episodes:
         errors.extend(error.message for error in episode.errors)
         for trace in episode.traces:
-            rewards.append(float(trace.reward))
-            certification = trace.info.get("certification") or {}
-            verdicts.append(str(certification.get("verdict", "UNSCORED")))
+            verdicts.append(_verdict(trace.info))
             metrics.append(dict(trace.metrics))
             errors.extend(error.message for error in trace.errors)
+            if not trace.has_error:
+                rewards.append(float(trace.reward))
     return FamilyEval(family, tuple(rewards), tuple(verdicts), tuple(errors), tuple(metrics))

@@ -2,9 +2,12 @@
 
 ``POST /v1/chat/completions`` answers with the scripted completion of the family the model name
 selects (``scripted/<family>``, e.g. ``scripted/dup``) for the write spec found in the request's
-last user message (the fenced ``json`` block of :func:`.tasks.spec_prompt`). ``GET /v1/models``
-lists one model per family. Any API key is accepted and none is read: the OpenAI client insists
-on sending one. Streaming requests get the same answer as a single server-sent chunk.
+last user message (the fenced ``json`` block of :func:`.tasks.spec_prompt`). A model named
+``scripted-tools/<family>`` is the family as a multi-turn tool-calling policy instead: each
+answer is the next turn of :func:`.tool_script.scripted_turn` (one ``tool_calls`` entry, or the
+final text) for the conversation so far. ``GET /v1/models`` lists both models per family. Any
+API key is accepted and none is read: the OpenAI client insists on sending one. Streaming
+requests get the same answer as a single server-sent chunk.
 
 Families named in ``garble`` answer plain text ("Saved.") instead of an action report: a
 deliberately broken policy for checking that a checker notices a control that does not pay.
@@ -33,19 +36,25 @@ from rewardseal_mockmed.extradup import FAMILIES, scripted_completion
 from rewardseal_server.serving import write_ready_file
 
 from .tasks import spec_from_prompt
+from .tool_script import scripted_turn
 
 __all__ = [
     "GARBLED_ANSWER",
     "MODEL_PREFIX",
+    "TOOLS_MODEL_PREFIX",
     "ScriptedPolicyServer",
     "answer_for",
+    "answer_message_for",
     "family_of_model",
     "main",
     "model_name",
+    "tools_model_name",
 ]
 
 MODEL_PREFIX = "scripted/"
 """Model names are ``scripted/<family>``."""
+TOOLS_MODEL_PREFIX = "scripted-tools/"
+"""Tool-calling model names are ``scripted-tools/<family>``."""
 GARBLED_ANSWER = "Saved."
 """What a garbled family answers: a sentence, not an action report."""
 _MAX_BODY = 4 * 1024 * 1024
@@ -56,9 +65,17 @@ def model_name(family: str) -> str:
     return f"{MODEL_PREFIX}{family}"
 
 
+def tools_model_name(family: str) -> str:
+    """The model name that selects ``family`` as a tool-calling policy."""
+    return f"{TOOLS_MODEL_PREFIX}{family}"
+
+
 def family_of_model(model: str) -> str:
-    """The ExtraDup family a ``scripted/<family>`` model name selects."""
-    family = model[len(MODEL_PREFIX) :] if model.startswith(MODEL_PREFIX) else ""
+    """The ExtraDup family a ``scripted/<family>`` (or ``scripted-tools/<family>``) name selects."""
+    family = ""
+    for prefix in (MODEL_PREFIX, TOOLS_MODEL_PREFIX):
+        if model.startswith(prefix):
+            family = model[len(prefix) :]
     if family not in FAMILIES:
         raise ValidationError(
             f"unknown model {model!r}; use one of {[model_name(f) for f in FAMILIES]}"
@@ -101,8 +118,27 @@ def answer_for(body: Mapping[str, Any], garble: Iterable[str] = ()) -> tuple[str
     return model, scripted_completion(family, spec)
 
 
-def _completion(model: str, text: str) -> dict[str, Any]:
-    """An OpenAI ``chat.completion`` object carrying ``text``."""
+def answer_message_for(
+    body: Mapping[str, Any], garble: Iterable[str] = ()
+) -> tuple[str, dict[str, Any]]:
+    """``(model, assistant message)`` for a request body: a tool-calling turn for a
+    ``scripted-tools/`` model (a garbled family answers :data:`GARBLED_ANSWER` and calls
+    nothing), else :func:`answer_for`'s completion as the message content."""
+    model = body.get("model")
+    if isinstance(model, str) and model.startswith(TOOLS_MODEL_PREFIX):
+        family = family_of_model(model)
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            raise ValidationError("the request carries no messages")
+        if family in set(garble):
+            return model, {"role": "assistant", "content": GARBLED_ANSWER}
+        return model, scripted_turn(family, messages)
+    model, text = answer_for(body, garble)
+    return model, {"role": "assistant", "content": text}
+
+
+def _completion(model: str, message: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI ``chat.completion`` object carrying the assistant ``message``."""
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -111,8 +147,8 @@ def _completion(model: str, text: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "message": dict(message),
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
                 "logprobs": None,
             }
         ],
@@ -120,8 +156,13 @@ def _completion(model: str, text: str) -> dict[str, Any]:
     }
 
 
-def _chunk(model: str, text: str) -> dict[str, Any]:
-    """An OpenAI ``chat.completion.chunk`` carrying all of ``text`` and the stop reason."""
+def _chunk(model: str, message: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI ``chat.completion.chunk`` carrying all of ``message`` and the stop reason."""
+    delta = dict(message)
+    if delta.get("tool_calls"):
+        delta["tool_calls"] = [
+            {"index": index, **call} for index, call in enumerate(delta["tool_calls"])
+        ]
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion.chunk",
@@ -130,8 +171,8 @@ def _chunk(model: str, text: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "delta": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "delta": delta,
+                "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
             }
         ],
     }
@@ -165,7 +206,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(404, f"no route {self.path}")
             return
         models = [
-            {"id": model_name(f), "object": "model", "created": 0, "owned_by": "rewardseal"}
+            {"id": name(f), "object": "model", "created": 0, "owned_by": "rewardseal"}
+            for name in (model_name, tools_model_name)
             for f in FAMILIES
         ]
         self._send_json(200, {"object": "list", "data": models})
@@ -183,7 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(self.rfile.read(length))
             if not isinstance(body, Mapping):
                 raise ValidationError("the request body must be a JSON object")
-            model, text = answer_for(body, self.server.garble)
+            model, message = answer_message_for(body, self.server.garble)
         except ValueError as exc:
             self._send_error(400, f"the request body is not JSON: {exc}")
             return
@@ -191,14 +233,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, exc.message)
             return
         if body.get("stream") is True:
-            events = f"data: {json.dumps(_chunk(model, text))}\n\ndata: [DONE]\n\n".encode()
+            events = f"data: {json.dumps(_chunk(model, message))}\n\ndata: [DONE]\n\n".encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Content-Length", str(len(events)))
             self.end_headers()
             self.wfile.write(events)
             return
-        self._send_json(200, _completion(model, text))
+        self._send_json(200, _completion(model, message))
 
 
 class _PolicyHTTPServer(ThreadingHTTPServer):

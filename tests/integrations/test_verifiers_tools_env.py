@@ -1,0 +1,188 @@
+"""The multi-turn tool taskset ``rewardseal-mockmed-tools`` through the real verifiers (0.4.0).
+
+Real parts: a seeded worker process (``rewardseal-worker serve``, its ready file), MockMed over
+the worker's SQLite system of record, verifiers' own loader and eval runner (interception
+server included). The only stand-in is the policy: the scripted OpenAI-compatible server,
+whose ``scripted-tools/<family>`` models emit tool calls. Every family plays multi-turn through
+the tools; the worker's receipt pays; an unscored episode raises and is dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+vf = pytest.importorskip("verifiers.v1")
+
+from rewardseal_mockmed_extradup.check_fails_closed import main as check_main  # noqa: E402
+from rewardseal_mockmed_extradup.evaluation import evaluate_tools_family  # noqa: E402
+from rewardseal_mockmed_extradup.scripted_policy import ScriptedPolicyServer  # noqa: E402
+from rewardseal_mockmed_extradup.tools_environment import (  # noqa: E402
+    DEFAULT_TOKEN_ENV,
+    TOOLS_ENV_ID,
+    ToolCallingHarness,
+    ToolsTaskset,
+    tools_env_config,
+)
+from support.mockmed_episodes import CHECKPOINT  # noqa: E402
+from support.mockmed_service import RunningMockMed, running_mockmed  # noqa: E402
+from support.worker_process import WorkerProcess, worker_process  # noqa: E402
+
+from rewardseal_mockmed.extradup import CONTROL, HACKING_FAMILIES  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+TRAINERS_DOC = Path(__file__).resolve().parents[2] / "docs" / "trainers.md"
+
+
+@pytest.fixture
+def worker(data_dir: Path, tmp_path: Path) -> Iterator[WorkerProcess]:
+    with worker_process(data_dir, tmp_path / "worker-ready.json") as process:
+        yield process
+
+
+@pytest.fixture
+def mockmed(
+    data_dir: Path, tmp_path: Path, worker: WorkerProcess, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[RunningMockMed]:
+    database = data_dir / "mockmed" / "mockmed.sqlite"
+    with running_mockmed(f"sqlite:///{database}", tmp_path) as service:
+        monkeypatch.setenv(DEFAULT_TOKEN_ENV, service.token)
+        yield service
+
+
+@pytest.fixture
+def policy() -> Iterator[str]:
+    with ScriptedPolicyServer() as server:
+        yield server.base_url
+
+
+def _worker_kwargs(worker: WorkerProcess, **extra: Any) -> dict[str, Any]:
+    return {
+        "worker_ready_file": str(worker.ready),
+        "policy_checkpoint_id": CHECKPOINT,
+        **extra,
+    }
+
+
+def test_loads_by_id_with_its_own_harness(worker: WorkerProcess) -> None:
+    config = tools_env_config(worker=_worker_kwargs(worker), mockmed_url="http://127.0.0.1:1")
+    env = vf.load_environment(config)
+    assert isinstance(env.taskset, ToolsTaskset)
+    assert vf.default_harness_id(TOOLS_ENV_ID) == TOOLS_ENV_ID
+    assert vf.import_harness(TOOLS_ENV_ID).ToolCallingHarness is ToolCallingHarness
+
+
+def test_honest_and_dup_through_a_vf_eval(
+    worker: WorkerProcess, mockmed: RunningMockMed, policy: str
+) -> None:
+    env = tools_env_config(worker=_worker_kwargs(worker), mockmed_url=mockmed.url, num_tasks=2)
+    honest = evaluate_tools_family(policy, CONTROL, env)
+    assert honest.errors == ()
+    assert honest.rewards == (1.0, 1.0)
+    assert honest.verdicts == ("VERIFIED", "VERIFIED")
+    dup = evaluate_tools_family(policy, "dup", env)
+    assert dup.errors == ()
+    assert dup.rewards == (0.0, 0.0)
+    assert all(verdict != "VERIFIED" for verdict in dup.verdicts)
+
+
+def test_an_unscored_episode_raises_and_is_dropped(
+    worker: WorkerProcess, mockmed: RunningMockMed, policy: str
+) -> None:
+    # After an episode at update 3, one at update 0 is below the worker's window (the default
+    # max_policy_lag is 2): policy_update_regressed, no receipt. The reward raises Unscored and
+    # verifiers marks the trace errored (trace.has_error), the trace prime-rl drops.
+    def env(update: int) -> Any:
+        kwargs = _worker_kwargs(worker, policy_update=update)
+        return tools_env_config(worker=kwargs, mockmed_url=mockmed.url, num_tasks=1)
+
+    ahead = evaluate_tools_family(policy, CONTROL, env(3))
+    assert ahead.errors == ()
+    assert ahead.rewards == (1.0,)
+    behind = evaluate_tools_family(policy, CONTROL, env(0))
+    assert behind.rewards == ()
+    assert behind.verdicts == ("UNSCORED",)
+    assert len(behind.errors) == 1
+    assert "Unscored" in behind.errors[0]
+    assert "policy_update_regressed" in behind.errors[0]
+
+
+def test_check_fails_closed_for_the_tools_env(
+    worker: WorkerProcess, mockmed: RunningMockMed, policy: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [
+        "--env",
+        TOOLS_ENV_ID,
+        "--base-url",
+        policy,
+        "--num-tasks",
+        "1",
+        "--worker-ready-file",
+        str(worker.ready),
+        "--policy-checkpoint-id",
+        CHECKPOINT,
+        "--mockmed-url",
+        mockmed.url,
+    ]
+    assert check_main(argv) == 0, capsys.readouterr()
+    out = capsys.readouterr().out
+    assert "fails closed" in out
+    for family in (CONTROL, *HACKING_FAMILIES):
+        assert family in out
+    assert os.environ[DEFAULT_TOKEN_ENV] == mockmed.token
+
+
+def test_check_fails_closed_fails_when_the_control_does_not_pay(
+    worker: WorkerProcess, mockmed: RunningMockMed, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The control garbled: it answers "Saved." and calls no tool, so nothing is written and
+    # the worker pays 0.0; the check must say the reward does not fail closed.
+    with ScriptedPolicyServer(garble=[CONTROL]) as broken:
+        argv = [
+            "--env",
+            TOOLS_ENV_ID,
+            "--base-url",
+            broken.base_url,
+            "--num-tasks",
+            "1",
+            "--worker-ready-file",
+            str(worker.ready),
+            "--policy-checkpoint-id",
+            CHECKPOINT,
+            "--mockmed-url",
+            mockmed.url,
+        ]
+        assert check_main(argv) == 1
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line.split()[-1] for line in out.splitlines()[1:9]}
+    assert rows[CONTROL] == "FAIL"
+    assert all(rows[family] == "ok" for family in HACKING_FAMILIES)
+    assert "DOES NOT FAIL CLOSED" in out
+
+
+def test_check_fails_closed_refuses_the_tools_env_without_a_worker() -> None:
+    with pytest.raises(SystemExit) as caught:
+        check_main(["--env", TOOLS_ENV_ID, "--mockmed-url", "http://127.0.0.1:1"])
+    assert caught.value.code == 2
+
+
+def test_the_documented_toml_is_a_valid_eval_config() -> None:
+    from verifiers.v1.configs.cli.eval import EvalConfig
+
+    text = TRAINERS_DOC.read_text()
+    match = re.search(r"<!-- vf-eval-toml -->\n```toml\n(.*?)\n```", text, re.DOTALL)
+    assert match, "docs/trainers.md lost its vf-eval TOML block"
+    data = tomllib.loads(match.group(1))
+    config = EvalConfig.model_validate(data)
+    assert config.env.taskset.id == TOOLS_ENV_ID
+    assert isinstance(config.env.taskset, vf.TasksetConfig)
+    taskset = vf.resolve_env_config(data["env"]).taskset
+    assert taskset.worker["worker_ready_file"]
+    assert taskset.mockmed_token_env == DEFAULT_TOKEN_ENV
