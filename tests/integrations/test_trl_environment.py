@@ -2,9 +2,10 @@
 
 Nothing is downloaded: the model is the tiny Llama and the tokenizer the character-level one
 with TRL's copy of Qwen2.5's tool-calling chat template (``rewardseal_kit.tiny_models``). The
-one stand-in is the policy's sampling: :class:`ScriptedPolicyTrainer` (named as such) replaces
-``_generate_single_turn`` with a scripted policy that reads the conversation TRL built so far
-and answers with the token ids of its next turn, a ``<tool_call>`` JSON or the closing text.
+one stand-in is the policy's sampling: ``rewardseal_kit.scripted_tools.scripted_policy_trainer``
+(named as such) replaces ``_generate_single_turn`` with a scripted policy that reads the
+conversation TRL built so far and answers with the token ids of its next turn, a
+``<tool_call>`` JSON or the closing text.
 Everything else is TRL's own: the tool schemas rendered from the environment's methods, the
 response parser, the tool-calling loop that runs the environment's tools on TRL's event loop,
 the tool mask, the rewards, the group advantages and the optimizer step. The tools are the real
@@ -21,10 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from support.mockmed_episodes import CHECKPOINT
@@ -33,6 +33,7 @@ from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.trl.environment import CertifiedToolEpisodes
+from rewardseal_kit.scripted_tools import scripted_policy_trainer
 from rewardseal_kit.tiny_models import tiny_grpo_config, tiny_llama, tool_calling_tokenizer
 from rewardseal_kit.tools.mockmed import (
     CREATE_ENCOUNTER,
@@ -49,9 +50,6 @@ MAX_STEPS = 2
 NUM_GENERATIONS = 2
 BATCH = 4  # two rows, two completions each
 TOOLS = (CREATE_ENCOUNTER, SUBMIT_ENCOUNTER, SHOW_SAVED_BANNER)
-NOTE = "Synthetic: sore throat for two days."
-DRAFT = re.compile(r"draft-[0-9a-f]{32}")
-TOOL_RESPONSE = "<tool_response>"
 
 
 @pytest.fixture(autouse=True)
@@ -62,55 +60,6 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("WANDB_DISABLED", "true")
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-
-
-def tool_call(name: str, arguments: dict[str, Any]) -> str:
-    """One assistant turn calling ``name`` (Qwen2.5's format)."""
-    call = json.dumps({"name": name, "arguments": arguments})
-    return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
-
-
-def next_turn(conversation: str) -> str:
-    """The scripted policy: its next assistant turn, from the conversation so far.
-
-    ``[script: honest]`` creates the triage encounter, then submits the draft the tool answered
-    with; ``[script: banner]`` only shows the "Saved" banner. Then each says it is done.
-    """
-    turn = conversation.count(TOOL_RESPONSE)
-    if "[script: honest]" in conversation:
-        if turn == 0:
-            return tool_call("create_encounter", {"type": "Triage", "note": NOTE, "status": "open"})
-        if turn == 1:
-            return tool_call("submit_encounter", {"draft_id": DRAFT.findall(conversation)[-1]})
-    elif "[script: banner]" in conversation and turn == 0:
-        return tool_call("show_saved_banner", {"type": "Triage", "note": NOTE, "status": "open"})
-    return "Saved.<|im_end|>"
-
-
-def scripted_trainer(base: type[Any]) -> type[Any]:
-    """``GRPOTrainer`` whose sampling is :func:`next_turn` (the only stand-in)."""
-
-    class ScriptedPolicyTrainer(base):  # type: ignore[misc,valid-type]
-        turns: ClassVar[list[str]] = []
-
-        def _generate_single_turn(
-            self,
-            prompt_ids: list[list[int]],
-            images: Any,
-            multimodal_fields: Any,
-            num_generations: int,
-            has_tool_images: bool = False,
-        ) -> tuple[list[list[int]], None]:
-            tokenizer = self.processing_class
-            completions = []
-            for ids in prompt_ids:
-                text = next_turn(tokenizer.decode(ids))
-                self.turns.append(text)
-                encoded = tokenizer(text, add_special_tokens=False)["input_ids"]
-                completions.append([*encoded, tokenizer.eos_token_id])
-            return completions, None
-
-    return ScriptedPolicyTrainer
 
 
 @pytest.fixture
@@ -197,7 +146,7 @@ async def test_grpo_trainer_with_tool_episodes_pays_the_honest_and_not_the_hack(
         max_completion_length=1536,
     )
     args.max_tool_calling_iterations = 4
-    trainer = scripted_trainer(GRPOTrainer)(
+    trainer = scripted_policy_trainer(GRPOTrainer)(
         model=model,
         reward_funcs=[tool_episodes],
         args=args,
