@@ -279,32 +279,3 @@ async def test_a_row_without_identity_and_a_wrong_token_are_refused(
             await asyncio.to_thread(lambda: env.reset(**row("patient-env-token-0001")))
     with pytest.raises(ValidationError, match="environment_factory"):
         episodes.reward(prompts=["p"], completions=["c"], trainer_state=TrainerState())
-
-
-async def test_capture_needs_the_trainers_step(
-    stack: RunningStack, client: WorkerClient, mockmed: RunningMockMed
-) -> None:
-    class Capture:
-        """Records the sentinel begins (the integrity capture's begin_sentinel)."""
-
-        def __init__(self) -> None:
-            self.begun: list[tuple[list[Any], int]] = []
-
-        def begin_sentinel(self, episodes: Any, *, policy_update: int) -> None:
-            self.begun.append((list(episodes), policy_update))
-
-    capture = Capture()
-    episodes = episodes_for(client, stack, mockmed, capture=capture)
-    env = episodes.environment()
-    with pytest.raises(ValidationError, match="bind"):
-        env.reset(**row("patient-env-capture-0001"))
-
-    @dataclass
-    class Trainer:
-        state: TrainerState
-
-    episodes.bind(Trainer(TrainerState(global_step=3)))
-    await asyncio.to_thread(lambda: env.reset(**row("patient-env-capture-0001")))
-    ((opened, step),) = capture.begun
-    assert step == 3
-    assert opened == [(env._active, env._identity)]
