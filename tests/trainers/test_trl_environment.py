@@ -214,6 +214,20 @@ async def test_a_tool_error_is_the_models_observation(
     assert answer.startswith(ERROR_PREFIX)  # the schema check (additionalProperties false)
 
 
+async def test_tool_calls_of_one_message_run_concurrently_as_trl_runs_them(
+    stack: RunningStack, client: WorkerClient, mockmed: RunningMockMed
+) -> None:
+    episodes = episodes_for(client, stack, mockmed)
+    env: Any = await reset(episodes, "patient-env-gather-0001")
+    # TRL gathers the async tool calls of one assistant message; the episode's session copes.
+    answers = await asyncio.gather(
+        env.lookup_patient(), env.create_encounter(**TRIAGE), env.list_encounters()
+    )
+    assert not any(answer.startswith(ERROR_PREFIX) for answer in answers), answers
+    names = [call["name"] for call in json.loads(env._transcript())]
+    assert names == ["lookup_patient", "create_encounter", "list_encounters"]
+
+
 async def test_a_worker_away_at_begin_is_unscored_never_zero(
     stack: RunningStack, client: WorkerClient, mockmed: RunningMockMed
 ) -> None:

@@ -68,6 +68,7 @@ This module imports neither ``trl``, ``transformers`` nor ``torch``: TRL needs n
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import secrets
@@ -95,6 +96,7 @@ __all__ = [
     "CertifiedToolEpisodes",
     "EnvironmentReward",
     "ToolCall",
+    "sandbox_identities",
 ]
 
 _DEFAULT_PREFIX: Final = "trl-env"
@@ -154,6 +156,7 @@ class CertifiedToolEnvironment:
         self._session: AbstractAsyncContextManager[Any] | None = None
         self._begin_error: RewardSealError | None = None
         self._calls: list[ToolCall] = []
+        self._lock = asyncio.Lock()
 
     def reset(self, **row: Any) -> str | None:
         """Begin a fresh episode for ``row`` (TRL passes the dataset row's columns).
@@ -180,6 +183,8 @@ class CertifiedToolEnvironment:
         self._calls = []
         self._begin_error = None
         self._session = episodes.open_session(identity)
+        # A fresh lock per episode: it binds to the loop that first waits on it (TRL's own).
+        self._lock = asyncio.Lock()
         episodes._begin(self)
         return None
 
@@ -200,9 +205,12 @@ class CertifiedToolEnvironment:
         model's mistakes or the system of record's refusals: the tool answers them as text)."""
         self._active  # noqa: B018 (refuses a call before reset)
         assert self._session is not None
-        async with self._session as session:
+        # TRL runs the tool calls of one assistant message concurrently (asyncio.gather); the
+        # episode's one session is entered around each call, so its calls take turns, in the
+        # order the model wrote them.
+        async with self._lock, self._session as session:
             result = await call_tool(self._episodes.tools, name, dict(arguments), session)
-        self._calls.append(ToolCall(name, arguments, result))
+            self._calls.append(ToolCall(name, arguments, result))
         return result
 
 
