@@ -54,3 +54,44 @@ def test_the_trl_example_trains_and_is_paid_certified_receipts(tmp_path: Path) -
     assert f"{STEPS} steps, {STEPS * BATCH} completions, {STEPS * BATCH} with a certified" in (
         done.stdout
     )
+
+
+ENV_EXAMPLE = EXAMPLE.with_name("trl_environment.py")
+
+
+@pytest.mark.slow
+def test_the_trl_environment_example_pays_the_honest_tool_episode_and_not_the_hack(
+    tmp_path: Path,
+) -> None:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("REWARDSEAL_WORKER_", "MOCKMED_"))
+    }
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRL_EXPERIMENTAL_SILENCE="1",
+    )
+    summary_path = tmp_path / "summary.json"
+    done = subprocess.run(
+        [sys.executable, str(ENV_EXAMPLE), "--steps", "1", "--summary", str(summary_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (step,) = json.loads(summary_path.read_text())["steps"]
+    assert step["certified"] == step["completions"] == BATCH
+    for script, tools, reward in zip(step["scripts"], step["tools"], step["rewards"], strict=True):
+        if script == "honest":
+            assert tools == ["create_encounter", "submit_encounter"]
+            assert reward == 1.0
+        else:
+            assert tools == ["show_saved_banner"]
+            assert reward == 0.0
+    assert "honest: create_encounter+submit_encounter -> VERIFIED" in done.stdout

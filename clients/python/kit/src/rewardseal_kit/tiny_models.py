@@ -38,8 +38,23 @@ def char_tokenizer(*, padding_side: str = "right") -> Any:
     )
 
 
-def tiny_llama(tokenizer: Any) -> Any:
-    """A randomly initialised two-layer Llama, hidden size 32 (seeded, CPU, float32)."""
+def tool_calling_tokenizer(*, padding_side: str = "left") -> Any:
+    """The character-level tokenizer with a tool-calling chat template: TRL's copy of
+    Qwen2.5's, whose ``<tool_call>`` JSON TRL knows how to parse (``add_response_schema``) and
+    which renders the same prefix turn after turn (TRL's multi-turn check). Needs trl."""
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    tokenizer = char_tokenizer(padding_side=padding_side)
+    tokenizer.chat_template = qwen2_5_chat_template
+    return tokenizer
+
+
+def tiny_llama(tokenizer: Any, *, max_position_embeddings: int = 256) -> Any:
+    """A randomly initialised two-layer Llama, hidden size 32 (seeded, CPU, float32).
+
+    ``max_position_embeddings``: the longest sequence; a multi-turn tool episode on the
+    character-level tokenizer (its chat template's tool schemas, the tools' answers) needs a few
+    thousand."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -51,7 +66,7 @@ def tiny_llama(tokenizer: Any) -> Any:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=256,
+        max_position_embeddings=max_position_embeddings,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -1,6 +1,7 @@
 """The TRL adapter (docs/spec.md §11): certified reward functions for ``GRPOTrainer``
-(:mod:`rewardseal.trainers.trl.rewards`) and the integrity gate callback
-(:mod:`rewardseal.trainers.trl.gate`).
+(:mod:`rewardseal.trainers.trl.rewards`), multi-turn tool episodes for its
+``environment_factory`` (:mod:`rewardseal.trainers.trl.environment`) and the integrity gate
+callback (:mod:`rewardseal.trainers.trl.gate`).
 
 ``IntegrityGate`` subclasses ``transformers.TrainerCallback``, so it is built on first access of
 this package's attribute (:mod:`rewardseal.trainers.lazy`); the package imports neither ``trl``,
@@ -12,6 +13,11 @@ from __future__ import annotations
 from typing import Any
 
 from rewardseal.trainers.lazy import LazyClasses
+from rewardseal.trainers.trl.environment import (
+    CertifiedToolEnvironment,
+    CertifiedToolEpisodes,
+    EnvironmentReward,
+)
 from rewardseal.trainers.trl.gate import CLASS_NAME, integrity_gate_class
 from rewardseal.trainers.trl.rewards import (
     DEFAULT_MAX_BATCH,
@@ -26,6 +32,9 @@ __all__ = [
     "DEFAULT_MAX_BATCH",
     "AsyncCertifiedRewardFunction",
     "CertifiedRewardFunction",
+    "CertifiedToolEnvironment",
+    "CertifiedToolEpisodes",
+    "EnvironmentReward",
     "IntegrityGate",
     "PAID_SHARE_METRIC",
     "UNSCORED_SHARE_METRIC",
