@@ -265,3 +265,35 @@ async def test_oracle_outage_drops_the_session_and_grpo_runs_over_the_rest(
     advantages = grpo_advantages(puts)
     assert advantages["uid-outage_0_0"] == pytest.approx(0.7071, abs=1e-3)
     assert advantages["uid-outage_1_0"] == pytest.approx(-0.7071, abs=1e-3)
+
+
+async def test_two_interleaved_steps_score_within_lag_one(
+    stack: RunningStack, base_config: DictConfig
+) -> None:
+    # An async trainer's order: step 3's prompt is scored, then step 2's late prompt.
+    worker = worker_for(loop_config(base_config, stack))
+    await run_prompt(worker, "uid-step3", "patient-v1-lag3", "honest", step=3)
+    await run_prompt(worker, "uid-step2", "patient-v1-lag2", "honest", step=2)
+    for uid in ("uid-step3", "uid-step2"):
+        puts = session_outputs(uid)
+        assert len(puts) == 3, uid
+        assert all(float(fields["rm_scores"][-1]) == 1.0 for fields in puts.values())
+
+
+async def test_lag_zero_refuses_the_late_step(
+    data_dir: Path, base_config: DictConfig, caplog: pytest.LogCaptureFixture
+) -> None:
+    running = await start_stack(data_dir, max_policy_lag=0)
+    verl_agent.DATABASE["path"] = running.database
+    try:
+        worker = worker_for(loop_config(base_config, running))
+        await run_prompt(worker, "uid-lag0-step3", "patient-v1-lag0-3", "honest", step=3)
+        await run_prompt(worker, "uid-lag0-step2", "patient-v1-lag0-2", "honest", step=2)
+    finally:
+        await stop_stack(running)
+    assert len(session_outputs("uid-lag0-step3")) == 3
+    # Refused, never paid and never quietly dropped: verl logs each session's error and marks
+    # the group failed; the message names the setting to raise.
+    assert session_outputs("uid-lag0-step2") == {}
+    assert TQ.tags["uid-lag0-step2"]["status"] == "failure"
+    assert "max-policy-lag" in caplog.text or "max_policy_lag" in caplog.text

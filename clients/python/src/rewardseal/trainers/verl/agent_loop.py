@@ -29,10 +29,11 @@ identity, run ``ToolAgentLoop``'s turns with the toolkit's tools, score at the w
 output with ``reward_score`` and ``extra_fields["reward_extra_info"]`` (the columns of
 :data:`rewardseal.trainers.groups.METADATA_COLUMNS` plus ``reward_receipt_id``), or ``[]`` for
 an unscored session: the session leaves its GRPO group (never a 0.0, R-T-1), is logged and is
-counted in :data:`DROPPED_SESSIONS`. A begin the worker refuses for an outage also drops the
-session, as does any begin refusal but a setup error; a setup error (bad token, wrong
-contract) and an uncertified receipt under ``require_certified`` raise (the whole run is
-misconfigured, every session would fail alike).
+counted in :data:`DROPPED_SESSIONS`. A begin the worker refuses (an outage) also drops the
+session. Raised instead, since every session would fail alike: R-W-7's
+``policy_update_regressed`` (a session older than the worker's ``--max-policy-lag`` window),
+a setup error (bad token, wrong contract) and an uncertified receipt under
+``require_certified``.
 
 The tools come from a *toolkit* (:class:`Toolkit`): framework-neutral tools (``name``,
 ``description``, ``parameters`` JSON Schema, ``async call(arguments, session) -> str``, the
@@ -71,6 +72,7 @@ __all__ = [
     "AGENT_NAME",
     "CLASS_NAME",
     "DROPPED_SESSIONS",
+    "LAG_REFUSAL",
     "AgentToolLike",
     "DroppedSessions",
     "Toolkit",
@@ -84,6 +86,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+LAG_REFUSAL: Final = "policy_update_regressed"
+"""R-W-7's refusal of an update below the worker's window: ``run()`` raises it (the message
+names ``--max-policy-lag``; verl logs the session's error and marks its group failed)."""
 CLASS_NAME: Final = "CertifiedAgentLoop"
 """The class name (``_target_: rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop``)."""
 AGENT_NAME: Final = "rewardseal_tool_agent"
@@ -367,6 +372,15 @@ def agent_loop_class() -> type[Any]:
             output.reward_score = float(scored["reward_score"])
             output.extra_fields["reward_extra_info"] = extra
             return output
+
+        @staticmethod
+        def _error_row(sample: Any, error: RewardSealError) -> Any:
+            # Below the worker's policy-lag window every late session of an async trainer
+            # would be refused alike: a setting to raise (the message names it), not an
+            # unscored session to drop quietly.
+            if error.reason == LAG_REFUSAL:
+                raise error
+            return LoopScorer._error_row(sample, error)
 
         def _sessions(self) -> int:
             """How many sessions of a prompt run (``rollout.n``; the largest of it and its
