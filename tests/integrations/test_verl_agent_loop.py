@@ -26,7 +26,7 @@ from support import verl_agent
 from support.verl_agent import OUTAGE, ScriptedToolCallingServer, memory_transfer_queue
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
-from rewardseal.trainers.verl.agent_loop import AGENT_NAME, DROPPED_SESSIONS
+from rewardseal.trainers.verl.agent_loop import AGENT_NAME, DROPPED_SESSIONS, agent_loop_class
 from rewardseal_kit.tiny_models import char_tokenizer
 from rewardseal_mockmed import contract as mockmed
 
@@ -297,3 +297,15 @@ async def test_lag_zero_refuses_the_late_step(
     assert session_outputs("uid-lag0-step2") == {}
     assert TQ.tags["uid-lag0-step2"]["status"] == "failure"
     assert "max-policy-lag" in caplog.text or "max_policy_lag" in caplog.text
+
+
+def test_the_example_registration_names_the_lazy_loop() -> None:
+    # What verl's AgentLoopWorker does with agent_loop_config_path: OmegaConf.load, then
+    # hydra's instantiate locates _target_ (our module's lazy attribute).
+    from hydra.utils import get_class
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "verl_v1" / "agent_loops.yaml"
+    (entry,) = OmegaConf.load(example)
+    assert entry.name == AGENT_NAME
+    assert get_class(entry._target_) is agent_loop_class()
+    assert entry.toolkit == "rewardseal_kit.tools.mockmed:mockmed_toolbox"

@@ -35,11 +35,13 @@ session. Raised instead, since every session would fail alike: R-W-7's
 a setup error (bad token, wrong contract) and an uncertified receipt under
 ``require_certified``.
 
-The tools come from a *toolkit* (:class:`Toolkit`): framework-neutral tools (``name``,
+The tools come from a *toolkit* (:class:`Toolkit`, the shape of
+``rewardseal.trainers.tools.ToolProvider``): framework-neutral tools (``name``,
 ``description``, ``parameters`` JSON Schema, ``async call(arguments, session) -> str``, the
 protocol of :mod:`rewardseal.trainers.tools`) and ``session(identity)``, an async context
 manager binding them to the episode's sandbox identity. The loop's ``toolkit`` keyword is the
-dotted path of a function returning one (``package.module:function``); each tool is wrapped as
+dotted path of a function returning one (``package.module:function``, called with the
+registration's ``toolkit_kwargs``); each tool is wrapped as
 a verl ``BaseTool`` (:func:`verl_tools`) that calls it with the loop's own session.
 
 Reward integrity (§12): when the loop's ``capture`` is set (``integrity_capture``: a dotted
@@ -292,7 +294,9 @@ def agent_loop_class() -> type[Any]:
     """``CertifiedAgentLoop``: a verl ``ToolAgentLoop`` subclass, built once.
 
     verl builds it per session with its own keyword arguments plus the registration's:
-    ``toolkit`` (required, a dotted path, see :class:`Toolkit`) and ``integrity_capture``
+    ``toolkit`` (required: the dotted path of a function returning a :class:`Toolkit`, such as
+    ``rewardseal_kit.tools.mockmed:mockmed_toolbox``), ``toolkit_kwargs`` (its keyword
+    arguments, e.g. the service's ``base_url`` and ``token``) and ``integrity_capture``
     (optional). The worker settings are ``config.reward.reward_kwargs``
     (:func:`rewardseal.trainers.verl.loop.settings_from_config`), as for the reward managers.
 
@@ -311,6 +315,7 @@ def agent_loop_class() -> type[Any]:
             self,
             *args: Any,
             toolkit: str | Toolkit | None = None,
+            toolkit_kwargs: Mapping[str, Any] | None = None,
             integrity_capture: str | None = None,
             **kwargs: Any,
         ) -> None:
@@ -323,7 +328,8 @@ def agent_loop_class() -> type[Any]:
                     "(a dotted path to a function returning the agent's tools)",
                     reason="invalid_setting",
                 )
-            kit = load_object(toolkit)() if isinstance(toolkit, str) else toolkit
+            options = {str(key): value for key, value in dict(toolkit_kwargs or {}).items()}
+            kit = load_object(toolkit)(**options) if isinstance(toolkit, str) else toolkit
             self.toolkit: Toolkit = kit
             self._session: Any = None
             wrapped = verl_tools(kit.tools, lambda: self._session)
