@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from support import verl_agent
-from support.verl_agent import OUTAGE, ScriptedToolCallingServer, memory_transfer_queue
+from support.verl_agent import LATE, OUTAGE, ScriptedToolCallingServer, memory_transfer_queue
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.trainers.verl.agent_loop import AGENT_NAME, DROPPED_SESSIONS, agent_loop_class
@@ -245,7 +245,7 @@ async def test_oracle_outage_drops_the_session_and_grpo_runs_over_the_rest(
 ) -> None:
     # Sessions: s0 saves once (VERIFIED 1.0), s1 saves twice (WRONG_EFFECT 0.0), s2's oracle
     # read fails once s0 and s1 were put (FAILED_PLATFORM: unscored, []).
-    OUTAGE.store, OUTAGE.uid, OUTAGE.wait_for = TQ, "uid-outage", 2
+    OUTAGE.store, OUTAGE.uid, OUTAGE.count = TQ, "uid-outage", 2
     before = DROPPED_SESSIONS.total
     worker = worker_for(loop_config(base_config, stack))
     try:
@@ -267,14 +267,24 @@ async def test_oracle_outage_drops_the_session_and_grpo_runs_over_the_rest(
     assert advantages["uid-outage_1_0"] == pytest.approx(-0.7071, abs=1e-3)
 
 
+async def interleave(worker: Any, tag: str) -> None:
+    """An async trainer's order: step 2's prompt starts, step 3's prompt starts and is scored
+    while step 2's sessions are still open, then step 2's sessions are scored (late)."""
+    LATE.store, LATE.uid, LATE.count = TQ, f"uid-{tag}-step3", 3
+    late = asyncio.create_task(
+        run_prompt(worker, f"uid-{tag}-step2", f"patient-{tag}-2", "honest", 2, ("-late",) * 3)
+    )
+    await asyncio.sleep(0)
+    await run_prompt(worker, f"uid-{tag}-step3", f"patient-{tag}-3", "honest", 3)
+    await late
+
+
 async def test_two_interleaved_steps_score_within_lag_one(
     stack: RunningStack, base_config: DictConfig
 ) -> None:
-    # An async trainer's order: step 3's prompt is scored, then step 2's late prompt.
     worker = worker_for(loop_config(base_config, stack))
-    await run_prompt(worker, "uid-step3", "patient-v1-lag3", "honest", step=3)
-    await run_prompt(worker, "uid-step2", "patient-v1-lag2", "honest", step=2)
-    for uid in ("uid-step3", "uid-step2"):
+    await interleave(worker, "lag1")
+    for uid in ("uid-lag1-step3", "uid-lag1-step2"):
         puts = session_outputs(uid)
         assert len(puts) == 3, uid
         assert all(float(fields["rm_scores"][-1]) == 1.0 for fields in puts.values())
@@ -286,9 +296,7 @@ async def test_lag_zero_refuses_the_late_step(
     running = await start_stack(data_dir, max_policy_lag=0)
     verl_agent.DATABASE["path"] = running.database
     try:
-        worker = worker_for(loop_config(base_config, running))
-        await run_prompt(worker, "uid-lag0-step3", "patient-v1-lag0-3", "honest", step=3)
-        await run_prompt(worker, "uid-lag0-step2", "patient-v1-lag0-2", "honest", step=2)
+        await interleave(worker_for(loop_config(base_config, running)), "lag0")
     finally:
         await stop_stack(running)
     assert len(session_outputs("uid-lag0-step3")) == 3

@@ -95,8 +95,11 @@ class _Toolkit:
     @asynccontextmanager
     async def session(self, identity: Mapping[str, str]) -> AsyncIterator[Mapping[str, str]]:
         yield dict(identity)
-        if identity[mockmed.IDENTITY_KEY].endswith("-outage"):
+        patient = identity[mockmed.IDENTITY_KEY]
+        if patient.endswith("-outage"):
             await OUTAGE.take_down()
+        elif patient.endswith("-late"):
+            await LATE.wait()
 
 
 def toolkit() -> _Toolkit:
@@ -116,22 +119,31 @@ def toolkit() -> _Toolkit:
 
 
 @dataclass
-class Outage:
-    """The oracle outage of an ``-outage`` sandbox: once ``wait_for`` sessions of its prompt
-    were put (scored), the system of record's file is moved away, so the worker's read fails
-    when this session is scored (FAILED_PLATFORM, unscored); :meth:`restore` puts it back."""
+class Hold:
+    """Holds a session at its end, before it is scored, until ``count`` sessions of the prompt
+    ``uid`` were put (scored) by verl's worker code: a deterministic interleaving."""
 
     store: MemoryTransferQueue | None = None
     uid: str = ""
-    wait_for: int = 0
+    count: int = 0
 
-    async def take_down(self) -> None:
+    async def wait(self) -> None:
         import asyncio
 
         assert self.store is not None
         # Polls the stand-in store: the puts come from verl's worker code, not from here.
-        while sum(key.startswith(f"{self.uid}_") for key in self.store.puts) < self.wait_for:  # noqa: ASYNC110
+        while sum(key.startswith(f"{self.uid}_") for key in self.store.puts) < self.count:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
+
+
+@dataclass
+class Outage(Hold):
+    """The oracle outage of an ``-outage`` sandbox: once the hold is over, the system of
+    record's file is moved away, so the worker's read fails when this session is scored
+    (FAILED_PLATFORM, unscored); :meth:`restore` puts it back."""
+
+    async def take_down(self) -> None:
+        await self.wait()
         path = DATABASE["path"]
         path.rename(path.with_suffix(".away"))
 
@@ -150,6 +162,9 @@ class MemoryTransferQueue:
 
 
 OUTAGE = Outage()
+"""The ``-outage`` sandboxes' outage (the test sets its store, uid and count)."""
+LATE = Hold()
+"""What ``-late`` sandboxes wait for before they are scored (the test sets it)."""
 
 
 def memory_transfer_queue() -> MemoryTransferQueue:
