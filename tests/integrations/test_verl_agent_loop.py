@@ -23,9 +23,18 @@ from typing import Any
 
 import pytest
 from support import verl_agent
-from support.verl_agent import LATE, OUTAGE, ScriptedToolCallingServer, memory_transfer_queue
+from support.control import ControlStack
+from support.integrity_trainer import create_binding, make_capture, trainer_client
+from support.verl_agent import (
+    CAPTURE,
+    LATE,
+    OUTAGE,
+    ScriptedToolCallingServer,
+    memory_transfer_queue,
+)
 from support.worker_stack import RunningStack, start_stack, stop_stack
 
+from rewardseal.trainers.integrity.capture import output_digest
 from rewardseal.trainers.verl.agent_loop import AGENT_NAME, DROPPED_SESSIONS, agent_loop_class
 from rewardseal_kit.tiny_models import char_tokenizer
 from rewardseal_mockmed import contract as mockmed
@@ -40,10 +49,14 @@ except ImportError as exc:  # verl 0.9.1 imports cachetools without declaring it
 import numpy as np  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: E402
+from support.integrity_trainer import integrity_control  # noqa: E402
+from tensordict import NonTensorData, NonTensorStack  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: E402
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
+
+__all__ = ["integrity_control"]
 
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 CHECKPOINT = "policy.checkpoint.verl-v1.0001"
@@ -77,6 +90,10 @@ def base_config(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Di
         f"- name: {AGENT_NAME}\n"
         "  _target_: rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop\n"
         "  toolkit: support.verl_agent:toolkit\n"
+        f"- name: {AGENT_NAME}_captured\n"
+        "  _target_: rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop\n"
+        "  toolkit: support.verl_agent:toolkit\n"
+        "  integrity_capture: support.verl_agent:capture\n"
     )
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -133,7 +150,12 @@ def worker_for(config: DictConfig) -> Any:
 
 
 def prompt_batch(
-    uid: str, patient: str, script: str, step: int, sandboxes: tuple[str, ...] = ("", "", "")
+    uid: str,
+    patient: str,
+    script: str,
+    step: int,
+    sandboxes: tuple[str, ...] = ("", "", ""),
+    agent_name: str | None = None,
 ) -> Any:
     """One prompt as the V1 trainer hands it to the worker: RLHFDataset's columns, a ``uid``,
     and ``global_steps`` (``tu.assign_non_tensor_data``, as ``_reissue_inflight_prompts``)."""
@@ -152,6 +174,8 @@ def prompt_batch(
             ],
         }
     )
+    if agent_name is not None:  # a per-row agent_name column (else default_agent_loop)
+        batch["agent_name"] = NonTensorStack(NonTensorData(agent_name))
     tu.assign_non_tensor_data(batch, "global_steps", step)
     return batch
 
@@ -305,6 +329,37 @@ async def test_lag_zero_refuses_the_late_step(
     assert session_outputs("uid-lag0-step2") == {}
     assert TQ.tags["uid-lag0-step2"]["status"] == "failure"
     assert "max-policy-lag" in caplog.text or "max_policy_lag" in caplog.text
+
+
+async def test_the_integrity_capture_runs_inside_the_loop(
+    stack: RunningStack,
+    base_config: DictConfig,
+    integrity_control: ControlStack,
+    tmp_path: Path,
+) -> None:
+    # Rows named agent_name=..._captured take the registration with integrity_capture: each
+    # scored session is captured with its decoded response and its own episode and step.
+    binding = await create_binding(integrity_control)
+    config = loop_config(base_config, stack)
+    with trainer_client(integrity_control) as client:
+        CAPTURE["capture"] = make_capture(client, binding, tmp_path / "buffer")
+        worker = worker_for(config)
+        batch = prompt_batch(
+            "uid-capt", "patient-v1-capt", "honest", 4, agent_name=f"{AGENT_NAME}_captured"
+        )
+        await generate(worker, batch)
+        rows = CAPTURE.pop("capture").last_rows
+    puts = session_outputs("uid-capt")
+    assert len(puts) == 3
+    (row,) = rows  # the last session captured
+    by_episode = {
+        f["extra_fields"]["reward_extra_info"]["reward_episode_id"]: f for f in puts.values()
+    }
+    fields = by_episode[row.episode_id]
+    text = char_tokenizer().decode(fields["responses"].tolist(), skip_special_tokens=True)
+    assert "create_encounter" in text  # the tool turns are part of what was captured
+    assert row.output_digest == output_digest(text)
+    assert row.policy_update == 4
 
 
 def test_the_example_registration_names_the_lazy_loop() -> None:

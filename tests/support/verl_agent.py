@@ -163,6 +163,8 @@ class MemoryTransferQueue:
 
 OUTAGE = Outage()
 """The ``-outage`` sandboxes' outage (the test sets its store, uid and count)."""
+CAPTURE: dict[str, Any] = {}
+"""``{"capture": IntegrityCapture}`` for :func:`capture` (the test sets it)."""
 LATE = Hold()
 """What ``-late`` sandboxes wait for before they are scored (the test sets it)."""
 
@@ -196,3 +198,8 @@ def memory_transfer_queue() -> MemoryTransferQueue:
     module._rewardseal_store = store  # type: ignore[attr-defined]
     sys.modules["transfer_queue"] = module
     return store
+
+
+def capture() -> Any:
+    """The test's capture (``integrity_capture: support.verl_agent:capture``)."""
+    return CAPTURE["capture"]

@@ -46,8 +46,10 @@ a verl ``BaseTool`` (:func:`verl_tools`) that calls it with the loop's own sessi
 
 Reward integrity (§12): when the loop's ``capture`` is set (``integrity_capture``: a dotted
 path to a function returning an :class:`~rewardseal.trainers.integrity.capture.IntegrityCapture`
-for this process), each scored session is handed to it with its response text, the same episode
-the worker scored; off by default.
+for this process), its sentinel begins each session's episode right after the worker does
+(before the agent acts) and each scored session is handed to it with its decoded response
+(tool turns included, as verl's ``responses`` hold them): the sentinel scores the same
+episode the worker scored. Off by default.
 
 The module imports without verl: ``CertifiedAgentLoop`` is a lazy module attribute
 (:mod:`rewardseal.trainers.lazy`), so the registration's
@@ -56,6 +58,7 @@ The module imports without verl: ``CertifiedAgentLoop`` is a lazy module attribu
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import logging
@@ -356,6 +359,12 @@ def agent_loop_class() -> type[Any]:
                 if is_setup_error(error):
                     raise
                 return self._drop(episode_id, error.reason or "begin_failed")
+            if self.capture is not None:
+                # The sentinel opens the same episode before the agent acts (R-I-5); its
+                # client blocks, and a sentinel refusal is that row's, never the reward's.
+                await asyncio.to_thread(
+                    self.capture.begin_sentinel, [(episode_id, identity)], policy_update=step
+                )
             async with self.toolkit.session(identity) as session:
                 self._session = session
                 try:
