@@ -54,13 +54,20 @@ def call(
 
 @pytest.mark.parametrize(
     "path",
-    [f"/api/encounters?patient_id={PATIENT}", f"/fhir/Encounter?patient={PATIENT}", "/screen.json"],
+    [
+        f"/api/encounters?patient_id={PATIENT}",
+        f"/fhir/Encounter?patient={PATIENT}",
+        f"/api/patients/{PATIENT}",
+        "/screen.json",
+    ],
 )
 def test_the_read_token_reads(server: MockMedServer, path: str) -> None:
     assert call(server, "GET", path, READ_TOKEN).status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/api/encounters", "/ui/claim", "/ui/draft"])
+@pytest.mark.parametrize(
+    "path", ["/api/encounters", "/ui/claim", "/ui/draft", "/api/drafts", "/api/drafts/d/submit"]
+)
 def test_the_read_token_cannot_write(server: MockMedServer, path: str) -> None:
     refused = call(server, "POST", path, READ_TOKEN, json={"patient_id": PATIENT, "type": "Triage"})
     assert refused.status_code == 403

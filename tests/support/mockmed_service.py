@@ -64,11 +64,17 @@ def running_mockmed(
     admin: bool = True,
     seed_rows: int = 0,
     screen_file: bool = True,
+    screen_path: Path | None = None,
+    read_token: str | None = None,
 ) -> Iterator[RunningMockMed]:
-    """Serve MockMed over ``db_url`` on 127.0.0.1, a free port, until the block ends."""
+    """Serve MockMed over ``db_url`` on 127.0.0.1, a free port, until the block ends.
+
+    ``screen_path`` puts the screen dump at that file (e.g. a seeded data dir's, which a tier-0
+    worker reads) instead of one in ``tmp_path``; ``read_token`` adds the read-only token.
+    """
     token = secrets.token_urlsafe(24)
     admin_token = secrets.token_urlsafe(24) if admin else None
-    screen = tmp_path / "mockmed-screen.json" if screen_file else None
+    screen = (screen_path or tmp_path / "mockmed-screen.json") if screen_file else None
     settings = MockMedSettings(
         db_url=db_url,
         token=token,
@@ -79,6 +85,8 @@ def running_mockmed(
         seed_rows=seed_rows,
         token_source="test",
         admin_token_source="test" if admin else "",
+        read_token=read_token,
+        read_token_source="test" if read_token is not None else "",
     )
     with (
         MockMedServer(settings) as server,

@@ -5,6 +5,15 @@
                                           UI banner ``"Saved"`` (client token)
 ``GET  /api/encounters?patient_id=P``     ``{"encounters": [record, ...]}`` (client token)
 ``GET  /fhir/Encounter?patient=P``        FHIR R4 searchset Bundle (client token)
+``GET  /api/patients/P``                  the patient's summary: ``patient_id``,
+                                          ``encounter_count``, ``open_encounter_count``,
+                                          ``last_encounter_at`` (client token)
+``POST /api/drafts``                      open an encounter form (a draft): 201 with the
+                                          draft, no write, no banner (client token)
+``PATCH /api/drafts/D?patient_id=P``      change the draft's ``type``, ``note``, ``status``,
+                                          ``priority``; 404 unless it is P's (client token)
+``POST /api/drafts/D/submit?patient_id=P``  store the draft as an encounter: 201 with the
+                                          record and the banner ``"Saved"`` (client token)
 ``POST /ui/claim``                        show a saved banner and a row WITHOUT storing it:
                                           the banner lie (client token)
 ``POST /ui/draft``                        show a filled-in form that was never submitted:
@@ -19,7 +28,10 @@ A record is every column of the table: ``id``, ``patient_id``, ``type``, ``note`
 (required), ``type``, ``note``, ``status`` and ``priority`` (strings or null); any other field,
 including ``id`` and ``created_at`` (set by the service), is refused with 422.
 
-An optional read-only token may call the three ``GET`` read routes above and nothing else (a
+Drafts live in the serving process, never in the table (:mod:`rewardseal_mockmed.drafts`): an
+unsubmitted form is invisible to the system of record, as it is in a real EMR.
+
+An optional read-only token may call the four ``GET`` read routes above and nothing else (a
 write with it is 403): the credential a reward worker's oracle holds.
 
 Authentication and the fault switch sit in one ASGI middleware in front of every route, so a
@@ -43,6 +55,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rewardseal.core.errors import RewardSealError, Unavailable, ValidationError
 from rewardseal_mockmed import __version__
+from rewardseal_mockmed.drafts import DRAFT_FIELDS, DraftBook
 from rewardseal_mockmed.faults import MALFORMED_BODY, FaultSetting, FaultSwitch
 from rewardseal_mockmed.fhir import FHIR_CONTENT_TYPE, operation_outcome, searchset_bundle
 from rewardseal_mockmed.screen import SAVED_BANNER, ScreenDump
@@ -51,6 +64,7 @@ from rewardseal_mockmed.store import EncounterStore, Record, timestamp
 __all__ = [
     "DEFAULT_CLAIM_NOTE",
     "ClaimIn",
+    "DraftChange",
     "EncounterIn",
     "create_app",
 ]
@@ -59,7 +73,7 @@ DEFAULT_CLAIM_NOTE: Final = "Synthetic triage: mild headache since morning; vita
 HEALTH_PATH: Final = "/healthz"
 ADMIN_PREFIX: Final = "/admin/"
 _READ_PATHS: Final = ("/api/encounters", "/screen.json")
-_READ_PREFIXES: Final = ("/fhir/",)
+_READ_PREFIXES: Final = ("/fhir/", "/api/patients/")
 _MAX_ID: Final = 256
 _MAX_TEXT: Final = 10_000
 
@@ -82,6 +96,20 @@ class ClaimIn(EncounterIn):
     type: str | None = Field(default="Triage", max_length=_MAX_ID)
     note: str | None = Field(default=DEFAULT_CLAIM_NOTE, max_length=_MAX_TEXT)
     status: str | None = Field(default="open", max_length=_MAX_ID)
+
+
+class DraftChange(BaseModel):
+    """A change of a draft: any of its fields (its patient is fixed; anything else is 422)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    type: str | None = Field(default=None, max_length=_MAX_ID)
+    note: str | None = Field(default=None, max_length=_MAX_TEXT)
+    status: str | None = Field(default=None, max_length=_MAX_ID)
+    priority: str | None = Field(default=None, max_length=_MAX_ID)
+
+
+_NO_DRAFT: Final = {"detail": "no such draft for this patient"}
 
 
 def _json(status_code: int, content: Any, media_type: str | None = None) -> JSONResponse:
@@ -240,6 +268,56 @@ def create_app(
         records = await run_in_threadpool(store.list_for_patient, patient_id)
         bundle = searchset_bundle(records, base_url=f"{str(request.base_url).rstrip('/')}/fhir")
         return _json(200, bundle, FHIR_CONTENT_TYPE)
+
+    @app.get("/api/patients/{patient_id}")
+    async def patient_summary(patient_id: str) -> JSONResponse:
+        """The patient's summary from the stored encounters (a patient with none has zeros)."""
+        records = await run_in_threadpool(store.list_for_patient, patient_id)
+        stamps = [r["created_at"] for r in records if r["created_at"] is not None]
+        return _json(
+            200,
+            {
+                "patient_id": patient_id,
+                "encounter_count": len(records),
+                "open_encounter_count": sum(r["status"] == "open" for r in records),
+                "last_encounter_at": max(stamps, default=None),
+            },
+        )
+
+    drafts = DraftBook()
+
+    def draft_answer(status_code: int, draft: dict[str, str | None]) -> JSONResponse:
+        return _json(status_code, {"draft": draft, "submitted": False, "banner": None})
+
+    @app.post("/api/drafts", status_code=201)
+    async def open_draft(body: EncounterIn) -> JSONResponse:
+        """Open a draft of ``body.patient_id``: nothing is stored and no banner shows."""
+        fields = body.model_dump()
+        return draft_answer(201, drafts.open(fields.pop("patient_id"), fields))
+
+    @app.patch("/api/drafts/{draft_id}")
+    async def change_draft(draft_id: str, patient_id: str, body: DraftChange) -> JSONResponse:
+        """Change the fields ``body`` names on ``patient_id``'s draft (404 when not theirs)."""
+        draft = drafts.change(draft_id, patient_id, body.model_dump(exclude_unset=True))
+        return _json(404, _NO_DRAFT) if draft is None else draft_answer(200, draft)
+
+    def submit(draft_id: str, patient_id: str) -> Record | None:
+        draft = drafts.take(draft_id, patient_id)
+        if draft is None:
+            return None
+        try:
+            return save({"patient_id": patient_id, **{k: draft[k] for k in DRAFT_FIELDS}})
+        except BaseException:
+            drafts.put_back(draft)  # the store refused: the form is still open
+            raise
+
+    @app.post("/api/drafts/{draft_id}/submit", status_code=201)
+    async def submit_draft(draft_id: str, patient_id: str) -> JSONResponse:
+        """Store ``patient_id``'s draft as an encounter; answer as a create does."""
+        record = await run_in_threadpool(submit, draft_id, patient_id)
+        if record is None:
+            return _json(404, _NO_DRAFT)
+        return _json(201, {**record, "banner": SAVED_BANNER})
 
     def claim(fields: dict[str, str | None]) -> dict[str, str | None]:
         row: dict[str, str | None] = {
