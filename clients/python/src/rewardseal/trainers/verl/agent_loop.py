@@ -35,14 +35,12 @@ session. Raised instead, since every session would fail alike: R-W-7's
 a setup error (bad token, wrong contract) and an uncertified receipt under
 ``require_certified``.
 
-The tools come from a *toolkit* (:class:`Toolkit`, the shape of
-``rewardseal.trainers.tools.ToolProvider``): framework-neutral tools (``name``,
-``description``, ``parameters`` JSON Schema, ``async call(arguments, session) -> str``, the
-protocol of :mod:`rewardseal.trainers.tools`) and ``session(identity)``, an async context
-manager binding them to the episode's sandbox identity. The loop's ``toolkit`` keyword is the
-dotted path of a function returning one (``package.module:function``, called with the
-registration's ``toolkit_kwargs``); each tool is wrapped as
-a verl ``BaseTool`` (:func:`verl_tools`) that calls it with the loop's own session.
+The tools come from a *toolkit* (a :class:`rewardseal.trainers.tools.ToolProvider`: its
+``tools``, each an ``AgentTool`` with a JSON Schema and ``async call(arguments, session)``, and
+``session(identity)``, an async context manager binding them to the episode's sandbox
+identity). The loop's ``toolkit`` keyword is the dotted path of a function returning one
+(``package.module:function``, called with the registration's ``toolkit_kwargs``); each tool is
+wrapped as a verl ``BaseTool`` (:func:`verl_tools`) that calls it with the loop's own session.
 
 Reward integrity (§12): when the loop's ``capture`` is set (``integrity_capture``: a dotted
 path to a function returning an :class:`~rewardseal.trainers.integrity.capture.IntegrityCapture`
@@ -60,16 +58,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal.trainers.groups import is_setup_error, mint_episode_id
 from rewardseal.trainers.lazy import LazyClasses
+from rewardseal.trainers.tools import AgentTool, ToolProvider, openai_tools
 from rewardseal.trainers.verl.loop import LoopScorer, settings_from_config
 from rewardseal.trainers.verl.settings import missing_verl
 
@@ -78,9 +75,7 @@ __all__ = [
     "CLASS_NAME",
     "DROPPED_SESSIONS",
     "LAG_REFUSAL",
-    "AgentToolLike",
     "DroppedSessions",
-    "Toolkit",
     "agent_loop_class",
     "episode_prefix",
     "load_object",
@@ -98,29 +93,6 @@ CLASS_NAME: Final = "CertifiedAgentLoop"
 """The class name (``_target_: rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop``)."""
 AGENT_NAME: Final = "rewardseal_tool_agent"
 """The loop's name in the example registration (``default_agent_loop``, a row's ``agent_name``)."""
-
-
-class AgentToolLike(Protocol):
-    """The framework-neutral tool (:class:`rewardseal.trainers.tools.AgentTool`)."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def description(self) -> str: ...
-    @property
-    def parameters(self) -> Mapping[str, Any]: ...
-    async def call(self, arguments: Mapping[str, Any], session: Any) -> str: ...
-
-
-class Toolkit(Protocol):
-    """An agent's tools and how one episode's session over them is opened."""
-
-    @property
-    def tools(self) -> Sequence[AgentToolLike]: ...
-
-    def session(self, identity: Mapping[str, str]) -> AbstractAsyncContextManager[Any]:
-        """The tools' session bound to ``identity`` (the episode's sandbox identity)."""
-        ...
 
 
 class DroppedSessions:
@@ -240,18 +212,7 @@ def episode_prefix(kwargs: Mapping[str, Any]) -> str:
     return "verl.session"
 
 
-def _schema(tool: AgentToolLike) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": json.loads(json.dumps(dict(tool.parameters))),
-        },
-    }
-
-
-def verl_tools(tools: Sequence[AgentToolLike], session: Callable[[], Any]) -> list[Any]:
+def verl_tools(tools: Sequence[AgentTool[Any]], session: Callable[[], Any]) -> list[Any]:
     """Each tool as a verl ``BaseTool`` whose ``execute`` calls it with ``session()``.
 
     ``session`` is read at call time (the loop opens it in ``run``). A tool's text is the
@@ -268,10 +229,10 @@ def verl_tools(tools: Sequence[AgentToolLike], session: Callable[[], Any]) -> li
         raise missing_verl(exc, "the agent loop's tools") from None
 
     class _SessionTool(BaseTool):  # type: ignore[misc]
-        def __init__(self, tool: AgentToolLike) -> None:
+        def __init__(self, tool: AgentTool[Any], schema: Mapping[str, Any]) -> None:
             # BaseTool.__init__ prints the schema; set what it would set.
             self.config: dict[str, Any] = {}
-            self.tool_schema = OpenAIFunctionToolSchema.model_validate(_schema(tool))
+            self.tool_schema = OpenAIFunctionToolSchema.model_validate(dict(schema))
             self.name = tool.name
             self._tool = tool
 
@@ -281,12 +242,8 @@ def verl_tools(tools: Sequence[AgentToolLike], session: Callable[[], Any]) -> li
             text = await self._tool.call(parameters, session())
             return ToolResponse(text=text), 0.0, {}
 
-    wrapped: dict[str, Any] = {}
-    for tool in tools:
-        if tool.name in wrapped:
-            raise ValueError(f"two tools are named {tool.name!r}")
-        wrapped[tool.name] = _SessionTool(tool)
-    return list(wrapped.values())
+    schemas = openai_tools(tools)  # raises on a repeated name
+    return [_SessionTool(tool, schema) for tool, schema in zip(tools, schemas, strict=True)]
 
 
 _lazy = LazyClasses(__name__)
@@ -297,7 +254,7 @@ def agent_loop_class() -> type[Any]:
     """``CertifiedAgentLoop``: a verl ``ToolAgentLoop`` subclass, built once.
 
     verl builds it per session with its own keyword arguments plus the registration's:
-    ``toolkit`` (required: the dotted path of a function returning a :class:`Toolkit`, such as
+    ``toolkit`` (required: the dotted path of a function returning a ``ToolProvider``, such as
     ``rewardseal_kit.tools.mockmed:mockmed_toolbox``), ``toolkit_kwargs`` (its keyword
     arguments, e.g. the service's ``base_url`` and ``token``) and ``integrity_capture``
     (optional). The worker settings are ``config.reward.reward_kwargs``
@@ -317,7 +274,7 @@ def agent_loop_class() -> type[Any]:
         def __init__(
             self,
             *args: Any,
-            toolkit: str | Toolkit | None = None,
+            toolkit: str | ToolProvider[Any] | None = None,
             toolkit_kwargs: Mapping[str, Any] | None = None,
             integrity_capture: str | None = None,
             **kwargs: Any,
@@ -333,7 +290,7 @@ def agent_loop_class() -> type[Any]:
                 )
             options = {str(key): value for key, value in dict(toolkit_kwargs or {}).items()}
             kit = load_object(toolkit)(**options) if isinstance(toolkit, str) else toolkit
-            self.toolkit: Toolkit = kit
+            self.toolkit: ToolProvider[Any] = kit
             self._session: Any = None
             wrapped = verl_tools(kit.tools, lambda: self._session)
             self.tools = {tool.name: tool for tool in wrapped}
