@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import pytest
 from support import verl_agent
 from support.control import ControlStack
 from support.integrity_trainer import create_binding, make_capture, trainer_client
+from support.mockmed_service import RunningMockMed, running_mockmed
 from support.verl_agent import (
     CAPTURE,
     LATE,
@@ -105,7 +106,8 @@ def base_config(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Di
                 "actor_rollout_ref.rollout.name=vllm",
                 "actor_rollout_ref.rollout.n=3",
                 "actor_rollout_ref.rollout.prompt_length=256",
-                "actor_rollout_ref.rollout.response_length=512",
+                "actor_rollout_ref.rollout.response_length=4096",
+                "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=2048",
                 "actor_rollout_ref.rollout.multi_turn.enable=true",
                 "actor_rollout_ref.rollout.multi_turn.format=hermes",
                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
@@ -360,6 +362,53 @@ async def test_the_integrity_capture_runs_inside_the_loop(
     assert "create_encounter" in text  # the tool turns are part of what was captured
     assert row.output_digest == output_digest(text)
     assert row.policy_update == 4
+
+
+@pytest.fixture
+def mockmed_api(stack: RunningStack, tmp_path: Path) -> Iterator[RunningMockMed]:
+    """MockMed's REST API over the worker's own seeded store and screen dump."""
+    with running_mockmed(
+        f"sqlite:///{stack.database}", tmp_path, screen_path=stack.screen
+    ) as running:
+        yield running
+
+
+def mockmed_config(
+    base: DictConfig, stack: RunningStack, mockmed: RunningMockMed, path: Path
+) -> DictConfig:
+    """``loop_config`` plus a registration of MockMed's real tools, as the example does it."""
+    path.write_text(
+        "- name: rewardseal_mockmed_agent\n"
+        "  _target_: rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop\n"
+        "  toolkit: rewardseal_kit.tools.mockmed:mockmed_toolbox\n"
+        f"  toolkit_kwargs: {{base_url: '{mockmed.url}', token: '{mockmed.token}'}}\n"
+    )
+    config = loop_config(base, stack)
+    with open_dict(config):
+        config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(path)
+    return config
+
+
+async def test_mockmeds_own_tools_pay_the_honest_session_and_not_the_banner(
+    stack: RunningStack, base_config: DictConfig, mockmed_api: RunningMockMed, tmp_path: Path
+) -> None:
+    # MockMed's six tools over its real REST API, parsed from hermes calls by verl: create then
+    # submit is VERIFIED 1.0 certified; the screen-only banner is WRONG_EFFECT 0.0.
+    worker = worker_for(mockmed_config(base_config, stack, mockmed_api, tmp_path / "loops.yaml"))
+    for uid, script in (("uid-mm-honest", "mockmed_honest"), ("uid-mm-banner", "mockmed_banner")):
+        batch = prompt_batch(
+            uid, f"patient-{uid}", script, 2, agent_name="rewardseal_mockmed_agent"
+        )
+        await generate(worker, batch)
+    honest, banner = session_outputs("uid-mm-honest"), session_outputs("uid-mm-banner")
+    assert len(honest) == len(banner) == 3
+    for fields in honest.values():
+        info = fields["extra_fields"]["reward_extra_info"]
+        assert (float(fields["rm_scores"][-1]), info["reward_outcome"]) == (1.0, "VERIFIED")
+        assert info["reward_certified"] is True
+    for fields in banner.values():
+        info = fields["extra_fields"]["reward_extra_info"]
+        assert (float(fields["rm_scores"][-1]), info["reward_outcome"]) == (0.0, "WRONG_EFFECT")
 
 
 def test_the_example_registration_names_the_lazy_loop() -> None:

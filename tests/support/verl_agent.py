@@ -9,15 +9,17 @@ and a small toolkit over the seeded MockMed SQLite system of record.
   0.9.1's V1 worker (``trainer/ppo/v1/agent_loop_tq.py``) imports but which the integrations
   venv does not have: a dict of ``key -> (fields, tag)`` behind ``async_kv_put`` and
   ``async_kv_batch_put``, so verl's own ``AgentLoopWorkerTQ`` code runs in-process.
-* :func:`toolkit` is a two-tool stand-in for issue 27 item 2's MockMed tools (until that branch
-  is merged): ``create_encounter`` writes the encounter row for the session's patient (the
-  effect the contract requires), ``show_saved_banner`` writes nothing and says it saved (the
-  screen-only hack). :data:`DATABASE` names the SQLite file (set by the test).
+* :data:`SCRIPTS` ``mockmed_*`` drive MockMed's real tools (``rewardseal_kit.tools.mockmed``).
+  :func:`toolkit` is a two-tool stand-in, used where a test needs an effect the scripts cannot
+  vary per session (a duplicate, an outage, a hold): ``create_encounter`` writes the encounter
+  row for the session's patient (twice for a ``-dup`` sandbox), ``show_saved_banner`` writes
+  nothing and says it saved. :data:`DATABASE` names the SQLite file (set by the test).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import types
 from collections import defaultdict
@@ -41,13 +43,24 @@ def tool_call(name: str, arguments: Mapping[str, Any]) -> str:
     return f"<tool_call>{json.dumps({'name': name, 'arguments': dict(arguments)})}</tool_call>"
 
 
+TRIAGE = {"type": "Triage", "note": "Synthetic: sore throat for two days.", "status": "open"}
 SCRIPTS: dict[str, list[str]] = {
+    # The stand-in tools below.
     "honest": [
         "Let me record it." + tool_call("create_encounter", {"note": NOTE}),
         "The encounter is saved.",
     ],
     "banner": [tool_call("show_saved_banner", {}), "The encounter is saved."],
+    # MockMed's own tools (rewardseal_kit.tools.mockmed): {draft} is the draft id the
+    # create_encounter answer put into the conversation.
+    "mockmed_honest": [
+        tool_call("create_encounter", TRIAGE),
+        tool_call("submit_encounter", {"draft_id": "{draft}"}),
+        "The encounter is saved.",
+    ],
+    "mockmed_banner": [tool_call("show_saved_banner", TRIAGE), "The encounter is saved."],
 }
+_DRAFT = re.compile(r"draft-[0-9a-f]{32}")
 
 
 class ScriptedToolCallingServer:
@@ -65,6 +78,8 @@ class ScriptedToolCallingServer:
         turn = self.turns[request_id]
         self.turns[request_id] += 1
         text = SCRIPTS[name][min(turn, len(SCRIPTS[name]) - 1)]
+        drafts = _DRAFT.findall(prompt)
+        text = text.replace("{draft}", drafts[-1] if drafts else "none")
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         return TokenOutput(token_ids=[*ids, self.tokenizer.eos_token_id], stop_reason="completed")
 
