@@ -303,6 +303,15 @@ def agent_loop_class() -> type[Any]:
 
         async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
             """One certified session: begin, the turns, score; ``[]`` when unscored."""
+            try:
+                return await self._certified_session(sampling_params, kwargs)
+            finally:
+                # verl builds a loop per session: its worker channel ends with it.
+                await self.aclose()
+
+        async def _certified_session(
+            self, sampling_params: dict[str, Any], kwargs: dict[str, Any]
+        ) -> Any:
             extra_info = kwargs.get("extra_info") or {}
             session_id = int(kwargs.get("session_id") or 0)
             identity = session_identity(extra_info, session_id, self._sessions())
