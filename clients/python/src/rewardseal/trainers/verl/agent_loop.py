@@ -43,11 +43,12 @@ identity). The loop's ``toolkit`` keyword is the dotted path of a function retur
 wrapped as a verl ``BaseTool`` (:func:`verl_tools`) that calls it with the loop's own session.
 
 Reward integrity (§12): when the loop's ``capture`` is set (``integrity_capture``: a dotted
-path to a function returning an :class:`~rewardseal.trainers.integrity.capture.IntegrityCapture`
-for this process), its sentinel begins each session's episode right after the worker does
-(before the agent acts) and each scored session is handed to it with its decoded response
-(tool turns included, as verl's ``responses`` hold them): the sentinel scores the same
-episode the worker scored. Off by default.
+path to a function returning an :class:`~rewardseal.trainers.integrity.capture.IntegrityCapture`;
+verl builds a loop per session, so the function must return this process's one capture), its
+sentinel begins each session's episode right after the worker does (before the agent acts)
+and each scored session is handed to it with its decoded response (tool turns included, as
+verl's ``responses`` hold them): the sentinel scores the same episode the worker scored. Off
+by default.
 
 The module imports without verl: ``CertifiedAgentLoop`` is a lazy module attribute
 (:mod:`rewardseal.trainers.lazy`), so the registration's
