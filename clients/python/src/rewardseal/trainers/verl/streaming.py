@@ -82,12 +82,14 @@ MANAGER_FQN: Final = f"{__name__}.{MANAGER_CLASS_NAME}"
 
 
 def check_trainer_mode(config: Any) -> None:
-    """Refuse verl 0.9.1's V1 trainer (``trainer.use_v1``, true in its default config).
+    """Refuse this legacy-trainer manager under verl 0.9.1's V1 trainer (``trainer.use_v1``).
 
     The V1 trainer (``verl/trainer/ppo/v1``) streams each sample into a TransferQueue through
     its own ``AgentLoopManagerTQ``/``AgentLoopWorkerTQ`` and never calls the
     ``generate_sequences``/``_postprocess`` these classes extend; loading this manager there
-    would break it. The streaming fill is for ``trainer.use_v1=false`` (``ray_trainer.py``).
+    would break it. V1 is served by
+    :class:`~rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop` (a custom agent loop, no
+    manager); this manager is for ``trainer.use_v1=false`` (``ray_trainer.py``).
 
     Raises:
         RewardSealError: (reason ``verl_v1_trainer``) ``config.trainer.use_v1`` is true.
@@ -95,9 +97,10 @@ def check_trainer_mode(config: Any) -> None:
     trainer = config_get(config, "trainer")
     if trainer is not None and bool(config_get(trainer, "use_v1")):
         raise RewardSealError(
-            f"{MANAGER_FQN} extends the agent loop of verl's RayPPOTrainer; the V1 trainer "
-            "(trainer.use_v1=true) streams rewards through a TransferQueue it does not cover: "
-            "set trainer.use_v1=false (docs/trainers.md says what V1 lacks)",
+            f"{MANAGER_FQN} extends the agent loop of verl's legacy RayPPOTrainer "
+            "(trainer.use_v1=false); under the V1 trainer register "
+            "rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop instead and drop "
+            "agent_loop_manager_class (docs/trainers.md, verl V1)",
             reason="verl_v1_trainer",
         )
 
