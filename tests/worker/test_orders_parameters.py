@@ -25,8 +25,15 @@ from rewardseal.core.calibration import summary_from_json
 from rewardseal.core.digest import digest_json
 from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.rpc.worker_client import AsyncWorkerClient, make_descriptor
-from rewardseal.v1.enums_pb2 import CalibrationScope, FindingCode, RewardOutcome, RuntimeSignal
+from rewardseal.v1.enums_pb2 import (
+    CalibrationScope,
+    FindingCode,
+    RewardOutcome,
+    RuntimeSignal,
+    TaskParameterType,
+)
 from rewardseal_worker.app import start_worker
+from rewardseal_worker.authoring.parameter_option import parse_parameter
 from rewardseal_worker.bundle import load_bundle
 from rewardseal_worker.calibration import self_signed_certificate
 from rewardseal_worker.calibration.sandbox_corpus import (
@@ -63,15 +70,40 @@ def sqlite_orders(path: Path) -> Path:
     return path
 
 
+def test_init_parameter_option_forms_and_refusals(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert parse_parameter("size:string:8:S|M|L").allowed_values == ["S", "M", "L"]
+    assert parse_parameter("dose:number:0.5:10").maximum == 10.0
+    assert parse_parameter("urgent:boolean").type == TaskParameterType.TASK_PARAMETER_TYPE_BOOLEAN
+    for bad, expected in (
+        ("qty:integer:1", "qty:integer:MIN:MAX"),
+        ("sku:string", "sku:string:MAX_LENGTH"),
+        ("qty:decimal:1:2", "NAME:boolean"),
+    ):
+        code, _, err = run(capsys, "contract", "init", str(tmp_path / "b"), "--recipe", "sql",
+                           "--parameter", bad)  # fmt: skip
+        assert code == 2
+        assert expected in err
+    # The declaration rules of check and serve apply (here: minimum above maximum).
+    code, _, err = run(capsys, "contract", "init", str(tmp_path / "b"), "--recipe", "sql",
+                       "--parameter", "qty:integer:9:1")  # fmt: skip
+    assert code == 2
+    assert "qty" in err
+    assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
+
+
 def parameterized_orders_bundle(directory: Path, capsys: pytest.CaptureFixture[str]) -> Path:
-    """init, declare the parameters and refer to them in ``expect``, seal, check."""
-    assert run(capsys, "contract", "init", str(directory), "--recipe", "sql")[0] == 0
-    edit(directory / "oracle_recipe.json", {"table": "orders"})
+    """init declaring the parameters, refer to them in ``expect``, seal, check."""
+    declared = ["--parameter", "sku:string:32", "--parameter", "qty:integer:1:99"]
+    code, out, err = run(capsys, "contract", "init", str(directory), "--recipe", "sql", *declared)
+    assert code == 0, err
     contract = json.loads((directory / "contract.json").read_text())
-    # A sandbox calibration of a parameterized contract runs the parameterized sandbox corpus
-    # (values drawn from the declaration, R-CAL-6): the policy pins that corpus's digest.
-    policy = {**contract["certificate_policy"], "calibration_corpus_digest": PARAMETERIZED_CORPUS}
-    edit(directory / "contract.json", {"task_parameters": PARAMETERS, "certificate_policy": policy})
+    assert sorted(contract["task_parameters"], key=lambda p: p["name"]) == PARAMETERS
+    # A parameterized contract's trials draw their values from the declaration (R-CAL-6): init
+    # pins that sandbox corpus.
+    assert contract["certificate_policy"]["calibration_corpus_digest"] == PARAMETERIZED_CORPUS
+    edit(directory / "oracle_recipe.json", {"table": "orders"})
     order_created = {
         "name": "order_created",
         "collection": "orders",
