@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from google.protobuf.json_format import MessageToJson
 
+from rewardseal.cli import main as receipt_main
 from rewardseal.core.calibration import summary_from_json
 from rewardseal.core.digest import digest_json
 from rewardseal.core.signing import SigningKey, TrustSet
@@ -201,12 +202,12 @@ async def test_parameterized_orders_certify_and_score_per_episode(
                 reward_contract_digest=digest,
                 runtime_signal=RuntimeSignal.RUNTIME_SIGNAL_COMPLETED,
             )
-            receipts[episode] = (await client.score(descriptor)).receipt
+            receipts[episode] = await client.score(descriptor)
     finally:
         await client.close()
         await app.stop()
 
-    paid = receipts["ep-orders-match"]
+    paid = receipts["ep-orders-match"].receipt
     assert paid.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED
     assert paid.scalar_reward == 1.0
     assert paid.certified
@@ -214,9 +215,20 @@ async def test_parameterized_orders_certify_and_score_per_episode(
     assert paid.task_parameters_digest == digest_json(asked)
     assert list(paid.findings) == []
     for episode, field in (("ep-orders-qty", "qty"), ("ep-orders-sku", "sku")):
-        refused = receipts[episode]
+        refused = receipts[episode].receipt
         assert refused.reward_outcome == RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT
         assert refused.scalar_reward == bundle.contract.scoring_policy.wrong_effect_reward
         assert refused.task_parameters_digest == digest_json(episodes[episode][1])
         codes = {(f.effect, f.code, tuple(f.fields)) for f in refused.findings}
         assert ("order_created", FindingCode.FINDING_CODE_WRONG_FIELD, (field,)) in codes, codes
+
+    # What an author reads: `rewardseal receipt verify` says why the receipt did not pay.
+    envelope = tmp_path / "receipt.bin"
+    envelope.write_bytes(receipts["ep-orders-qty"].envelope.SerializeToString())
+    code = receipt_main(
+        ["receipt", "verify", str(envelope), "--key", key.public_key.hex(), "--json"]
+    )
+    shown = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert shown["summary"]["findings"] == "order_created: wrong_field (qty)"
+    assert shown["receipt"]["task_parameters_digest"] == digest_json(other_qty)
