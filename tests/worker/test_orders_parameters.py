@@ -127,7 +127,9 @@ def parameterized_orders_bundle(directory: Path, capsys: pytest.CaptureFixture[s
     assert code == 0, out
     code, out, _ = run(capsys, "contract", "show", str(directory))
     assert code == 0
-    assert "qty: integer" in out
+    assert "qty: integer, >= 1, <= 99" in out
+    assert "<param qty>" in out
+    assert "<param sku>" in out
     assert "sku: string, at most 32 characters" in out
     return directory
 
