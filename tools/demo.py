@@ -6,14 +6,18 @@ Starts, in a temporary directory and each on a free loopback port, the processes
 runs (tools/stack.py does the process management): control (SQLite), the seeded tier-2 worker
 (registered with control) and MockMed over the worker's seeded MockMed database, writing its
 screen dump where the worker's tier-0 bundle reads it; then a second worker on the tier-0
-(screen-dump) bundle.
+(screen-dump) bundle and a third on the parameterized bundle (task parameters per episode,
+R-MSG-11), unlinked, certified by its own synthetic certificate.
 
 The scripted trainer begins every episode on the worker, acts THROUGH MockMed's REST API
 (``POST /api/encounters`` for writes, ``POST /ui/claim`` for what the UI claims without a write)
 and streams all descriptors through the Python client's ``stream()``: the three seeded episodes
 (honest, banner lie, duplicate) and every ExtraDup family at tier 2, then the lie again at
-tier 0. It prints one table (episode, family, tier, outcome, scalar or "unscored", certified,
-scope) and, once the worker's outbox has drained, control's receipt summary for the contract.
+tier 0. Then one parameterized episode pair: begun with one row's values and with another's,
+the same write is VERIFIED for the first and WRONG_EFFECT for the second, each receipt printed
+with its outcome, findings and task_parameters_digest (R-W-18, R-MSG-12). It prints one table
+(episode, family, tier, outcome, scalar or "unscored", certified, scope) and, once the worker's
+outbox has drained, control's receipt summary for the contract.
 
 Every process it started is stopped on the way out (also on errors, Ctrl-C and SIGTERM). Exit
 status 0 only if the control family paid (VERIFIED, certified) and no hacking family did.
@@ -36,6 +40,7 @@ from typing import Any, Final, TextIO
 import grpc
 import stack
 
+from rewardseal.cli.receipt import describe
 from rewardseal.core.errors import RewardSealError
 from rewardseal.core.signing import TrustSet
 from rewardseal.rpc.control_client import ControlClient
@@ -57,6 +62,15 @@ from rewardseal_server.sqlstore import sqlite_url
 CHECKPOINT: Final = stack.CHECKPOINT
 TIER0_CONTRACT: Final = Path("contracts") / "mockmed-tier0"
 """The tier-0 (screen-dump) bundle ``--seed-mockmed`` writes, relative to the worker's data."""
+PARAMS_CONTRACT: Final = Path("contracts") / "mockmed-params"
+"""The parameterized bundle (encounter type and note per episode) ``--seed-mockmed`` writes."""
+PARAMS_ROWS: Final = (
+    ("episode_params_01", "params.row", "patient-params-0005", "Triage"),
+    ("episode_params_02", "params.other row", "patient-params-0006", "Consult"),
+)
+"""(episode, family, patient, the encounter type its task row asks for); every one writes a
+Triage encounter, so only the first row's write is the task."""
+PARAMS_NOTE: Final = "Recheck vitals in 4 hours."
 SCREEN_FILE: Final = Path("mockmed") / "screen.json"
 """Where the tier-0 bundle reads the screen dump, relative to the worker's data directory."""
 DRAIN_TIMEOUT_SECONDS: Final = 60.0
@@ -66,7 +80,7 @@ SEEDED: Final = (
     ("episode_dup_01", "duplicate", "patient-dup-0003"),
 )
 TIER0_LIE: Final = ("episode_lie_02", "banner lie", "patient-lie-tier0-0004")
-PAYING: Final = frozenset({"honest", f"extradup.{CONTROL}"})
+PAYING: Final = frozenset({"honest", f"extradup.{CONTROL}", PARAMS_ROWS[0][1]})
 """Families a sound reward pays; every other tier-2 family is a hack it must refuse."""
 
 
@@ -101,7 +115,8 @@ def local_stack(root: Path, out: TextIO) -> Iterator[dict[str, Any]]:
     """Control, the tier-2 worker, MockMed and the tier-0 worker; always stopped afterwards."""
     main = stack.Layout(root / "stack")
     tier0 = stack.Layout(root / "tier0")
-    for layout in (main, tier0):
+    params = stack.Layout(root / "params")
+    for layout in (main, tier0, params):
         layout.run_dir.mkdir(parents=True, mode=0o700)
     tokens = stack.make_tokens(main)
     started: list[tuple[stack.Layout, str]] = []
@@ -146,7 +161,27 @@ def local_stack(root: Path, out: TextIO) -> Iterator[dict[str, Any]]:
             ),
         )
         worker0 = start(tier0, stack.WORKER, tier0_command)
-        services = {"control": control, "worker": worker, "mockmed": mockmed, "tier0": worker0}
+        # The parameterized bundle likewise, with the synthetic certificate the seeding signed.
+        params_command = stack.worker_command(
+            params,
+            None,
+            seed=False,
+            data_dir=worker_data,
+            extra=(
+                "--contract",
+                str(worker_data / PARAMS_CONTRACT),
+                "--db-url",
+                sqlite_url(params.run_dir / "worker-params.sqlite"),
+            ),
+        )
+        worker_params = start(params, stack.WORKER, params_command)
+        services = {
+            "control": control,
+            "worker": worker,
+            "mockmed": mockmed,
+            "tier0": worker0,
+            "params": worker_params,
+        }
         for name, banner in services.items():
             out.write(f"{name:8} pid {banner['pid']:<8} {stack.HOST}:{banner['port']}\n")
         yield {"services": services, "tokens": tokens, "control_target": control_target}
@@ -254,9 +289,40 @@ def train(session: Mapping[str, Any]) -> list[Row]:
             client.begin(lie.episode_id, worker0["contract_digest"], {IDENTITY_KEY: lie.patient_id})
             act_seeded(mockmed, lie.family, lie.patient_id)
             rows += _stream(client, worker0["contract_digest"], [lie], 0)
+        rows += play_parameterized(services["params"], tokens["worker"], mockmed)
     finally:
         mockmed.close()
     return rows
+
+
+def play_parameterized(banner: Mapping[str, Any], token: str, mockmed: MockMedUI) -> list[Row]:
+    """Each of :data:`PARAMS_ROWS` begun with its row's task parameters, then the same write (a
+    Triage encounter with :data:`PARAMS_NOTE`) through MockMed; the rows in that order."""
+    episodes = [Episode(e, family, patient) for e, family, patient, _ in PARAMS_ROWS]
+    digest = banner["contract_digest"]
+    with _client(banner, token) as client:
+        for (_, _, patient, asked), episode in zip(PARAMS_ROWS, episodes, strict=True):
+            values = {"encounter_type": asked, "note": PARAMS_NOTE}
+            client.begin(
+                episode.episode_id, digest, {IDENTITY_KEY: patient}, task_parameters=values
+            )
+            mockmed.submit(dict(mockmed_write_spec(patient, PARAMS_NOTE).fields))
+        return _stream(client, digest, episodes, 2)
+
+
+def render_parameterized(rows: Sequence[Row], out: TextIO) -> None:
+    """What each parameterized receipt says: outcome, findings, the bound values' digest."""
+    out.write("\nparameterized contract (task parameters per episode, R-W-18):\n")
+    for row in rows:
+        if not row.family.startswith("params."):
+            continue
+        receipt = row.receipt.receipt
+        words = describe(receipt)
+        outcome = RewardOutcome.Name(receipt.reward_outcome).removeprefix("REWARD_OUTCOME_")
+        out.write(
+            f"  {row.episode}  {outcome}  findings: {words['findings']}\n"
+            f"    task_parameters_digest {receipt.task_parameters_digest}\n"
+        )
 
 
 # ---------------------------------------------------------------------- control's view
@@ -325,7 +391,11 @@ def verdict(rows: Sequence[Row]) -> list[str]:
             problems.append(f"{row.episode}: the honest write was not paid as certified")
         if row.family not in PAYING and paid:
             problems.append(f"{row.episode}: the hacking family {row.family} was paid")
+    other = next((r for r in rows if r.family == PARAMS_ROWS[1][1]), None)
+    if other is not None and not other.receipt.receipt.findings:
+        problems.append(f"{other.episode}: the wrong-parameters receipt carries no finding")
     families = {row.family for row in rows}
+    problems += [f"no row for {f}" for _, f, _, _ in PARAMS_ROWS if f not in families]
     problems += [f"no row for extradup.{f}" for f in FAMILIES if f"extradup.{f}" not in families]
     return problems
 
@@ -339,7 +409,10 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def run(root: Path, out: TextIO = sys.stdout) -> int:
     """Run the stack demo under ``root``; 0 when the control paid and no hacking family did."""
-    out.write("starting control, the tier-2 worker, MockMed and the tier-0 worker ...\n")
+    out.write(
+        "starting control, the tier-2 worker, MockMed, the tier-0 worker and the parameterized "
+        "worker ...\n"
+    )
     with local_stack(root, out) as session:
         worker = session["services"]["worker"]
         out.write(
@@ -348,7 +421,9 @@ def run(root: Path, out: TextIO = sys.stdout) -> int:
         )
         rows = train(session)
         render(rows, out)
-        tier2 = sum(1 for row in rows if row.tier == 2)
+        render_parameterized(rows, out)
+        # Control indexes the linked tier-2 worker's receipts, not the unlinked params worker's.
+        tier2 = sum(1 for row in rows if row.tier == 2 and not row.family.startswith("params."))
         summary = receipt_summary(
             session["control_target"],
             session["tokens"]["control"],

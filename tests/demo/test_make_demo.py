@@ -22,7 +22,7 @@ import pytest
 from rewardseal_mockmed.extradup import FAMILIES, HACKING_FAMILIES
 
 REPO = Path(__file__).resolve().parents[2]
-SERVICE_LINE = re.compile(r"^(control|worker|mockmed|tier0)\s+pid (\d+)\s+([\d.]+):(\d+)$")
+SERVICE_LINE = re.compile(r"^(control|worker|mockmed|tier0|params)\s+pid (\d+)\s+([\d.]+):(\d+)$")
 DECISION_LINE = re.compile(r"^(\d+)\s+(automatic|reviewed)\s+(\w+)\s+(\w+)\s+(.*)$", re.MULTILINE)
 
 pytestmark = [
@@ -94,7 +94,18 @@ def test_make_demo_runs_the_stack_and_refuses_every_hack() -> None:
     lie0 = table["episode_lie_02"]
     assert lie0[1:6] == ["banner lie", "0", "VERIFIED", "+1.0", "False"]
 
-    tier2 = len(FAMILIES) + 3
+    # The parameterized contract (R-W-18): the same Triage write pays for the row that asked for
+    # it and is a wrong effect, saying why, for the row that asked for a Consult.
+    assert table["episode_params_01"][1:6] == ["params.row", "2", "VERIFIED", "+1.0", "True"]
+    assert table["episode_params_02"][1:5] == ["params.other row", "2", "WRONG_EFFECT", "+0.0"]
+    assert "episode_params_01  VERIFIED  findings: none" in done.stdout
+    assert (
+        "episode_params_02  WRONG_EFFECT  findings: encounter_created: wrong_field (type)"
+        in done.stdout
+    )
+    assert done.stdout.count("task_parameters_digest sha256:") == 2
+
+    tier2 = len(FAMILIES) + 3  # the linked worker's; the params worker is not linked to control
     assert f"total {tier2}: VERIFIED 2," in done.stdout, output
     assert "certified share 100.0%" in done.stdout
     assert "OK: the control paid" in done.stdout
@@ -110,7 +121,7 @@ def test_make_demo_runs_the_stack_and_refuses_every_hack() -> None:
 
     services = [SERVICE_LINE.match(line) for line in done.stdout.splitlines()]
     started = [m for m in services if m is not None]
-    assert {m.group(1) for m in started} == {"control", "worker", "mockmed", "tier0"}, output
+    assert {m.group(1) for m in started} == {"control", "worker", "mockmed", "tier0", "params"}
     for match in started:
         assert not alive(int(match.group(2))), f"{match.group(1)} still runs"
         assert not port_open(match.group(3), int(match.group(4))), f"{match.group(1)} port open"

@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,6 +25,7 @@ from rewardseal.core.errors import ValidationError
 from rewardseal.core.judging import EffectSpec, IdentityRef, ParamRef
 from rewardseal.v1.contract_pb2 import RewardContract, TaskParameter
 from rewardseal.v1.enums_pb2 import OracleChannel, TaskParameterType
+from rewardseal_worker.authoring.parameter_option import PARAMETER_FORMS, parse_parameter
 from rewardseal_worker.authoring.readme import bundle_readme
 from rewardseal_worker.authoring.schema_check import schema_problems
 from rewardseal_worker.authoring.templates import INIT_KINDS, starting_bundle
@@ -53,6 +54,13 @@ def add_contract_commands(commands: argparse._SubParsersAction[argparse.Argument
     init = actions.add_parser("init", help="write a commented starting bundle into DIR")
     init.add_argument("directory", type=Path, metavar="DIR")
     init.add_argument("--recipe", required=True, choices=INIT_KINDS, help="how the SoR is read")
+    init.add_argument(
+        "--parameter",
+        action="append",
+        default=[],
+        metavar="DECLARATION",
+        help=f"declare a task parameter (R-MSG-11), repeatable: {PARAMETER_FORMS}",
+    )
     check = actions.add_parser("check", help="load DIR as serve would; list every problem")
     check.add_argument("directory", type=Path, metavar="DIR")
     check.add_argument(
@@ -68,7 +76,8 @@ def run_contract_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> 
     """Run ``contract <action>``; the exit status (0 fine, 2 problems)."""
     action = args.contract_action
     if action == "init":
-        return init_bundle(args.directory, args.recipe, out)
+        parameters = [parse_parameter(text) for text in args.parameter]
+        return init_bundle(args.directory, args.recipe, out, parameters=parameters)
     if action == "check":
         return check_bundle(args.directory, out, as_json=args.json)
     if action == "seal":
@@ -76,14 +85,19 @@ def run_contract_command(args: argparse.Namespace, out: TextIO = sys.stdout) -> 
     return show_bundle(args.directory, out)
 
 
-def init_bundle(directory: Path, kind: str, out: TextIO) -> int:
-    """Write a starting bundle of recipe ``kind`` into ``directory`` (new or empty)."""
+def init_bundle(
+    directory: Path, kind: str, out: TextIO, *, parameters: Sequence[TaskParameter] = ()
+) -> int:
+    """Write a starting bundle of recipe ``kind`` into ``directory`` (new or empty), declaring
+    ``parameters`` (its effects then refer to them as ``{"param": NAME}`` once edited)."""
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         raise ValidationError(
             f"{directory} already exists and is not empty; contract init writes a new bundle "
             "into a new or empty directory"
         )
-    contract, required, forbidden, recipe = starting_bundle(kind, directory.resolve().name)
+    contract, required, forbidden, recipe = starting_bundle(
+        kind, directory.resolve().name, parameters=parameters
+    )
     write_bundle(
         directory,
         contract=contract,

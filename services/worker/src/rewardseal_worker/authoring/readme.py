@@ -70,7 +70,9 @@ literal, or `{{"identity": "<key>"}}` for the episode's identity value: which re
 is about); `expect` (field -> exact value); `required_fields` (must be non-null); and, for
 required effects only, `new_records` (exactly this many new records) and `allowed_fields`
 (anything else on a new record is an extra field, WRONG_EFFECT). Every contract identity key
-must be selected by some effect.
+must be selected by some effect. A task that varies per episode declares task parameters
+(`contract init --parameter sku:string:32`, or `task_parameters` in contract.json) and refers to
+them in `select` or `expect` as `{{"param": "<name>"}}`; their values are bound at begin.
 
 An effect is about new records unless it says `"change": "update"`: then it is about records
 that existed at the baseline read and changed (a status change on another record). `before`

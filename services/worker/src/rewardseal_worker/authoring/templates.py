@@ -12,7 +12,7 @@ explanations live in the ``README.md`` written beside them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from rewardseal.core.digest import digest_json
@@ -22,9 +22,13 @@ from rewardseal.v1.contract_pb2 import (
     RewardComponent,
     RewardContract,
     ScoringPolicy,
+    TaskParameter,
 )
 from rewardseal.v1.enums_pb2 import OracleChannel
-from rewardseal_worker.calibration.sandbox_corpus import SANDBOX_CORPUS_DIGEST
+from rewardseal_worker.calibration.sandbox_corpus import (
+    SANDBOX_CORPUS_DIGEST,
+    SANDBOX_PARAMETERIZED_CORPUS_DIGEST,
+)
 from rewardseal_worker.oracles.base import KIND_FHIR, KIND_JSON_FILE, KIND_REST, KIND_SQL
 
 __all__ = ["INIT_KINDS", "starting_bundle"]
@@ -125,12 +129,14 @@ def contract_stem(name: str) -> str:
 
 
 def starting_bundle(
-    kind: str, name: str
+    kind: str, name: str, *, parameters: Sequence[TaskParameter] = ()
 ) -> tuple[RewardContract, dict[str, Any], dict[str, Any], dict[str, Any]]:
     """The starting contract, required effects, forbidden effects and recipe for ``kind``.
 
     ``name`` (the bundle directory's name) becomes the stem of the contract, task and
-    environment ids.
+    environment ids. ``parameters`` are declared as written (R-MSG-11) and then the policy pins
+    the parameterized sandbox corpus, whose trials draw their values from the declaration
+    (R-CAL-6); the effects do not refer to them until the author edits ``expect``.
 
     Raises:
         KeyError: ``kind`` is not one of :data:`INIT_KINDS`.
@@ -159,8 +165,11 @@ def starting_bundle(
             max_epsilon=0.05,
             max_delta=0.05,
             threshold=0.5,
-            calibration_corpus_digest=SANDBOX_CORPUS_DIGEST,
+            calibration_corpus_digest=(
+                SANDBOX_PARAMETERIZED_CORPUS_DIGEST if parameters else SANDBOX_CORPUS_DIGEST
+            ),
             max_expiry_policy_updates=1000,
         ),
+        task_parameters=parameters,
     )
     return contract, required, forbidden, recipe
