@@ -106,6 +106,17 @@ def background_rows(count: int, seed: int) -> list[Record]:
     return rows
 
 
+def _check_writable(fields: Mapping[str, object]) -> None:
+    """Refuse fields an encounter write may not set, or a missing or empty ``patient_id``
+    (the rule of both :meth:`EncounterStore.create` and :meth:`EncounterStore.replace`)."""
+    unknown = sorted(set(fields) - set(WRITABLE_FIELDS))
+    if unknown:
+        raise ValidationError(f"fields that cannot be written: {', '.join(unknown)}")
+    patient_id = fields.get("patient_id")
+    if not isinstance(patient_id, str) or not patient_id:
+        raise ValidationError("patient_id must be a non-empty string")
+
+
 def _record(row: Mapping[Any, Any]) -> Record:
     return {name: (None if row[name] is None else str(row[name])) for name in COLUMNS}
 
@@ -169,12 +180,7 @@ class EncounterStore:
         Raises:
             ValidationError: a field is not writable or ``patient_id`` is missing or empty.
         """
-        unknown = sorted(set(fields) - set(WRITABLE_FIELDS))
-        if unknown:
-            raise ValidationError(f"fields that cannot be written: {', '.join(unknown)}")
-        patient_id = fields.get("patient_id")
-        if not isinstance(patient_id, str) or not patient_id:
-            raise ValidationError("patient_id must be a non-empty string")
+        _check_writable(fields)
         record: Record = {name: None for name in COLUMNS}
         record.update(fields)
         record["id"] = new_encounter_id()
@@ -189,12 +195,7 @@ class EncounterStore:
         Raises:
             ValidationError: as :meth:`create`.
         """
-        unknown = sorted(set(fields) - set(WRITABLE_FIELDS))
-        if unknown:
-            raise ValidationError(f"fields that cannot be written: {', '.join(unknown)}")
-        patient_id = fields.get("patient_id")
-        if not isinstance(patient_id, str) or not patient_id:
-            raise ValidationError("patient_id must be a non-empty string")
+        _check_writable(fields)
         values = {name: fields.get(name) for name in WRITABLE_FIELDS}
 
         def work(conn: Connection) -> Record | None:

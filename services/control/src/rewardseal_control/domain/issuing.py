@@ -7,14 +7,12 @@ import asyncio
 import logging
 import math
 import secrets
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
 from rewardseal.core.calibration import delta_from_summary
 from rewardseal.core.errors import CertificationRefused, NotFound, ValidationError
 from rewardseal.core.issuing import check_summary_for, issue_certificate
-from rewardseal.core.signing import SigningKey
 from rewardseal.core.validation import (
     check_policy_update_field,
     validate_calibration_summary,
@@ -25,7 +23,8 @@ from rewardseal.core.validation import (
 from rewardseal.v1.certificate_pb2 import CalibrationSummary, IssuerKey, RewardCertificate
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, IssuerKeyRole
 from rewardseal_control.domain.keys import enum_name
-from rewardseal_control.store import ControlStore, StoredCertificate
+from rewardseal_control.domain.parts import DomainPart
+from rewardseal_control.store import StoredCertificate
 from rewardseal_control.store.audit_log import ACTION_ISSUE_CERTIFICATE
 
 __all__ = ["DELTA_TOLERANCE", "CertificateIssuing", "CertificateOrder"]
@@ -56,21 +55,9 @@ class CertificateOrder:
     delta: float = 0.0
 
 
-class CertificateIssuing:
+class CertificateIssuing(DomainPart):
     """Issues certificates signed by ``key`` (this control plane's organization key), which
     must be registered as an active ORGANIZATION key; ``audited`` is told each issue."""
-
-    def __init__(
-        self,
-        store: ControlStore,
-        key: SigningKey,
-        clock: Callable[[], datetime],
-        audited: Callable[[str], None],
-    ) -> None:
-        self._store = store
-        self._key = key
-        self._clock = clock
-        self._audited = audited
 
     async def issue(self, order: CertificateOrder, actor: str, reason: str) -> StoredCertificate:
         """Apply every issuing rule to ``order``, sign, and record the certificate for

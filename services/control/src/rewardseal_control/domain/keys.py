@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from rewardseal.core.errors import PermissionDenied, ValidationError
 from rewardseal.core.key_possession import verify_registration
-from rewardseal.core.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import IssuerKey
 from rewardseal.v1.control_service_pb2 import RegisterIssuerKeyRequest
 from rewardseal.v1.enums_pb2 import IssuerKeyRole
+from rewardseal_control.domain.parts import DomainPart
 from rewardseal_control.roles import ADMIN_ROLE
-from rewardseal_control.store import ControlStore
 from rewardseal_control.store.audit_log import (
     ACTION_ACCEPT_CERTIFICATE,
     ACTION_REGISTER_KEY,
@@ -50,24 +49,12 @@ def enum_name(enum: Any, value: int) -> str:
         return str(value)
 
 
-class KeyAdmissions:
+class KeyAdmissions(DomainPart):
     """Registers, admits, binds, unbinds and retires issuer keys; makes enrollment credentials.
 
     ``key`` is this control plane's organization key (its retirement is warned about);
     ``audited`` is told the audit-log action of each admin action done.
     """
-
-    def __init__(
-        self,
-        store: ControlStore,
-        key: SigningKey,
-        clock: Callable[[], datetime],
-        audited: Callable[[str], None],
-    ) -> None:
-        self._store = store
-        self._key = key
-        self._clock = clock
-        self._audited = audited
 
     async def register(
         self, request: RegisterIssuerKeyRequest, actor: str

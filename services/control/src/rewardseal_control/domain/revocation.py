@@ -21,6 +21,7 @@ from rewardseal.core.revocation import CHECKER, CONTRACT, sign_revocation_list
 from rewardseal.core.signing import SigningKey
 from rewardseal.v1.certificate_pb2 import RevocationList
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
+from rewardseal_control.domain.parts import DomainPart
 from rewardseal_control.store import ControlStore, RevocationHead
 from rewardseal_control.store.audit_log import (
     ACTION_REVOKE_CERTIFICATE,
@@ -38,7 +39,7 @@ CERTIFICATE = "certificate"
 MAX_REFRESH_INTERVAL = timedelta(seconds=60)
 
 
-class RevocationPublisher:
+class RevocationPublisher(DomainPart):
     """Revokes, and keeps the signed revocation list fresh, for one control plane.
 
     ``key`` signs the lists; ``ttl`` is each list's lifetime; ``refresh_interval`` how often the
@@ -60,10 +61,7 @@ class RevocationPublisher:
         """Raises ValueError when ``ttl`` is not positive."""
         if ttl <= timedelta(0):
             raise ValueError("revocation_ttl must be positive")
-        self._store = store
-        self._key = key
-        self._clock = clock
-        self._audited = audited
+        super().__init__(store, key, clock, audited)
         self.ttl = ttl
         self.refresh_interval = refresh_interval or min(ttl / 8, MAX_REFRESH_INTERVAL)
         self._head: RevocationHead | None = None

@@ -23,7 +23,7 @@ from rewardseal.core.errors import ValidationError
 from rewardseal.core.judging import RECORD_ID_FIELD
 from rewardseal_worker.calibration.runner import TrialNotWritable, TrialRejected
 from rewardseal_worker.calibration.trials import Record
-from rewardseal_worker.oracles.http import encounter_from_record
+from rewardseal_worker.oracles.http import encounter_from_record, system_of_record_client
 
 __all__ = ["FhirSandboxStore"]
 
@@ -43,17 +43,13 @@ class FhirSandboxStore:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         """``resource_path`` is the server's path of the resource type (``/fhir/Encounter``)."""
-        headers = {"Accept": _FHIR_JSON, "Content-Type": _FHIR_JSON}
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
         self._path = resource_path.rstrip("/")
-        self._client = httpx.Client(
-            base_url=base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_seconds),
-            follow_redirects=False,
-            trust_env=False,
-            transport=transport,
+        self._client = system_of_record_client(
+            base_url,
+            {"Accept": _FHIR_JSON, "Content-Type": _FHIR_JSON},
+            token,
+            timeout_seconds,
+            transport,
         )
 
     def _send(self, method: str, path: str, record: Record | None = None) -> httpx.Response:

@@ -73,6 +73,7 @@ __all__ = [
     "check_http_recipe",
     "check_url_path",
     "records_from_bundle",
+    "system_of_record_client",
 ]
 
 DEFAULT_FHIR_PATH: Final = "/fhir"
@@ -266,6 +267,30 @@ def records_from_bundle(document: Any, source: str) -> list[dict[str, Any]]:
     return records
 
 
+def system_of_record_client(
+    base_url: httpx.URL | str,
+    headers: Mapping[str, str],
+    token: str | None,
+    timeout_seconds: float,
+    transport: httpx.BaseTransport | None = None,
+) -> httpx.Client:
+    """The one way the worker talks HTTP to a system of record (the oracle readers, the FHIR
+    calibration sandbox): ``headers`` plus a bearer ``token`` when one is given, no redirects
+    followed (a redirect could carry the token elsewhere) and no proxy or CA settings read from
+    the environment."""
+    sent = dict(headers)
+    if token is not None:
+        sent["Authorization"] = f"Bearer {token}"
+    return httpx.Client(
+        base_url=base_url,
+        headers=sent,
+        timeout=httpx.Timeout(timeout_seconds),
+        follow_redirects=False,
+        trust_env=False,
+        transport=transport,
+    )
+
+
 class HttpReader:
     """Reads the records of one identity from an HTTP API (``rest``) or a FHIR server (``fhir``).
 
@@ -297,16 +322,9 @@ class HttpReader:
         self._collection = collection
         self._identity_params = dict(identity_params)
         self._source = f"{kind} oracle {self._path!r}"
-        headers = {"Accept": "application/fhir+json" if kind == KIND_FHIR else "application/json"}
-        if token is not None:
-            headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.Client(
-            base_url=base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_seconds),
-            follow_redirects=False,
-            trust_env=False,
-            transport=transport,
+        accept = "application/fhir+json" if kind == KIND_FHIR else "application/json"
+        self._client = system_of_record_client(
+            base_url, {"Accept": accept}, token, timeout_seconds, transport
         )
 
     @classmethod

@@ -32,6 +32,7 @@ __all__ = [
     "local_services",
     "run_trial",
     "run_trials",
+    "start_mockmed",
 ]
 
 MIN_TRIALS: Final = 3
@@ -62,6 +63,32 @@ class Services:
     mockmed_admin_token: str
 
 
+def start_mockmed(
+    local: LocalServices, database: Path, token: str, admin_token: str, seconds: float
+) -> str:
+    """Start MockMed in ``local`` on the SQLite file ``database`` with its two bearer tokens,
+    waiting at most ``seconds`` for it; its base URL. The one way both proofs start it.
+
+    Raises:
+        Unavailable: it did not start (the message ends with its log).
+    """
+    # Imported here: the core package loads SQLAlchemy only where a store is used.
+    from rewardseal_server.sqlstore import sqlite_url
+
+    mockmed = local.start(
+        "mockmed",
+        serve_command(
+            "rewardseal-mockmed",
+            local.ready_file("mockmed"),
+            "--db-url",
+            sqlite_url(database),
+        ),
+        {"MOCKMED_TOKEN": token, "MOCKMED_ADMIN_TOKEN": admin_token},
+        seconds,
+    )
+    return f"http://{HOST}:{mockmed['port']}"
+
+
 @contextmanager
 def local_services(run_dir: Path) -> Iterator[Services]:
     """MockMed and the seeded rest worker as child processes of this one, stopped on exit.
@@ -72,24 +99,16 @@ def local_services(run_dir: Path) -> Iterator[Services]:
         Unavailable: a service did not start (the message ends with its log).
         ValidationError: the worker does not serve a tier-2 contract.
     """
-    # Imported here: the core package loads SQLAlchemy only where a store is used.
-    from rewardseal_server.sqlstore import sqlite_url
-
     worker_token, mockmed_token, admin_token = (secrets.token_urlsafe(32) for _ in range(3))
     worker_data = run_dir / "worker"
     with LocalServices(run_dir) as local:
-        mockmed = local.start(
-            "mockmed",
-            serve_command(
-                "rewardseal-mockmed",
-                local.ready_file("mockmed"),
-                "--db-url",
-                sqlite_url(run_dir / "mockmed.sqlite"),
-            ),
-            {"MOCKMED_TOKEN": mockmed_token, "MOCKMED_ADMIN_TOKEN": admin_token},
+        mockmed_url = start_mockmed(
+            local,
+            run_dir / "mockmed.sqlite",
+            mockmed_token,
+            admin_token,
             MOCKMED_START_SECONDS,
         )
-        mockmed_url = f"http://{HOST}:{mockmed['port']}"
         worker = local.start(
             "worker",
             serve_command(

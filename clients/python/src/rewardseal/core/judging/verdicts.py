@@ -227,6 +227,16 @@ def change_findings(
     return tuple(found)
 
 
+def _required_verdict(
+    effect: EffectSpec, ids: tuple[str, ...], found: tuple[Finding, ...]
+) -> EffectVerdict:
+    """A required effect's verdict once its records are found: REFUTED by the first of
+    ``found`` (all of them kept as the findings), CONFIRMED with ``ids`` when none."""
+    if found:
+        return EffectVerdict(effect.name, Verdict.REFUTED, found[0].reason(), ids, findings=found)
+    return EffectVerdict(effect.name, Verdict.CONFIRMED, _REASON_CONFIRMED, ids)
+
+
 def _judge_update(
     effect: EffectSpec,
     identity: Mapping[str, str],
@@ -245,10 +255,7 @@ def _judge_update(
         )
     changes, _ = changed_records(effect, identity, baseline, current, credited)
     ids = tuple(change_token(before) for before, _ in changes)
-    found = change_findings(effect, changes)
-    if found:
-        return EffectVerdict(effect.name, Verdict.REFUTED, found[0].reason(), ids, findings=found)
-    return EffectVerdict(effect.name, Verdict.CONFIRMED, _REASON_CONFIRMED, ids)
+    return _required_verdict(effect, ids, change_findings(effect, changes))
 
 
 def judge_required(
@@ -276,10 +283,7 @@ def judge_required(
         )
     fresh = new_records(effect, identity, baseline, current, credited)
     ids = tuple(record_id(r) for r in fresh)
-    found = required_findings(effect, fresh)
-    if found:
-        return EffectVerdict(effect.name, Verdict.REFUTED, found[0].reason(), ids, findings=found)
-    return EffectVerdict(effect.name, Verdict.CONFIRMED, _REASON_CONFIRMED, ids)
+    return _required_verdict(effect, ids, required_findings(effect, fresh))
 
 
 def judge_forbidden(

@@ -49,6 +49,7 @@ from rewardseal_kit.proof.integrity.case import (
     signal_rows,
 )
 from rewardseal_kit.proof.rewards import SCREEN_T0
+from rewardseal_kit.proof.run import start_mockmed
 from rewardseal_mockmed.extradup import CONTROL
 from rewardseal_server.localstack import HOST, LocalServices, serve_command
 
@@ -186,18 +187,13 @@ def local_integrity_services(
                 {"REWARDSEAL_WORKER_TOKEN": secrets.token_urlsafe(32)},
                 START_SECONDS,
             )
-            mockmed = local.start(
-                "mockmed",
-                serve_command(
-                    "rewardseal-mockmed",
-                    local.ready_file("mockmed"),
-                    "--db-url",
-                    sqlite_url(sql_data / "mockmed" / "mockmed.sqlite"),
-                ),
-                {"MOCKMED_TOKEN": mockmed_token, "MOCKMED_ADMIN_TOKEN": mockmed_admin},
+            mockmed_url = start_mockmed(
+                local,
+                sql_data / "mockmed" / "mockmed.sqlite",
+                mockmed_token,
+                mockmed_admin,
                 START_SECONDS,
             )
-            mockmed_url = f"http://{HOST}:{mockmed['port']}"
             banners = {SQL: sql}
             if not sql_only:
                 # Another operator's worker: its own data directory, key and certificate.
