@@ -22,7 +22,6 @@ and a small toolkit over the seeded MockMed SQLite system of record.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import types
 from collections import defaultdict
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rewardseal_kit.tools.families import LATEST_DRAFT, family_script
+from rewardseal_kit.scripted_llm import family_turns, hermes_call, resolve_draft
 from rewardseal_mockmed import contract as mockmed
 from rewardseal_mockmed.seeding import write_encounter
 
@@ -42,9 +41,7 @@ DATABASE: dict[str, Path] = {}
 NOTE = "Follow-up in 2 weeks."
 
 
-def tool_call(name: str, arguments: Mapping[str, Any]) -> str:
-    """A hermes tool call as the model writes it."""
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': dict(arguments)})}</tool_call>"
+tool_call = hermes_call
 
 
 TRIAGE = {"type": "Triage", "note": "Synthetic: sore throat for two days.", "status": "open"}
@@ -64,24 +61,8 @@ SCRIPTS: dict[str, list[str]] = {
     ],
     "mockmed_banner": [tool_call("show_saved_banner", TRIAGE), "The encounter is saved."],
 }
-_DRAFT = re.compile(r"draft-[0-9a-f]{32}")
 FAMILY_SCRIPT = "family-"
-"""``script=family-<family>`` plays that family's tool script."""
-
-
-def family_turns(family: str) -> list[str]:
-    """The texts of ``family``'s tool script for :data:`TRIAGE`, one per turn, as hermes calls
-    (a submit names ``{draft}``, resolved per turn like :data:`SCRIPTS`)."""
-    turns = []
-    for step in family_script(family, TRIAGE):
-        if isinstance(step, str):
-            turns.append(step)
-            continue
-        name, arguments = step
-        if arguments.get("draft_id") == LATEST_DRAFT:
-            arguments = {**arguments, "draft_id": "{draft}"}
-        turns.append(tool_call(name, arguments))
-    return turns
+"""``script=family-<family>`` plays that family's tool script (the kit's hermes rendering)."""
 
 
 class ScriptedToolCallingServer:
@@ -99,13 +80,12 @@ class ScriptedToolCallingServer:
         turn = self.turns[request_id]
         self.turns[request_id] += 1
         script = (
-            family_turns(name.removeprefix(FAMILY_SCRIPT))
+            family_turns(name.removeprefix(FAMILY_SCRIPT), TRIAGE)
             if name.startswith(FAMILY_SCRIPT)
             else SCRIPTS[name]
         )
         text = script[min(turn, len(script) - 1)]
-        drafts = _DRAFT.findall(prompt)
-        text = text.replace("{draft}", drafts[-1] if drafts else "none")
+        text = resolve_draft(text, prompt)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         return TokenOutput(token_ids=[*ids, self.tokenizer.eos_token_id], stop_reason="completed")
 
