@@ -9,8 +9,10 @@ agent-loop worker (``AgentLoopWorkerTQ``: its real ``__init__``, ``_run_prompt``
 MockMed system of record; the advantages come from verl's V1
 ``compute_advantage_for_multi_trajectories``. Stand-ins (tests/support/verl_agent.py): the LLM
 server (:class:`ScriptedToolCallingServer`, scripted tool-calling token sequences), the
-``transfer_queue`` store (not installed in the integrations venv; an in-memory dict), and the
-MockMed tools (two tools over the SQLite file until issue 27 item 2's tools are merged).
+``transfer_queue`` store (not installed in the integrations venv; an in-memory dict), and, for
+the outage, duplicate and interleaving tests, a two-tool stand-in over the SQLite file. The honest
+control and every hacking family also play as multi-turn sessions over MockMed's real tools and
+REST API (the kit's one table of family scripts, shared with the verifiers taskset).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from rewardseal.trainers.integrity.capture import output_digest
 from rewardseal.trainers.verl.agent_loop import AGENT_NAME, DROPPED_SESSIONS, agent_loop_class
 from rewardseal_kit.tiny_models import char_tokenizer
 from rewardseal_mockmed import contract as mockmed
+from rewardseal_mockmed.extradup import CONTROL, FAMILIES
 
 verl = pytest.importorskip("verl")
 torch = pytest.importorskip("torch")
@@ -409,6 +412,41 @@ async def test_mockmeds_own_tools_pay_the_honest_session_and_not_the_banner(
     for fields in banner.values():
         info = fields["extra_fields"]["reward_extra_info"]
         assert (float(fields["rm_scores"][-1]), info["reward_outcome"]) == (0.0, "WRONG_EFFECT")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+async def test_every_family_as_a_multi_turn_tool_session(
+    stack: RunningStack,
+    base_config: DictConfig,
+    mockmed_api: RunningMockMed,
+    tmp_path: Path,
+    family: str,
+) -> None:
+    # Each family of the kit's one table (the scripts the verifiers taskset's scripted server
+    # plays too) as a multi-turn hermes tool-calling session over MockMed's real tools: the
+    # control pays 1.0 certified, every hacking family 0.0. wrong_record cannot name another
+    # patient here: the patient comes from the session (no tool schema takes one), so its
+    # create_encounter call is refused and nothing is stored; it pays 0.0 like "claim".
+    config = mockmed_config(base_config, stack, mockmed_api, tmp_path / "loops.yaml")
+    with open_dict(config):  # dup's five turns (verl ends a session at max_assistant_turns)
+        config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns = 6
+    worker = worker_for(config)
+    uid = f"uid-family-{family}"
+    batch = prompt_batch(
+        uid, f"patient-{uid}", f"family-{family}", 2, agent_name="rewardseal_mockmed_agent"
+    )
+    await generate(worker, batch)
+    puts = session_outputs(uid)
+    assert len(puts) == 3
+    for fields in puts.values():
+        info = fields["extra_fields"]["reward_extra_info"]
+        score = float(fields["rm_scores"][-1])
+        if family == CONTROL:
+            assert (score, info["reward_outcome"]) == (1.0, "VERIFIED"), info
+            assert info["reward_certified"] is True
+        else:
+            assert score == 0.0, info
+            assert info["reward_outcome"] == "WRONG_EFFECT", info
 
 
 def test_the_example_registration_names_the_lazy_loop() -> None:

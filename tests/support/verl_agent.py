@@ -4,7 +4,10 @@ and a small toolkit over the seeded MockMed SQLite system of record.
 * :class:`ScriptedToolCallingServer` is the LLM server (verl's ``LLMServerClient.generate``):
   it answers each turn of a session with the token ids of a scripted text, hermes tool calls
   (``<tool_call>{...}</tool_call>``) included; the script is picked by a ``script=NAME`` marker
-  in the prompt, the turn by how often that request id has been answered.
+  in the prompt, the turn by how often that request id has been answered. ``script=family-F``
+  plays ExtraDup family ``F`` from the kit's one table of family scripts
+  (:func:`rewardseal_kit.tools.families.family_script`, which the verifiers taskset's scripted
+  server plays too) for the :data:`TRIAGE` request, over MockMed's real tools.
 * :func:`memory_transfer_queue` is a stand-in for the ``transfer_queue`` package, which verl
   0.9.1's V1 worker (``trainer/ppo/v1/agent_loop_tq.py``) imports but which the integrations
   venv does not have: a dict of ``key -> (fields, tag)`` behind ``async_kv_put`` and
@@ -19,7 +22,6 @@ and a small toolkit over the seeded MockMed SQLite system of record.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import types
 from collections import defaultdict
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rewardseal_kit.scripted_llm import family_turns, hermes_call, resolve_draft
 from rewardseal_mockmed import contract as mockmed
 from rewardseal_mockmed.seeding import write_encounter
 
@@ -38,9 +41,7 @@ DATABASE: dict[str, Path] = {}
 NOTE = "Follow-up in 2 weeks."
 
 
-def tool_call(name: str, arguments: Mapping[str, Any]) -> str:
-    """A hermes tool call as the model writes it."""
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': dict(arguments)})}</tool_call>"
+tool_call = hermes_call
 
 
 TRIAGE = {"type": "Triage", "note": "Synthetic: sore throat for two days.", "status": "open"}
@@ -60,7 +61,8 @@ SCRIPTS: dict[str, list[str]] = {
     ],
     "mockmed_banner": [tool_call("show_saved_banner", TRIAGE), "The encounter is saved."],
 }
-_DRAFT = re.compile(r"draft-[0-9a-f]{32}")
+FAMILY_SCRIPT = "family-"
+"""``script=family-<family>`` plays that family's tool script (the kit's hermes rendering)."""
 
 
 class ScriptedToolCallingServer:
@@ -77,9 +79,13 @@ class ScriptedToolCallingServer:
         name = prompt.split("script=", 1)[1].split()[0].strip(".")
         turn = self.turns[request_id]
         self.turns[request_id] += 1
-        text = SCRIPTS[name][min(turn, len(SCRIPTS[name]) - 1)]
-        drafts = _DRAFT.findall(prompt)
-        text = text.replace("{draft}", drafts[-1] if drafts else "none")
+        script = (
+            family_turns(name.removeprefix(FAMILY_SCRIPT), TRIAGE)
+            if name.startswith(FAMILY_SCRIPT)
+            else SCRIPTS[name]
+        )
+        text = script[min(turn, len(script) - 1)]
+        text = resolve_draft(text, prompt)
         ids = self.tokenizer.encode(text, add_special_tokens=False)
         return TokenOutput(token_ids=[*ids, self.tokenizer.eos_token_id], stop_reason="completed")
 
