@@ -92,10 +92,12 @@ class Services:
 
 
 @contextmanager
-def local_services(run_dir: Path) -> Iterator[Services]:
+def local_services(run_dir: Path, *, params: bool = True) -> Iterator[Services]:
     """MockMed and the seeded rest worker as child processes of this one, stopped on exit.
 
     ``run_dir`` holds MockMed's database, the worker's data directory, ready files and logs.
+    ``params`` False: no parameterized worker and MockMed (``Services.params`` None), for a
+    caller that only needs the rest worker.
 
     Raises:
         Unavailable: a service did not start (the message ends with its log).
@@ -140,34 +142,11 @@ def local_services(run_dir: Path) -> Iterator[Services]:
         )
         if worker.get("oracle_tier") != 2:
             raise ValidationError(f"the worker serves tier {worker.get('oracle_tier')}, not 2")
-        # The seeded worker has written its data by now: the parameterized bundle's worker
-        # shares it (keys, bundles, certificates) but not the store, as make demo's does.
-        params_mockmed = local.start(
-            "mockmed-params",
-            serve_command(
-                "rewardseal-mockmed",
-                local.ready_file("mockmed-params"),
-                "--db-url",
-                sqlite_url(worker_data / SEEDED_DATABASE),
-            ),
-            {"MOCKMED_TOKEN": mockmed_token, "MOCKMED_ADMIN_TOKEN": admin_token},
-            MOCKMED_START_SECONDS,
-        )
-        params_worker = local.start(
-            "worker-params",
-            serve_command(
-                "rewardseal-worker",
-                local.ready_file("worker-params"),
-                "--data-dir",
-                str(worker_data),
-                "--contract",
-                str(worker_data / PARAMS_CONTRACT),
-                "--db-url",
-                sqlite_url(run_dir / "worker-params.sqlite"),
-            ),
-            {"REWARDSEAL_WORKER_TOKEN": worker_token},
-            WORKER_START_SECONDS,
-        )
+        # The seeded worker has written its data by now, so the parameterized one can share it.
+        found = None
+        if params:
+            tokens = (mockmed_token, admin_token)
+            found = _start_params(local, run_dir, worker_data, tokens, worker_token)
         yield Services(
             worker_target=f"{HOST}:{worker['port']}",
             worker_token=worker_token,
@@ -176,13 +155,55 @@ def local_services(run_dir: Path) -> Iterator[Services]:
             mockmed_url=mockmed_url,
             mockmed_token=mockmed_token,
             mockmed_admin_token=admin_token,
-            params=ParamsWorker(
-                worker_target=f"{HOST}:{params_worker['port']}",
-                worker_public_key=bytes.fromhex(str(params_worker["public_key"])),
-                contract_digest=str(params_worker["contract_digest"]),
-                mockmed_url=f"http://{HOST}:{params_mockmed['port']}",
-            ),
+            params=found,
         )
+
+
+def _start_params(
+    local: LocalServices,
+    run_dir: Path,
+    worker_data: Path,
+    mockmed_tokens: tuple[str, str],
+    worker_token: str,
+) -> ParamsWorker:
+    """Start the parameterized bundle's worker on the seeded ``worker_data`` (keys, bundles,
+    certificates; its own receipt store, as make demo's) and a MockMed over the SQLite system
+    of record that bundle reads."""
+    from rewardseal_server.sqlstore import sqlite_url
+
+    mockmed_token, admin_token = mockmed_tokens
+    mockmed = local.start(
+        "mockmed-params",
+        serve_command(
+            "rewardseal-mockmed",
+            local.ready_file("mockmed-params"),
+            "--db-url",
+            sqlite_url(worker_data / SEEDED_DATABASE),
+        ),
+        {"MOCKMED_TOKEN": mockmed_token, "MOCKMED_ADMIN_TOKEN": admin_token},
+        MOCKMED_START_SECONDS,
+    )
+    worker = local.start(
+        "worker-params",
+        serve_command(
+            "rewardseal-worker",
+            local.ready_file("worker-params"),
+            "--data-dir",
+            str(worker_data),
+            "--contract",
+            str(worker_data / PARAMS_CONTRACT),
+            "--db-url",
+            sqlite_url(run_dir / "worker-params.sqlite"),
+        ),
+        {"REWARDSEAL_WORKER_TOKEN": worker_token},
+        WORKER_START_SECONDS,
+    )
+    return ParamsWorker(
+        worker_target=f"{HOST}:{worker['port']}",
+        worker_public_key=bytes.fromhex(str(worker["public_key"])),
+        contract_digest=str(worker["contract_digest"]),
+        mockmed_url=f"http://{HOST}:{mockmed['port']}",
+    )
 
 
 def run_trial(
