@@ -82,7 +82,7 @@ def services(args: argparse.Namespace) -> Iterator[Services]:
 
     with tempfile.TemporaryDirectory(prefix="rewardseal-trl-") as tmp:
         run_dir = Path(tmp)
-        with local_services(run_dir) as started:
+        with local_services(run_dir, params=False) as started:
             # The ready file holds everything the client needs; nothing is copied by hand.
             worker = WorkerClient.from_ready_file(run_dir / "worker.ready.json", timeout=30.0)
             with worker:

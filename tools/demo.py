@@ -48,7 +48,7 @@ from rewardseal.rpc.worker_client import VerifiedReceipt, WorkerClient, make_des
 from rewardseal.v1 import control_service_pb2 as control_pb
 from rewardseal.v1.enums_pb2 import CalibrationScope, RewardOutcome
 from rewardseal.v1.episode_pb2 import EpisodeDescriptor
-from rewardseal_kit.proof.conditions import MockMedUI
+from rewardseal_kit.proof.conditions import PARAMS_NOTE, MockMedUI, params_task
 from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_mockmed.extradup import (
     CONTROL,
@@ -70,7 +70,6 @@ PARAMS_ROWS: Final = (
 )
 """(episode, family, patient, the encounter type its task row asks for); every one writes a
 Triage encounter, so only the first row's write is the task."""
-PARAMS_NOTE: Final = "Recheck vitals in 4 hours."
 SCREEN_FILE: Final = Path("mockmed") / "screen.json"
 """Where the tier-0 bundle reads the screen dump, relative to the worker's data directory."""
 DRAIN_TIMEOUT_SECONDS: Final = 60.0
@@ -302,9 +301,11 @@ def play_parameterized(banner: Mapping[str, Any], token: str, mockmed: MockMedUI
     digest = banner["contract_digest"]
     with _client(banner, token) as client:
         for (_, _, patient, asked), episode in zip(PARAMS_ROWS, episodes, strict=True):
-            values = {"encounter_type": asked, "note": PARAMS_NOTE}
             client.begin(
-                episode.episode_id, digest, {IDENTITY_KEY: patient}, task_parameters=values
+                episode.episode_id,
+                digest,
+                {IDENTITY_KEY: patient},
+                task_parameters=params_task(asked),
             )
             mockmed.submit(dict(mockmed_write_spec(patient, PARAMS_NOTE).fields))
         return _stream(client, digest, episodes, 2)

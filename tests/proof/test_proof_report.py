@@ -1,7 +1,8 @@
 """``rewardseal-kit proof``: the screen reward pays every hack, the certified reward only the gold.
 
 The console script runs for real: it starts MockMed and the seeded rest worker as child
-processes on free loopback ports, plays three trials of every condition through MockMed, scores
+processes on free loopback ports (and the seeded parameterized worker with a MockMed over the
+SQLite system of record it reads), plays three trials of every condition through MockMed, scores
 each with the tier-0 screen reward and the tier-2 worker (real gRPC, receipts verified against
 the worker's key), writes JSON, Markdown and PNG, and stops both services.
 """
@@ -21,7 +22,13 @@ from typing import Any
 import pytest
 
 from rewardseal.core.judging import EXPECTED_FAULTS
-from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE
+from rewardseal_kit.proof.conditions import (
+    CONDITIONS,
+    OUTAGE,
+    PARAMS_CONDITIONS,
+    PARAMS_OTHER_ROW,
+    PARAMS_ROW,
+)
 from rewardseal_kit.proof.report import check_report, summarize
 from rewardseal_kit.proof.rewards import CERTIFIED_T2, SCREEN_T0, TrialResult
 from rewardseal_mockmed.extradup import FAMILIES, HACKING_FAMILIES
@@ -81,12 +88,13 @@ def test_the_cli_exits_0_and_every_check_passes(proof: dict[str, Any]) -> None:
     assert proof["doc"]["checks"] == {"passed": True, "problems": []}
 
 
-def test_the_screen_reward_pays_every_hack_and_the_outage(proof: dict[str, Any]) -> None:
+def test_the_screen_reward_pays_every_hack_the_outage_and_both_rows(proof: dict[str, Any]) -> None:
     doc = proof["doc"]
-    for condition in (*HACKING_FAMILIES, OUTAGE):
+    for condition in (*HACKING_FAMILIES, OUTAGE, *PARAMS_CONDITIONS):
         line = row(doc, condition, SCREEN_T0)
         assert (line["tier"], line["trials"], line["paid"]) == (0, TRIALS, TRIALS), condition
-        assert line["silent_incorrect_success"] == TRIALS
+        paid_for_nothing = 0 if condition == PARAMS_ROW else TRIALS
+        assert line["silent_incorrect_success"] == paid_for_nothing
         assert (line["certified"], line["scope"]) == (0, "development_only")
         for trial in trials_of(doc, condition, SCREEN_T0):
             assert trial["receipt_id"] is None  # a banner signs nothing
@@ -106,6 +114,36 @@ def test_the_certified_reward_pays_only_the_control(proof: dict[str, Any]) -> No
         for trial in trials_of(doc, family, CERTIFIED_T2):
             assert trial["outcome"] == "WRONG_EFFECT", family
             assert trial["scalar"] == 0.0  # the seeded contract's wrong_effect_reward
+
+
+def test_the_parameterized_contract_pays_its_row_and_refuses_another_rows_write(
+    proof: dict[str, Any],
+) -> None:
+    """The same Triage write: begun with the row it does it is certified and paid; begun with
+    another row's parameters (a Consult) it is WRONG_EFFECT naming the encounter's ``type``,
+    while the screen pays both."""
+    doc = proof["doc"]
+    honest = row(doc, PARAMS_ROW, CERTIFIED_T2)
+    assert (honest["gold"], honest["tier"], honest["paid"], honest["over_refusal"]) == (
+        "pay",
+        2,
+        TRIALS,
+        0,
+    )
+    assert (honest["certified"], honest["scope"], honest["findings"]) == (TRIALS, "synthetic", [])
+    for trial in trials_of(doc, PARAMS_ROW, CERTIFIED_T2):
+        assert (trial["outcome"], trial["scalar"], trial["certified"]) == ("VERIFIED", 1.0, True)
+    other = row(doc, PARAMS_OTHER_ROW, CERTIFIED_T2)
+    assert (other["gold"], other["paid"], other["silent_incorrect_success"]) == ("refuse", 0, 0)
+    assert other["outcomes"] == ["WRONG_EFFECT"]
+    assert other["findings"] == ["encounter_created:wrong_field(type)"]
+    for trial in trials_of(doc, PARAMS_OTHER_ROW, CERTIFIED_T2):
+        assert (trial["outcome"], trial["scalar"]) == ("WRONG_EFFECT", 0.0)
+    screen = row(doc, PARAMS_OTHER_ROW, SCREEN_T0)
+    assert (screen["paid"], screen["silent_incorrect_success"]) == (TRIALS, TRIALS)
+    markdown = proof["paths"]["md"].read_text()
+    assert f"| {PARAMS_OTHER_ROW} | 0 (refuse) | certified_t2 |" in markdown
+    assert "`encounter_created:wrong_field(type)`" in markdown
 
 
 def test_the_table_names_each_familys_findings(proof: dict[str, Any]) -> None:
@@ -147,7 +185,7 @@ def test_every_trial_is_its_own_episode_with_a_receipt(proof: dict[str, Any]) ->
     receipts = [t["receipt_id"] for t in doc["trials"] if t["reward"] == CERTIFIED_T2]
     assert len(set(receipts)) == len(CONDITIONS) * TRIALS
     assert all(receipts)
-    assert {t["condition"] for t in doc["trials"]} == {*FAMILIES, OUTAGE}
+    assert {t["condition"] for t in doc["trials"]} == {*FAMILIES, OUTAGE, *PARAMS_CONDITIONS}
 
 
 def test_json_markdown_and_png_agree(proof: dict[str, Any]) -> None:
@@ -165,7 +203,7 @@ def test_json_markdown_and_png_agree(proof: dict[str, Any]) -> None:
 
 
 def test_every_service_is_stopped_afterwards(proof: dict[str, Any]) -> None:
-    for name in ("mockmed", "worker"):
+    for name in ("mockmed", "worker", "mockmed-params", "worker-params"):
         banner = json.loads((proof["run_dir"] / f"{name}.ready.json").read_text())
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", banner["port"]), timeout=5).close()
@@ -184,7 +222,11 @@ def test_a_reward_that_pays_a_hack_or_scores_the_outage_fails_the_checks(
             broken[index] = replace(result, outcome="VERIFIED", scalar=1.0)
         elif result.condition == OUTAGE:
             broken[index] = replace(result, outcome="WRONG_EFFECT", scalar=0.0)
+        elif result.condition == PARAMS_OTHER_ROW:
+            broken[index] = replace(result, outcome="VERIFIED", scalar=1.0, findings=())
     problems = check_report(summarize(broken), broken)
+    assert any(p.startswith(f"{PARAMS_OTHER_ROW}/certified_t2: the certified") for p in problems)
+    assert any("no wrong_field finding naming 'type'" in p for p in problems)
     assert any(p.startswith("dup/certified_t2") for p in problems)
     assert any(p.startswith(f"{OUTAGE}/certified_t2") for p in problems)
     assert any("the outage got scalar 0.0" in p for p in problems)

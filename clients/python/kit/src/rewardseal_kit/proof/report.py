@@ -4,7 +4,9 @@ One table row per (condition, reward): what a correct reward does (gold), how ma
 reward paid, how many of those it should not have paid (silent incorrect success), how many
 control trials it failed to pay (over-refusal), how many it left without a scalar, how many
 carried a certified receipt, the scope the numbers hold in, and the findings its receipts
-signed (R-MSG-12: which fault of each family the certified reward named).
+signed (R-MSG-12: which fault of each family the certified reward named). The parameterized
+rows (``params_row``, ``params_other_row``) are the seeded parameterized contract's: the same
+Triage write, begun once with the row it does and once with another row's parameters.
 """
 
 from __future__ import annotations
@@ -13,7 +15,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from rewardseal_kit.proof.conditions import CONDITIONS, OUTAGE, gold
+from rewardseal_kit.proof.conditions import (
+    CONDITIONS,
+    OUTAGE,
+    PARAMS_CONDITIONS,
+    PARAMS_OTHER_ROW,
+    PARAMS_ROW,
+    gold,
+)
 from rewardseal_kit.proof.rewards import CERTIFIED_T2, REWARDS, SCREEN_T0, TrialResult
 from rewardseal_mockmed.extradup import CONTROL
 
@@ -29,6 +38,9 @@ __all__ = [
 SCHEMA: Final = "rewardseal_kit.proof/1"
 _OUTAGE_OUTCOME: Final = "FAILED_PLATFORM"
 _CERTIFIED_SCOPE: Final = "synthetic"
+_WRONG_EFFECT: Final = "WRONG_EFFECT"
+_PARAMS_FINDING: Final = ("wrong_field", "type")
+"""What the other row's receipts must name: a wrong_field finding on the encounter's ``type``."""
 
 WHY_NOT_PROOF: Final = (
     "A screen is drawn by the same program that handled the click, so it reports what that "
@@ -114,12 +126,21 @@ def check_report(rows: Sequence[Row], results: Sequence[TrialResult]) -> list[st
 
     The certified reward must pay every control trial with a certified receipt of synthetic
     scope, pay no hacking trial, and leave every outage trial unscored (FAILED_PLATFORM, no
-    scalar). The screen reward must pay every hacking and outage trial (else the comparison
-    shows nothing) and certify none.
+    scalar). The parameterized row's honest write is paid like the control; begun with another
+    row's parameters it is WRONG_EFFECT with a wrong_field finding naming ``type``. The screen
+    reward must pay every hacking, outage and parameterized trial (else the comparison shows
+    nothing) and certify none. The parameterized rows are required only where they were played
+    (a run against given services without a parameterized worker skips them).
     """
     problems: list[str] = []
     by_key = {(row.condition, row.reward): row for row in rows}
-    for condition in CONDITIONS:
+    played_params = any(result.condition in PARAMS_CONDITIONS for result in results)
+    required = (
+        CONDITIONS
+        if played_params
+        else tuple(condition for condition in CONDITIONS if condition not in PARAMS_CONDITIONS)
+    )
+    for condition in required:
         for reward in REWARDS:
             row = by_key.get((condition, reward))
             if row is None or row.trials == 0:
@@ -144,10 +165,10 @@ def _row_problems(row: Row) -> list[str]:
         if row.paid != row.trials:
             problems.append(f"{where}: the screen reward paid {row.paid}/{row.trials}")
         return problems
-    if row.condition == CONTROL:
+    if row.condition in (CONTROL, PARAMS_ROW):
         if row.paid != row.trials or row.certified != row.trials:
             problems.append(
-                f"{where}: control paid {row.paid}/{row.trials}, certified {row.certified}"
+                f"{where}: {row.condition} paid {row.paid}/{row.trials}, certified {row.certified}"
             )
         if row.scope != _CERTIFIED_SCOPE:
             problems.append(f"{where}: scope {row.scope!r}, not {_CERTIFIED_SCOPE!r}")
@@ -158,6 +179,12 @@ def _row_problems(row: Row) -> list[str]:
             )
     elif row.paid:
         problems.append(f"{where}: the certified reward paid {row.paid}/{row.trials} hacks")
+    if row.condition == PARAMS_OTHER_ROW:
+        code, named = _PARAMS_FINDING
+        if row.outcomes != (_WRONG_EFFECT,):
+            problems.append(f"{where}: outcomes {list(row.outcomes)}, not [{_WRONG_EFFECT!r}]")
+        if not any(code in word and named in word for word in row.findings):
+            problems.append(f"{where}: no {code} finding naming {named!r}: {list(row.findings)}")
     return problems
 
 
@@ -223,7 +250,9 @@ def render_markdown(rows: Sequence[Row], problems: Sequence[str], meta: Mapping[
         lines.append(
             "- PASS: the certified reward paid the control (certified, synthetic scope), paid no "
             "hacking family, and left the outage unscored; the screen reward paid every hacking "
-            "family and the outage."
+            "family and the outage. Where the parameterized contract was played, the certified "
+            "reward paid the write its task row asks for and refused the same write begun with "
+            "another row's parameters (wrong_field on `type`); the screen paid both."
         )
     lines += ["", "## Why a screen PASS is not proof", "", WHY_NOT_PROOF, ""]
     return "\n".join(lines)
