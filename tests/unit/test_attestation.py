@@ -32,12 +32,14 @@ from rewardseal.core.attestation import (
     RewardPredicate,
     build_statement,
     certificate_use,
+    check_receipt_proof,
     checkpoint_subjects,
     envelope_digest,
     inclusion_proof,
     receipt_commitment,
     receipt_leaf,
     receipt_leaves,
+    receipt_proof,
     receipts_jsonl,
     sign_attestation,
     verify_attestation,
@@ -514,3 +516,123 @@ def _one_less(receipts: list[tuple[str, bytes]], tmp_path: Path) -> Path:
     path = tmp_path / "one-less.jsonl"
     path.write_text(receipts_jsonl(receipts[1:]))
     return path
+
+
+def test_cli_proves_one_receipt_and_a_holder_of_that_receipt_alone_checks_it(
+    attested: tuple[Path, dict[str, Any], list[tuple[str, bytes]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    checkpoint, _, receipts = attested
+    file = str(checkpoint / ATTESTATION_FILE)
+    org_hex = ORG.public_key.hex()
+    receipts_file = tmp_path / "receipts.jsonl"
+    receipts_file.write_text(receipts_jsonl(receipts))
+    receipt_id, envelope_bytes = receipts[2]
+
+    status, out, err = cli(
+        capsys,
+        "attest",
+        "prove",
+        file,
+        "--org-key",
+        org_hex,
+        "--receipts",
+        str(receipts_file),
+        "--receipt-id",
+        receipt_id,
+    )
+    assert (status, err) == (EXIT_OK, "")
+    proof = json.loads(out)
+    assert proof == receipt_proof(receipts, receipt_id)
+    proof_file = tmp_path / "proof.json"
+    proof_file.write_text(out)
+    # The holder has the receipt in the form the worker answered it (grpcurl JSON), not bytes.
+    receipt_file = tmp_path / "receipt.json"
+    receipt_file.write_text(json_format.MessageToJson(SignedEnvelope.FromString(envelope_bytes)))
+
+    # The attestation copied away from its checkpoint: --no-checkpoint.
+    away = tmp_path / "away.json"
+    away.write_text((checkpoint / ATTESTATION_FILE).read_text())
+    status, out, err = cli(
+        capsys,
+        "attest",
+        "verify",
+        str(away),
+        "--org-key",
+        org_hex,
+        "--no-checkpoint",
+        "--proof",
+        str(proof_file),
+        "--receipt",
+        str(receipt_file),
+    )
+    assert (status, err) == (EXIT_OK, "")
+    assert "checked: signature, inclusion" in out
+
+    # A receipt that is not the proved one, and a proof that lies.
+    other = tmp_path / "other.pb"
+    other.write_bytes(receipts[0][1])
+    lying = tmp_path / "lying.json"
+    lying.write_text(json.dumps({**proof, "index": (proof["index"] + 1) % proof["size"]}))
+    for proof_path, receipt_path in ((proof_file, other), (lying, receipt_file)):
+        status, _, err = cli(
+            capsys,
+            "attest",
+            "verify",
+            str(away),
+            "--org-key",
+            org_hex,
+            "--no-checkpoint",
+            "--proof",
+            str(proof_path),
+            "--receipt",
+            str(receipt_path),
+        )
+        assert status == EXIT_FAILED
+        assert err.startswith("rewardseal attest verify: merkle_mismatch: ")
+
+    status, _, err = cli(
+        capsys,
+        "attest",
+        "prove",
+        file,
+        "--org-key",
+        org_hex,
+        "--receipts",
+        str(receipts_file),
+        "--receipt-id",
+        "receipt.not.there",
+    )
+    assert status == EXIT_USAGE
+    assert "not in" in err
+
+
+def test_a_proof_for_another_tree_or_envelope_is_refused(
+    attested: tuple[Path, dict[str, Any], list[tuple[str, bytes]]],
+) -> None:
+    _, doc, receipts = attested
+    merkle = verify_attestation(doc, checkpoint=None, org_keys=ORG_KEYS).predicate.merkle
+    receipt_id, raw = receipts[1]
+    proof = receipt_proof(receipts, receipt_id)
+    assert check_receipt_proof(merkle, proof, raw) == receipt_id
+    assert check_receipt_proof(merkle, proof) == receipt_id
+    smaller = receipt_proof(receipts[1:], receipt_id)
+    with pytest.raises(AttestationError, match="another tree") as raised:
+        check_receipt_proof(merkle, smaller, raw)
+    assert raised.value.reason == "merkle_mismatch"
+    with pytest.raises(AttestationError, match="not the one") as raised:
+        check_receipt_proof(merkle, proof, receipts[0][1])
+    assert raised.value.reason == "merkle_mismatch"
+    with pytest.raises(AttestationError, match="lacks 'proof'") as raised:
+        check_receipt_proof(merkle, {k: v for k, v in proof.items() if k != "proof"})
+    assert raised.value.reason == "malformed"
+
+
+def test_a_statement_naming_a_file_twice_is_malformed(tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "checkpoint")
+    subjects = checkpoint_subjects(checkpoint)
+    statement = build_statement([*subjects, subjects[0]], predicate_for(stored_receipts()))
+    with pytest.raises(AttestationError, match="second time") as raised:
+        verify_attestation(sign_attestation(statement, ORG), checkpoint=None, org_keys=ORG_KEYS)
+    assert raised.value.reason == "malformed"
