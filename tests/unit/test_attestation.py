@@ -46,6 +46,7 @@ from rewardseal.core.attestation import (
     verify_inclusion,
     write_attestation,
 )
+from rewardseal.core.attestation import statement as attestation_statement
 from rewardseal.core.digest import canonical_json
 from rewardseal.core.errors import AttestationError
 from rewardseal.core.receipts import build_receipt, seal_receipt
@@ -390,6 +391,10 @@ def _predicate_json() -> dict[str, Any]:
         (lambda p: p["certificates"][0].pop("revocations"), "lacks 'revocations'"),
         (lambda p: p["receipts"].update(total=-1), "total"),
         (lambda p: p["receipts"]["by_outcome"].update(verified=True), "by_outcome"),
+        (lambda p: p["receipts"]["by_outcome"].update(verified=4), "does not sum"),
+        (lambda p: p["receipts"].update(certified_share="0.5"), "certified_share is not"),
+        (lambda p: p["receipts"].update(unscored=6), "exceeds total"),
+        (lambda p: p["merkle"].update(size=4), "merkle.size is not receipts.total"),
         (lambda p: p["merkle"].update(algorithm="sha1"), "algorithm"),
         (lambda p: p["merkle"].update(root="AB" * 32), "root"),
         (lambda p: p["integrity_audits"][0].pop("decision"), "lacks 'decision'"),
@@ -510,6 +515,32 @@ def test_cli_exit_codes(
     with pytest.raises(SystemExit) as exited:
         main(["attest", "verify", file])  # --org-key is required
     assert exited.value.code == EXIT_USAGE
+
+
+def test_cli_an_unreadable_checkpoint_file_is_exit_2(
+    attested: tuple[Path, dict[str, Any], list[tuple[str, bytes]]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    checkpoint, _, _ = attested
+
+    def unreadable(path: Path) -> str:
+        # A fake for what these tests cannot make: they run as root, who reads a mode-0 file.
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(attestation_statement, "_file_sha256", unreadable)
+    status, out, err = cli(
+        capsys,
+        "attest",
+        "verify",
+        str(checkpoint / ATTESTATION_FILE),
+        "--org-key",
+        ORG.public_key.hex(),
+    )
+    assert (status, out) == (EXIT_USAGE, "")
+    assert err.count("\n") == 1
+    assert "cannot read" in err
+    assert "Permission denied" in err
 
 
 def _one_less(receipts: list[tuple[str, bytes]], tmp_path: Path) -> Path:

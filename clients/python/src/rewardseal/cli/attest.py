@@ -190,6 +190,9 @@ def run(args: argparse.Namespace) -> int:
     except AttestationError as exc:
         print(f"{prog}: {exc.reason}: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
+    except OSError as exc:  # a checkpoint file that cannot be read: an input, not a verdict
+        print(f"{prog}: cannot read {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
     if prove:
         print(json.dumps(proof, indent=2))
     elif args.json:

@@ -221,13 +221,26 @@ class ReceiptTally:
         if not isinstance(counts, Mapping):
             raise fail("malformed", f"{where}.by_outcome is a JSON object")
         by_outcome = {str(name): integer(counts, name, f"{where}.by_outcome") for name in counts}
-        return cls(
+        tally = cls(
             total=integer(doc, "total", where),
             by_outcome=by_outcome,
             certified=integer(doc, "certified", where),
             certified_share=decimal(doc, "certified_share", where),
             unscored=integer(doc, "unscored", where),
         )
+        # The counts must agree with one another: a tally that cannot be true is malformed,
+        # whether or not the receipts are at hand to recount.
+        if sum(by_outcome.values()) != tally.total:
+            raise fail("malformed", f"{where}.by_outcome does not sum to total")
+        if tally.certified > tally.total or tally.unscored > tally.total:
+            raise fail("malformed", f"{where}: certified or unscored exceeds total")
+        if tally.certified_share != share_text(tally.certified, tally.total):
+            raise fail(
+                "malformed",
+                f"{where}.certified_share is not {share_text(tally.certified, tally.total)} "
+                "(certified / total, six decimals)",
+            )
+        return tally
 
 
 @dataclass(frozen=True)
@@ -334,6 +347,10 @@ class RewardPredicate:
         digests = strings(doc, "contract_digests", where)
         if not all(is_digest(value) for value in digests):
             raise fail("malformed", f"{where}.contract_digests holds sha256: digests")
+        tally = ReceiptTally.from_json(doc["receipts"], f"{where}.receipts")
+        merkle = MerkleCommitment.from_json(doc["merkle"], f"{where}.merkle")
+        if merkle.size != tally.total:
+            raise fail("malformed", f"{where}.merkle.size is not receipts.total")
         audits = []
         for position, audit in enumerate(array(doc, "integrity_audits", where)):
             at = f"{where}.integrity_audits[{position}]"
@@ -352,8 +369,8 @@ class RewardPredicate:
                 CertificateUse.from_json(use, f"{where}.certificates[{n}]")
                 for n, use in enumerate(array(doc, "certificates", where))
             ],
-            receipts=ReceiptTally.from_json(doc["receipts"], f"{where}.receipts"),
-            merkle=MerkleCommitment.from_json(doc["merkle"], f"{where}.merkle"),
+            receipts=tally,
+            merkle=merkle,
             integrity_audits=audits,
             issued_at=rfc3339(doc, "issued_at", where),
             issuer_key_id=string(doc, "issuer_key_id", where),
