@@ -348,6 +348,10 @@ def test_cli_prints_each_kind_in_each_file_form(
         printed = json.loads(out)
         assert printed == expected, name
         sslib_verify(printed)
+        # DSSE JSON in, the same DSSE JSON out (it is an envelope's JSON mapping).
+        again = tmp_path / f"{name}.dsse.json"
+        again.write_text(out)
+        assert cli(capsys, "receipt", "dsse", str(again))[:2] == (EXIT_OK, out), name
 
 
 def test_cli_refuses_a_bad_file_in_one_line(
