@@ -1,0 +1,348 @@
+"""AttestCheckpoint (R-C-15): a signed in-toto Statement over the receipts that trained a
+checkpoint, on a real control server (port 0) on each backend, the receipts recorded through
+RecordReceipts (the real ingest path: signature, admission, binding, certificate checks)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+import grpc
+import pytest
+from securesystemslib.dsse import Envelope
+from securesystemslib.exceptions import VerificationError
+from securesystemslib.signer import SSlibKey
+from support.builders import ISSUED_AT_UPDATE, make_certificate, make_facts
+from support.control import ADMIN, TRAINER, WORKER, ControlStack, calibration_summary, wire_error
+
+from rewardseal.core import attestation
+from rewardseal.core.contract import contract_digest
+from rewardseal.core.receipts import build_receipt, seal_receipt
+from rewardseal.core.signing import SigningKey
+from rewardseal.v1 import control_service_pb2 as pb
+from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
+from rewardseal.v1.enums_pb2 import (
+    CalibrationScope,
+    CertificateIssuer,
+    IssuerKeyRole,
+    RewardOutcome,
+)
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
+from rewardseal_mockmed.contract import mockmed_contract
+
+VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
+WRONG = RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT
+FAILED = RewardOutcome.REWARD_OUTCOME_FAILED_PLATFORM
+WORKER_KEY = SigningKey.from_seed(bytes(range(32)))  # support.builders' certificate signer
+CONTRACT = mockmed_contract()
+DIGEST = contract_digest(CONTRACT)
+CHECKPOINT = "policy.checkpoint.0001"
+FIRST, LAST = ISSUED_AT_UPDATE, ISSUED_AT_UPDATE + 9
+SUBJECTS = [
+    pb.CheckpointSubject(name="model.safetensors", sha256="ab" * 32),
+    pb.CheckpointSubject(name="config.json", sha256="cd" * 32),
+]
+
+
+async def enroll_worker(stack: ControlStack) -> None:
+    """Register the contract and the admitted worker key with its bundle certificate."""
+    await stack.stub().RegisterContract(
+        pb.RegisterContractRequest(contract=CONTRACT, reward_contract_digest=DIGEST),
+        metadata=TRAINER,
+    )
+    key = IssuerKey(
+        public_key=WORKER_KEY.public_key,
+        role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER,
+        display_name="worker 1",
+    )
+    key.not_before.FromDatetime(stack.clock.now.replace(year=2025))
+    await stack.stub().RegisterIssuerKey(
+        pb.RegisterIssuerKeyRequest(
+            key=key,
+            reason="worker enrolled",
+            reward_contract_digests=[DIGEST],
+            bundle_certificate=make_certificate(CONTRACT),
+        ),
+        metadata=ADMIN,
+    )
+
+
+def sealed(
+    episode: str,
+    outcome: RewardOutcome.ValueType = VERIFIED,
+    *,
+    policy_update: int = FIRST,
+    certificate: RewardCertificate | None = None,
+    checkpoint: str = CHECKPOINT,
+) -> SignedEnvelope:
+    facts = dataclasses.replace(
+        make_facts(outcome, episode_id=episode, policy_update=policy_update),
+        policy_checkpoint_id=checkpoint,
+    )
+    receipt = build_receipt(
+        facts, contract=CONTRACT, certificate=certificate, issuer_key_id=WORKER_KEY.key_id
+    )
+    return seal_receipt(receipt, WORKER_KEY)
+
+
+async def record(stack: ControlStack, envelopes: list[SignedEnvelope]) -> None:
+    answer = await stack.stub().RecordReceipts(
+        pb.RecordReceiptsRequest(receipts=envelopes), metadata=TRAINER
+    )
+    assert all(r.recorded and not r.duplicate for r in answer.results), answer
+
+
+async def seeded(stack: ControlStack) -> tuple[list[SignedEnvelope], RewardCertificate]:
+    """Receipts in scope (5, under the bundle certificate and one control issued) and out of it
+    (another checkpoint id, an update past the range); the in-scope envelopes and the issued
+    certificate."""
+    await enroll_worker(stack)
+    issued = await stack.stub().IssueCertificate(
+        pb.IssueCertificateRequest(
+            reward_contract_digest=DIGEST,
+            calibration=calibration_summary(DIGEST),
+            calibration_scope=CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC,
+            issuer=CertificateIssuer.CERTIFICATE_ISSUER_ORGANIZATION,
+            issued_at_policy_update=ISSUED_AT_UPDATE,
+            expiry_policy_updates=50,
+            reason="calibrated",
+        ),
+        metadata=ADMIN,
+    )
+    bundle = make_certificate(CONTRACT)
+    in_scope = [
+        sealed("episode.0001", VERIFIED, policy_update=FIRST, certificate=bundle),
+        sealed("episode.0002", VERIFIED, policy_update=FIRST + 1, certificate=issued.certificate),
+        sealed("episode.0003", WRONG, policy_update=FIRST + 2),
+        sealed("episode.0004", FAILED, policy_update=FIRST + 3),
+        sealed("episode.0005", VERIFIED, policy_update=LAST, certificate=issued.certificate),
+    ]
+    outside = [
+        sealed("episode.0006", VERIFIED, policy_update=LAST + 1),
+        sealed("episode.0007", VERIFIED, policy_update=FIRST, checkpoint="policy.checkpoint.0002"),
+    ]
+    # Sent in an order that is not the leaf order.
+    await record(stack, [*reversed(in_scope), *outside])
+    return in_scope, issued.certificate
+
+
+def attest_request(**overrides: Any) -> pb.AttestCheckpointRequest:
+    fields: dict[str, Any] = {
+        "reward_contract_digests": [DIGEST],
+        "policy_checkpoint_ids": [CHECKPOINT],
+        "policy_update_first": FIRST,
+        "policy_update_last": LAST,
+        "subjects": SUBJECTS,
+    }
+    fields.update(overrides)
+    return pb.AttestCheckpointRequest(**fields)
+
+
+def statement_of(document: dict[str, Any]) -> dict[str, Any]:
+    statement: dict[str, Any] = json.loads(base64.b64decode(document["payload"]))
+    return statement
+
+
+def expected_root(envelopes: list[SignedEnvelope]) -> str:
+    """The root recomputed here from what was sent: leaves ordered by receipt id."""
+    pairs = sorted(
+        (RewardEvidenceReceipt.FromString(e.payload).receipt_id, e.SerializeToString(deterministic=True))
+        for e in envelopes
+    )
+    leaves = [
+        attestation.receipt_leaf(receipt_id, "sha256:" + hashlib.sha256(raw).hexdigest())
+        for receipt_id, raw in pairs
+    ]
+    return attestation.merkle_root(leaves)
+
+
+def sslib_key(key: SigningKey) -> SSlibKey:
+    return SSlibKey(key.key_id, "ed25519", "ed25519", {"public": key.public_key.hex()})
+
+
+async def test_the_attestation_binds_the_receipts_in_scope_and_verifies_independently(
+    control: ControlStack,
+) -> None:
+    in_scope, issued = await seeded(control)
+    answer = await control.stub().AttestCheckpoint(
+        attest_request(note="nightly run"), metadata=TRAINER
+    )
+    document = json.loads(answer.attestation_json)
+    # securesystemslib's DSSE verifier, with control's organization key only.
+    verified = Envelope.from_dict(copy.deepcopy(document)).verify([sslib_key(control.key)], 1)
+    assert set(verified) == {control.key.key_id}
+    with pytest.raises(VerificationError):
+        Envelope.from_dict(copy.deepcopy(document)).verify([sslib_key(SigningKey.generate())], 1)
+
+    statement = statement_of(document)
+    assert statement["_type"] == attestation.STATEMENT_TYPE
+    assert statement["predicateType"] == attestation.PREDICATE_TYPE
+    assert statement["subject"] == [
+        {"name": "config.json", "digest": {"sha256": "cd" * 32}},
+        {"name": "model.safetensors", "digest": {"sha256": "ab" * 32}},
+    ]
+    predicate = statement["predicate"]
+    assert predicate["policy_checkpoint_ids"] == [CHECKPOINT]
+    assert (predicate["policy_update_first"], predicate["policy_update_last"]) == (FIRST, LAST)
+    assert predicate["contract_digests"] == [DIGEST]
+    assert predicate["issuer_key_id"] == control.key.key_id
+    assert predicate["note"] == "nightly run"
+    # The tally and the root are those of the five receipts in scope, not the two outside.
+    assert predicate["receipts"]["total"] == 5
+    assert predicate["receipts"]["by_outcome"] == {
+        "failed_platform": 1,
+        "verified": 3,
+        "wrong_effect": 1,
+    }
+    assert predicate["receipts"]["certified"] == 3
+    assert predicate["receipts"]["unscored"] == 1
+    assert predicate["merkle"]["size"] == 5 == answer.receipt_count
+    assert predicate["merkle"]["root"] == expected_root(in_scope) == answer.merkle_root
+    # Both certificates named, each with its parameters and its state over the range.
+    uses = {use["certificate_id"]: use for use in predicate["certificates"]}
+    assert set(uses) == {"cert.mockmed.0001", issued.certificate_id}
+    assert uses[issued.certificate_id]["state"] == "current"
+    assert uses[issued.certificate_id]["epsilon"] == repr(issued.epsilon)
+    assert uses[issued.certificate_id]["revocations"] == []
+    assert predicate["integrity_audits"] == []
+
+
+async def test_any_checkpoint_id_when_none_is_named_and_receipts_come_in_leaf_order(
+    control: ControlStack,
+) -> None:
+    in_scope, _ = await seeded(control)
+    answer = await control.stub().AttestCheckpoint(
+        attest_request(policy_checkpoint_ids=[], include_receipts=True), metadata=ADMIN
+    )
+    predicate = statement_of(json.loads(answer.attestation_json))["predicate"]
+    assert predicate["policy_checkpoint_ids"] == [CHECKPOINT, "policy.checkpoint.0002"]
+    assert predicate["receipts"]["total"] == 6
+    ids = [RewardEvidenceReceipt.FromString(e.payload).receipt_id for e in answer.receipts]
+    assert ids == sorted(ids) and len(ids) == 6
+    assert answer.merkle_root == expected_root(list(answer.receipts))
+
+
+async def test_a_revoked_certificate_is_reported_revoked_with_its_revocation(
+    control: ControlStack,
+) -> None:
+    _, issued = await seeded(control)
+    await control.stub().RevokeCertificate(
+        pb.RevokeCertificateRequest(certificate_id=issued.certificate_id, reason="leaked oracle"),
+        metadata=ADMIN,
+    )
+    answer = await control.stub().AttestCheckpoint(attest_request(), metadata=TRAINER)
+    uses = {
+        use["certificate_id"]: use
+        for use in statement_of(json.loads(answer.attestation_json))["predicate"]["certificates"]
+    }
+    assert uses[issued.certificate_id]["state"] == "revoked"
+    assert [r["reason"] for r in uses[issued.certificate_id]["revocations"]] == ["leaked oracle"]
+    assert uses["cert.mockmed.0001"]["state"] == "current"
+
+
+async def test_a_certificate_current_for_part_of_the_range_says_so(control: ControlStack) -> None:
+    await seeded(control)
+    answer = await control.stub().AttestCheckpoint(
+        attest_request(policy_update_first=0), metadata=TRAINER
+    )
+    uses = statement_of(json.loads(answer.attestation_json))["predicate"]["certificates"]
+    assert {use["state"] for use in uses} == {"partly_current"}
+
+
+async def test_an_empty_scope_is_refused_as_nothing_to_attest(control: ControlStack) -> None:
+    await seeded(control)
+    code, reason, metadata, message = await wire_error(
+        control,
+        "AttestCheckpoint",
+        attest_request(policy_update_first=LAST + 100, policy_update_last=LAST + 200),
+        metadata=TRAINER,
+    )
+    assert (code, reason) == (grpc.StatusCode.FAILED_PRECONDITION, "nothing_to_attest")
+    assert metadata == {
+        "policy_update_first": str(LAST + 100),
+        "policy_update_last": str(LAST + 200),
+    }
+    assert "no receipt" in message
+
+
+@pytest.mark.parametrize(
+    ("subjects", "needle"),
+    [
+        ([], "at least one"),
+        ([pb.CheckpointSubject(name="model.bin", sha256="AB" * 32)], "64 lowercase hex"),
+        ([pb.CheckpointSubject(name="model.bin", sha256="ab" * 31)], "64 lowercase hex"),
+        (
+            [
+                pb.CheckpointSubject(name="model.bin", sha256="ab" * 32),
+                pb.CheckpointSubject(name="model.bin", sha256="cd" * 32),
+            ],
+            "named twice",
+        ),
+        ([pb.CheckpointSubject(name="", sha256="ab" * 32)], "1-4096 characters"),
+        ([pb.CheckpointSubject(name="../etc/passwd", sha256="ab" * 32)], "relative"),
+        ([pb.CheckpointSubject(name="/abs/model.bin", sha256="ab" * 32)], "relative"),
+    ],
+    ids=["none", "upper-hex", "short-digest", "duplicate", "empty-name", "dotdot", "absolute"],
+)
+async def test_bad_subjects_are_refused_as_invalid_subject(
+    control: ControlStack, subjects: list[pb.CheckpointSubject], needle: str
+) -> None:
+    await seeded(control)
+    code, reason, _, message = await wire_error(
+        control, "AttestCheckpoint", attest_request(subjects=subjects), metadata=TRAINER
+    )
+    assert (code, reason) == (grpc.StatusCode.INVALID_ARGUMENT, "invalid_subject")
+    assert needle in message
+
+
+@pytest.mark.parametrize(
+    ("overrides", "code", "reason"),
+    [
+        ({"reward_contract_digests": []}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+        ({"reward_contract_digests": ["sha256:x"]}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+        (
+            {"reward_contract_digests": ["sha256:" + "0" * 64]},
+            grpc.StatusCode.NOT_FOUND,
+            "not_found",
+        ),
+        ({"policy_checkpoint_ids": ["short"]}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+        (
+            {"policy_update_first": LAST, "policy_update_last": FIRST},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid_argument",
+        ),
+        ({"policy_update_first": -1}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+        ({"integrity_run_id": "bad id"}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+        ({"note": "x" * 1025}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+    ],
+    ids=[
+        "no-contract",
+        "bad-digest",
+        "unknown-contract",
+        "bad-checkpoint-id",
+        "inverted-range",
+        "negative-update",
+        "bad-run-id",
+        "long-note",
+    ],
+)
+async def test_a_malformed_scope_is_refused(
+    control: ControlStack, overrides: dict[str, Any], code: grpc.StatusCode, reason: str
+) -> None:
+    await seeded(control)
+    answer = await wire_error(
+        control, "AttestCheckpoint", attest_request(**overrides), metadata=TRAINER
+    )
+    assert answer[:2] == (code, reason)
+
+
+async def test_the_worker_credential_may_not_attest(control: ControlStack) -> None:
+    await seeded(control)
+    code, reason, _, _ = await wire_error(
+        control, "AttestCheckpoint", attest_request(), metadata=WORKER
+    )
+    assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "permission_denied")
