@@ -4,10 +4,7 @@ RecordReceipts (the real ingest path: signature, admission, binding, certificate
 
 from __future__ import annotations
 
-import base64
 import copy
-import dataclasses
-import hashlib
 import json
 from typing import Any
 
@@ -15,119 +12,24 @@ import grpc
 import pytest
 from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
-from securesystemslib.signer import SSlibKey
-from support.builders import ISSUED_AT_UPDATE, make_certificate, make_facts
-from support.control import ADMIN, TRAINER, WORKER, ControlStack, calibration_summary, wire_error
+from support.attestation import (
+    CHECKPOINT,
+    DIGEST,
+    FIRST,
+    LAST,
+    SUBJECTS,
+    expected_root,
+    seeded,
+    sslib_key,
+    statement_of,
+)
+from support.control import ADMIN, TRAINER, WORKER, ControlStack, wire_error
+from support.integrity import agreeing_rows, audit_to_end, capture, create_system
 
 from rewardseal.core import attestation
-from rewardseal.core.contract import contract_digest
-from rewardseal.core.receipts import build_receipt, seal_receipt
 from rewardseal.core.signing import SigningKey
 from rewardseal.v1 import control_service_pb2 as pb
-from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
-from rewardseal.v1.enums_pb2 import (
-    CalibrationScope,
-    CertificateIssuer,
-    IssuerKeyRole,
-    RewardOutcome,
-)
-from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt, SignedEnvelope
-from rewardseal_mockmed.contract import mockmed_contract
-
-VERIFIED = RewardOutcome.REWARD_OUTCOME_VERIFIED
-WRONG = RewardOutcome.REWARD_OUTCOME_WRONG_EFFECT
-FAILED = RewardOutcome.REWARD_OUTCOME_FAILED_PLATFORM
-WORKER_KEY = SigningKey.from_seed(bytes(range(32)))  # support.builders' certificate signer
-CONTRACT = mockmed_contract()
-DIGEST = contract_digest(CONTRACT)
-CHECKPOINT = "policy.checkpoint.0001"
-FIRST, LAST = ISSUED_AT_UPDATE, ISSUED_AT_UPDATE + 9
-SUBJECTS = [
-    pb.CheckpointSubject(name="model.safetensors", sha256="ab" * 32),
-    pb.CheckpointSubject(name="config.json", sha256="cd" * 32),
-]
-
-
-async def enroll_worker(stack: ControlStack) -> None:
-    """Register the contract and the admitted worker key with its bundle certificate."""
-    await stack.stub().RegisterContract(
-        pb.RegisterContractRequest(contract=CONTRACT, reward_contract_digest=DIGEST),
-        metadata=TRAINER,
-    )
-    key = IssuerKey(
-        public_key=WORKER_KEY.public_key,
-        role=IssuerKeyRole.ISSUER_KEY_ROLE_WORKER,
-        display_name="worker 1",
-    )
-    key.not_before.FromDatetime(stack.clock.now.replace(year=2025))
-    await stack.stub().RegisterIssuerKey(
-        pb.RegisterIssuerKeyRequest(
-            key=key,
-            reason="worker enrolled",
-            reward_contract_digests=[DIGEST],
-            bundle_certificate=make_certificate(CONTRACT),
-        ),
-        metadata=ADMIN,
-    )
-
-
-def sealed(
-    episode: str,
-    outcome: RewardOutcome.ValueType = VERIFIED,
-    *,
-    policy_update: int = FIRST,
-    certificate: RewardCertificate | None = None,
-    checkpoint: str = CHECKPOINT,
-) -> SignedEnvelope:
-    facts = dataclasses.replace(
-        make_facts(outcome, episode_id=episode, policy_update=policy_update),
-        policy_checkpoint_id=checkpoint,
-    )
-    receipt = build_receipt(
-        facts, contract=CONTRACT, certificate=certificate, issuer_key_id=WORKER_KEY.key_id
-    )
-    return seal_receipt(receipt, WORKER_KEY)
-
-
-async def record(stack: ControlStack, envelopes: list[SignedEnvelope]) -> None:
-    answer = await stack.stub().RecordReceipts(
-        pb.RecordReceiptsRequest(receipts=envelopes), metadata=TRAINER
-    )
-    assert all(r.recorded and not r.duplicate for r in answer.results), answer
-
-
-async def seeded(stack: ControlStack) -> tuple[list[SignedEnvelope], RewardCertificate]:
-    """Receipts in scope (5, under the bundle certificate and one control issued) and out of it
-    (another checkpoint id, an update past the range); the in-scope envelopes and the issued
-    certificate."""
-    await enroll_worker(stack)
-    issued = await stack.stub().IssueCertificate(
-        pb.IssueCertificateRequest(
-            reward_contract_digest=DIGEST,
-            calibration=calibration_summary(DIGEST),
-            calibration_scope=CalibrationScope.CALIBRATION_SCOPE_SYNTHETIC,
-            issuer=CertificateIssuer.CERTIFICATE_ISSUER_ORGANIZATION,
-            issued_at_policy_update=ISSUED_AT_UPDATE,
-            expiry_policy_updates=50,
-            reason="calibrated",
-        ),
-        metadata=ADMIN,
-    )
-    bundle = make_certificate(CONTRACT)
-    in_scope = [
-        sealed("episode.0001", VERIFIED, policy_update=FIRST, certificate=bundle),
-        sealed("episode.0002", VERIFIED, policy_update=FIRST + 1, certificate=issued.certificate),
-        sealed("episode.0003", WRONG, policy_update=FIRST + 2),
-        sealed("episode.0004", FAILED, policy_update=FIRST + 3),
-        sealed("episode.0005", VERIFIED, policy_update=LAST, certificate=issued.certificate),
-    ]
-    outside = [
-        sealed("episode.0006", VERIFIED, policy_update=LAST + 1),
-        sealed("episode.0007", VERIFIED, policy_update=FIRST, checkpoint="policy.checkpoint.0002"),
-    ]
-    # Sent in an order that is not the leaf order.
-    await record(stack, [*reversed(in_scope), *outside])
-    return in_scope, issued.certificate
+from rewardseal.v1.receipt_pb2 import RewardEvidenceReceipt
 
 
 def attest_request(**overrides: Any) -> pb.AttestCheckpointRequest:
@@ -140,28 +42,6 @@ def attest_request(**overrides: Any) -> pb.AttestCheckpointRequest:
     }
     fields.update(overrides)
     return pb.AttestCheckpointRequest(**fields)
-
-
-def statement_of(document: dict[str, Any]) -> dict[str, Any]:
-    statement: dict[str, Any] = json.loads(base64.b64decode(document["payload"]))
-    return statement
-
-
-def expected_root(envelopes: list[SignedEnvelope]) -> str:
-    """The root recomputed here from what was sent: leaves ordered by receipt id."""
-    pairs = sorted(
-        (RewardEvidenceReceipt.FromString(e.payload).receipt_id, e.SerializeToString(deterministic=True))
-        for e in envelopes
-    )
-    leaves = [
-        attestation.receipt_leaf(receipt_id, "sha256:" + hashlib.sha256(raw).hexdigest())
-        for receipt_id, raw in pairs
-    ]
-    return attestation.merkle_root(leaves)
-
-
-def sslib_key(key: SigningKey) -> SSlibKey:
-    return SSlibKey(key.key_id, "ed25519", "ed25519", {"public": key.public_key.hex()})
 
 
 async def test_the_attestation_binds_the_receipts_in_scope_and_verifies_independently(
@@ -214,7 +94,7 @@ async def test_the_attestation_binds_the_receipts_in_scope_and_verifies_independ
 async def test_any_checkpoint_id_when_none_is_named_and_receipts_come_in_leaf_order(
     control: ControlStack,
 ) -> None:
-    in_scope, _ = await seeded(control)
+    await seeded(control)
     answer = await control.stub().AttestCheckpoint(
         attest_request(policy_checkpoint_ids=[], include_receipts=True), metadata=ADMIN
     )
@@ -222,7 +102,8 @@ async def test_any_checkpoint_id_when_none_is_named_and_receipts_come_in_leaf_or
     assert predicate["policy_checkpoint_ids"] == [CHECKPOINT, "policy.checkpoint.0002"]
     assert predicate["receipts"]["total"] == 6
     ids = [RewardEvidenceReceipt.FromString(e.payload).receipt_id for e in answer.receipts]
-    assert ids == sorted(ids) and len(ids) == 6
+    assert ids == sorted(ids)
+    assert len(ids) == 6
     assert answer.merkle_root == expected_root(list(answer.receipts))
 
 
@@ -303,13 +184,21 @@ async def test_bad_subjects_are_refused_as_invalid_subject(
     ("overrides", "code", "reason"),
     [
         ({"reward_contract_digests": []}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
-        ({"reward_contract_digests": ["sha256:x"]}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+        (
+            {"reward_contract_digests": ["sha256:x"]},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid_argument",
+        ),
         (
             {"reward_contract_digests": ["sha256:" + "0" * 64]},
             grpc.StatusCode.NOT_FOUND,
             "not_found",
         ),
-        ({"policy_checkpoint_ids": ["short"]}, grpc.StatusCode.INVALID_ARGUMENT, "invalid_argument"),
+        (
+            {"policy_checkpoint_ids": ["short"]},
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "invalid_argument",
+        ),
         (
             {"policy_update_first": LAST, "policy_update_last": FIRST},
             grpc.StatusCode.INVALID_ARGUMENT,
@@ -346,3 +235,29 @@ async def test_the_worker_credential_may_not_attest(control: ControlStack) -> No
         control, "AttestCheckpoint", attest_request(), metadata=WORKER
     )
     assert (code, reason) == (grpc.StatusCode.PERMISSION_DENIED, "permission_denied")
+
+
+async def test_the_decisions_in_force_of_the_named_run_over_the_range_are_carried(
+    control: ControlStack,
+) -> None:
+    await seeded(control)
+    system_id = await create_system(control)
+    run = "run-attest-0001"
+    inside = agreeing_rows(100, boundary=FIRST + 1, inverted=True)
+    paused = await audit_to_end(
+        control, (await capture(control, inside, system_id=system_id, run_id=run)).shard_id
+    )
+    outside = agreeing_rows(100, boundary=LAST + 5)
+    await audit_to_end(
+        control, (await capture(control, outside, system_id=system_id, run_id=run)).shard_id
+    )
+    answer = await control.stub().AttestCheckpoint(
+        attest_request(integrity_run_id=run), metadata=TRAINER
+    )
+    audits = statement_of(json.loads(answer.attestation_json))["predicate"]["integrity_audits"]
+    assert [(a["boundary"], a["audit_id"], a["action"]) for a in audits] == [
+        (FIRST + 1, paused.audit_id, "pause")
+    ]
+    assert audits[0]["run_id"] == run
+    assert audits[0]["kind"] == "automatic"
+    assert audits[0]["reasons"]
