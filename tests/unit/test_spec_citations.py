@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "docs" / "spec.md"
-RULE = re.compile(r"\bR-(?:MSG|DIG|SIG|SCORE|VAL|CAL|W|C|MM|T|I|H)-\d+\b")
+RULE = re.compile(r"\bR-(?:MSG|DIG|SIG|SCORE|VAL|CAL|W|C|MM|T|I|H|A)-\d+\b")
 # A range is written ``R-I-1..9``, ``R-I-1 … R-I-9`` or with an en dash; ``R-MSG-10-128`` (a test
 # case id) is not one.
 RANGE = re.compile(r"\b(R-[A-Z]+-)(\d+)\s*(?:…|\.\.\.?|\u2013)\s*(?:R-[A-Z]+-)?(\d+)\b")

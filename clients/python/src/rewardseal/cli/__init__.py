@@ -2,6 +2,8 @@
 
     rewardseal receipt show   [FILE | - | --base64 TEXT] [--index N] [--json]
     rewardseal receipt verify [FILE | - | --base64 TEXT] (--key KEY | --ready-file PATH) ...
+    rewardseal receipt dsse   [FILE | - | --base64 TEXT] [--index N]
+    rewardseal attest verify  FILE --org-key KEY [--checkpoint DIR] [--receipts FILE] ...
 
 Each subcommand lives in its own module; this one only parses and dispatches.
 """
@@ -12,6 +14,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from rewardseal.cli import attest as attest_command
+from rewardseal.cli import dsse as dsse_command
 from rewardseal.cli import receipt as receipt_command
 
 __all__ = ["main"]
@@ -28,12 +32,26 @@ def _parser() -> argparse.ArgumentParser:
     receipt_command.add_arguments(show, verify=False)
     verify = actions.add_parser("verify", help="verify an envelope against the worker's key")
     receipt_command.add_arguments(verify, verify=True)
+    dsse = actions.add_parser(
+        "dsse", help="print a receipt, certificate or revocation list as DSSE v1 JSON"
+    )
+    dsse_command.add_arguments(dsse)
+    attest = commands.add_parser("attest", help="check a checkpoint's reward attestation")
+    attest_actions = attest.add_subparsers(dest="action", required=True)
+    attest_verify = attest_actions.add_parser(
+        "verify", help="verify an attestation against the organization key and the checkpoint"
+    )
+    attest_command.add_arguments(attest_verify)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; the exit status (argparse's usage errors exit 2 themselves)."""
     args = _parser().parse_args(argv)
+    if args.command == "attest":
+        return attest_command.run(args)
+    if args.action == "dsse":
+        return dsse_command.run(args)
     return receipt_command.run(args, verify=args.action == "verify")
 
 

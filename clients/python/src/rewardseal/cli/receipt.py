@@ -53,6 +53,7 @@ __all__ = [
     "add_arguments",
     "decode_envelope",
     "describe",
+    "read_input",
     "run",
 ]
 
@@ -121,8 +122,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, verify: bool) -> None:
         keys.add_argument("--ready-file", type=Path, help="the worker's ready file (its key)")
 
 
-def _read_input(args: argparse.Namespace) -> bytes:
-    """The bytes the envelope is read from."""
+def read_input(args: argparse.Namespace) -> bytes:
+    """The bytes the envelope is read from: ``args.base64``, else the file ``args.input``, or
+    standard input for ``-``.
+
+    Raises:
+        UsageError: both are given, or the file cannot be read.
+    """
     if args.base64 is not None:
         if args.input != "-":
             raise UsageError("give a file or --base64, not both")
@@ -274,7 +280,7 @@ def run(args: argparse.Namespace, *, verify: bool) -> int:
     """Run ``receipt show`` or ``receipt verify``; the exit status."""
     try:
         trust = _trust(args) if verify else None
-        data = _read_input(args)
+        data = read_input(args)
     except UsageError as exc:
         print(f"rewardseal receipt: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -354,3 +354,11 @@ class NothingToAttest(RewardSealError):
 
     code = Code.FAILED_PRECONDITION
     reason = "nothing_to_attest"
+
+
+class AttestationError(ValidationError):
+    """A reward attestation does not verify (R-A-4); ``reason`` says which check failed:
+    ``bad_signature``, ``subject_mismatch``, ``merkle_mismatch``, ``certificate_revoked`` or
+    ``malformed``. A local (command line, library) error: it never crosses the wire."""
+
+    reason = "malformed"
