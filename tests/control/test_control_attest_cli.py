@@ -3,7 +3,6 @@ write the DSSE JSON and the scope's receipts; against a real control server on e
 
 from __future__ import annotations
 
-import base64
 import json
 from pathlib import Path
 
@@ -11,7 +10,9 @@ from support.attestation import DIGEST, FIRST, LAST, expected_root, seeded, stat
 from support.control import CLIENT_TOKEN, ControlStack
 from support.control_cli import cli
 
+from rewardseal.cli import main as rewardseal_main
 from rewardseal.core import attestation
+from rewardseal.core.attestation import read_receipts_jsonl
 
 
 def checkpoint_dir(root: Path) -> Path:
@@ -49,18 +50,17 @@ async def test_attest_writes_the_signed_attestation_and_the_receipts_of_its_scop
         "model.safetensors",
         "tokenizer/vocab.json",
     ]
-    exported = json.loads(receipts.read_text())["receipts"]
-    assert [r["receipt_id"] for r in exported] == sorted(r["receipt_id"] for r in exported)
+    exported = read_receipts_jsonl(receipts.read_text())
+    assert [receipt_id for receipt_id, _ in exported] == sorted(r for r, _ in exported)
     assert len(exported) == 5
     # The exported envelopes are the stored bytes: they reproduce the signed root.
-    leaves = [
-        attestation.receipt_leaf(
-            r["receipt_id"], attestation.envelope_digest(base64.b64decode(r["envelope"]))
-        )
-        for r in exported
-    ]
-    assert attestation.merkle_root(leaves) == statement["predicate"]["merkle"]["root"]
     assert statement["predicate"]["merkle"]["root"] == expected_root(in_scope)
+    # The client-side verifier accepts it (exit 0) and refuses a changed checkpoint (exit 1).
+    org_key = control.key.public_key.hex()
+    verify = ["attest", "verify", str(out), "--org-key", org_key, "--receipts", str(receipts)]
+    assert rewardseal_main(verify) == 0
+    (directory / "model.safetensors").write_bytes(b"other weights")
+    assert rewardseal_main(verify) == 1
 
 
 async def test_attest_to_stdout_and_its_failures(control: ControlStack, tmp_path: Path) -> None:

@@ -128,6 +128,11 @@ def statement_of(document: dict[str, Any]) -> dict[str, Any]:
     return statement
 
 
+def receipt_id_of(envelope: SignedEnvelope) -> str:
+    """The id of the receipt ``envelope`` carries."""
+    return RewardEvidenceReceipt.FromString(envelope.payload).receipt_id
+
+
 def expected_root(envelopes: list[SignedEnvelope]) -> str:
     """The root recomputed here from what was sent: leaves ordered by receipt id."""
     pairs = sorted(

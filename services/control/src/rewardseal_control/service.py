@@ -319,7 +319,6 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             policy_update_last=request.policy_update_last,
             subjects=[(subject.name, subject.sha256) for subject in request.subjects],
             integrity_run_id=request.integrity_run_id,
-            note=request.note,
         )
         issued = await self.plane.attesting.attest(order)
         answer = pb.AttestCheckpointResponse(

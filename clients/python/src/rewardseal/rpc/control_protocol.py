@@ -116,7 +116,6 @@ class AttestationScope:
         self,
         subjects: Iterable[Mapping[str, Any]],
         *,
-        note: str = "",
         include_receipts: bool = False,
     ) -> pb.AttestCheckpointRequest:
         """The AttestCheckpoint request for the checkpoint whose in-toto ``subjects``
@@ -143,7 +142,6 @@ class AttestationScope:
             policy_update_last=self.last,
             subjects=listed,
             integrity_run_id=self.integrity_run_id,
-            note=note,
             include_receipts=include_receipts,
         )
 

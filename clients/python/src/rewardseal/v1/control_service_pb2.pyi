@@ -1153,7 +1153,6 @@ class AttestCheckpointRequest(_message.Message):
     POLICY_UPDATE_LAST_FIELD_NUMBER: _builtins.int
     SUBJECTS_FIELD_NUMBER: _builtins.int
     INTEGRITY_RUN_ID_FIELD_NUMBER: _builtins.int
-    NOTE_FIELD_NUMBER: _builtins.int
     INCLUDE_RECEIPTS_FIELD_NUMBER: _builtins.int
     policy_update_first: _builtins.int
     policy_update_last: _builtins.int
@@ -1161,8 +1160,6 @@ class AttestCheckpointRequest(_message.Message):
     """The integrity run (§12) whose decisions in force over the range the predicate names;
     empty: none named.
     """
-    note: _builtins.str
-    """Free text carried into the predicate (at most 1024 characters)."""
     include_receipts: _builtins.bool
     """Also answer the receipts in scope (their stored envelopes, in Merkle leaf order) so that a
     verifier can recompute the root and the tally.
@@ -1188,12 +1185,11 @@ class AttestCheckpointRequest(_message.Message):
         policy_update_last: _builtins.int = ...,
         subjects: _abc.Iterable[Global___CheckpointSubject] | None = ...,
         integrity_run_id: _builtins.str = ...,
-        note: _builtins.str = ...,
         include_receipts: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_receipts", b"include_receipts", "integrity_run_id", b"integrity_run_id", "note", b"note", "policy_checkpoint_ids", b"policy_checkpoint_ids", "policy_update_first", b"policy_update_first", "policy_update_last", b"policy_update_last", "reward_contract_digests", b"reward_contract_digests", "subjects", b"subjects"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_receipts", b"include_receipts", "integrity_run_id", b"integrity_run_id", "policy_checkpoint_ids", b"policy_checkpoint_ids", "policy_update_first", b"policy_update_first", "policy_update_last", b"policy_update_last", "reward_contract_digests", b"reward_contract_digests", "subjects", b"subjects"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -4,13 +4,13 @@ The command hashes the checkpoint's files here (the in-toto subjects,
 :func:`rewardseal.core.attestation.checkpoint_subjects`), asks control to attest the receipts
 of the scope (AttestCheckpoint) and writes the signed DSSE JSON to ``--out`` (or stdout);
 ``--receipts-out`` also writes the scope's receipts (their stored envelopes, in Merkle leaf
-order) for ``rewardseal attest verify --receipts``.
+order, JSON lines: :func:`rewardseal.core.attestation.receipts_jsonl`) for
+``rewardseal attest verify --receipts``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -62,7 +62,6 @@ def add_attest_command(
     attest.add_argument(
         "--integrity-run", default="", metavar="RUN_ID", help="name its integrity decisions"
     )
-    attest.add_argument("--note", default="", help="free text carried into the predicate")
     attest.add_argument(
         "--out",
         type=Path,
@@ -95,7 +94,7 @@ def attest_checkpoint(client: ControlClient, args: argparse.Namespace, out: Text
     )
     with remote():
         answer = client.attest_checkpoint(
-            scope, subjects, note=args.note, include_receipts=args.receipts_out is not None
+            scope, subjects, include_receipts=args.receipts_out is not None
         )
     document = answer.attestation_json
     if args.out is None:
@@ -105,7 +104,7 @@ def attest_checkpoint(client: ControlClient, args: argparse.Namespace, out: Text
         _write(args.out, document)
     if args.receipts_out is not None:
         pairs = _receipt_pairs(answer.receipts)
-        _write(args.receipts_out, _json_bytes(attestation.receipts_file_json(pairs)))
+        _write(args.receipts_out, attestation.receipts_jsonl(pairs).encode())
     if args.out is not None:
         print(
             f"attested {len(subjects)} file(s) of {directory} over {answer.receipt_count} "
@@ -125,10 +124,6 @@ def _receipt_pairs(envelopes: Sequence[SignedEnvelope]) -> list[tuple[str, bytes
         )
         for envelope in envelopes
     ]
-
-
-def _json_bytes(document: object) -> bytes:
-    return (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
 
 
 def _write(path: Path, data: bytes) -> None:

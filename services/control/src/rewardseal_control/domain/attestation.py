@@ -28,28 +28,24 @@ import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
 from rewardseal.core import attestation
-from rewardseal.core.attestation import (
-    CertificateUse,
-    MerkleCommitment,
-    RewardPredicate,
-)
-from rewardseal.core.certificates import schedule_state
+from rewardseal.core.attestation import CertificateUse, RewardPredicate
+from rewardseal.core.certificates import schedule_state, state_name
 from rewardseal.core.errors import InvalidSubject, NothingToAttest, ValidationError
 from rewardseal.core.integrity import run_gate
-from rewardseal.core.receipts import scope_word
+from rewardseal.core.revocation import open_revocation_list
+from rewardseal.core.signing import TrustSet
 from rewardseal.core.validation import check_policy_update_field, validate_digest, validate_id
-from rewardseal.v1.enums_pb2 import CertificateState
+from rewardseal.v1.certificate_pb2 import RevocationList
 from rewardseal_control.domain.parts import DomainPart
 from rewardseal_control.store import StoredCertificate
 from rewardseal_control.store.attestation_scope import AttestationScope, ScopedReceipt
 
 __all__ = [
-    "MAX_NOTE_LENGTH",
     "MAX_SELECTORS",
     "MAX_SUBJECTS",
     "AttestationOrder",
@@ -64,7 +60,6 @@ MAX_SUBJECTS: Final = 100_000
 """The most files one attested checkpoint may list."""
 MAX_SELECTORS: Final = 64
 """The most contract digests, and the most policy checkpoint ids, one order may name."""
-MAX_NOTE_LENGTH: Final = 1024
 MAX_NAME_LENGTH: Final = 4096
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}\Z")
 
@@ -80,7 +75,6 @@ class AttestationOrder:
     policy_update_last: int
     subjects: Sequence[tuple[str, str]]
     integrity_run_id: str = ""
-    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -143,15 +137,13 @@ class CheckpointAttesting(DomainPart):
         """Check ``order``, read its scope, build and sign the attestation.
 
         Raises:
-            ValidationError: a malformed field (digest, id, range, note, run id).
+            ValidationError: a malformed field (digest, id, range, run id).
             InvalidSubject: unusable subjects.
             NotFound: a contract that is not registered.
             NothingToAttest: no receipt in scope.
         """
         contracts, checkpoints, first, last = _check_scope(order)
         subjects = check_subjects(order.subjects)
-        if len(order.note) > MAX_NOTE_LENGTH or "\0" in order.note:
-            raise ValidationError(f"note must be at most {MAX_NOTE_LENGTH} characters, no NUL")
         run_id = order.integrity_run_id
         if run_id:
             validate_id(run_id, "integrity_run_id")
@@ -167,7 +159,12 @@ class CheckpointAttesting(DomainPart):
             )
         audits = await self._integrity_decisions(run_id, first, last) if run_id else []
         now = self._clock()
-        predicate = _predicate(order, scope, audits, first, last, now, self._key.key_id)
+        revocation_lists = []
+        if scope.revocation_list is not None:
+            # Control's own head, signed by this key: opened (verified, then parsed) like any.
+            trust = TrustSet([self._key.public_key])
+            revocation_lists.append(open_revocation_list(scope.revocation_list, trust))
+        predicate = _predicate(scope, revocation_lists, audits, first, last, now, self._key.key_id)
         statement = attestation.build_statement(subjects, predicate)
         document = attestation.sign_attestation(statement, self._key)
         _log.info(
@@ -181,31 +178,40 @@ class CheckpointAttesting(DomainPart):
         )
         return IssuedAttestation(document, predicate, scope.receipts)
 
-    async def _integrity_decisions(self, run_id: str, first: int, last: int) -> list[dict[str, Any]]:
-        """The decision in force for each boundary of ``first..last`` of the run (R-I-10), and
-        each boundary of the range whose audits are still pending."""
+    async def _integrity_decisions(
+        self, run_id: str, first: int, last: int
+    ) -> list[dict[str, Any]]:
+        """The decision in force for each boundary of ``first..last`` of the run (R-I-10:
+        ``decision`` is its action, ``reason`` its reasons), and ``pending`` for a boundary
+        of the range whose audits are all still queued or running."""
         standings = await asyncio.to_thread(self._store.integrity_audits.standings, run_id)
         gate = run_gate(standings)
-        decided: list[dict[str, Any]] = [
-            {
-                "run_id": run_id,
-                "boundary": found.boundary,
-                "audit_id": found.audit_id,
-                "action": found.action,
-                "state": found.state,
-                "outcome": None if found.decision is None else found.decision.outcome,
-                "kind": None if found.decision is None else found.decision.kind,
-                "reasons": [] if found.decision is None else list(found.decision.reasons),
-            }
-            for found in gate.boundaries
-            if first <= found.boundary <= last
-        ]
-        pending = [
-            {"run_id": run_id, "boundary": boundary, "action": "pending", "state": "pending"}
-            for boundary in gate.pending
-            if first <= boundary <= last
-        ]
-        return sorted(decided + pending, key=lambda entry: int(entry["boundary"]))
+        entries: list[dict[str, Any]] = []
+        for found in gate.boundaries:
+            if first <= found.boundary <= last:
+                reasons = [] if found.decision is None else list(found.decision.reasons)
+                if found.decision is None:
+                    reasons = [f"the audit ended {found.state} without a decision"]
+                entries.append(
+                    {
+                        "audit_id": found.audit_id,
+                        "boundary": found.boundary,
+                        "decision": found.action,
+                        "reason": "; ".join(reasons),
+                    }
+                )
+        for boundary in gate.pending:
+            if first <= boundary <= last:
+                latest = [s for s in standings if s.boundary == boundary][-1]
+                entries.append(
+                    {
+                        "audit_id": latest.audit_id,
+                        "boundary": boundary,
+                        "decision": "pending",
+                        "reason": f"the audit is {latest.state}",
+                    }
+                )
+        return sorted(entries, key=lambda entry: int(entry["boundary"]))
 
 
 def _check_scope(order: AttestationOrder) -> tuple[list[str], list[str], int, int]:
@@ -218,7 +224,9 @@ def _check_scope(order: AttestationOrder) -> tuple[list[str], list[str], int, in
     ):
         if len(values) > MAX_SELECTORS:
             raise ValidationError(f"at most {MAX_SELECTORS} {name} per attestation")
-    contracts = sorted({validate_digest(d, "reward_contract_digest") for d in order.contract_digests})
+    contracts = sorted(
+        {validate_digest(d, "reward_contract_digest") for d in order.contract_digests}
+    )
     checkpoints = sorted({validate_id(c, "policy_checkpoint_id") for c in order.checkpoint_ids})
     first, last = order.policy_update_first, order.policy_update_last
     check_policy_update_field(first, "policy_update_first")
@@ -231,8 +239,8 @@ def _check_scope(order: AttestationOrder) -> tuple[list[str], list[str], int, in
 
 
 def _predicate(
-    order: AttestationOrder,
     scope: AttestationScope,
+    revocation_lists: Sequence[RevocationList],
     audits: list[dict[str, Any]],
     first: int,
     last: int,
@@ -240,10 +248,10 @@ def _predicate(
     key_id: str,
 ) -> RewardPredicate:
     receipts = [item.receipt for item in scope.receipts]
-    leaves = [
-        attestation.receipt_leaf(item.receipt_id, attestation.envelope_digest(item.envelope))
-        for item in scope.receipts
-    ]
+    # The same function the verifier recomputes them with (R-A-3): leaves in receipt-id order.
+    tally, merkle = attestation.receipt_commitment(
+        (item.receipt_id, item.envelope) for item in scope.receipts
+    )
     named = sorted({r.certificate_id for r in receipts if r.certificate_id})
     return RewardPredicate(
         policy_checkpoint_ids=sorted({r.policy_checkpoint_id for r in receipts}),
@@ -251,59 +259,29 @@ def _predicate(
         policy_update_last=last,
         contract_digests=sorted({r.reward_contract_digest for r in receipts}),
         certificates=[
-            _certificate_use(scope.certificates[certificate_id], first, last)
+            _certificate_use(scope.certificates[certificate_id], last, revocation_lists)
             for certificate_id in named
             if certificate_id in scope.certificates
         ],
-        receipts=attestation.receipt_tally(receipts),
-        merkle=MerkleCommitment(root=attestation.merkle_root(leaves), size=len(leaves)),
+        receipts=tally,
+        merkle=merkle,
         integrity_audits=audits,
-        issued_at=now.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        issued_at=now.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         issuer_key_id=key_id,
-        note=order.note,
     )
 
 
-_STATE_WORDS: Final = {
-    CertificateState.CERTIFICATE_STATE_CURRENT: "current",
-    CertificateState.CERTIFICATE_STATE_EXPIRED: "expired",
-    CertificateState.CERTIFICATE_STATE_NOT_YET_VALID: "not_yet_valid",
-}
-
-
-def _range_state(stored: StoredCertificate, first: int, last: int) -> str:
-    """The certificate's state over ``first..last``: ``revoked`` once control revoked it (by
-    name, contract or checker configuration: a revocation is permanent); otherwise its schedule
-    state when that is the same at both ends (the schedule is one window, so then throughout),
-    else ``partly_current``."""
-    if stored.revoked:
-        return "revoked"
-    at_first = schedule_state(stored.certificate, first)
-    at_last = schedule_state(stored.certificate, last)
-    return _STATE_WORDS[at_first] if at_first == at_last else "partly_current"
-
-
-def _certificate_use(stored: StoredCertificate, first: int, last: int) -> CertificateUse:
-    certificate = stored.certificate
-    revocations = []
-    if stored.revoked_at is not None:
-        revocations.append(
-            {
-                "revoked_at": stored.revoked_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
-                "reason": stored.revocation_reason or "",
-            }
-        )
-    return CertificateUse(
-        certificate_id=certificate.certificate_id,
-        contract_digest=certificate.reward_contract_digest,
-        epsilon=repr(certificate.epsilon),
-        delta=repr(certificate.delta),
-        scope={
-            "calibration_scope": scope_word(certificate.calibration_scope),
-            "issued_at_policy_update": certificate.issued_at_policy_update,
-            "expiry_policy_updates": certificate.expiry_policy_updates,
-            "certificate_digest": stored.digest,
-        },
-        state=_range_state(stored, first, last),
-        revocations=revocations,
+def _certificate_use(
+    stored: StoredCertificate, last: int, revocation_lists: Sequence[RevocationList]
+) -> CertificateUse:
+    """The certificate's entry: ``revoked`` once control revoked it (by name, contract or
+    checker configuration; a revocation is permanent), otherwise its schedule state at the
+    range's last update (the receipts say, each, the state they were scored under)."""
+    use = attestation.certificate_use(
+        stored.certificate, state="current", revocation_lists=revocation_lists
     )
+    if stored.revoked or use.revocations:
+        state = "revoked"
+    else:
+        state = state_name(schedule_state(stored.certificate, last)).lower()
+    return replace(use, state=state)

@@ -23,8 +23,9 @@ class ControlPlane:
     """The control plane's rules, for its gRPC servicer, its console and its command line.
 
     ``key`` is the organization key this control plane signs certificates, revocation lists
-    and reward attestations with; it must be registered (role ORGANIZATION) to issue. ``revocation_ttl`` and
-    ``refresh_interval`` go to the :class:`~.revocation.RevocationPublisher`. Call
+    and reward attestations with; it must be registered (role ORGANIZATION) to issue.
+    ``revocation_ttl`` and ``refresh_interval`` go to the
+    :class:`~.revocation.RevocationPublisher`. Call
     :meth:`start` before serving and :meth:`close` when stopping.
     """
 

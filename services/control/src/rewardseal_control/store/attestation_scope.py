@@ -1,6 +1,6 @@
 """What a reward attestation covers (R-C-15), read from the index in ONE snapshot: the receipts
 in scope with their stored envelope bytes, the certificates they name (with their revocation)
-and the revocation list version in force.
+and the newest signed revocation list.
 
 The scope is every receipt whose contract is one of the given digests, whose policy checkpoint
 id is one of the given ids (any id when none is given) and whose policy update lies in
@@ -41,11 +41,11 @@ class ScopedReceipt:
 @dataclass(frozen=True)
 class AttestationScope:
     """The receipts in scope (ordered by receipt id), the certificates they name by id, and the
-    version of the newest signed revocation list (None before control published one)."""
+    newest signed revocation list (None before control published one)."""
 
     receipts: tuple[ScopedReceipt, ...]
     certificates: Mapping[str, StoredCertificate]
-    revocation_list_version: int | None
+    revocation_list: SignedEnvelope | None
 
 
 class AttestationScopes:
@@ -97,7 +97,7 @@ class AttestationScopes:
             return AttestationScope(
                 receipts=tuple(scoped),
                 certificates=certificates_in(conn, named),
-                revocation_list_version=None if head is None else head.version,
+                revocation_list=None if head is None else head.envelope,
             )
 
         return self._db.read(work, snapshot=True)

@@ -231,7 +231,9 @@ def record_in(
     return _stored_certificate(stored), created
 
 
-def certificates_in(conn: Connection, certificate_ids: Sequence[str]) -> dict[str, StoredCertificate]:
+def certificates_in(
+    conn: Connection, certificate_ids: Sequence[str]
+) -> dict[str, StoredCertificate]:
     """The recorded certificates among ``certificate_ids`` inside ``conn``, by id, each with its
     revocation (by name or by its contract's or checker configuration's entry); ids control
     did not record are absent."""

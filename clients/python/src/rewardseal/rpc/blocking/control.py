@@ -251,7 +251,6 @@ class ControlClient(BlockingTransport[ControlProtocol]):
         scope: AttestationScope,
         subjects: Iterable[Mapping[str, Any]],
         *,
-        note: str = "",
         include_receipts: bool = False,
     ) -> pb.AttestCheckpointResponse:
         """A reward attestation for the checkpoint whose in-toto ``subjects`` are given
@@ -259,7 +258,7 @@ class ControlClient(BlockingTransport[ControlProtocol]):
         picks, signed by control's organization key (R-C-15); ``attestation_json`` is the
         DSSE JSON to write beside the checkpoint. ``include_receipts``: also the receipts in
         scope, in Merkle leaf order."""
-        request = scope.request(subjects, note=note, include_receipts=include_receipts)
+        request = scope.request(subjects, include_receipts=include_receipts)
         answer: pb.AttestCheckpointResponse = self._call("AttestCheckpoint", request)
         return answer
 
