@@ -32,18 +32,21 @@ from rewardseal.core.attestation import (
     RewardPredicate,
     build_statement,
     certificate_use,
+    check_receipt_proof,
     checkpoint_subjects,
     envelope_digest,
     inclusion_proof,
     receipt_commitment,
     receipt_leaf,
     receipt_leaves,
+    receipt_proof,
     receipts_jsonl,
     sign_attestation,
     verify_attestation,
     verify_inclusion,
     write_attestation,
 )
+from rewardseal.core.attestation import statement as attestation_statement
 from rewardseal.core.digest import canonical_json
 from rewardseal.core.errors import AttestationError
 from rewardseal.core.receipts import build_receipt, seal_receipt
@@ -388,6 +391,10 @@ def _predicate_json() -> dict[str, Any]:
         (lambda p: p["certificates"][0].pop("revocations"), "lacks 'revocations'"),
         (lambda p: p["receipts"].update(total=-1), "total"),
         (lambda p: p["receipts"]["by_outcome"].update(verified=True), "by_outcome"),
+        (lambda p: p["receipts"]["by_outcome"].update(verified=4), "does not sum"),
+        (lambda p: p["receipts"].update(certified_share="0.5"), "certified_share is not"),
+        (lambda p: p["receipts"].update(unscored=6), "exceeds total"),
+        (lambda p: p["merkle"].update(size=4), "merkle.size is not receipts.total"),
         (lambda p: p["merkle"].update(algorithm="sha1"), "algorithm"),
         (lambda p: p["merkle"].update(root="AB" * 32), "root"),
         (lambda p: p["integrity_audits"][0].pop("decision"), "lacks 'decision'"),
@@ -510,7 +517,153 @@ def test_cli_exit_codes(
     assert exited.value.code == EXIT_USAGE
 
 
+def test_cli_an_unreadable_checkpoint_file_is_exit_2(
+    attested: tuple[Path, dict[str, Any], list[tuple[str, bytes]]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    checkpoint, _, _ = attested
+
+    def unreadable(path: Path) -> str:
+        # A fake for what these tests cannot make: they run as root, who reads a mode-0 file.
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(attestation_statement, "_file_sha256", unreadable)
+    status, out, err = cli(
+        capsys,
+        "attest",
+        "verify",
+        str(checkpoint / ATTESTATION_FILE),
+        "--org-key",
+        ORG.public_key.hex(),
+    )
+    assert (status, out) == (EXIT_USAGE, "")
+    assert err.count("\n") == 1
+    assert "cannot read" in err
+    assert "Permission denied" in err
+
+
 def _one_less(receipts: list[tuple[str, bytes]], tmp_path: Path) -> Path:
     path = tmp_path / "one-less.jsonl"
     path.write_text(receipts_jsonl(receipts[1:]))
     return path
+
+
+def test_cli_proves_one_receipt_and_a_holder_of_that_receipt_alone_checks_it(
+    attested: tuple[Path, dict[str, Any], list[tuple[str, bytes]]],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    checkpoint, _, receipts = attested
+    file = str(checkpoint / ATTESTATION_FILE)
+    org_hex = ORG.public_key.hex()
+    receipts_file = tmp_path / "receipts.jsonl"
+    receipts_file.write_text(receipts_jsonl(receipts))
+    receipt_id, envelope_bytes = receipts[2]
+
+    status, out, err = cli(
+        capsys,
+        "attest",
+        "prove",
+        file,
+        "--org-key",
+        org_hex,
+        "--receipts",
+        str(receipts_file),
+        "--receipt-id",
+        receipt_id,
+    )
+    assert (status, err) == (EXIT_OK, "")
+    proof = json.loads(out)
+    assert proof == receipt_proof(receipts, receipt_id)
+    proof_file = tmp_path / "proof.json"
+    proof_file.write_text(out)
+    # The holder has the receipt in the form the worker answered it (grpcurl JSON), not bytes.
+    receipt_file = tmp_path / "receipt.json"
+    receipt_file.write_text(json_format.MessageToJson(SignedEnvelope.FromString(envelope_bytes)))
+
+    # The attestation copied away from its checkpoint: --no-checkpoint.
+    away = tmp_path / "away.json"
+    away.write_text((checkpoint / ATTESTATION_FILE).read_text())
+    status, out, err = cli(
+        capsys,
+        "attest",
+        "verify",
+        str(away),
+        "--org-key",
+        org_hex,
+        "--no-checkpoint",
+        "--proof",
+        str(proof_file),
+        "--receipt",
+        str(receipt_file),
+    )
+    assert (status, err) == (EXIT_OK, "")
+    assert "checked: signature, inclusion" in out
+
+    # A receipt that is not the proved one, and a proof that lies.
+    other = tmp_path / "other.pb"
+    other.write_bytes(receipts[0][1])
+    lying = tmp_path / "lying.json"
+    lying.write_text(json.dumps({**proof, "index": (proof["index"] + 1) % proof["size"]}))
+    for proof_path, receipt_path in ((proof_file, other), (lying, receipt_file)):
+        status, _, err = cli(
+            capsys,
+            "attest",
+            "verify",
+            str(away),
+            "--org-key",
+            org_hex,
+            "--no-checkpoint",
+            "--proof",
+            str(proof_path),
+            "--receipt",
+            str(receipt_path),
+        )
+        assert status == EXIT_FAILED
+        assert err.startswith("rewardseal attest verify: merkle_mismatch: ")
+
+    status, _, err = cli(
+        capsys,
+        "attest",
+        "prove",
+        file,
+        "--org-key",
+        org_hex,
+        "--receipts",
+        str(receipts_file),
+        "--receipt-id",
+        "receipt.not.there",
+    )
+    assert status == EXIT_USAGE
+    assert "not in" in err
+
+
+def test_a_proof_for_another_tree_or_envelope_is_refused(
+    attested: tuple[Path, dict[str, Any], list[tuple[str, bytes]]],
+) -> None:
+    _, doc, receipts = attested
+    merkle = verify_attestation(doc, checkpoint=None, org_keys=ORG_KEYS).predicate.merkle
+    receipt_id, raw = receipts[1]
+    proof = receipt_proof(receipts, receipt_id)
+    assert check_receipt_proof(merkle, proof, raw) == receipt_id
+    assert check_receipt_proof(merkle, proof) == receipt_id
+    smaller = receipt_proof(receipts[1:], receipt_id)
+    with pytest.raises(AttestationError, match="another tree") as raised:
+        check_receipt_proof(merkle, smaller, raw)
+    assert raised.value.reason == "merkle_mismatch"
+    with pytest.raises(AttestationError, match="not the one") as raised:
+        check_receipt_proof(merkle, proof, receipts[0][1])
+    assert raised.value.reason == "merkle_mismatch"
+    with pytest.raises(AttestationError, match="lacks 'proof'") as raised:
+        check_receipt_proof(merkle, {k: v for k, v in proof.items() if k != "proof"})
+    assert raised.value.reason == "malformed"
+
+
+def test_a_statement_naming_a_file_twice_is_malformed(tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "checkpoint")
+    subjects = checkpoint_subjects(checkpoint)
+    statement = build_statement([*subjects, subjects[0]], predicate_for(stored_receipts()))
+    with pytest.raises(AttestationError, match="second time") as raised:
+        verify_attestation(sign_attestation(statement, ORG), checkpoint=None, org_keys=ORG_KEYS)
+    assert raised.value.reason == "malformed"

@@ -1,10 +1,12 @@
 """The trainer on-ramp against a real worker: a client built from the worker's own ready file
 scores an episode, and ``rewardseal receipt show|verify`` reads that real envelope in every form
-it travels in, and refuses a flipped byte and another worker's key."""
+it travels in, and refuses a flipped byte and another worker's key; ``receipt dsse`` prints it as
+DSSE JSON that securesystemslib verifies."""
 
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import subprocess
 import sys
@@ -12,14 +14,19 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import json_format
+from securesystemslib.dsse import Envelope
+from securesystemslib.exceptions import VerificationError
+from securesystemslib.signer import SSlibKey
 from support.builders import TEST_KEY, make_certificate, make_facts
 from support.mockmed_episodes import descriptor, write_triage
 from worker.conftest import RunningStack
 
 from rewardseal.cli import main
 from rewardseal.cli.receipt import EXIT_FAILED, EXIT_OK, EXIT_USAGE, describe
+from rewardseal.core.dsse import from_dsse_json
+from rewardseal.core.public_keys import public_key_text
 from rewardseal.core.receipts import build_receipt
-from rewardseal.core.signing import SigningKey
+from rewardseal.core.signing import SigningKey, key_id_for
 from rewardseal.rpc.worker_client import AsyncWorkerClient
 from rewardseal.v1 import worker_service_pb2 as pb
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateIssuer, RewardOutcome
@@ -193,3 +200,32 @@ def test_production_scope_says_what_calibration_measured() -> None:
     assert f"(corpus {receipt.calibration_corpus_digest})" in words["scope"]
     assert "sandbox copy of the system of record, held out from everything" in words["scope"]
     assert "not live traffic or the organization's own records" in words["scope"]
+
+
+def test_dsse_prints_the_real_envelope_for_an_independent_verifier(
+    scored: tuple[Path, SignedEnvelope], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # R-SIG-3 on a receipt a running worker signed: securesystemslib verifies the printed DSSE
+    # JSON with the worker's key from its ready file, and it converts back to the same envelope.
+    ready, envelope = scored
+    raw = tmp_path / "receipt.pb"
+    raw.write_bytes(envelope.SerializeToString())
+    status, out, err = run(capsys, "receipt", "dsse", str(raw))
+    assert (status, err) == (EXIT_OK, "")
+    document = json.loads(out)
+    public = public_key_text(json.loads(ready.read_text())["public_key"])
+    assert public is not None
+    key = SSlibKey(
+        keyid=key_id_for(public),
+        keytype="ed25519",
+        scheme="ed25519",
+        keyval={"public": public.hex()},
+    )
+    dsse = Envelope.from_dict(copy.deepcopy(document))
+    assert list(dsse.verify([key], 1)) == [key_id_for(public)]
+    assert from_dsse_json(document) == envelope
+    flipped = bytearray(base64.b64decode(document["payload"]))
+    flipped[-1] ^= 0x01
+    document["payload"] = base64.b64encode(bytes(flipped)).decode()
+    with pytest.raises(VerificationError):
+        Envelope.from_dict(copy.deepcopy(document)).verify([key], 1)

@@ -4,6 +4,7 @@
     rewardseal receipt verify [FILE | - | --base64 TEXT] (--key KEY | --ready-file PATH) ...
     rewardseal receipt dsse   [FILE | - | --base64 TEXT] [--index N]
     rewardseal attest verify  FILE --org-key KEY [--checkpoint DIR] [--receipts FILE] ...
+    rewardseal attest prove   FILE --org-key KEY --receipts FILE --receipt-id ID
 
 Each subcommand lives in its own module; this one only parses and dispatches.
 """
@@ -41,7 +42,11 @@ def _parser() -> argparse.ArgumentParser:
     attest_verify = attest_actions.add_parser(
         "verify", help="verify an attestation against the organization key and the checkpoint"
     )
-    attest_command.add_arguments(attest_verify)
+    attest_command.add_arguments(attest_verify, prove=False)
+    attest_prove = attest_actions.add_parser(
+        "prove", help="print the proof that one receipt is among the attested ones"
+    )
+    attest_command.add_arguments(attest_prove, prove=True)
     return parser
 
 
