@@ -17,7 +17,7 @@ from support.control import CLIENT_TOKEN, ControlStack, start_control, stop_cont
 from rewardseal.core.attestation import ATTESTATION_FILE, verify_attestation
 from rewardseal.core.errors import NothingToAttest, ValidationError
 from rewardseal.core.signing import TrustSet
-from rewardseal.rpc.control_client import ControlClient
+from rewardseal.rpc.control_client import AttestationScope, ControlClient
 from rewardseal.trainers.attestation import CheckpointAttester
 from rewardseal.trainers.trl.attestation import AttestationCore
 from rewardseal.trainers.verl.attestation import attest_verl_checkpoint, verl_checkpoint_step
@@ -152,3 +152,12 @@ def test_a_directory_that_is_not_a_verl_checkpoint_is_refused(tmp_path: Path) ->
     for name in ("checkpoint-12", "global_step_", "global_step_1x"):
         with pytest.raises(ValidationError, match="global_step_<N>"):
             verl_checkpoint_step(tmp_path / name)
+
+
+def test_a_subject_without_a_sha256_is_refused_before_anything_is_sent() -> None:
+    scope = AttestationScope(contracts=[DIGEST], first=0, last=1)
+    request = scope.request([{"name": "a.bin", "digest": {"sha256": "ab" * 32}}])
+    assert [(s.name, s.sha256) for s in request.subjects] == [("a.bin", "ab" * 32)]
+    for subject in ({"name": "a.bin"}, {"name": "a.bin", "digest": {"sha512": "00"}}, {}):
+        with pytest.raises(ValidationError, match="needs a name and a digest"):
+            scope.request([subject])
