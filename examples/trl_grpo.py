@@ -24,9 +24,16 @@ noise. The point is the plumbing a real run needs, end to end:
    the actor act, scores the batch in one call, verifies every receipt against the pinned key,
    and never turns an unscored episode into 0.0.
 
+4. **What trained each checkpoint** (``--control HOST:PORT``, with the trainer credential in
+   ``REWARDSEAL_CONTROL_TOKEN``; the worker must forward its receipts to that control plane).
+   ``RewardAttestationCallback`` writes ``reward-attestation.dsse.json`` into every
+   ``checkpoint-N`` the trainer saves (``--save-steps``, default every step): control's signed
+   statement of the receipts that trained it (docs/provenance.md). Check one with
+   ``rewardseal attest verify OUT/checkpoint-N/reward-attestation.dsse.json --org-key KEY``.
+
 It prints one line per training step (completions, paid, unscored, certified) and exits 0 when
-every completion was scored with a verified, certified receipt; ``--summary PATH`` writes the
-same as JSON.
+every completion was scored with a verified, certified receipt (and, with ``--control``, every
+saved checkpoint was attested); ``--summary PATH`` writes the same as JSON.
 """
 
 from __future__ import annotations
@@ -42,8 +49,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rewardseal.rpc.control_client import ControlClient
 from rewardseal.rpc.worker_client import WorkerClient
-from rewardseal.trainers.trl import CertifiedRewardFunction
+from rewardseal.trainers.trl import CertifiedRewardFunction, RewardAttestationCallback
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_mockmed.contract import IDENTITY_KEY
 
@@ -119,8 +127,16 @@ class LoggedReward(CertifiedRewardFunction):
         return rewards
 
 
-def train(found: Services, steps: int, output_dir: Path) -> list[dict[str, Any]]:
-    """A GRPO run of ``steps`` steps on the tiny policy; what each step was paid."""
+def train(
+    found: Services,
+    steps: int,
+    output_dir: Path,
+    *,
+    control: ControlClient | None = None,
+    save_steps: int = 1,
+) -> tuple[list[dict[str, Any]], Any]:
+    """A GRPO run of ``steps`` steps on the tiny policy: what each step was paid, and (with
+    ``control``) the attestation callback, which attested a checkpoint every ``save_steps``."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
@@ -148,11 +164,14 @@ def train(found: Services, steps: int, output_dir: Path) -> list[dict[str, Any]]
         actor=MockMedActor(found.mockmed_url, found.mockmed_token),
         name="mockmed_certified",
     )
+    # The receipts that trained each checkpoint: this run's contract and checkpoint id.
+    attest = None if control is None else RewardAttestationCallback.for_rewards(control, reward)
     args = tiny_grpo_config(
         output_dir,
         max_steps=steps,
         batch=PROMPTS * NUM_GENERATIONS,
         num_generations=NUM_GENERATIONS,
+        save_steps=None if attest is None else save_steps,
     )
     trainer = GRPOTrainer(
         model=model,
@@ -160,9 +179,10 @@ def train(found: Services, steps: int, output_dir: Path) -> list[dict[str, Any]]
         args=args,
         train_dataset=dataset,
         processing_class=tokenizer,
+        callbacks=[] if attest is None else [attest],
     )
     trainer.train()
-    return reward.steps
+    return reward.steps, attest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -172,20 +192,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=2, help="training steps (default 2)")
     parser.add_argument("--output-dir", type=Path, help="TRL's output directory")
     parser.add_argument("--summary", type=Path, help="write what each step was paid as JSON")
+    parser.add_argument(
+        "--control",
+        metavar="HOST:PORT",
+        help="attest every saved checkpoint at this control plane (REWARDSEAL_CONTROL_TOKEN)",
+    )
+    parser.add_argument(
+        "--save-steps", type=int, default=1, help="with --control: save every N steps (1)"
+    )
     args = parser.parse_args(argv)
     with (
         services(args) as found,
         tempfile.TemporaryDirectory(prefix="rewardseal-grpo-") as scratch,
+        control_client(args.control) as control,
     ):
-        steps = train(found, args.steps, args.output_dir or Path(scratch))
+        steps, attest = train(
+            found,
+            args.steps,
+            args.output_dir or Path(scratch),
+            control=control,
+            save_steps=args.save_steps,
+        )
         digest = found.worker.reward_contract_digest
     completions = sum(step["completions"] for step in steps)
     certified = sum(step["certified"] for step in steps)
-    summary = {"contract_digest": digest, "steps": steps}
+    summary: dict[str, Any] = {"contract_digest": digest, "steps": steps}
+    attested_all = True
+    if attest is not None:
+        summary["attestations"] = [
+            {"path": str(a.path), "receipts": a.receipt_count, "merkle_root": a.merkle_root}
+            for a in attest.attested
+        ]
+        summary["unattested"] = [{"path": str(p), "why": why} for p, why in attest.unattested]
+        for a in attest.attested:
+            print(
+                f"attested {a.path.parent.name}: {a.receipt_count} receipts, root {a.merkle_root}"
+            )
+        attested_all = bool(attest.attested) and not attest.unattested
     if args.summary is not None:
         args.summary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     print(f"{len(steps)} steps, {completions} completions, {certified} with a certified receipt")
-    return 0 if steps and certified == completions else 1
+    return 0 if steps and certified == completions and attested_all else 1
+
+
+@contextmanager
+def control_client(target: str | None) -> Iterator[ControlClient | None]:
+    """The trainer's control client for ``--control`` (token: ``REWARDSEAL_CONTROL_TOKEN``)."""
+    if target is None:
+        yield None
+        return
+    token = os.environ.get("REWARDSEAL_CONTROL_TOKEN")
+    if not token:
+        raise SystemExit("--control needs control's trainer credential in REWARDSEAL_CONTROL_TOKEN")
+    with ControlClient(target, token=token, timeout=30.0) as client:
+        yield client
 
 
 if __name__ == "__main__":

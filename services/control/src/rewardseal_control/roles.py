@@ -72,6 +72,9 @@ ROLES_BY_METHOD: dict[str, frozenset[str]] = {
     # The index is for trainers and operators; a worker never needs to read it back.
     "ListReceipts": frozenset({ADMIN_ROLE, TRAINER_ROLE}),
     "GetReceiptSummary": frozenset({ADMIN_ROLE, TRAINER_ROLE}),
+    # An attestation is a signed reading of the index (R-C-15): whoever may read the index may
+    # have it signed; it changes nothing. A worker has no checkpoint to attest.
+    "AttestCheckpoint": frozenset({ADMIN_ROLE, TRAINER_ROLE}),
     # Who did what to keys, certificates and integrity: the operators' record, theirs alone.
     "ListAuditLog": _ADMIN_ONLY,
     # RewardIntegrityService (docs/spec.md §12). What decides how a run is judged (revisions),

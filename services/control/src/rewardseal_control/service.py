@@ -23,7 +23,9 @@ from rewardseal.core.signing import SigningKey
 from rewardseal.rpc.status import maps_errors, to_episode_error
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1 import control_service_pb2_grpc as pb_grpc
+from rewardseal.v1.receipt_pb2 import SignedEnvelope
 from rewardseal_control.domain import ControlPlane
+from rewardseal_control.domain.attestation import AttestationOrder
 from rewardseal_control.domain.issuing import CertificateOrder
 from rewardseal_control.roles import caller_actor
 from rewardseal_control.store import ControlStore, ReceiptFilter, RecordResult
@@ -305,6 +307,28 @@ class ControlPlaneServicer(pb_grpc.ControlPlaneServiceServicer):
             unscored_share=summary.unscored_share,
             highest_policy_update=summary.highest_policy_update,
         )
+
+    @maps_errors
+    async def AttestCheckpoint(  # noqa: N802
+        self, request: pb.AttestCheckpointRequest, context: Context
+    ) -> pb.AttestCheckpointResponse:
+        order = AttestationOrder(
+            contract_digests=list(request.reward_contract_digests),
+            checkpoint_ids=list(request.policy_checkpoint_ids),
+            policy_update_first=request.policy_update_first,
+            policy_update_last=request.policy_update_last,
+            subjects=[(subject.name, subject.sha256) for subject in request.subjects],
+            integrity_run_id=request.integrity_run_id,
+        )
+        issued = await self.plane.attesting.attest(order)
+        answer = pb.AttestCheckpointResponse(
+            attestation_json=issued.document_bytes(),
+            merkle_root=issued.predicate.merkle.root,
+            receipt_count=len(issued.receipts),
+        )
+        if request.include_receipts:
+            answer.receipts.extend(SignedEnvelope.FromString(r.envelope) for r in issued.receipts)
+        return answer
 
     # ------------------------------------------------------------------ audit log
 

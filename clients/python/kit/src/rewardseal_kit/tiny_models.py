@@ -81,10 +81,12 @@ def tiny_grpo_config(
     batch: int,
     num_generations: int,
     max_completion_length: int = 12,
+    save_steps: int | None = None,
 ) -> Any:
     """TRL's ``GRPOConfig`` for a short, seeded CPU run of the tiny policy: ``batch``
-    completions per step (whole groups of ``num_generations``), no KL term, no checkpoints,
-    no reporting, no progress bars."""
+    completions per step (whole groups of ``num_generations``), no KL term, no checkpoints
+    (``save_steps``: a ``checkpoint-N`` every that many steps), no reporting, no progress
+    bars."""
     from trl import GRPOConfig
 
     return GRPOConfig(
@@ -96,7 +98,8 @@ def tiny_grpo_config(
         learning_rate=1e-3,
         beta=0.0,
         logging_steps=1,
-        save_strategy="no",
+        save_strategy="no" if save_steps is None else "steps",
+        save_steps=save_steps or 500,
         report_to="none",
         use_cpu=True,
         bf16=False,

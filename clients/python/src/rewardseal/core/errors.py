@@ -340,6 +340,22 @@ class IntegrityHalted(RewardSealError):
     reason = "integrity_halted"
 
 
+class InvalidSubject(ValidationError):
+    """An attestation's checkpoint subjects are unusable: none, an empty or repeated name, a
+    digest that is not 64 lowercase hex digits (R-C-15; metadata ``subject``, the name)."""
+
+    reason = "invalid_subject"
+
+
+class NothingToAttest(RewardSealError):
+    """An attestation's scope holds no receipt: no receipt of the contracts, checkpoint ids and
+    policy updates asked for is in the index (R-C-15; metadata ``policy_update_first``,
+    ``policy_update_last``)."""
+
+    code = Code.FAILED_PRECONDITION
+    reason = "nothing_to_attest"
+
+
 class AttestationError(ValidationError):
     """A reward attestation does not verify (R-A-4); ``reason`` says which check failed:
     ``bad_signature``, ``subject_mismatch``, ``merkle_mismatch``, ``certificate_revoked`` or

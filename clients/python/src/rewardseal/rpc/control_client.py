@@ -26,6 +26,7 @@ parts: :mod:`rewardseal.rpc.integrity_client`.
 from rewardseal.rpc.aio.control import AsyncControlClient
 from rewardseal.rpc.blocking.control import ControlClient
 from rewardseal.rpc.control_protocol import (
+    AttestationScope,
     ReceiptQuery,
     issue_certificate_request,
     revoke_scope_request,
@@ -33,6 +34,7 @@ from rewardseal.rpc.control_protocol import (
 
 __all__ = [
     "AsyncControlClient",
+    "AttestationScope",
     "ControlClient",
     "ReceiptQuery",
     "issue_certificate_request",

@@ -8,8 +8,9 @@ rule) in :mod:`rewardseal.rpc.call_rules`. :class:`ControlProtocol` adds
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rewardseal.core.errors import ReceiptMismatch, ValidationError
 from rewardseal.rpc.call_rules import Listing, PagedRules
@@ -40,11 +41,13 @@ class ControlProtocol(PagedRules):
             "ListReceipts",
             "GetReceiptSummary",
             "ListAuditLog",
+            "AttestCheckpoint",
         }
     )
     """The RPCs a resend cannot do twice: the reads, ``RegisterContract`` (a repeat answers
     ``created=False``) and ``RecordReceipts`` (idempotent by receipt id). A resent
-    ``IssueCertificate`` could mint a second certificate, a resent ``RevokeCertificate`` a
+    ``IssueCertificate`` could mint a second certificate (``AttestCheckpoint`` stores nothing: a
+    resend signs the same reading again), a resent ``RevokeCertificate`` a
     second revocation-list version; key registration and retirement write the audit log."""
 
     def contracts(self, page_size: int | None) -> Listing[pb.RegisteredContract]:
@@ -94,6 +97,53 @@ class ControlProtocol(PagedRules):
                 metadata={"field": "result count"},
             )
         return list(answer.results)
+
+
+@dataclass(frozen=True)
+class AttestationScope:
+    """Which receipts trained a checkpoint (R-C-15): those of ``contracts`` under
+    ``checkpoint_ids`` (any id when empty) with a policy update in ``first..last``
+    (inclusive); ``integrity_run_id``: the integrity run whose decisions in force over the range
+    the attestation names (none when empty)."""
+
+    contracts: Sequence[str]
+    first: int
+    last: int
+    checkpoint_ids: Sequence[str] = ()
+    integrity_run_id: str = ""
+
+    def request(
+        self,
+        subjects: Iterable[Mapping[str, Any]],
+        *,
+        include_receipts: bool = False,
+    ) -> pb.AttestCheckpointRequest:
+        """The AttestCheckpoint request for the checkpoint whose in-toto ``subjects``
+        (``{"name": ..., "digest": {"sha256": ...}}``, as
+        :func:`rewardseal.core.attestation.checkpoint_subjects` makes them) are given.
+
+        Raises:
+            ValidationError: a subject without a name or a sha256 digest.
+        """
+        listed = []
+        for subject in subjects:
+            name, digest = subject.get("name"), subject.get("digest")
+            sha256 = digest.get("sha256") if isinstance(digest, Mapping) else None
+            if not isinstance(name, str) or not isinstance(sha256, str):
+                raise ValidationError(
+                    "each subject needs a name and a digest {'sha256': hex}, got "
+                    f"{dict(subject)!r:.120}"
+                )
+            listed.append(pb.CheckpointSubject(name=name, sha256=sha256))
+        return pb.AttestCheckpointRequest(
+            reward_contract_digests=list(self.contracts),
+            policy_checkpoint_ids=list(self.checkpoint_ids),
+            policy_update_first=self.first,
+            policy_update_last=self.last,
+            subjects=listed,
+            integrity_run_id=self.integrity_run_id,
+            include_receipts=include_receipts,
+        )
 
 
 @dataclass(frozen=True)

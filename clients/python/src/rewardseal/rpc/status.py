@@ -56,6 +56,8 @@ _CLASS_BY_REASON: Mapping[str, type[errors.RewardSealError]] = {
         errors.AuditStateConflict,
         errors.ShardAlreadyAudited,
         errors.BindingMismatch,
+        errors.InvalidSubject,
+        errors.NothingToAttest,
     )
 }
 _CLASS_BY_CODE: Mapping[errors.Code, type[errors.RewardSealError]] = {

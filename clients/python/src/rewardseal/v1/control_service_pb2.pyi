@@ -1110,6 +1110,127 @@ class GetReceiptSummaryResponse(_message.Message):
 Global___GetReceiptSummaryResponse: _TypeAlias = GetReceiptSummaryResponse  # noqa: Y015
 
 @_typing.final
+class CheckpointSubject(_message.Message):
+    """One file of the checkpoint being attested: the in-toto subject the trainer computed
+    (rewardseal.core.attestation.checkpoint_subjects).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The file's path relative to the checkpoint directory, '/'-separated; unique in a request."""
+    sha256: _builtins.str
+    """The file's SHA-256: 64 lowercase hex digits."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        sha256: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointSubject: _TypeAlias = CheckpointSubject  # noqa: Y015
+
+@_typing.final
+class AttestCheckpointRequest(_message.Message):
+    """Which receipts of the index trained a checkpoint, and the checkpoint's files (R-C-15). The
+    scope is every receipt whose contract is one of reward_contract_digests, whose policy
+    checkpoint id is one of policy_checkpoint_ids (every id when empty) and whose policy update
+    lies in policy_update_first..policy_update_last (both inclusive).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REWARD_CONTRACT_DIGESTS_FIELD_NUMBER: _builtins.int
+    POLICY_CHECKPOINT_IDS_FIELD_NUMBER: _builtins.int
+    POLICY_UPDATE_FIRST_FIELD_NUMBER: _builtins.int
+    POLICY_UPDATE_LAST_FIELD_NUMBER: _builtins.int
+    SUBJECTS_FIELD_NUMBER: _builtins.int
+    INTEGRITY_RUN_ID_FIELD_NUMBER: _builtins.int
+    INCLUDE_RECEIPTS_FIELD_NUMBER: _builtins.int
+    policy_update_first: _builtins.int
+    policy_update_last: _builtins.int
+    integrity_run_id: _builtins.str
+    """The integrity run (§12) whose decisions in force over the range the predicate names;
+    empty: none named.
+    """
+    include_receipts: _builtins.bool
+    """Also answer the receipts in scope (their stored envelopes, in Merkle leaf order) so that a
+    verifier can recompute the root and the tally.
+    """
+    @_builtins.property
+    def reward_contract_digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """At least one registered contract digest."""
+
+    @_builtins.property
+    def policy_checkpoint_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The policy checkpoint ids the trainer scored under; empty: any."""
+
+    @_builtins.property
+    def subjects(self) -> _containers.RepeatedCompositeFieldContainer[Global___CheckpointSubject]:
+        """The checkpoint's files; at least one."""
+
+    def __init__(
+        self,
+        *,
+        reward_contract_digests: _abc.Iterable[_builtins.str] | None = ...,
+        policy_checkpoint_ids: _abc.Iterable[_builtins.str] | None = ...,
+        policy_update_first: _builtins.int = ...,
+        policy_update_last: _builtins.int = ...,
+        subjects: _abc.Iterable[Global___CheckpointSubject] | None = ...,
+        integrity_run_id: _builtins.str = ...,
+        include_receipts: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_receipts", b"include_receipts", "integrity_run_id", b"integrity_run_id", "policy_checkpoint_ids", b"policy_checkpoint_ids", "policy_update_first", b"policy_update_first", "policy_update_last", b"policy_update_last", "reward_contract_digests", b"reward_contract_digests", "subjects", b"subjects"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttestCheckpointRequest: _TypeAlias = AttestCheckpointRequest  # noqa: Y015
+
+@_typing.final
+class AttestCheckpointResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ATTESTATION_JSON_FIELD_NUMBER: _builtins.int
+    MERKLE_ROOT_FIELD_NUMBER: _builtins.int
+    RECEIPT_COUNT_FIELD_NUMBER: _builtins.int
+    RECEIPTS_FIELD_NUMBER: _builtins.int
+    attestation_json: _builtins.bytes
+    """The DSSE v1 envelope of the signed in-toto Statement, as its JSON document (UTF-8): what
+    the trainer writes to reward-attestation.dsse.json.
+    """
+    merkle_root: _builtins.str
+    """The predicate's Merkle root and size (also inside the signed statement)."""
+    receipt_count: _builtins.int
+    @_builtins.property
+    def receipts(self) -> _containers.RepeatedCompositeFieldContainer[_receipt_pb2.SignedEnvelope]:
+        """With include_receipts: the receipts in scope, ordered by receipt id (the leaf order)."""
+
+    def __init__(
+        self,
+        *,
+        attestation_json: _builtins.bytes = ...,
+        merkle_root: _builtins.str = ...,
+        receipt_count: _builtins.int = ...,
+        receipts: _abc.Iterable[_receipt_pb2.SignedEnvelope] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attestation_json", b"attestation_json", "merkle_root", b"merkle_root", "receipt_count", b"receipt_count", "receipts", b"receipts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AttestCheckpointResponse: _TypeAlias = AttestCheckpointResponse  # noqa: Y015
+
+@_typing.final
 class ListAuditLogRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -126,6 +126,11 @@ class ControlPlaneServiceStub:
                 request_serializer=rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryRequest.SerializeToString,
                 response_deserializer=rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryResponse.FromString,
                 _registered_method=True)
+        self.AttestCheckpoint = channel.unary_unary(
+                '/rewardseal.v1.ControlPlaneService/AttestCheckpoint',
+                request_serializer=rewardseal_dot_v1_dot_control__service__pb2.AttestCheckpointRequest.SerializeToString,
+                response_deserializer=rewardseal_dot_v1_dot_control__service__pb2.AttestCheckpointResponse.FromString,
+                _registered_method=True)
         self.ListAuditLog = channel.unary_unary(
                 '/rewardseal.v1.ControlPlaneService/ListAuditLog',
                 request_serializer=rewardseal_dot_v1_dot_control__service__pb2.ListAuditLogRequest.SerializeToString,
@@ -256,6 +261,16 @@ class ControlPlaneServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AttestCheckpoint(self, request, context):
+        """A reward attestation for a model checkpoint (R-C-15): an in-toto Statement v1 whose subject
+        is the checkpoint's files and whose predicate binds the receipts in scope (tally, Merkle
+        root), the certificates they name and the integrity decisions in force, signed by control's
+        organization key in a DSSE envelope (docs/spec.md §14, docs/provenance.md).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListAuditLog(self, request, context):
         """Admin. The audit log of admin actions, oldest first: who (a role, never a token) did what,
         to what, why and when.
@@ -356,6 +371,11 @@ def add_ControlPlaneServiceServicer_to_server(servicer, server):
                     servicer.GetReceiptSummary,
                     request_deserializer=rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryRequest.FromString,
                     response_serializer=rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryResponse.SerializeToString,
+            ),
+            'AttestCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.AttestCheckpoint,
+                    request_deserializer=rewardseal_dot_v1_dot_control__service__pb2.AttestCheckpointRequest.FromString,
+                    response_serializer=rewardseal_dot_v1_dot_control__service__pb2.AttestCheckpointResponse.SerializeToString,
             ),
             'ListAuditLog': grpc.unary_unary_rpc_method_handler(
                     servicer.ListAuditLog,
@@ -851,6 +871,33 @@ class ControlPlaneService:
             '/rewardseal.v1.ControlPlaneService/GetReceiptSummary',
             rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryRequest.SerializeToString,
             rewardseal_dot_v1_dot_control__service__pb2.GetReceiptSummaryResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AttestCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rewardseal.v1.ControlPlaneService/AttestCheckpoint',
+            rewardseal_dot_v1_dot_control__service__pb2.AttestCheckpointRequest.SerializeToString,
+            rewardseal_dot_v1_dot_control__service__pb2.AttestCheckpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

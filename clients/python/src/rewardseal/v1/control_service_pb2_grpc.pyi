@@ -64,6 +64,12 @@ class ControlPlaneServiceStub:
     """Batched and idempotent by receipt id; signatures checked against registered worker keys."""
     ListReceipts: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.ListReceiptsRequest, _control_service_pb2.ListReceiptsResponse]
     GetReceiptSummary: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.GetReceiptSummaryRequest, _control_service_pb2.GetReceiptSummaryResponse]
+    AttestCheckpoint: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.AttestCheckpointRequest, _control_service_pb2.AttestCheckpointResponse]
+    """A reward attestation for a model checkpoint (R-C-15): an in-toto Statement v1 whose subject
+    is the checkpoint's files and whose predicate binds the receipts in scope (tally, Merkle
+    root), the certificates they name and the integrity decisions in force, signed by control's
+    organization key in a DSSE envelope (docs/spec.md §14, docs/provenance.md).
+    """
     ListAuditLog: _grpc.UnaryUnaryMultiCallable[_control_service_pb2.ListAuditLogRequest, _control_service_pb2.ListAuditLogResponse]
     """Admin. The audit log of admin actions, oldest first: who (a role, never a token) did what,
     to what, why and when.
@@ -105,6 +111,12 @@ class ControlPlaneServiceAsyncStub(ControlPlaneServiceStub):
     """Batched and idempotent by receipt id; signatures checked against registered worker keys."""
     ListReceipts: _aio.UnaryUnaryMultiCallable[_control_service_pb2.ListReceiptsRequest, _control_service_pb2.ListReceiptsResponse]  # type: ignore[assignment]
     GetReceiptSummary: _aio.UnaryUnaryMultiCallable[_control_service_pb2.GetReceiptSummaryRequest, _control_service_pb2.GetReceiptSummaryResponse]  # type: ignore[assignment]
+    AttestCheckpoint: _aio.UnaryUnaryMultiCallable[_control_service_pb2.AttestCheckpointRequest, _control_service_pb2.AttestCheckpointResponse]  # type: ignore[assignment]
+    """A reward attestation for a model checkpoint (R-C-15): an in-toto Statement v1 whose subject
+    is the checkpoint's files and whose predicate binds the receipts in scope (tally, Merkle
+    root), the certificates they name and the integrity decisions in force, signed by control's
+    organization key in a DSSE envelope (docs/spec.md §14, docs/provenance.md).
+    """
     ListAuditLog: _aio.UnaryUnaryMultiCallable[_control_service_pb2.ListAuditLogRequest, _control_service_pb2.ListAuditLogResponse]  # type: ignore[assignment]
     """Admin. The audit log of admin actions, oldest first: who (a role, never a token) did what,
     to what, why and when.
@@ -251,6 +263,18 @@ class ControlPlaneServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _control_service_pb2.GetReceiptSummaryRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_control_service_pb2.GetReceiptSummaryResponse, _abc.Awaitable[_control_service_pb2.GetReceiptSummaryResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def AttestCheckpoint(
+        self,
+        request: _control_service_pb2.AttestCheckpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_control_service_pb2.AttestCheckpointResponse, _abc.Awaitable[_control_service_pb2.AttestCheckpointResponse]]:
+        """A reward attestation for a model checkpoint (R-C-15): an in-toto Statement v1 whose subject
+        is the checkpoint's files and whose predicate binds the receipts in scope (tally, Merkle
+        root), the certificates they name and the integrity decisions in force, signed by control's
+        organization key in a DSSE envelope (docs/spec.md §14, docs/provenance.md).
+        """
 
     @_abc_1.abstractmethod
     def ListAuditLog(

@@ -18,6 +18,7 @@ from rewardseal.v1.enums_pb2 import (
     IssuerKeyRole,
     RewardOutcome,
 )
+from rewardseal_control.cli.attest import attest_checkpoint
 from rewardseal_control.cli.certificate_fields import certificate_fields
 from rewardseal_control.cli.common import ISSUERS, ROLES, SCOPES, UsageError, remote
 from rewardseal_control.cli.output import (
@@ -365,4 +366,5 @@ ADMIN_COMMANDS: Mapping[tuple[str, str], _Handler] = {
     ("certificates", "revoke"): _certificates_revoke,
     ("receipts", "summary"): _receipts_summary,
     ("revocations", "show"): _revocations_show,
+    ("attest", "checkpoint"): attest_checkpoint,
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from rewardseal_control.cli.attest import add_attest_command
 from rewardseal_control.cli.common import (
     CLIENT_TLS_ENV,
     ISSUERS,
@@ -254,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     revocations = _group(commands, "revocations", "the signed revocation list")
     revocations.add_parser("show", parents=[client], help="print the current list")
 
+    add_attest_command(commands, client)
     add_integrity_commands(commands, client)
     add_audit_command(commands, client)
     style_help(parser, OPTION_ENV)

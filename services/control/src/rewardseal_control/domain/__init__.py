@@ -15,6 +15,8 @@ returns store or core types; errors are :mod:`rewardseal.core.errors` classes.
   pushing each new head to watchers (R-C-4, R-C-13);
 * :mod:`.receipts`: the receipt index's intake: open each receipt against the worker keys, then
   the index's checks (R-C-5, R-C-10);
+* :mod:`.attestation`: reward attestations for model checkpoints, signed by the organization
+  key (R-C-15);
 * :mod:`.parts`: :class:`~.parts.DomainPart`, what issuing, keys and revocation are made with;
 * :mod:`.plane`: :class:`ControlPlane`, which composes them over one store, key and clock.
 """

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from rewardseal.core.clock import utc_now
 from rewardseal.core.receipts import OpenedReceipt
 from rewardseal.core.signing import SigningKey
+from rewardseal_control.domain.attestation import CheckpointAttesting
 from rewardseal_control.domain.contracts import ContractRegistry
 from rewardseal_control.domain.issuing import CertificateIssuing
 from rewardseal_control.domain.keys import KeyAdmissions
@@ -21,9 +22,10 @@ __all__ = ["ControlPlane"]
 class ControlPlane:
     """The control plane's rules, for its gRPC servicer, its console and its command line.
 
-    ``key`` is the organization key this control plane signs certificates and revocation lists
-    with; it must be registered (role ORGANIZATION) to issue. ``revocation_ttl`` and
-    ``refresh_interval`` go to the :class:`~.revocation.RevocationPublisher`. Call
+    ``key`` is the organization key this control plane signs certificates, revocation lists
+    and reward attestations with; it must be registered (role ORGANIZATION) to issue.
+    ``revocation_ttl`` and ``refresh_interval`` go to the
+    :class:`~.revocation.RevocationPublisher`. Call
     :meth:`start` before serving and :meth:`close` when stopping.
     """
 
@@ -56,6 +58,7 @@ class ControlPlane:
         self.keys = KeyAdmissions(store, key, clock, self._audited)
         self.issuing = CertificateIssuing(store, key, clock, self._audited)
         self.receipts = ReceiptIntake(store, clock, self._recorded)
+        self.attesting = CheckpointAttesting(store, key, clock, self._audited)
 
     async def start(self) -> None:
         """Publish a fresh signed revocation list and keep it fresh."""

@@ -9,6 +9,7 @@
 * :mod:`.certificates`: recorded certificates with their revocation (R-C-3);
 * :mod:`.revocations`: revocations and the signed revocation lists (R-C-4);
 * :mod:`.receipts`: the receipt index (R-C-5);
+* :mod:`.attestation_scope`: what a reward attestation covers, read in one snapshot (R-C-15);
 * :mod:`rewardseal_control.integrity.store` (``revisions``, ``shards``, ``audits``,
   ``decisions``): reward integrity (§12): revisions, signal shards, audits (a state
   machine a runner claims), bundles and decision histories;

@@ -10,6 +10,7 @@ every certificate of its contract or checker configuration (R-C-13); one state.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -25,13 +26,14 @@ from rewardseal_control.store import audit_log, inputs, tables
 from rewardseal_control.store.contracts import require_contract
 from rewardseal_control.store.pagination import Listing, Page, fingerprint
 from rewardseal_control.store.tables import AnyRow
-from rewardseal_server.sqlstore import LostRace, StoreEngine, insert_ignore
+from rewardseal_server.sqlstore import LostRace, StoreEngine, chunks, insert_ignore
 
-__all__ = ["CertificateStore", "StoredCertificate", "record_in"]
+__all__ = ["CertificateStore", "StoredCertificate", "certificates_in", "record_in"]
 
 _certificates = tables.certificates
 _revocations = tables.revocations
 _scopes = tables.revocation_scopes
+_bundles = tables.key_certificates
 _SELECT = select(
     _certificates.c.certificate_id,
     _certificates.c.contract_digest,
@@ -227,6 +229,35 @@ def record_in(
         at=now,
     )
     return _stored_certificate(stored), created
+
+
+def certificates_in(
+    conn: Connection, certificate_ids: Sequence[str]
+) -> dict[str, StoredCertificate]:
+    """The recorded certificates among ``certificate_ids`` inside ``conn``, by id, each with its
+    revocation (by name or by its contract's or checker configuration's entry); ids control
+    did not record are absent."""
+    scopes = _scope_rows(conn)
+    wanted = sorted(set(certificate_ids))
+    found: dict[str, StoredCertificate] = {}
+    for chunk in chunks(wanted):
+        for row in conn.execute(_SELECT.where(_certificates.c.certificate_id.in_(chunk))):
+            stored = _revoked_by_scope(_stored_certificate(row), scopes)
+            found[stored.certificate.certificate_id] = stored
+    # A worker's bundle certificate that no admin accepted is not among control's certificates,
+    # yet receipts may name it (R-C-5): read it from the key's registration.
+    missing = [certificate_id for certificate_id in wanted if certificate_id not in found]
+    for chunk in chunks(missing):
+        bundles = conn.execute(
+            select(_bundles.c.certificate_id, _bundles.c.certificate_digest, _bundles.c.body)
+            .where(_bundles.c.certificate_id.in_(chunk), _bundles.c.body.is_not(None))
+            .order_by(_bundles.c.registered_at, _bundles.c.key_id)
+        )
+        for certificate_id, digest, body in bundles:
+            if certificate_id not in found:
+                stored = StoredCertificate(RewardCertificate.FromString(bytes(body)), digest)
+                found[certificate_id] = _revoked_by_scope(stored, scopes)
+    return found
 
 
 def _stored_certificate(row: AnyRow) -> StoredCertificate:

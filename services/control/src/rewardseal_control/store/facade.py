@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Final
 
 from rewardseal_control import db
+from rewardseal_control.store.attestation_scope import AttestationScopes
 from rewardseal_control.store.audit_log import AuditLogStore
 from rewardseal_control.store.certificates import CertificateStore
 from rewardseal_control.store.contracts import ContractStore
@@ -60,6 +61,7 @@ class ControlStore:
         self.revocations: Final = RevocationStore(self._db)
         self.receipts: Final = ReceiptIndex(self._db)
         self.audit_log: Final = AuditLogStore(self._db)
+        self.attestation_scopes: Final = AttestationScopes(self._db)
         # Reward integrity (docs/spec.md §12). Its aggregates (rewardseal_control.integrity.store)
         # build on this package's tables and inputs, so they are imported here, when a store
         # opens: importing them at the top would make loading one of them first load this

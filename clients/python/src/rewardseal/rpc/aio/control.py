@@ -5,10 +5,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from typing import Any
 
 from rewardseal.rpc.aio.transport import AsyncTransport
-from rewardseal.rpc.control_protocol import ControlProtocol, ReceiptQuery, revoke_scope_request
+from rewardseal.rpc.control_protocol import (
+    AttestationScope,
+    ControlProtocol,
+    ReceiptQuery,
+    revoke_scope_request,
+)
 from rewardseal.v1 import control_service_pb2 as pb
 from rewardseal.v1.certificate_pb2 import IssuerKey, RewardCertificate
 from rewardseal.v1.contract_pb2 import RewardContract
@@ -247,6 +253,22 @@ class AsyncControlClient(AsyncTransport[ControlProtocol]):
         """Per-outcome counts and the certified and unscored shares of one contract."""
         request = pb.GetReceiptSummaryRequest(reward_contract_digest=reward_contract_digest)
         answer: pb.GetReceiptSummaryResponse = await self._call("GetReceiptSummary", request)
+        return answer
+
+    async def attest_checkpoint(
+        self,
+        scope: AttestationScope,
+        subjects: Iterable[Mapping[str, Any]],
+        *,
+        include_receipts: bool = False,
+    ) -> pb.AttestCheckpointResponse:
+        """A reward attestation for the checkpoint whose in-toto ``subjects`` are given
+        (:func:`rewardseal.core.attestation.checkpoint_subjects`), over the receipts ``scope``
+        picks, signed by control's organization key (R-C-15); ``attestation_json`` is the
+        DSSE JSON to write beside the checkpoint. ``include_receipts``: also the receipts in
+        scope, in Merkle leaf order."""
+        request = scope.request(subjects, include_receipts=include_receipts)
+        answer: pb.AttestCheckpointResponse = await self._call("AttestCheckpoint", request)
         return answer
 
     # --- The audit log (admin) ---
