@@ -23,7 +23,12 @@ SRC    += $(HELPDESK)/src
 HAND   := $(SRC) tests tools bench deploy
 
 .PHONY: setup proto proto-check lint test demo up down status bench lock clean
-.PHONY: setup-integrations test-integrations lock-integrations test-compose test-browser
+.PHONY: setup-integrations test-integrations lock-integrations test-compose test-browser doctor
+
+## What this machine lacks, one line each (Python 3.11, PostgreSQL server binaries, grpcurl,
+## Chromium, free disk for .venv-integrations); exit 1 if anything is missing. tools/prereqs.py.
+doctor:
+	@$(PYTHON) tools/prereqs.py
 
 setup: $(STAMP)
 
@@ -68,6 +73,7 @@ test-browser: setup
 			chromium chromium-driver >/dev/null) \
 		|| echo "test-browser: could not install chromium and chromium-driver (apt-get, root)"; \
 	fi
+	@$(PYTHON) tools/prereqs.py chromium || true
 	$(PY) -m pytest tests/browser -p no:cacheprovider
 
 demo: setup
@@ -90,15 +96,22 @@ proof: setup
 
 ## The local stack for interactive use: control, the seeded worker and MockMed as background
 ## processes on free loopback ports (pid files, logs, data and stack.json in .run/). `up` prints
-## how to call them; `down` stops them (data stays in .run/data); see tools/stack.py.
-up: setup
-	$(PY) tools/stack.py up
+## how to call them; `down` stops them (data stays in .run/data); see tools/stack.py. RUN_DIR=DIR
+## keeps a stack elsewhere.
+RUN_DIR ?= .run
 
+up: setup
+	@$(PYTHON) tools/prereqs.py grpcurl || true
+	$(PY) tools/stack.py up --run-dir $(RUN_DIR)
+
+# Nothing up is an answer (exit 0, one line), not a make error; an unhealthy stack exits 1.
 status:
-	$(or $(wildcard $(PY)),$(PYTHON)) tools/stack.py status
+	@if [ -x $(PY) ]; then $(PY) tools/stack.py status --not-up-ok --run-dir $(RUN_DIR); \
+	else echo "the stack is not up ($(VENV) is missing; \`make up\` sets it up and starts it)"; fi
 
 down:
-	$(or $(wildcard $(PY)),$(PYTHON)) tools/stack.py down
+	@if [ -x $(PY) ]; then $(PY) tools/stack.py down --run-dir $(RUN_DIR); \
+	else echo "nothing to stop ($(VENV) is missing, so no stack was started from here)"; fi
 
 ## Benchmarks (not tests): results go to bench/results/*.json; see bench/README.md.
 bench: setup
@@ -126,6 +139,9 @@ ISTAMP := $(IVENV)/.setup-stamp
 IOFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled \
 	TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
 
+# A fresh .venv-integrations measured 2.2 GB; setup stops first, in one line, below this free space.
+INTEGRATIONS_MIN_FREE_GB ?= 3
+
 setup-integrations: $(ISTAMP)
 
 # Clients nobody here wrote, installed without their dependencies (what their code under test
@@ -134,6 +150,7 @@ setup-integrations: $(ISTAMP)
 INODEPS := requirements-integrations-nodeps.in
 
 $(ISTAMP): requirements-integrations.lock $(INODEPS) $(addsuffix /pyproject.toml,$(DISTS))
+	@test -x $(IPY) || $(PYTHON) tools/prereqs.py disk --min-free-gb $(INTEGRATIONS_MIN_FREE_GB)
 	test -x $(IPY) || $(PYTHON) -m venv $(IVENV)
 	$(IPY) -m pip install --quiet --disable-pip-version-check -r requirements-integrations.lock
 	$(IPY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(INODEPS)
