@@ -22,6 +22,7 @@ from rewardseal.trainers.trl.gate import CLASS_NAME, integrity_gate_class
 from rewardseal.trainers.trl.rewards import (
     DEFAULT_MAX_BATCH,
     PAID_SHARE_METRIC,
+    SCORED_SHARE_METRIC,
     UNSCORED_SHARE_METRIC,
     AsyncCertifiedRewardFunction,
     CertifiedRewardFunction,
@@ -37,6 +38,7 @@ __all__ = [
     "EnvironmentReward",
     "IntegrityGate",
     "PAID_SHARE_METRIC",
+    "SCORED_SHARE_METRIC",
     "UNSCORED_SHARE_METRIC",
     "completion_text",
 ]
