@@ -22,8 +22,9 @@ DISTS  += $(HELPDESK)
 SRC    += $(HELPDESK)/src
 HAND   := $(SRC) tests tools bench deploy
 
-.PHONY: setup proto proto-check lint test demo up down status bench lock clean
+.PHONY: setup proto proto-check lint test demo up down status bench lock clean wheels
 .PHONY: setup-integrations test-integrations lock-integrations test-compose test-browser doctor
+.PHONY: test-quickstart
 
 ## What this machine lacks, one line each (Python 3.11, PostgreSQL server binaries, grpcurl,
 ## Chromium, free disk for .venv-integrations); exit 1 if anything is missing. tools/prereqs.py.
@@ -37,6 +38,16 @@ $(STAMP): requirements.lock $(addsuffix /pyproject.toml,$(DISTS))
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation $(addprefix -e ,$(DISTS))
 	touch $@
+
+## The client for a trainer's own environment (docs/trainers.md, "Install the client"): the
+## `rewardseal` wheel (and the kit's) into $(DIST)/, built with .venv's setuptools, no download.
+## `pip install dist/rewardseal-*.whl` brings only its light dependencies (clients/python/pyproject.toml).
+DIST ?= dist
+
+wheels: setup
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		--wheel-dir $(DIST) clients/python $(KIT)
+	@ls $(DIST)/rewardseal-*.whl $(DIST)/rewardseal_kit-*.whl
 
 ## Regenerate the committed stubs in clients/python/src/rewardseal/v1 from proto/.
 proto: setup
@@ -173,3 +184,9 @@ lock-integrations:
 ## and certified, the banner lie WRONG_EFFECT (about 1-2 min; `make test` leaves it out).
 test-compose: setup
 	$(PY) -m pytest tests/compose -p no:cacheprovider
+
+## The README's quickstart as it stands, on a fresh clone of this checkout's HEAD in a temporary
+## directory: its own .venv from requirements.lock, then `make demo` (several minutes; `make test`
+## leaves it out). docs/development.md.
+test-quickstart: setup
+	$(PY) -m pytest tests/quickstart -p no:cacheprovider
