@@ -77,10 +77,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]
         assert run_stack("down", run_dir).returncode == 0
 
 
-def printed_http_example(printed: str) -> list[str]:
-    """The lines of ``up``'s HTTP/JSON block, unindented (comments kept, as a user copies)."""
+def printed_http_example(printed: str, title: str = "HTTP/JSON") -> list[str]:
+    """The lines of ``up``'s block under ``title``, unindented (comments kept, as a user copies)."""
     lines = printed.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("HTTP/JSON"))
+    start = next(i for i, line in enumerate(lines) if line.startswith(title))
     block = []
     for line in lines[start + 1 :]:
         if not line.strip():
@@ -108,6 +108,15 @@ def test_make_up_prints_an_http_example_that_begins_scores_and_is_paid(
     assert scored["receipt"]["reward_outcome"] == "verified", scored
     assert scored["receipt"]["scalar_reward"] == 1.0
     assert scored["rewardseal"]["certified"] is True
+
+
+@pytest.mark.skipif(shutil.which("grpcurl") is None, reason="grpcurl is not installed")
+def test_make_up_prints_grpc_examples_that_run(stack: tuple[Path, str]) -> None:
+    home, printed = stack
+    text = "\n".join(printed_http_example(printed, "gRPC (grpcurl"))
+    assert text.index("BeginEpisode") < text.index("/api/encounters") < text.index("ScoreEpisode")
+    done = bash(text, home)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def hand_block() -> str:
