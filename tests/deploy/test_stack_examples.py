@@ -166,6 +166,7 @@ def make(*args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MAKE")},
     )
 
 

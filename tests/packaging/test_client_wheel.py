@@ -67,7 +67,11 @@ pytestmark = pytest.mark.slow
 
 
 def run(*command: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "PYTHONHOME"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"PYTHONPATH", "PYTHONHOME"} and not k.startswith("MAKE")
+    }
     return subprocess.run(
         [str(part) for part in command],
         capture_output=True,

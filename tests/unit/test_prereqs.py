@@ -25,7 +25,8 @@ def make(path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
         timeout=120,
-        env={**os.environ, "PATH": str(path)},
+        # Not the calling make's MAKEFLAGS/MAKELEVEL (`make test` runs this).
+        env={**{k: v for k, v in os.environ.items() if k[:4] != "MAKE"}, "PATH": str(path)},
     )
 
 
