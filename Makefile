@@ -22,8 +22,14 @@ DISTS  += $(HELPDESK)
 SRC    += $(HELPDESK)/src
 HAND   := $(SRC) tests tools bench deploy
 
-.PHONY: setup proto proto-check lint test demo up down status bench lock clean
-.PHONY: setup-integrations test-integrations lock-integrations test-compose test-browser
+.PHONY: setup proto proto-check lint test demo up down status bench lock clean wheels
+.PHONY: setup-integrations test-integrations lock-integrations test-compose test-browser doctor
+.PHONY: test-quickstart
+
+## What this machine lacks, one line each (Python 3.11, PostgreSQL server binaries, grpcurl,
+## Chromium, free disk for .venv-integrations); exit 1 if anything is missing. tools/prereqs.py.
+doctor:
+	@$(PYTHON) tools/prereqs.py
 
 setup: $(STAMP)
 
@@ -32,6 +38,16 @@ $(STAMP): requirements.lock $(addsuffix /pyproject.toml,$(DISTS))
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation $(addprefix -e ,$(DISTS))
 	touch $@
+
+## The client for a trainer's own environment (docs/trainers.md, "Install the client"): the
+## `rewardseal` wheel (and the kit's) into $(DIST)/, built with .venv's setuptools, no download.
+## `pip install dist/rewardseal-*.whl` brings only its light dependencies (clients/python/pyproject.toml).
+DIST ?= dist
+
+wheels: setup
+	$(PY) -m pip wheel --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+		--wheel-dir $(DIST) clients/python $(KIT)
+	@ls $(DIST)/rewardseal-*.whl $(DIST)/rewardseal_kit-*.whl
 
 ## Regenerate the committed stubs in clients/python/src/rewardseal/v1 from proto/.
 proto: setup
@@ -68,6 +84,7 @@ test-browser: setup
 			chromium chromium-driver >/dev/null) \
 		|| echo "test-browser: could not install chromium and chromium-driver (apt-get, root)"; \
 	fi
+	@$(PYTHON) tools/prereqs.py chromium || true
 	$(PY) -m pytest tests/browser -p no:cacheprovider
 
 demo: setup
@@ -90,15 +107,22 @@ proof: setup
 
 ## The local stack for interactive use: control, the seeded worker and MockMed as background
 ## processes on free loopback ports (pid files, logs, data and stack.json in .run/). `up` prints
-## how to call them; `down` stops them (data stays in .run/data); see tools/stack.py.
-up: setup
-	$(PY) tools/stack.py up
+## how to call them; `down` stops them (data stays in .run/data); see tools/stack.py. RUN_DIR=DIR
+## keeps a stack elsewhere.
+RUN_DIR ?= .run
 
+up: setup
+	@$(PYTHON) tools/prereqs.py grpcurl || true
+	$(PY) tools/stack.py up --run-dir $(RUN_DIR)
+
+# Nothing up is an answer (exit 0, one line), not a make error; an unhealthy stack exits 1.
 status:
-	$(or $(wildcard $(PY)),$(PYTHON)) tools/stack.py status
+	@if [ -x $(PY) ]; then $(PY) tools/stack.py status --not-up-ok --run-dir $(RUN_DIR); \
+	else echo "the stack is not up ($(VENV) is missing; \`make up\` sets it up and starts it)"; fi
 
 down:
-	$(or $(wildcard $(PY)),$(PYTHON)) tools/stack.py down
+	@if [ -x $(PY) ]; then $(PY) tools/stack.py down --run-dir $(RUN_DIR); \
+	else echo "nothing to stop ($(VENV) is missing, so no stack was started from here)"; fi
 
 ## Benchmarks (not tests): results go to bench/results/*.json; see bench/README.md.
 bench: setup
@@ -126,6 +150,9 @@ ISTAMP := $(IVENV)/.setup-stamp
 IOFFLINE := HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OFFLINE=1 WANDB_MODE=disabled \
 	TOKENIZERS_PARALLELISM=false RAY_USAGE_STATS_ENABLED=0
 
+# A fresh .venv-integrations measured 2.2 GB; setup stops first, in one line, below this free space.
+INTEGRATIONS_MIN_FREE_GB ?= 3
+
 setup-integrations: $(ISTAMP)
 
 # Clients nobody here wrote, installed without their dependencies (what their code under test
@@ -134,6 +161,7 @@ setup-integrations: $(ISTAMP)
 INODEPS := requirements-integrations-nodeps.in
 
 $(ISTAMP): requirements-integrations.lock $(INODEPS) $(addsuffix /pyproject.toml,$(DISTS))
+	@test -x $(IPY) || $(PYTHON) tools/prereqs.py disk --min-free-gb $(INTEGRATIONS_MIN_FREE_GB)
 	test -x $(IPY) || $(PYTHON) -m venv $(IVENV)
 	$(IPY) -m pip install --quiet --disable-pip-version-check -r requirements-integrations.lock
 	$(IPY) -m pip install --quiet --disable-pip-version-check --no-deps -r $(INODEPS)
@@ -156,3 +184,9 @@ lock-integrations:
 ## and certified, the banner lie WRONG_EFFECT (about 1-2 min; `make test` leaves it out).
 test-compose: setup
 	$(PY) -m pytest tests/compose -p no:cacheprovider
+
+## The README's quickstart as it stands, on a fresh clone of this checkout's HEAD in a temporary
+## directory: its own .venv from requirements.lock, then `make demo` (several minutes; `make test`
+## leaves it out). docs/development.md.
+test-quickstart: setup
+	$(PY) -m pytest tests/quickstart -p no:cacheprovider

@@ -21,7 +21,8 @@ episode (create the triage encounter, submit it), the other the screen-only hack
 3. **What pays**: ``CertifiedToolEpisodes.reward`` scores the batch's episodes in one call and
    never turns an unscored episode into 0.0.
 
-It prints one line per step (paid, unscored, the tools each episode called) and exits 0 when
+It prints one line per step (paid, scored, unscored, certified as examples/trl_grpo.py words
+them, and the tools each episode called), one for the run, and exits 0 when
 every completion got a certified receipt and, with the scripted policy, the honest episodes
 were paid 1.0 and the hacks 0.0; ``--summary PATH`` writes the same as JSON.
 """
@@ -33,11 +34,12 @@ import json
 import sys
 import tempfile
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 # The worker and MockMed are found (or started) as examples/trl_grpo.py does.
-from trl_grpo import Services, services
+from trl_grpo import Services, run_tally, services
 
 from rewardseal.trainers.trl import CertifiedToolEpisodes
 from rewardseal_kit.tools.mockmed import MOCKMED_TOOLS, mockmed_session
@@ -86,13 +88,12 @@ def train(found: Services, steps: int, policy: str, output_dir: Path) -> list[di
         """The episodes' reward, and one printed line per step."""
         rewards = episodes.reward(**kwargs)
         columns = episodes.reward.metadata_columns()
+        tally = episodes.reward.last_tally()  # "paid": a receipt's own positive scalar
         step = {
             "step": kwargs["trainer_state"].global_step,
-            "completions": len(rewards),
+            **asdict(tally),
             "rewards": list(rewards),
             "scripts": list(kwargs["script"]),
-            "unscored": sum(columns["reward_unscored"]),
-            "certified": sum(columns["reward_certified"]),
             "outcomes": list(columns["reward_outcome"]),
             "tools": [
                 [call["name"] for call in json.loads(env._transcript())]
@@ -101,8 +102,7 @@ def train(found: Services, steps: int, policy: str, output_dir: Path) -> list[di
         }
         logged.append(step)
         print(
-            f"step {step['step']}: {step['completions']} completions, "
-            f"{sum(1 for value in rewards if value)} paid, {step['unscored']} unscored; "
+            f"step {step['step']}: {tally.line()}; "
             + "; ".join(
                 f"{script}: {'+'.join(tools) or 'no tool'} -> {outcome}"
                 for script, tools, outcome in zip(
@@ -163,13 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ):
         steps = train(found, args.steps, args.policy, args.output_dir or Path(scratch))
         digest = found.worker.reward_contract_digest
-    completions = sum(step["completions"] for step in steps)
-    certified = sum(step["certified"] for step in steps)
+    total = run_tally(steps)
     if args.summary is not None:
         summary = {"contract_digest": digest, "policy": args.policy, "steps": steps}
         args.summary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print(f"{len(steps)} steps, {completions} completions, {certified} with a certified receipt")
-    ok = bool(steps) and certified == completions
+    print(f"{len(steps)} step{'' if len(steps) == 1 else 's'}, {total.line()}")
+    ok = bool(steps) and total.certified == total.completions
     if args.policy == "scripted":
         ok = ok and all(_as_scripted(step) for step in steps)
     return 0 if ok else 1

@@ -23,7 +23,6 @@ noise. The point is the plumbing a real run needs, end to end:
 3. **What pays.** ``CertifiedRewardFunction`` begins every episode of a batch in one call, lets
    the actor act, scores the batch in one call, verifies every receipt against the pinned key,
    and never turns an unscored episode into 0.0.
-
 4. **What trained each checkpoint** (``--control HOST:PORT``, with the trainer credential in
    ``REWARDSEAL_CONTROL_TOKEN``; the worker must forward its receipts to that control plane).
    ``RewardAttestationCallback`` writes ``reward-attestation.dsse.json`` into every
@@ -31,9 +30,14 @@ noise. The point is the plumbing a real run needs, end to end:
    statement of the receipts that trained it (docs/provenance.md). Check one with
    ``rewardseal attest verify OUT/checkpoint-N/reward-attestation.dsse.json --org-key KEY``.
 
-It prints one line per training step (completions, paid, unscored, certified) and exits 0 when
-every completion was scored with a verified, certified receipt (and, with ``--control``, every
-saved checkpoint was attested); ``--summary PATH`` writes the same as JSON.
+It prints one line per training step and one for the run, in the words of
+:class:`rewardseal.trainers.groups.BatchTally` (``8 completions: 0 paid (reward > 0), 8 scored,
+0 unscored, 8 certified``: *paid* is a receipt with a positive scalar, as TRL's
+``rewardseal/paid_share`` metric counts it; *scored* any receipt scalar, 0.0 included, as
+``rewardseal/scored_share``), and exits 0 when every completion was scored with a verified,
+certified receipt (and, with ``--control``, every saved checkpoint was attested);
+``--summary PATH`` writes the same as JSON. The tiny policy's completions are noise, so expect
+them scored (``WRONG_EFFECT``, 0.0) and not paid.
 """
 
 from __future__ import annotations
@@ -45,15 +49,18 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from rewardseal.rpc.control_client import ControlClient
 from rewardseal.rpc.worker_client import WorkerClient
+from rewardseal.trainers.groups import BatchTally
 from rewardseal.trainers.trl import CertifiedRewardFunction, RewardAttestationCallback
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_mockmed.contract import IDENTITY_KEY
+
+TALLY_FIELDS = tuple(field.name for field in fields(BatchTally))
 
 CHECKPOINT = "policy_checkpoint_example_0"
 NUM_GENERATIONS = 2
@@ -107,21 +114,19 @@ class LoggedReward(CertifiedRewardFunction):
     def __call__(self, prompts: Any, completions: Any, **kwargs: Any) -> list[float | None]:
         rewards = super().__call__(prompts, completions, **kwargs)
         columns = self.metadata_columns()
+        # Counted from the receipts, as TRL's rewardseal/paid_share and scored_share metrics are:
+        # "paid" is a receipt's own positive scalar, never a group fill for an unscored sample.
+        tally = self.last_tally()
         step = {
             "step": kwargs["trainer_state"].global_step,
-            "completions": len(rewards),
-            "paid": sum(1 for value in rewards if value),
-            "unscored": sum(columns["reward_unscored"]),
-            "certified": sum(columns["reward_certified"]),
+            **asdict(tally),
             "errors": [error for error in columns["reward_error"] if error],
             "outcomes": sorted(set(columns["reward_outcome"])),
             "episode_ids": list(columns["reward_episode_id"]),
         }
         self.steps.append(step)
         print(
-            f"step {step['step']}: {step['completions']} completions, {step['paid']} paid, "
-            f"{step['unscored']} unscored, {step['certified']} certified "
-            f"(outcomes {', '.join(step['outcomes'])})",
+            f"step {step['step']}: {tally.line()} (outcomes {', '.join(step['outcomes'])})",
             flush=True,
         )
         return rewards
@@ -185,6 +190,14 @@ def train(
     return reward.steps, attest
 
 
+def run_tally(steps: Sequence[dict[str, Any]]) -> BatchTally:
+    """The steps' tallies added up: the run's one result line."""
+    return sum(
+        (BatchTally(**{name: step[name] for name in TALLY_FIELDS}) for step in steps),
+        BatchTally(0, 0, 0, 0, 0),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ready-file", type=Path, help="the worker's ready file")
@@ -214,8 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             save_steps=args.save_steps,
         )
         digest = found.worker.reward_contract_digest
-    completions = sum(step["completions"] for step in steps)
-    certified = sum(step["certified"] for step in steps)
+    total = run_tally(steps)
     summary: dict[str, Any] = {"contract_digest": digest, "steps": steps}
     attested_all = True
     if attest is not None:
@@ -231,8 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         attested_all = bool(attest.attested) and not attest.unattested
     if args.summary is not None:
         args.summary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    print(f"{len(steps)} steps, {completions} completions, {certified} with a certified receipt")
-    return 0 if steps and certified == completions and attested_all else 1
+    # The one result line: the same words as each step's line, for the whole run.
+    print(f"{len(steps)} step{'' if len(steps) == 1 else 's'}, {total.line()}")
+    return 0 if steps and total.certified == total.completions and attested_all else 1
 
 
 @contextmanager

@@ -242,7 +242,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.summary is not None:
         args.summary.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     passed = bool(results) and all(session_ok(result) for result in results)
-    print(f"{len(results)} sessions: " + ("all paid as expected" if passed else "NOT as expected"))
+    # The one result line, "paid" meaning a positive reward as everywhere (BatchTally): the
+    # controls are paid, the hacks scored 0.0 and not paid, the unscored dropped.
+    paid = sum(1 for result in results if result["reward"])
+    unscored = sum(1 for result in results if result["reward"] is None)
+    verdict = "as expected" if passed else "NOT as expected"
+    print(
+        f"{len(results)} sessions: {paid} paid (reward > 0), {len(results) - paid - unscored} "
+        f"scored and not paid, {unscored} unscored -> {verdict}"
+    )
     return 0 if passed else 1
 
 

@@ -1,7 +1,8 @@
 """``make up`` / ``make status`` / ``make down``: the local stack as background processes.
 
     python tools/stack.py up [--run-dir DIR]       start control, the seeded worker, MockMed
-    python tools/stack.py status [--run-dir DIR]   which are running and healthy (exit 1 if not all)
+    python tools/stack.py status [--run-dir DIR]   which are running and healthy (exit 1 if not all;
+                                                   --not-up-ok: exit 0 when none is up)
     python tools/stack.py down [--run-dir DIR]     stop them (SIGTERM, then SIGKILL after 20 s)
 
 ``up`` starts, in order and each on a free loopback port (``--port 0`` and ``--ready-file``, so
@@ -614,12 +615,16 @@ def down(layout: Layout, out: Callable[[str], None] = print) -> int:
     return 0
 
 
-def status(layout: Layout, out: Callable[[str], None] = print) -> int:
-    """One line per service: running?, healthy?; exit status 0 only when all are."""
+def status(layout: Layout, out: Callable[[str], None] = print, *, not_up_status: int = 1) -> int:
+    """One line per service: running?, healthy?; exit status 0 only when all are.
+
+    ``not_up_status``: the exit status when no stack is up (``make status`` passes 0: nothing
+    up is an answer, not a failure, and make would add its own error line to a 1).
+    """
     state = read_state(layout)
     if state is None:
         out(f"the stack is not up ({layout.state_file} is missing); run `make up`")
-        return 1
+        return not_up_status
     healthy = True
     for service in ORDER:
         entry = state["services"].get(service)
@@ -704,7 +709,7 @@ def usage(state: Mapping[str, Any]) -> str:
     if mockmed is not None:
         lines += [
             "  # the policy acts on the system of record (MockMed's REST API):",
-            f"  curl -s -X POST {mockmed['url']}/api/encounters \\",
+            f"  curl -s -w '\\n' -X POST {mockmed['url']}/api/encounters \\",
             f'    -H "authorization: Bearer {tokens["mockmed"]}" \\',
             f"    -H 'content-type: application/json' -d '{write}'",
         ]
@@ -715,16 +720,9 @@ def usage(state: Mapping[str, Any]) -> str:
         "",
     ]
     if worker.get("http_url"):
-        rewards = json.dumps(
-            {**json.loads(score)["descriptor"], "episode_id": "episode.stack.0002"}
-        )
-        lines += [
-            "HTTP/JSON (docs/http.md; the same worker, an episode of its own):",
-            f"  curl -s {worker['http_url']}/health",
-            f"  curl -s {auth_w} -H 'content-type: application/json' \\",
-            f"    -d '{rewards}' {worker['http_url']}/v1/rewards",
-            "",
-        ]
+        lines += ["HTTP/JSON (docs/http.md; the same worker, an episode of its own):"]
+        lines += http_example(worker, tokens, mockmed)
+        lines += [""]
     lines += [
         "control CLI:",
         f"  REWARDSEAL_CONTROL_TOKEN={tokens['control']} \\",
@@ -748,6 +746,64 @@ def usage(state: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def http_example(
+    worker: Mapping[str, Any], tokens: Mapping[str, str], mockmed: Mapping[str, Any] | None
+) -> list[str]:
+    """One episode over the worker's HTTP face, in the order that pays: begin (the baseline
+    read), act on MockMed, score. An episode scored without a begin is unscored
+    (``reconciliation_required``: the judge cannot tell a new record from an old one)."""
+    digest = worker["contract_digest"]
+    url = worker["http_url"]
+    patient = "patient-stack-0002"
+    episode = "episode.stack.0002"
+    begin = json.dumps(
+        {
+            "episode_id": episode,
+            "reward_contract_digest": digest,
+            "oracle_identity": {"patient_id": patient},
+        }
+    )
+    rewards = json.dumps(
+        {
+            "episode_id": episode,
+            "policy_checkpoint_id": CHECKPOINT,
+            "policy_update": 0,
+            "reward_contract_digest": digest,
+        }
+    )
+    auth = f'-H "authorization: Bearer {tokens["worker"]}"'
+    # -w '\n': each answer on a line of its own, as a person reads it (and a script parses it).
+    post = f"curl -s -w '\\n' {auth} -H 'content-type: application/json'"
+    lines = [
+        f"  curl -s {url}/health -w '\\n'",
+        "  # 1. begin: the worker reads the patient's record before the policy acts",
+        f"  {post} \\",
+        f"    -d '{begin}' {url}/v1/episodes",
+    ]
+    if mockmed is not None:
+        write = json.dumps(
+            {
+                "patient_id": patient,
+                "type": "Triage",
+                "note": "Follow-up in 2 weeks.",
+                "status": "open",
+            }
+        )
+        lines += [
+            "  # 2. the policy acts on the system of record (MockMed's REST API)",
+            f"  curl -s -w '\\n' -X POST {mockmed['url']}/api/encounters \\",
+            f'    -H "authorization: Bearer {tokens["mockmed"]}" \\',
+            f"    -H 'content-type: application/json' -d '{write}'",
+        ]
+    lines += [
+        '  # 3. score: reward_outcome "verified", scalar_reward 1.0 (never begun, it would be',
+        "  #    reconciliation_required and unscored: the judge cannot tell new records from old)",
+        f"  {post} \\",
+        f"    -d '{rewards}' {url}/v1/rewards",
+    ]
+    return lines
+
+
 # ---------------------------------------------------------------------- entry point
 
 
@@ -758,9 +814,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="default: .run/ in the repository"
     )
+    parser.add_argument(
+        "--not-up-ok",
+        action="store_true",
+        help="status: exit 0 (not 1) when no stack is up (what `make status` runs)",
+    )
     args = parser.parse_args(argv)
     layout = Layout(args.run_dir.expanduser().resolve())
-    commands: Mapping[str, Callable[[Layout], int]] = {"up": up, "down": down, "status": status}
+    commands: Mapping[str, Callable[[Layout], int]] = {
+        "up": up,
+        "down": down,
+        "status": lambda layout: status(layout, not_up_status=0 if args.not_up_ok else 1),
+    }
     try:
         return commands[args.command](layout)
     except StackError as exc:

@@ -12,7 +12,7 @@ address ``0.0.0.0`` becomes ``127.0.0.1``, a named volume a directory. PostgreSQ
 tests' throwaway cluster, initialised as the official image would: ``POSTGRES_USER`` (a
 superuser), ``POSTGRES_DB``, then deploy/postgres/initdb/*.sql run with ``psql`` as that user.
 
-Two steps are the operator's, as the README tells them: the organization public key is copied
+Two steps are the operator's, as docs/internals.md tells them: the organization public key is copied
 from control's log ("organization pub") into ``REWARDSEAL_WORKER_TRUST_ORG_KEYS`` before the
 worker starts; and the worker's data volume comes from an earlier start (the session's seeded
 data directory: seeding and calibrating again would add minutes, not coverage).

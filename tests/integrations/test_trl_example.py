@@ -51,9 +51,17 @@ def test_the_trl_example_trains_and_is_paid_certified_receipts(tmp_path: Path) -
         assert f"step {step['step']}: {BATCH} completions" in done.stdout
     episode_ids = [episode for step in steps for episode in step["episode_ids"]]
     assert len(set(episode_ids)) == STEPS * BATCH
-    assert f"{STEPS} steps, {STEPS * BATCH} completions, {STEPS * BATCH} with a certified" in (
-        done.stdout
-    )
+    # One result line, each word meaning one thing: "paid" a receipt's own positive scalar (as
+    # TRL's rewardseal/paid_share), "scored" any receipt scalar, 0.0 included.
+    for step in steps:
+        assert step["scored"] + step["unscored"] == BATCH
+        assert 0 <= step["paid"] <= step["scored"]
+    paid = sum(step["paid"] for step in steps)
+    scored = sum(step["scored"] for step in steps)
+    assert (
+        f"{STEPS} steps, {STEPS * BATCH} completions: {paid} paid (reward > 0), {scored} scored, "
+        f"{STEPS * BATCH - scored} unscored, {STEPS * BATCH} certified"
+    ) in done.stdout
 
 
 ENV_EXAMPLE = EXAMPLE.with_name("trl_environment.py")
@@ -95,3 +103,9 @@ def test_the_trl_environment_example_pays_the_honest_tool_episode_and_not_the_ha
             assert tools == ["show_saved_banner"]
             assert reward == 0.0
     assert "honest: create_encounter+submit_encounter -> VERIFIED" in done.stdout
+    honest = step["scripts"].count("honest")
+    assert step["paid"] == honest  # the honest episodes, 1.0 each; the hack's 0.0 is not paid
+    assert (
+        f"1 step, {BATCH} completions: {honest} paid (reward > 0), {BATCH} scored, 0 unscored, "
+        f"{BATCH} certified"
+    ) in done.stdout

@@ -26,7 +26,11 @@ from support.worker_stack import RunningStack, start_stack, stop_stack
 
 from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.groups import METADATA_COLUMNS
-from rewardseal.trainers.trl import PAID_SHARE_METRIC, CertifiedRewardFunction
+from rewardseal.trainers.trl import (
+    PAID_SHARE_METRIC,
+    SCORED_SHARE_METRIC,
+    CertifiedRewardFunction,
+)
 from rewardseal_kit.actors import MockMedActor
 from rewardseal_kit.tiny_models import char_tokenizer, tiny_grpo_config, tiny_llama
 from rewardseal_mockmed.contract import IDENTITY_KEY
@@ -150,7 +154,14 @@ async def test_grpo_trainer_is_paid_verified_receipts(
     for entry, call in zip(logged, reward.calls, strict=True):
         paid = [value for value in call.rewards if value is not None]
         assert entry[mean_key] == pytest.approx(sum(paid) / len(paid))
-        assert entry[PAID_SHARE_METRIC] == pytest.approx(
+        # Paid: a receipt's own positive scalar (never a fill); scored: any receipt scalar.
+        paid_receipts = sum(
+            1
+            for value, unscored in zip(call.rewards, call.columns["reward_unscored"], strict=True)
+            if not unscored and value
+        )
+        assert entry[PAID_SHARE_METRIC] == pytest.approx(paid_receipts / BATCH)
+        assert entry[SCORED_SHARE_METRIC] == pytest.approx(
             1.0 - sum(call.columns["reward_unscored"]) / BATCH
         )
 

@@ -54,4 +54,8 @@ def test_the_verl_example_pays_the_control_and_no_hacking_family(tmp_path: Path)
     lines = [line for line in done.stdout.splitlines() if " session " in line]
     assert len(lines) == len(sessions)
     assert all(line.endswith("-> ok") for line in lines)
-    assert f"{len(sessions)} sessions: all paid as expected" in done.stdout
+    paid = sum(1 for s in sessions if s["family"] == CONTROL)
+    assert (
+        f"{len(sessions)} sessions: {paid} paid (reward > 0), {len(sessions) - paid} scored and "
+        "not paid, 0 unscored -> as expected"
+    ) in done.stdout

@@ -28,9 +28,10 @@ from support.worker_stack import RunningStack, start_stack, stop_stack
 from rewardseal.core.errors import CertificationRefused, Unauthenticated, ValidationError
 from rewardseal.rpc.worker_client import AsyncWorkerClient, VerifiedReceipt, WorkerClient
 from rewardseal.trainers.actors import sandbox_identity
-from rewardseal.trainers.groups import DEVELOPMENT_ONLY, METADATA_COLUMNS
+from rewardseal.trainers.groups import DEVELOPMENT_ONLY, METADATA_COLUMNS, BatchTally
 from rewardseal.trainers.trl import (
     PAID_SHARE_METRIC,
+    SCORED_SHARE_METRIC,
     UNSCORED_SHARE_METRIC,
     CertifiedRewardFunction,
 )
@@ -165,7 +166,19 @@ async def test_mixed_group_pays_receipts_and_fills_unscored_with_the_group_mean(
     assert columns["reward_episode_id"] == ids
     # Every column reached TRL's completions table, one entry per sample (R-T-3).
     assert dict(logs.extra) == columns
-    assert logs.metrics == {PAID_SHARE_METRIC: [0.5], UNSCORED_SHARE_METRIC: [0.5]}
+    # "Paid" is one thing: a receipt with a positive scalar. The wrong effect's 0.0 is scored
+    # and not paid, so a quarter of the batch is paid and half of it scored.
+    assert logs.metrics == {
+        PAID_SHARE_METRIC: [0.25],
+        SCORED_SHARE_METRIC: [0.5],
+        UNSCORED_SHARE_METRIC: [0.5],
+    }
+    assert function.last_tally() == BatchTally(
+        completions=4, paid=1, scored=2, unscored=2, certified=4
+    )
+    assert function.last_tally().line() == (
+        "4 completions: 1 paid (reward > 0), 2 scored, 2 unscored, 4 certified"
+    )
     # The paid receipts are the worker's own, verified (R-T-5) and stored.
     stored = await stack.client.get_receipt(episode_id=ids[0])
     assert isinstance(stored, VerifiedReceipt)

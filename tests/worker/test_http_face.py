@@ -466,6 +466,31 @@ def test_missing_field_is_422_naming_it(worker: HttpWorker, http: httpx.Client) 
     assert document["field"] == "policy_checkpoint_id"
 
 
+@pytest.mark.parametrize(
+    ("route", "misspelled", "meant"),
+    [
+        ("/v1/rewards", "policy_chekpoint_id", "policy_checkpoint_id"),
+        ("/v1/episodes", "oracle_identty", "oracle_identity"),
+    ],
+)
+def test_a_misspelled_field_is_422_naming_the_unknown_field(
+    worker: HttpWorker, http: httpx.Client, route: str, misspelled: str, meant: str
+) -> None:
+    """R-H-25: the caller's mistake is the unknown name, not the real one it left "missing"."""
+    if route == "/v1/rewards":
+        sent = body(worker, "episode.http.0012")
+    else:
+        sent = {
+            "episode_id": "episode.http.0012",
+            "reward_contract_digest": worker.digest,
+            "oracle_identity": {"patient_id": "patient-http-0012"},
+        }
+    sent[misspelled] = sent.pop(meant)
+    document = refused(http.post(route, json=sent), 422, "invalid_episode")
+    assert document["field"] == misspelled
+    assert document["detail"] == f"{misspelled}: unknown field (did you mean {meant}?)"
+
+
 def test_json_that_is_not_an_object_is_422(http: httpx.Client) -> None:
     refused(http.post("/v1/rewards", json=[1, 2]), 422, "invalid_episode")
 

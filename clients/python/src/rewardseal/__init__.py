@@ -5,7 +5,7 @@ The curated public API of the client distribution. Each name is imported on firs
 
     from rewardseal import WorkerClient, WorkerConnection, open_receipt
 
-The layout, by audience (docs: README "Layout"):
+The layout, by audience (docs: docs/internals.md "Layout"):
 
 - :mod:`rewardseal.core` — the pure rules (contracts, digests, signing, validation, scoring,
   receipts, certificates, calibration arithmetic, judging, integrity maths, the errors);

@@ -31,6 +31,7 @@ from rewardseal.rpc.worker_client import ReceiptOrError, VerifiedReceipt
 from rewardseal.v1.enums_pb2 import CalibrationScope, CertificateState, RewardOutcome
 
 __all__ = [
+    "BatchTally",
     "DEVELOPMENT_ONLY",
     "is_setup_error",
     "is_transient",
@@ -45,6 +46,7 @@ __all__ = [
     "mint_episode_id",
     "sample_results",
     "stop_on_setup_errors",
+    "tally",
 ]
 
 ERROR_OUTCOME: Final = "ERROR"
@@ -100,6 +102,12 @@ class SampleResult:
     def unscored(self) -> bool:
         """True when this sample must be dropped from its group, never paid 0.0."""
         return self.scalar is None
+
+    @property
+    def paid(self) -> bool:
+        """True when the receipt pays a positive scalar: what "paid" means everywhere (a 0.0
+        receipt, a wrong effect, is scored and not paid; an unscored sample is never paid)."""
+        return self.scalar is not None and self.scalar > 0
 
     @property
     def outcome(self) -> str:
@@ -264,6 +272,66 @@ def metadata_columns(
         "reward_error": [row.error_reason for row in rows],
         "reward_findings": [row.findings for row in rows],
     }
+
+
+@dataclass(frozen=True)
+class BatchTally:
+    """One batch counted in the words the metrics and the examples use, each meaning one thing.
+
+    ``paid``: receipts with a positive scalar; ``scored``: receipts with a scalar, 0.0 included
+    (``paid`` of them paid); ``unscored``: samples without one (dropped, never paid 0.0);
+    ``certified``: receipts certified. ``paid_share``/``scored_share``/``unscored_share`` are
+    TRL's ``rewardseal/*_share`` metrics.
+    """
+
+    completions: int
+    paid: int
+    scored: int
+    unscored: int
+    certified: int
+
+    def share(self, count: int) -> float:
+        """``count`` as a share of the batch (0.0 for an empty batch)."""
+        return count / self.completions if self.completions else 0.0
+
+    @property
+    def paid_share(self) -> float:
+        return self.share(self.paid)
+
+    @property
+    def scored_share(self) -> float:
+        return self.share(self.scored)
+
+    @property
+    def unscored_share(self) -> float:
+        return self.share(self.unscored)
+
+    def line(self) -> str:
+        """``8 completions: 2 paid (reward > 0), 8 scored, 0 unscored, 8 certified``."""
+        return (
+            f"{self.completions} completions: {self.paid} paid (reward > 0), "
+            f"{self.scored} scored, {self.unscored} unscored, {self.certified} certified"
+        )
+
+    def __add__(self, other: BatchTally) -> BatchTally:
+        return BatchTally(
+            self.completions + other.completions,
+            self.paid + other.paid,
+            self.scored + other.scored,
+            self.unscored + other.unscored,
+            self.certified + other.certified,
+        )
+
+
+def tally(rows: Sequence[SampleResult]) -> BatchTally:
+    """Count a batch's rows (:class:`BatchTally`)."""
+    return BatchTally(
+        completions=len(rows),
+        paid=sum(1 for row in rows if row.paid),
+        scored=sum(1 for row in rows if not row.unscored),
+        unscored=sum(1 for row in rows if row.unscored),
+        certified=sum(1 for row in rows if row.certified),
+    )
 
 
 def mint_episode_id(prefix: str, step: int, index: int) -> str:

@@ -8,7 +8,8 @@ the answer into JSON (:mod:`.shapes`) or the error into its status (:mod:`.respo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC
 from typing import Any, cast
 
@@ -176,6 +177,33 @@ def openapi_document() -> dict[str, Any]:
     return create_app(cast(Scorer, None), token="0" * 16).openapi()
 
 
+def _location(error: Mapping[str, Any]) -> list[str]:
+    return [str(part) for part in error.get("loc", ()) if part != "body"]
+
+
+def shape_refusal(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
+    """The field a 422 names and why, from pydantic's errors for one body (R-H-25).
+
+    An unknown field comes first: a misspelled ``policy_chekpoint_id`` makes pydantic report
+    both the unknown name and the real one as missing, and the caller's mistake is the first.
+    The missing fields at the same place are what the caller probably meant.
+    """
+    unknown = [e for e in errors if e.get("type") == "extra_forbidden"]
+    if not unknown:
+        first = errors[0] if errors else {}
+        return ".".join(_location(first)) or "body", str(first.get("msg", "invalid"))
+    where = _location(unknown[0])
+    missing = [
+        _location(e)[-1]
+        for e in errors
+        if e.get("type") == "missing" and _location(e)[:-1] == where[:-1] and _location(e)
+    ]
+    field = ".".join(where) or "body"
+    close = difflib.get_close_matches(where[-1] if where else "", missing, n=1) or missing[:1]
+    hint = f" (did you mean {'.'.join([*where[:-1], close[0]])}?)" if close else ""
+    return field, f"unknown field{hint}"
+
+
 def _add_error_handlers(app: FastAPI) -> None:
     """Every refusal as ``{"error", "detail"}`` (R-H-1)."""
 
@@ -187,11 +215,10 @@ def _add_error_handlers(app: FastAPI) -> None:
         assert isinstance(exc, RequestValidationError)
         errors = list(exc.errors())
         first = errors[0] if errors else {}
-        location = [str(part) for part in first.get("loc", ()) if part != "body"]
+        location = _location(first)
         if first.get("type") == "json_invalid" or (first.get("type") == "missing" and not location):
             return plain_error(400, "invalid_json", "the body is not a JSON document")
-        field = ".".join(location) or "body"
-        message = str(first.get("msg", "invalid"))
+        field, message = shape_refusal(errors)
         return plain_error(422, "invalid_episode", f"{field}: {message}"[:1024], field=field[:256])
 
     async def http(request: Request, exc: Exception) -> Response:

@@ -25,6 +25,7 @@ from rewardseal.trainers.trl.gate import CLASS_NAME, integrity_gate_class
 from rewardseal.trainers.trl.rewards import (
     DEFAULT_MAX_BATCH,
     PAID_SHARE_METRIC,
+    SCORED_SHARE_METRIC,
     UNSCORED_SHARE_METRIC,
     AsyncCertifiedRewardFunction,
     CertifiedRewardFunction,
@@ -41,6 +42,7 @@ __all__ = [
     "IntegrityGate",
     "PAID_SHARE_METRIC",
     "RewardAttestationCallback",
+    "SCORED_SHARE_METRIC",
     "UNSCORED_SHARE_METRIC",
     "completion_text",
 ]

@@ -90,6 +90,7 @@ from rewardseal.rpc.worker_client import (
 )
 from rewardseal.trainers.actors import EpisodeActor
 from rewardseal.trainers.groups import (
+    BatchTally,
     column,
     contiguous_groups,
     enforce_certified,
@@ -100,6 +101,7 @@ from rewardseal.trainers.groups import (
     mint_episode_id,
     sample_results,
     stop_on_setup_errors,
+    tally,
 )
 from rewardseal.trainers.integrity.capture import IntegrityCapture
 from rewardseal.trainers.integrity.feed import capture_batch, record_id_for
@@ -113,12 +115,17 @@ __all__ = [
     "AsyncCertifiedRewardFunction",
     "CertifiedRewardFunction",
     "PAID_SHARE_METRIC",
+    "SCORED_SHARE_METRIC",
     "UNSCORED_SHARE_METRIC",
     "completion_text",
 ]
 
 PAID_SHARE_METRIC: Final = "rewardseal/paid_share"
-"""The share of a batch paid a receipt's own scalar (logged through TRL's ``log_metric``)."""
+"""The share of a batch whose receipt pays a positive scalar (logged through TRL's
+``log_metric``): the completions that were paid, as the examples count them. A receipt of 0.0
+(a wrong effect) is scored but not paid; a fill for an unscored sample is never paid."""
+SCORED_SHARE_METRIC: Final = "rewardseal/scored_share"
+"""The share of a batch with a receipt's own scalar, 0.0 included (1 - the unscored share)."""
 UNSCORED_SHARE_METRIC: Final = "rewardseal/unscored_share"
 """The share of a batch without a scalar: unscored outcomes and errors."""
 DEFAULT_MAX_BATCH: Final = 256
@@ -254,6 +261,7 @@ class CertifiedRewardFunction:
         # TRL names a reward function by its __name__ in its metrics and completions table.
         self.__name__ = name
         self._last: dict[str, list[Any]] = {}
+        self._tally = BatchTally(0, 0, 0, 0, 0)
 
     # ---------------------------------------------------------------------------------------
     # The per-batch rules, shared by the sync and the asyncio paths
@@ -262,6 +270,10 @@ class CertifiedRewardFunction:
     def metadata_columns(self) -> dict[str, list[Any]]:
         """The last batch's per-sample columns (R-T-3), one entry per sample (a copy)."""
         return {name: list(values) for name, values in self._last.items()}
+
+    def last_tally(self) -> BatchTally:
+        """The last batch counted: paid, scored, unscored, certified (what the metrics log)."""
+        return self._tally
 
     def _step(self, kwargs: Mapping[str, Any]) -> int:
         """The policy update: the explicit override, else TRL's ``trainer_state.global_step``."""
@@ -449,6 +461,7 @@ class CertifiedRewardFunction:
         rows = sample_results(batch.episode_ids, batch.answers)
         # Kept before the certified check so a stopped run can still show the batch that did it.
         self._last = metadata_columns(rows, require_certified=self.require_certified)
+        self._tally = tally(rows)
         stop_on_setup_errors(rows)
         enforce_certified(rows, require_certified=self.require_certified)
         groups = contiguous_groups(len(rows), self.num_generations)
@@ -459,9 +472,9 @@ class CertifiedRewardFunction:
                 log_extra(name, list(values))
         log_metric: Callable[[str, float], None] | None = kwargs.get("log_metric")
         if log_metric is not None and rows:
-            unscored = sum(1 for row in rows if row.unscored) / len(rows)
-            log_metric(PAID_SHARE_METRIC, 1.0 - unscored)
-            log_metric(UNSCORED_SHARE_METRIC, unscored)
+            log_metric(PAID_SHARE_METRIC, self._tally.paid_share)
+            log_metric(SCORED_SHARE_METRIC, self._tally.scored_share)
+            log_metric(UNSCORED_SHARE_METRIC, self._tally.unscored_share)
         return rewards
 
     # ---------------------------------------------------------------------------------------
@@ -549,6 +562,10 @@ class AsyncCertifiedRewardFunction:
     def metadata_columns(self) -> dict[str, list[Any]]:
         """The last batch's per-sample columns (R-T-3)."""
         return self.rules.metadata_columns()
+
+    def last_tally(self) -> BatchTally:
+        """The last batch counted (:meth:`CertifiedRewardFunction.last_tally`)."""
+        return self.rules.last_tally()
 
     async def _begin_and_act(self, batch: _Batch) -> None:
         rules = self.rules
