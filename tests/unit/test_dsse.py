@@ -1,6 +1,7 @@
-"""Every rewardseal envelope kind as DSSE v1 JSON (R-SIG-3): an independent verifier
-(securesystemslib 1.6.0's ``dsse.Envelope``) accepts it, a flipped payload or signature byte is
-refused, conversion is lossless both ways, and a signature that is not over DSSE's PAE is refused.
+"""Every rewardseal envelope kind (receipts, revocation lists, audit bundles, certificates) as
+DSSE v1 JSON (R-SIG-3): an independent verifier (securesystemslib 1.6.0's ``dsse.Envelope``)
+accepts it, a flipped payload or signature byte is refused, conversion is lossless both ways, and
+a signature that is not over DSSE's PAE is refused.
 
 Old-format envelopes: none exist. Every rewardseal signature has always been over
 ``pae(payload_type, payload)`` (``rewardseal.core.signing``), so nothing is migrated; a DSSE
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -24,6 +26,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.exceptions import VerificationError
 from securesystemslib.signer import SSlibKey
 from support.builders import TEST_KEY, make_certificate, make_facts
+from support.integrity_builders import agreeing_rows, audit
 
 from rewardseal.cli import main
 from rewardseal.cli.receipt import EXIT_FAILED, EXIT_OK, EXIT_USAGE
@@ -36,6 +39,7 @@ from rewardseal.core.dsse import (
     verify_dsse_json,
 )
 from rewardseal.core.errors import SignatureError, ValidationError
+from rewardseal.core.integrity import build_bundle, verify_bundle
 from rewardseal.core.receipts import build_receipt, open_receipt, seal_receipt
 from rewardseal.core.revocation import (
     build_revocation_list,
@@ -104,11 +108,25 @@ def revocation_envelope() -> SignedEnvelope:
     return sign_revocation_list(revocation_list, TEST_KEY)
 
 
+@functools.cache
+def audit_bundle_bytes() -> bytes:
+    report = audit(agreeing_rows(100, inverted=True), resamples=200)
+    return build_bundle(report, TEST_KEY, issued_at=T0).envelope.SerializeToString()
+
+
+def audit_bundle_envelope() -> SignedEnvelope:
+    return SignedEnvelope.FromString(audit_bundle_bytes())
+
+
 ENVELOPES: dict[str, Callable[[], SignedEnvelope]] = {
     "receipt": receipt_envelope,
+    "audit_bundle": audit_bundle_envelope,
     "unscored_receipt": lambda: receipt_envelope(RewardOutcome.REWARD_OUTCOME_FAILED_PLATFORM),
     "revocation_list": revocation_envelope,
 }
+
+
+KINDS = ["receipt", "unscored_receipt", "revocation_list", "audit_bundle", "certificate"]
 
 
 def every_kind() -> dict[str, dict[str, Any]]:
@@ -124,7 +142,7 @@ def flip(text: str, position: int) -> str:
     return base64.b64encode(bytes(raw)).decode()
 
 
-@pytest.mark.parametrize("kind", ["receipt", "unscored_receipt", "revocation_list", "certificate"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_envelope_kind_verifies_with_securesystemslib(kind: str) -> None:
     doc = every_kind()[kind]
     assert list(doc) == ["payloadType", "payload", "signatures"]
@@ -134,7 +152,7 @@ def test_every_envelope_kind_verifies_with_securesystemslib(kind: str) -> None:
     assert verify_dsse_json(doc, TRUST).payload == payload
 
 
-@pytest.mark.parametrize("kind", ["receipt", "unscored_receipt", "revocation_list", "certificate"])
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("where", ["payload_first", "payload_last", "sig_first", "sig_last"])
 def test_a_flipped_byte_fails_both_verifiers(kind: str, where: str) -> None:
     doc = every_kind()[kind]
@@ -149,7 +167,7 @@ def test_a_flipped_byte_fails_both_verifiers(kind: str, where: str) -> None:
         verify_dsse_json(doc, TRUST)
 
 
-@pytest.mark.parametrize("kind", ["receipt", "unscored_receipt", "revocation_list", "certificate"])
+@pytest.mark.parametrize("kind", KINDS)
 def test_another_key_does_not_verify(kind: str) -> None:
     doc = every_kind()[kind]
     with pytest.raises(VerificationError):
@@ -181,6 +199,8 @@ def test_envelope_conversion_is_lossless(name: str) -> None:
     # The converted-back envelope is still one every rewardseal reader opens.
     if name.endswith("receipt"):
         assert open_receipt(back, TRUST).receipt.receipt_id
+    elif name == "audit_bundle":
+        assert verify_bundle(back, TRUST).envelope == envelope
     else:
         assert open_revocation_list(back, TRUST).version == 3
 
@@ -328,6 +348,10 @@ def test_cli_prints_each_kind_in_each_file_form(
         printed = json.loads(out)
         assert printed == expected, name
         sslib_verify(printed)
+        # DSSE JSON in, the same DSSE JSON out (it is an envelope's JSON mapping).
+        again = tmp_path / f"{name}.dsse.json"
+        again.write_text(out)
+        assert cli(capsys, "receipt", "dsse", str(again))[:2] == (EXIT_OK, out), name
 
 
 def test_cli_refuses_a_bad_file_in_one_line(

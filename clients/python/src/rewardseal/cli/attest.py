@@ -52,23 +52,33 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser, *, prove: bool) -> None:
     """The options of ``attest verify`` (``prove=False``) or ``attest prove``."""
-    parser.add_argument("attestation", type=Path, help="the attestation's DSSE JSON file")
+    parser.add_argument(
+        "attestation", type=Path, metavar="FILE", help="the attestation's DSSE JSON file"
+    )
     parser.add_argument(
         "--org-key",
         action="append",
+        metavar="KEY",
         required=True,
         help="the organization's public key: hex, base64, a file holding it or control's "
         "ready file (repeatable)",
     )
     parser.add_argument(
-        "--receipts", type=Path, required=prove, help="a receipts file (JSON lines)"
+        "--receipts",
+        type=Path,
+        metavar="FILE",
+        required=prove,
+        help="a receipts file (JSON lines)",
     )
     if prove:
         parser.add_argument("--receipt-id", required=True, help="the receipt to prove")
         return
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
-        "--checkpoint", type=Path, help="the checkpoint directory (default: FILE's directory)"
+        "--checkpoint",
+        type=Path,
+        metavar="DIR",
+        help="the checkpoint directory (default: FILE's directory)",
     )
     where.add_argument(
         "--no-checkpoint", action="store_true", help="do not check the checkpoint's files"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from rewardseal.core.attestation.reading import (
 from rewardseal.core.attestation.receipts import check_receipt_proof, receipt_commitment
 from rewardseal.core.digest import canonical_json
 from rewardseal.core.dsse import dsse_envelope_for, from_dsse_json
-from rewardseal.core.errors import RewardSealError, preview
+from rewardseal.core.errors import RewardSealError, SignatureError, preview
 from rewardseal.core.revocation import open_revocation_list, revoking_entry
 from rewardseal.core.signing import SigningKey, TrustSet
 from rewardseal.v1.receipt_pb2 import SignedEnvelope
@@ -100,8 +101,13 @@ def write_attestation(directory: Path, envelope: Mapping[str, Any]) -> Path:
     reader sees the old file or the whole new one. Returns the path."""
     target = Path(directory) / ATTESTATION_FILE
     tmp = target.with_name(f".{ATTESTATION_FILE}.{secrets.token_hex(8)}.tmp")
-    tmp.write_text(json.dumps(dict(envelope), indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, target)
+    try:
+        tmp.write_text(json.dumps(dict(envelope), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, target)
+    finally:
+        # A leftover temporary file would be an extra, unattested file of the checkpoint.
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
     return target
 
 
@@ -109,7 +115,8 @@ def write_attestation(directory: Path, envelope: Mapping[str, Any]) -> Path:
 class VerifiedAttestation:
     """An attestation that passed :func:`verify_attestation`: its statement, predicate and
     subjects, the organization key ids that signed it, and which checks ran (``signature``
-    always; ``subjects``, ``merkle``, ``revocations`` when their inputs were given)."""
+    always; ``subjects``, ``merkle``, ``revocations``, ``inclusion`` when their inputs were
+    given)."""
 
     statement: dict[str, Any]
     predicate: RewardPredicate
@@ -144,13 +151,15 @@ def _check_subjects(attested: list[dict[str, Any]], directory: Path) -> None:
     want = {s["name"]: s["digest"]["sha256"] for s in attested}
     have = {s["name"]: s["digest"]["sha256"] for s in checkpoint_subjects(directory)}
     for name in sorted(want.keys() | have.keys()):
+        # preview(): a file name may hold anything, a newline included; the answer is one line.
+        shown = preview(name, quoted=False) if name.isprintable() else preview(name)
         if name not in have:
-            raise fail("subject_mismatch", f"attested file {name} is missing from {directory}")
+            raise fail("subject_mismatch", f"attested file {shown} is missing from {directory}")
         if name not in want:
-            raise fail("subject_mismatch", f"file {name} in {directory} is not attested")
+            raise fail("subject_mismatch", f"file {shown} in {directory} is not attested")
         if want[name] != have[name]:
             raise fail(
-                "subject_mismatch", f"file {name} changed: its sha256 is not the attested one"
+                "subject_mismatch", f"file {shown} changed: its sha256 is not the attested one"
             )
 
 
@@ -175,11 +184,13 @@ def _check_revocations(
     for envelope in revocations:
         try:
             revocation_list = open_revocation_list(envelope, org_keys)
-        except RewardSealError as exc:
+        except SignatureError as exc:
             raise fail(
                 "bad_signature",
                 f"the revocation list does not verify under the organization key: {exc.message}",
             ) from None
+        except RewardSealError as exc:
+            raise fail("malformed", f"the revocation list: {exc.message}") from None
         for use in predicate.certificates:
             if use.state != "current":
                 continue
