@@ -50,6 +50,9 @@ def run_learning(config: LearningConfig, run_dir: Path) -> dict[str, Any]:
     with local_integrity_services(run_dir, sql_only=True, sql_contract=PARAMS_CONTRACT) as found:
         ready = time.monotonic()
         worker = found.workers[SQL]
+        import torch
+
+        torch.set_num_threads(config.torch_threads)
         model, tokenizer, warm = warm_start(config)
         runs: dict[str, RunResult] = {}
         for name, pays in RUNS:

@@ -46,8 +46,11 @@ __all__ = [
     "warm_start_examples",
 ]
 
-PATIENTS: Final = tuple(f"P{index}" for index in range(10))
-"""Row patients (the actor writes each completion under its own sandbox patient of the row's)."""
+PATIENTS: Final = ("P0",)
+"""Row patients: one. The actor writes each completion under its own sandbox patient derived
+from the row's (so every completion is its own record anyway); the task's parameters are the
+type and the note. Copying a patient number as well was more than the warm start taught a
+policy this small in the time budget (a pilot of the warm start alone, before any GRPO run)."""
 NOTES: Final = (
     "Recheck vitals in 4 hours.",
     "Bring labs.",

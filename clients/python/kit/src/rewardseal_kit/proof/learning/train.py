@@ -79,7 +79,7 @@ def warm_start(config: LearningConfig) -> tuple[Any, Any, dict[str, Any]]:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     families: dict[str, int] = {}
     for _, _, family in examples:
         families[family] = families.get(family, 0) + 1
