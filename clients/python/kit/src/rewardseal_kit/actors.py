@@ -18,24 +18,16 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from rewardseal.core.errors import ValidationError
 from rewardseal.core.task_parameters import ParameterValue
 from rewardseal.trainers.actors import sandbox_identity
 from rewardseal.v1.enums_pb2 import RuntimeSignal
 from rewardseal_mockmed.contract import IDENTITY_KEY
-from rewardseal_mockmed.extradup import (
-    MOCKMED_COLLECTION,
-    Action,
-    ActionReport,
-    parse_action_report,
-)
+from rewardseal_mockmed.extradup import MOCKMED_COLLECTION, ActionReport, parse_action_report
 
-if TYPE_CHECKING:
-    from rewardseal_kit.proof.conditions import Screen
-
-__all__ = ["MockMedActor", "MockMedUIActor"]
+__all__ = ["MockMedActor"]
 
 _ENCOUNTERS_PATH: Final = "/api/encounters"
 _SERVER_ERROR: Final = 500
@@ -129,90 +121,3 @@ class MockMedActor:
         except (urllib.error.URLError, TimeoutError, ConnectionError):
             return False
         return True
-
-
-class MockMedUIActor(MockMedActor):
-    """Plays a completion's action report through MockMed's UI endpoints, as a browser-driving
-    agent's clicks would land, and keeps the screen each episode ended on.
-
-    Unlike :class:`MockMedActor` it also plays the reports that write nothing: no action and no
-    evidence is the banner claim (``POST /ui/claim`` for the sandbox patient: "Saved" with
-    nothing stored), screen evidence is the text offered, an unsubmitted report fills the form
-    (``POST /ui/draft``). :meth:`screen` answers what a screen-based checker sees for an
-    episode (:func:`rewardseal_kit.proof.conditions.play_report`). A create for the row's patient
-    is redirected to the completion's sandbox patient, as :class:`MockMedActor` does.
-    """
-
-    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
-        super().__init__(base_url, token, timeout=timeout)
-        # Imported here: the proof's UI client needs httpx, which the base actor does not.
-        from rewardseal_kit.proof.conditions import MockMedUI
-
-        self._ui = MockMedUI(base_url.rstrip("/"), token)
-        self._screens: dict[str, Screen] = {}
-
-    def close(self) -> None:
-        """Close the UI client's connection pool."""
-        self._ui.close()
-
-    def screen(self, episode_id: str) -> Screen:
-        """The screen ``episode_id`` ended on (blank when it wrote or showed nothing).
-
-        Raises:
-            ValidationError: the actor never acted for that episode.
-        """
-        try:
-            return self._screens[episode_id]
-        except KeyError:
-            raise ValidationError(f"no screen recorded for episode {episode_id!r}") from None
-
-    def act(
-        self,
-        completion: str,
-        identity: Mapping[str, str],
-        row_identity: Mapping[str, str],
-        episode_id: str,
-        *,
-        task_parameters: Mapping[str, ParameterValue] | None = None,
-    ) -> RuntimeSignal.ValueType:
-        """Play the report; COMPLETED, or FAILED_PLATFORM when MockMed failed (5xx, away).
-
-        An unparseable report or a write MockMed refused (4xx) leaves a blank screen and
-        completes. ``task_parameters`` are never written for the policy.
-        """
-        from rewardseal.core.errors import Unavailable
-        from rewardseal_kit.proof.conditions import Screen, play_report
-
-        self._screens[episode_id] = Screen(banner=None)
-        try:
-            report = parse_action_report(completion)
-        except ValidationError:
-            return RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
-        sandbox = identity[IDENTITY_KEY]
-        row_patient = row_identity.get(IDENTITY_KEY)
-        redirected = ActionReport(
-            actions=tuple(
-                Action(
-                    op="create",
-                    collection=action.collection,
-                    fields={
-                        name: (sandbox if name == IDENTITY_KEY and value == row_patient else value)
-                        for name, value in action.fields.items()
-                    },
-                )
-                for action in report.actions
-            ),
-            submitted=report.submitted,
-            evidence=report.evidence,
-            halted=report.halted,
-            claim=report.claim,
-        )
-        try:
-            self._screens[episode_id] = play_report(redirected, sandbox, self._ui)
-        except ValidationError:
-            return RuntimeSignal.RUNTIME_SIGNAL_COMPLETED
-        except Unavailable:
-            return RuntimeSignal.RUNTIME_SIGNAL_FAILED_PLATFORM
-        if report.halted:
-            return RuntimeSignal.RUNTIME_SIGNAL_HALTED_BEFORE_EFFECT
-        return RuntimeSignal.RUNTIME_SIGNAL_COMPLETED

@@ -1,8 +1,8 @@
 """The two rewards the learning proof trains on, and what each training step recorded.
 
-Both runs act the same way (:class:`~rewardseal_kit.actors.MockMedUIActor`: every completion's
-action report played through MockMed's UI endpoints under the completion's sandbox patient) and
-every completion of both runs is begun and scored by the tier-2 worker
+Both runs act the same way (:class:`~rewardseal_kit.proof.ui_actor.MockMedUIActor`: every
+completion's action report played through MockMed's UI endpoints under the completion's sandbox
+patient) and every completion of both runs is begun and scored by the tier-2 worker
 (:class:`~rewardseal.trainers.trl.CertifiedRewardFunction`, receipts verified against the pinned
 key). What differs is what TRL gets back:
 
@@ -28,11 +28,11 @@ from rewardseal.core.errors import ValidationError
 from rewardseal.rpc.worker_protocol import VerifiedReceipt
 from rewardseal.trainers.trl import CertifiedRewardFunction
 from rewardseal.v1.enums_pb2 import RewardOutcome
-from rewardseal_kit.actors import MockMedUIActor
 from rewardseal_kit.proof.integrity.case import CaseEpisode
 from rewardseal_kit.proof.integrity.run import SQL
 from rewardseal_kit.proof.learning.task import FAILED, HONEST, TaskRow, classify
 from rewardseal_kit.proof.rewards import screen_result, screen_says_saved
+from rewardseal_kit.proof.ui_actor import MockMedUIActor
 from rewardseal_mockmed.contract import IDENTITY_KEY
 
 __all__ = [

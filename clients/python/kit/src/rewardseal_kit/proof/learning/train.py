@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from rewardseal.rpc.worker_client import WorkerClient
-from rewardseal_kit.actors import MockMedUIActor
 from rewardseal_kit.proof.learning.config import LearningConfig
 from rewardseal_kit.proof.learning.rewards import LearningReward, Pays, RecordingReward
 from rewardseal_kit.proof.learning.task import TaskRow, task_rows, warm_start_examples
+from rewardseal_kit.proof.ui_actor import MockMedUIActor
 from rewardseal_mockmed.contract import IDENTITY_KEY
 
 __all__ = ["CHECKPOINT", "RunResult", "grpo_run", "warm_start"]
