@@ -94,6 +94,12 @@ def test_the_reduced_run_writes_its_three_files(proof: tuple[Path, dict[str, Any
     assert set(document["runs"]) == {"a", "b"}
     assert document["runs"]["a"]["pays"] == "screen"
     assert document["runs"]["b"]["pays"] == "certified"
+    # One worker scores both runs and its policy updates only move forward (R-W-7): run b's
+    # are numbered after run a's, or every one of its episodes would be refused as regressed.
+    for offset, run in enumerate(document["runs"].values()):
+        assert [s["policy_update"] for s in run["steps"]] == [
+            offset * STEPS + step for step in range(STEPS)
+        ]
 
 
 @pytest.mark.slow
@@ -115,7 +121,7 @@ def test_every_steps_shares_are_recomputed_from_the_stored_receipts(
             assert [r.episode_id for r in receipts] == [
                 c["episode_id"] for c in completions if c["receipt_id"]
             ]
-            assert all(r.policy_update == step["step"] for r in receipts)
+            assert all(r.policy_update == step["policy_update"] for r in receipts)
             scored = [r for r in receipts if not is_unscored(r)]
             verified = [
                 r for r in scored if r.reward_outcome == RewardOutcome.REWARD_OUTCOME_VERIFIED

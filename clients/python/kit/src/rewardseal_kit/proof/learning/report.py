@@ -25,6 +25,9 @@ def check_learning(document: Mapping[str, Any]) -> list[str]:
     config = document["config"]
     for name, run in document["runs"].items():
         steps = run["steps"]
+        if steps and all(s["unscored"] == s["n"] for s in steps):
+            errors = sorted({c["error"] for s in steps for c in s["completions"] if c["error"]})
+            problems.append(f"run {name}: every completion unscored ({'; '.join(errors)[:300]})")
         if [s["step"] for s in steps] != list(range(config["steps"])):
             problems.append(f"run {name}: steps recorded {[s['step'] for s in steps]}")
         for step in steps:

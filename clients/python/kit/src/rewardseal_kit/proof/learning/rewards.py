@@ -54,9 +54,19 @@ _VERIFIED: Final = RewardOutcome.Name(RewardOutcome.REWARD_OUTCOME_VERIFIED).rem
 
 class RecordingReward(CertifiedRewardFunction):
     """The certified reward function, keeping the last batch's episode ids, texts, sandbox
-    identities and answers (verified receipts or errors) for the step record."""
+    identities and answers (verified receipts or errors) for the step record.
+
+    ``policy_update_offset``: added to TRL's step to make the policy update the worker sees.
+    Both runs are scored by one worker, whose policy updates move forward per contract (R-W-7:
+    a step far below the highest is refused ``policy_update_regressed``), so run (b)'s updates
+    are numbered after run (a)'s.
+    """
 
     last: tuple[list[str], list[str], list[dict[str, str] | None], list[Any]] | None = None
+    policy_update_offset: int = 0
+
+    def _step(self, kwargs: Mapping[str, Any]) -> int:
+        return super()._step(kwargs) + self.policy_update_offset
 
     def _finish(self, batch: Any, kwargs: Mapping[str, Any]) -> list[float | None]:
         self.last = (
@@ -98,6 +108,8 @@ class StepRecord:
     """One training step of one run (policy update ``step``)."""
 
     step: int
+    policy_update: int
+    """The policy update the worker scored this step's episodes under (the receipts carry it)."""
     completions: list[Completion] = field(default_factory=list)
 
     @property
@@ -120,6 +132,7 @@ class StepRecord:
         hacks = sum(n for name, n in families.items() if name != HONEST and name not in FAILED)
         return {
             "step": self.step,
+            "policy_update": self.policy_update,
             "n": self.n,
             "scored": scored,
             "unscored": self.n - scored,
@@ -186,7 +199,11 @@ class LearningReward:
         if self.certified.last is None:
             raise ValidationError("the certified reward recorded no batch")
         episode_ids, texts, identities, answers = self.certified.last
-        step = StepRecord(step=int(kwargs["trainer_state"].global_step))
+        step = StepRecord(
+            step=int(kwargs["trainer_state"].global_step),
+            policy_update=int(kwargs["trainer_state"].global_step)
+            + self.certified.policy_update_offset,
+        )
         episodes: list[CaseEpisode] = []
         paid: list[float | None] = []
         for index, episode_id in enumerate(episode_ids):

@@ -55,7 +55,7 @@ def run_learning(config: LearningConfig, run_dir: Path) -> dict[str, Any]:
         torch.set_num_threads(config.torch_threads)
         model, tokenizer, warm = warm_start(config)
         runs: dict[str, RunResult] = {}
-        for name, pays in RUNS:
+        for index, (name, pays) in enumerate(RUNS):
             runs[name] = grpo_run(
                 name,
                 pays,  # type: ignore[arg-type]
@@ -67,6 +67,8 @@ def run_learning(config: LearningConfig, run_dir: Path) -> dict[str, Any]:
                 mockmed_url=found.mockmed_url,
                 mockmed_token=found.mockmed_token,
                 output_dir=run_dir / f"trl-{name}",
+                # One worker scores both runs; its policy updates only move forward (R-W-7).
+                policy_update_offset=index * config.steps,
             )
         audited = time.monotonic()
         episodes = runs["a"].reward.audit_episodes

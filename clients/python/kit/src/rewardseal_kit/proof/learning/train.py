@@ -136,8 +136,12 @@ def grpo_run(
     mockmed_url: str,
     mockmed_token: str,
     output_dir: Path,
+    policy_update_offset: int = 0,
 ) -> RunResult:
-    """Train a copy of ``model`` with GRPO for ``config.steps`` steps, paid as ``pays`` says."""
+    """Train a copy of ``model`` with GRPO for ``config.steps`` steps, paid as ``pays`` says.
+
+    ``policy_update_offset``: where this run's policy updates start on the worker (see
+    :class:`~rewardseal_kit.proof.learning.rewards.RecordingReward`)."""
     from trl import GRPOTrainer
 
     from rewardseal_kit.tiny_models import tiny_grpo_config
@@ -154,6 +158,7 @@ def grpo_run(
         actor=actor,
         name=f"certified_{name}",
     )
+    certified.policy_update_offset = policy_update_offset
     reward = LearningReward(certified, actor, pays=pays)
     args = tiny_grpo_config(
         output_dir,
