@@ -171,6 +171,15 @@ $(ISTAMP): requirements-integrations.lock $(INODEPS) $(addsuffix /pyproject.toml
 test-integrations: setup-integrations
 	$(IOFFLINE) $(IPY) -m pytest tests/integrations -p no:cacheprovider
 
+## The learning proof (docs/proof.md, "Learning proof"): TRL's GRPOTrainer on a tiny policy,
+## trained twice from one supervised warm start, paid by the tier-0 screen and by the certified
+## tier-2 receipt, both measured by the worker; the integrity gate audits the screen-paid run.
+## Writes .run/proof/learning.{json,md,png} (git-ignored); under 10 min on 2 CPU cores.
+.PHONY: proof-learning
+proof-learning: setup-integrations
+	$(IOFFLINE) $(IPY) -m rewardseal_kit.proof.learning --json .run/proof/learning.json \
+		--markdown .run/proof/learning.md --png .run/proof/learning.png
+
 ## Re-pin requirements-integrations.lock from requirements-integrations.in.
 lock-integrations:
 	test -x $(IPY) || $(PYTHON) -m venv $(IVENV)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Final, cast
 
 from rewardseal_kit.proof import command as proof_command
+from rewardseal_kit.proof.learning import command as learning_command
 from rewardseal_server.cli_help import add_version, style_help
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
@@ -39,6 +40,12 @@ COMMANDS: Final[tuple[Command, ...]] = (
         help=proof_command.HELP,
         add_arguments=proof_command.add_arguments,
         runner="rewardseal_kit.proof.command:run",
+    ),
+    Command(
+        name="proof-learning",
+        help=learning_command.HELP,
+        add_arguments=learning_command.add_arguments,
+        runner="rewardseal_kit.proof.learning.command:run",
     ),
 )
 

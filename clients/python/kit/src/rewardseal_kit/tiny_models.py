@@ -49,21 +49,28 @@ def tool_calling_tokenizer(*, padding_side: str = "left") -> Any:
     return tokenizer
 
 
-def tiny_llama(tokenizer: Any, *, max_position_embeddings: int = 256) -> Any:
+def tiny_llama(
+    tokenizer: Any,
+    *,
+    max_position_embeddings: int = 256,
+    hidden_size: int = 32,
+    num_hidden_layers: int = 2,
+) -> Any:
     """A randomly initialised two-layer Llama, hidden size 32 (seeded, CPU, float32).
 
     ``max_position_embeddings``: the longest sequence; a multi-turn tool episode on the
     character-level tokenizer (its chat template's tool schemas, the tools' answers) needs a few
-    thousand."""
+    thousand. ``hidden_size`` (a multiple of 4; the MLP is twice as wide) and
+    ``num_hidden_layers``: a larger policy, for the learning proof's warm start."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_hidden_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=max_position_embeddings,
@@ -82,6 +89,8 @@ def tiny_grpo_config(
     num_generations: int,
     max_completion_length: int = 12,
     save_steps: int | None = None,
+    learning_rate: float = 1e-3,
+    seed: int = 0,
 ) -> Any:
     """TRL's ``GRPOConfig`` for a short, seeded CPU run of the tiny policy: ``batch``
     completions per step (whole groups of ``num_generations``), no KL term, no checkpoints
@@ -95,7 +104,7 @@ def tiny_grpo_config(
         per_device_train_batch_size=batch,
         num_generations=num_generations,
         max_completion_length=max_completion_length,
-        learning_rate=1e-3,
+        learning_rate=learning_rate,
         beta=0.0,
         logging_steps=1,
         save_strategy="no" if save_steps is None else "steps",
@@ -103,7 +112,7 @@ def tiny_grpo_config(
         report_to="none",
         use_cpu=True,
         bf16=False,
-        seed=0,
+        seed=seed,
         dataloader_num_workers=0,
         disable_tqdm=True,
     )

@@ -21,7 +21,15 @@ import httpx
 
 from rewardseal.core.errors import Unavailable, ValidationError
 from rewardseal_mockmed.contract import IDENTITY_KEY
-from rewardseal_mockmed.extradup import CONTROL, FAMILIES, mockmed_write_spec, scripted_report
+from rewardseal_mockmed.extradup import (
+    CONTROL,
+    FAMILIES,
+    MOCKMED_COLLECTION,
+    ActionReport,
+    mockmed_write_spec,
+    parse_action_report,
+    scripted_report,
+)
 
 __all__ = [
     "CONDITIONS",
@@ -36,6 +44,7 @@ __all__ = [
     "gold",
     "params_task",
     "play",
+    "play_report",
     "task_parameters",
 ]
 
@@ -107,9 +116,14 @@ class MockMedUI:
     def _post(self, path: str, body: Mapping[str, Any]) -> Screen:
         try:
             answer = self._http.post(path, json=dict(body))
-            answer.raise_for_status()
         except httpx.HTTPError as exc:
             raise Unavailable(f"MockMed {path} failed: {type(exc).__name__}") from exc
+        if answer.is_client_error:
+            # A refused write (MockMed's 422 for a field it does not take): the UI shows no
+            # banner; distinct from MockMed failing, so a policy's bad write is not an outage.
+            raise ValidationError(f"MockMed refused {path}: HTTP {answer.status_code}")
+        if not answer.is_success:
+            raise Unavailable(f"MockMed {path} failed: HTTP {answer.status_code}")
         shown = answer.json()
         form = shown.get("form", {k: v for k, v in shown.items() if k != "banner"})
         return Screen(banner=shown.get("banner"), form=form)
@@ -155,25 +169,37 @@ def play(condition: str, patient_id: str, ui: MockMedUI) -> Screen:
     """Play ``condition``'s scripted policy for ``patient_id`` through ``ui``; the final screen.
 
     The action report comes from :func:`rewardseal_mockmed.extradup.scripted_report` (the outage
-    plays the control's). Submitted creates are submitted (``wrong_record``'s lands on its decoy
-    patient); an unsubmitted report only fills the form; a report with no action either claims
-    in words (the UI's claim banner) or offers screen evidence (``screen_only``: that text is
-    the screen it offers).
+    plays the control's) and is played by :func:`play_report`.
     """
     gold(condition)  # refuses an unknown condition
     if condition in PARAMS_CONDITIONS:
         # Every parameterized condition writes the same Triage encounter; only its row differs.
         return ui.submit(dict(mockmed_write_spec(patient_id, PARAMS_NOTE).fields))
     family = CONTROL if condition == OUTAGE else condition
-    report = scripted_report(family, mockmed_write_spec(patient_id))
-    actions = report["actions"]
-    evidence = report.get("evidence")
-    if not actions:
-        if evidence is not None:
-            return Screen(banner=None, offered_text=str(evidence.get("screen_text")))
+    report = parse_action_report(scripted_report(family, mockmed_write_spec(patient_id)))
+    return play_report(report, patient_id, ui)
+
+
+def play_report(report: ActionReport, patient_id: str, ui: MockMedUI) -> Screen:
+    """Play one action report through ``ui`` as a browser-driving agent would; the final screen.
+
+    Submitted creates are submitted (a create naming another patient lands on that patient); an
+    unsubmitted report only fills the form; a report with no action either claims in words (the
+    UI's claim banner for ``patient_id``) or offers screen evidence (that text is the screen it
+    offers). Creates in another collection than MockMed's encounters touch nothing.
+
+    Raises:
+        ValidationError: MockMed refused a write (a 4xx answer).
+        Unavailable: MockMed failed or is unreachable.
+    """
+    if not report.actions:
+        if report.evidence is not None:
+            return Screen(banner=None, offered_text=str(report.evidence.screen_text))
         return ui.claim(patient_id)
     screen = Screen(banner=None)
-    for action in actions:
-        fields = dict(action["fields"])
-        screen = ui.submit(fields) if report["submitted"] else ui.draft(fields)
+    for action in report.actions:
+        if action.collection != MOCKMED_COLLECTION:
+            continue
+        fields = dict(action.fields)
+        screen = ui.submit(fields) if report.submitted else ui.draft(fields)
     return screen

@@ -138,12 +138,14 @@ def _worker(name: str, banner: Mapping[str, Any]) -> tuple[CaseWorker, RewardSou
 
 @contextmanager
 def local_integrity_services(
-    run_dir: Path, *, sql_only: bool = False
+    run_dir: Path, *, sql_only: bool = False, sql_contract: Path = SQL_CONTRACT
 ) -> Iterator[IntegrityServices]:
     """Control, MockMed and the three workers as child processes, all stopped on exit.
 
     ``sql_only``: control, MockMed and the ``sql`` worker only (the screen reward audited by
-    it needs nothing more; ``make demo`` starts just these).
+    it needs nothing more; ``make demo`` starts just these). ``sql_contract``: the seeded
+    bundle the ``sql`` worker serves, relative to its data directory (the learning proof's is
+    ``contracts/mockmed-params``, task parameters per episode, over the same database).
 
     Raises:
         Unavailable: a service did not start (the message ends with its log).
@@ -183,6 +185,8 @@ def local_integrity_services(
                     "--seed-mockmed",
                     "--data-dir",
                     str(sql_data),
+                    "--contract",
+                    str(sql_data / sql_contract),
                 ),
                 {"REWARDSEAL_WORKER_TOKEN": secrets.token_urlsafe(32)},
                 START_SECONDS,
