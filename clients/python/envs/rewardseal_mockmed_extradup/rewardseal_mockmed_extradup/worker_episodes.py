@@ -122,8 +122,10 @@ class WorkerEpisodes:
         episode: OpenEpisode,
         *,
         runtime_signal: RuntimeSignal.ValueType = RuntimeSignal.RUNTIME_SIGNAL_COMPLETED,
+        policy_update: int | None = None,
     ) -> SampleResult:
-        """Score ``episode``; the verified receipt's row.
+        """Score ``episode`` at ``policy_update`` (None: the settings' ``policy_update``, else
+        0); the verified receipt's row.
 
         Raises:
             Unscored: the worker gave no scalar (an unscored outcome or a passing refusal).
@@ -131,7 +133,9 @@ class WorkerEpisodes:
                 certified (CertificationRefused).
         """
         settings = self.settings
-        update = 0 if settings.policy_update is None else settings.policy_update
+        update = policy_update
+        if update is None:
+            update = 0 if settings.policy_update is None else settings.policy_update
         descriptor = make_descriptor(
             episode_id=episode.episode_id,
             policy_checkpoint_id=settings.policy_checkpoint_id,
