@@ -28,6 +28,7 @@ from rewardseal_mockmed_extradup.tools_environment import (  # noqa: E402
     TOOLS_ENV_ID,
     ToolCallingHarness,
     ToolsTaskset,
+    rollout_policy_update,
     tools_env_config,
 )
 from support.mockmed_episodes import CHECKPOINT  # noqa: E402
@@ -112,6 +113,19 @@ def test_an_unscored_episode_raises_and_is_dropped(
     assert len(behind.errors) == 1
     assert "Unscored" in behind.errors[0]
     assert "policy_update_regressed" in behind.errors[0]
+
+
+def test_the_policy_version_is_read_from_the_rollouts_sampling() -> None:
+    # prime-rl: vf.SamplingConfig(**{"extra_body": {"cache_salt": "3"}}); verifiers 0.4
+    # flattens extra_body into the config's extra fields.
+    assert rollout_policy_update(vf.SamplingConfig(extra_body={"cache_salt": "3"})) == 3
+    assert rollout_policy_update(vf.SamplingConfig(cache_salt="12")) == 12
+    assert rollout_policy_update({"extra_body": {"cache_salt": "4"}}) == 4
+    # No salt, or a salt that is not a plain decimal, says nothing about the version.
+    for sampling in (None, vf.SamplingConfig(), {"cache_salt": True}):
+        assert rollout_policy_update(sampling) is None
+    for salt in ("abc", "03", "-1", "1.5", ""):
+        assert rollout_policy_update(vf.SamplingConfig(cache_salt=salt)) is None
 
 
 @pytest.fixture

@@ -167,11 +167,9 @@ class ToolsTask(vf.Task[ToolsData]):  # type: ignore[misc]
         if rollout is None:
             raise ValidationError("the episode was never begun (task setup did not run)")
         episodes = self._episodes()
-        update, source = rollout.policy_update, "cache_salt"
-        if update is None:
-            configured = episodes.settings.policy_update
-            update = 0 if configured is None else configured
-            source = "default" if configured is None else "worker.policy_update"
+        update, source = episodes.policy_update_for(rollout.policy_update)
+        if source == "sent":
+            source = POLICY_VERSION_KEY  # the harness read it from the rollout's sampling
         trace.info.setdefault(INFO_KEY, {})["policy_update"] = {"value": update, "source": source}
         row = await episodes.score(rollout.episode, policy_update=update)
         trace.info[INFO_KEY]["receipt"] = receipt_info(row)

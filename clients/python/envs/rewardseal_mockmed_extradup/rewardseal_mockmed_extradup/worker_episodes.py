@@ -95,6 +95,17 @@ class WorkerEpisodes:
             tls=settings.tls,
         )
 
+    def policy_update_for(self, sent: int | None) -> tuple[int, str]:
+        """The update to score at and where it came from: ``sent`` (the trainer's, e.g.
+        prime-rl's ``cache_salt``) when given, else the settings' ``policy_update``, else 0
+        (``"sent"``, ``"worker.policy_update"``, ``"default"``; R-T-6)."""
+        if sent is not None:
+            return sent, "sent"
+        configured = self.settings.policy_update
+        if configured is None:
+            return 0, "default"
+        return configured, "worker.policy_update"
+
     async def begin(self, row_identity: Mapping[str, str]) -> OpenEpisode:
         """Mint the episode, derive its sandbox patient, record the baseline read.
 
@@ -133,9 +144,7 @@ class WorkerEpisodes:
                 certified (CertificationRefused).
         """
         settings = self.settings
-        update = policy_update
-        if update is None:
-            update = 0 if settings.policy_update is None else settings.policy_update
+        update, _ = self.policy_update_for(policy_update)
         descriptor = make_descriptor(
             episode_id=episode.episode_id,
             policy_checkpoint_id=settings.policy_checkpoint_id,
