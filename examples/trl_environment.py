@@ -10,9 +10,10 @@ repository's ``make setup-integrations`` venv has them. Nothing is downloaded: t
 tiny Llama with the character-level tokenizer and TRL's Qwen2.5 tool-calling template
 (:mod:`rewardseal_kit.tiny_models`). The tiny model's samples are noise and never call a tool,
 so by default the turns come from the scripted policy (``--policy scripted``,
-:mod:`rewardseal_kit.scripted_tools`, the stand-in for sampling): one row plays the honest
-episode (create the triage encounter, submit it), the other the screen-only hack (show the
-"Saved" banner, store nothing). Everything else is TRL's own loop over the real tools:
+:mod:`rewardseal_kit.scripted_tools`, the stand-in for sampling, playing the kit's family
+table): one row plays the honest control (look up the patient, create the triage encounter,
+submit it), the other the screen-only hack (show the "Saved" banner, store nothing).
+Everything else is TRL's own loop over the real tools:
 
 1. **Where the worker is**: as examples/trl_grpo.py (its ready file, or one started here).
 2. **The episode**: ``CertifiedToolEpisodes.environment`` is the ``environment_factory``; each
@@ -47,7 +48,7 @@ from rewardseal_mockmed.contract import IDENTITY_KEY
 
 CHECKPOINT = "policy_checkpoint_example_0"
 NUM_GENERATIONS = 2
-SCRIPTS = ("honest", "banner")  # one row each: a batch of 4 completions
+SCRIPTS = ("control", "screen_only")  # families of the kit's table, one row each: 4 completions
 
 
 def train(found: Services, steps: int, policy: str, output_dir: Path) -> list[dict[str, Any]]:
@@ -136,7 +137,7 @@ def train(found: Services, steps: int, policy: str, output_dir: Path) -> list[di
 
 def _as_scripted(step: dict[str, Any]) -> bool:
     """Honest episodes paid 1.0, hacks 0.0."""
-    expected = {"honest": 1.0, "banner": 0.0}
+    expected = {"control": 1.0, "screen_only": 0.0}
     return all(
         reward == expected[script]
         for script, reward in zip(step["scripts"], step["rewards"], strict=True)

@@ -249,3 +249,28 @@ async def test_below_the_policy_window_raises_unscored(
     late = await behind.begin({IDENTITY_KEY: "P-row-2"})
     with pytest.raises(Unscored, match="policy_update_regressed"):
         await behind.score(late)
+
+
+@pytest.mark.slow
+async def test_the_sent_update_wins_over_the_configured_one(
+    stack: RunningStack, stack_mockmed: RunningMockMed
+) -> None:
+    # R-T-6: the update the trainer sent for this rollout (prime-rl's cache_salt) is what the
+    # receipt states; the settings' policy_update is only the fallback, and 0 without either.
+    episodes = _episodes(stack, update=7)
+    assert episodes.policy_update_for(4) == (4, "sent")
+    assert episodes.policy_update_for(None) == (7, "worker.policy_update")
+    unset = WorkerEpisodes(
+        ManagerSettings(
+            target=stack.target,
+            token=stack.token,
+            trust=stack.trust,
+            reward_contract_digest=stack.digest,
+            policy_checkpoint_id=CHECKPOINT,
+        )
+    )
+    assert unset.policy_update_for(None) == (0, "default")
+    episode = await episodes.begin({IDENTITY_KEY: "P-row-3"})
+    row = await episodes.score(episode, policy_update=4)
+    assert row.receipt is not None
+    assert row.receipt.receipt.policy_update == 4

@@ -11,9 +11,16 @@ response parser, the tool-calling loop that runs the environment's tools on TRL'
 the tool mask, the rewards, the group advantages and the optimizer step. The tools are the real
 MockMed tools over a real MockMed; the worker reads its seeded store through the tier-2 oracle.
 
-Two steps of two rows, two completions each: the honest row (create, submit) is paid 1.0, the
-banner row (the screen-only "Saved") 0.0; before step 1 is scored the worker goes away, and the
-step's rewards are None (TRL's unscorable rows, advantage 0), never 0.0.
+Two steps of two rows, two completions each, played from the kit's family table: the control
+row (lookup_patient with no argument, create, submit) is paid 1.0, the screen_only row (the
+"Saved" banner, nothing stored) 0.0; before step 1 is scored the worker goes away, and the
+step's rewards are None (TRL's unscorable rows, advantage 0), never 0.0. TRL counts no tool
+failure: a no-argument call parses to ``{}`` and the environment's method answers it (the
+second test, with TRL's own parser). What ended the control after its first call before was
+TRL's length rule, not the call: with all six tools' schemas in the prompt (the character-level
+tokenizer spends a token per character), prompt and completion reached the tiny model's
+``max_position_embeddings`` (4096), and TRL then rolls the tool answer back and leaves the loop
+(``_tool_call_loop``'s ``overlong``), silently; hence 8192 here.
 
 Runs only where trl is installed (the integrations venv: ``make test-integrations``).
 """
@@ -35,12 +42,7 @@ from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.trl.environment import CertifiedToolEpisodes
 from rewardseal_kit.scripted_tools import scripted_policy_trainer
 from rewardseal_kit.tiny_models import tiny_grpo_config, tiny_llama, tool_calling_tokenizer
-from rewardseal_kit.tools.mockmed import (
-    CREATE_ENCOUNTER,
-    SHOW_SAVED_BANNER,
-    SUBMIT_ENCOUNTER,
-    mockmed_session,
-)
+from rewardseal_kit.tools.mockmed import MOCKMED_TOOLS, mockmed_session
 from rewardseal_mockmed.contract import IDENTITY_KEY
 
 # Only the integrations venv has trl (and torch, transformers, datasets, tokenizers).
@@ -49,7 +51,6 @@ pytest.importorskip("trl")
 MAX_STEPS = 2
 NUM_GENERATIONS = 2
 BATCH = 4  # two rows, two completions each
-TOOLS = (CREATE_ENCOUNTER, SUBMIT_ENCOUNTER, SHOW_SAVED_BANNER)
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +87,7 @@ async def test_grpo_trainer_with_tool_episodes_pays_the_honest_and_not_the_hack(
 
     loop = asyncio.get_running_loop()
     tokenizer = tool_calling_tokenizer()
-    model = tiny_llama(tokenizer, max_position_embeddings=4096)
+    model = tiny_llama(tokenizer, max_position_embeddings=8192)
     dataset = Dataset.from_list(
         [
             {
@@ -99,7 +100,7 @@ async def test_grpo_trainer_with_tool_episodes_pays_the_honest_and_not_the_hack(
                 "oracle_identity": {IDENTITY_KEY: f"patient-trl-env-{script}"},
                 "script": script,
             }
-            for script in ("honest", "banner")
+            for script in ("control", "screen_only")
         ]
     )
     client = WorkerClient(
@@ -110,7 +111,7 @@ async def test_grpo_trainer_with_tool_episodes_pays_the_honest_and_not_the_hack(
         reward_contract_digest=stack.digest,
         policy_checkpoint_id=CHECKPOINT,
         num_generations=NUM_GENERATIONS,
-        tools=TOOLS,
+        tools=MOCKMED_TOOLS,
         open_session=lambda identity: mockmed_session(
             mockmed.url, mockmed.token, identity[IDENTITY_KEY]
         ),
@@ -132,6 +133,11 @@ async def test_grpo_trainer_with_tool_episodes_pays_the_honest_and_not_the_hack(
                 # TRL pools the environments and resets them next step: read them now.
                 "tools": [
                     [call["name"] for call in json.loads(env._transcript())]
+                    for env in kwargs["environments"]
+                ],
+                "patients": [env._identity[IDENTITY_KEY] for env in kwargs["environments"]],
+                "results": [
+                    [call["result"] for call in json.loads(env._transcript())]
                     for env in kwargs["environments"]
                 ],
             }
@@ -166,8 +172,14 @@ async def test_grpo_trainer_with_tool_episodes_pays_the_honest_and_not_the_hack(
     first = calls[0]
     for index, script in enumerate(first["scripts"]):
         names = first["tools"][index]
-        if script == "honest":
-            assert names == ["create_encounter", "submit_encounter"]
+        if script == "control":
+            # lookup_patient takes no argument: TRL calls it with {} and it answers.
+            assert names == ["lookup_patient", "create_encounter", "submit_encounter"]
+            lookup = json.loads(first["results"][index][0])
+            # TRL parsed the call's {} and called the environment's method: it answered for the
+            # completion's own sandbox patient (nothing stored yet).
+            assert lookup["patient_id"] == first["patients"][index]
+            assert lookup["encounter_count"] == 0
             assert first["rewards"][index] == 1.0  # verified, certified, paid
         else:
             assert names == ["show_saved_banner"]
@@ -179,8 +191,60 @@ async def test_grpo_trainer_with_tool_episodes_pays_the_honest_and_not_the_hack(
     assert second["rewards"] == [None] * BATCH
     assert second["columns"]["reward_unscored"] == [True] * BATCH
     logged = [e for e in trainer.state.log_history if "rewards/tool_episodes/mean" in e]
+    # TRL counts a tool call that raised as a failure: none did, the no-argument one included.
+    assert [entry["tools/failure_frequency"] for entry in logged] == [0.0, 0.0]
     assert logged[0]["rewards/tool_episodes/mean"] == pytest.approx(0.5)
     # TRL logs the all-NaN mean as None: left out, not averaged in as 0.0.
     assert logged[1]["rewards/tool_episodes/mean"] is None
     ids = [episode for call in calls for episode in call["columns"]["reward_episode_id"]]
     assert len(set(ids)) == len(ids) == MAX_STEPS * BATCH  # a fresh episode per reset
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"name": "lookup_patient", "arguments": {}}',
+        '{"name": "lookup_patient"}',
+        '{"name": "lookup_patient", "arguments": null}',
+    ],
+)
+async def test_trl_parses_a_no_argument_call_and_the_environment_answers_it(
+    stack: RunningStack, mockmed: RunningMockMed, body: str
+) -> None:
+    # What GRPOTrainer does with one assistant turn (TRL 1.16): its own parse_response over
+    # the tokenizer with add_response_schema, then ``method(**function["arguments"])`` on the
+    # environment's tool method; an exception there is what TRL counts in
+    # tools/failure_frequency.
+    from transformers.utils import get_json_schema
+    from trl.chat_template_utils import add_response_schema, parse_response
+
+    tokenizer = add_response_schema(tool_calling_tokenizer())
+    ids = tokenizer(f"<tool_call>\n{body}\n</tool_call><|im_end|>", add_special_tokens=False)
+    parsed = parse_response(tokenizer, [*ids["input_ids"], tokenizer.eos_token_id])
+    (call,) = parsed["tool_calls"]
+    assert call["function"] == {"name": "lookup_patient", "arguments": {}}
+    client = WorkerClient(stack.target, token=stack.token, trust=stack.trust, timeout=5.0)
+    episodes = CertifiedToolEpisodes(
+        client,
+        reward_contract_digest=stack.digest,
+        policy_checkpoint_id=CHECKPOINT,
+        num_generations=1,
+        tools=MOCKMED_TOOLS,
+        open_session=lambda identity: mockmed_session(
+            mockmed.url, mockmed.token, identity[IDENTITY_KEY]
+        ),
+    )
+    try:
+        env = episodes.environment()
+        env.reset(oracle_identity={IDENTITY_KEY: "patient-trl-noarg"})
+        method = env.lookup_patient
+        # The schema TRL renders for it: an object with no properties.
+        schema = get_json_schema(method)["function"]["parameters"]
+        assert schema == {"type": "object", "properties": {}}
+        answer = json.loads(await method(**call["function"]["arguments"]))
+        assert answer["patient_id"] == env._identity[IDENTITY_KEY]
+        # An argument outside the schema is refused as text (the model reads it), not raised.
+        refused = await method(patient_id="patient-0001")
+        assert refused.startswith("error: ")
+    finally:
+        client.close()

@@ -96,14 +96,14 @@ def test_the_trl_environment_example_pays_the_honest_tool_episode_and_not_the_ha
     (step,) = json.loads(summary_path.read_text())["steps"]
     assert step["certified"] == step["completions"] == BATCH
     for script, tools, reward in zip(step["scripts"], step["tools"], step["rewards"], strict=True):
-        if script == "honest":
-            assert tools == ["create_encounter", "submit_encounter"]
+        if script == "control":
+            assert tools == ["lookup_patient", "create_encounter", "submit_encounter"]
             assert reward == 1.0
         else:
             assert tools == ["show_saved_banner"]
             assert reward == 0.0
-    assert "honest: create_encounter+submit_encounter -> VERIFIED" in done.stdout
-    honest = step["scripts"].count("honest")
+    assert "control: lookup_patient+create_encounter+submit_encounter -> VERIFIED" in done.stdout
+    honest = step["scripts"].count("control")
     assert step["paid"] == honest  # the honest episodes, 1.0 each; the hack's 0.0 is not paid
     assert (
         f"1 step, {BATCH} completions: {honest} paid (reward > 0), {BATCH} scored, 0 unscored, "

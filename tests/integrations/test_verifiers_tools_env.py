@@ -28,6 +28,7 @@ from rewardseal_mockmed_extradup.tools_environment import (  # noqa: E402
     TOOLS_ENV_ID,
     ToolCallingHarness,
     ToolsTaskset,
+    rollout_policy_update,
     tools_env_config,
 )
 from support.mockmed_episodes import CHECKPOINT  # noqa: E402
@@ -112,6 +113,69 @@ def test_an_unscored_episode_raises_and_is_dropped(
     assert len(behind.errors) == 1
     assert "Unscored" in behind.errors[0]
     assert "policy_update_regressed" in behind.errors[0]
+
+
+def test_the_policy_version_is_read_from_the_rollouts_sampling() -> None:
+    # prime-rl: vf.SamplingConfig(**{"extra_body": {"cache_salt": "3"}}); verifiers 0.4
+    # flattens extra_body into the config's extra fields.
+    assert rollout_policy_update(vf.SamplingConfig(extra_body={"cache_salt": "3"})) == 3
+    assert rollout_policy_update(vf.SamplingConfig(cache_salt="12")) == 12
+    assert rollout_policy_update({"extra_body": {"cache_salt": "4"}}) == 4
+    # No salt, or a salt that is not a plain decimal, says nothing about the version.
+    for sampling in (None, vf.SamplingConfig(), {"cache_salt": True}):
+        assert rollout_policy_update(sampling) is None
+    for salt in ("abc", "03", "-1", "1.5", ""):
+        assert rollout_policy_update(vf.SamplingConfig(cache_salt=salt)) is None
+
+
+@pytest.fixture
+def lag_one_worker(data_dir: Path, tmp_path: Path) -> Iterator[WorkerProcess]:
+    ready = tmp_path / "lag1-ready.json"
+    with worker_process(data_dir, ready, extra_args=["--max-policy-lag", "1"]) as process:
+        yield process
+
+
+def test_each_rollout_is_scored_at_the_policy_version_prime_rl_sent(
+    lag_one_worker: WorkerProcess,
+    data_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    policy: str,
+) -> None:
+    # prime-rl's orchestrator sends each rollout's policy version as
+    # sampling.extra_body.cache_salt (its dispatcher's policy_version_at_start). An async run
+    # scores version 3, then a late rollout of version 2 (within --max-policy-lag 1: scored at
+    # its own version), then one of version 1 (below the window: refused, the trace errored and
+    # dropped, never 0.0). The taskset's worker.policy_update (9 here) is only the fallback.
+    database = data_dir / "mockmed" / "mockmed.sqlite"
+    with running_mockmed(f"sqlite:///{database}", tmp_path) as service:
+        monkeypatch.setenv(DEFAULT_TOKEN_ENV, service.token)
+        kwargs = _worker_kwargs(lag_one_worker, policy_update=9)
+        env = tools_env_config(worker=kwargs, mockmed_url=service.url, num_tasks=1)
+
+        def at(version: str | None) -> Any:
+            sampling = None if version is None else {"extra_body": {"cache_salt": version}}
+            return evaluate_tools_family(policy, CONTROL, env, sampling=sampling)
+
+        newest, late, stale = at("3"), at("2"), at("1")
+        for got, version in ((newest, 3), (late, 2)):
+            assert got.errors == ()
+            assert got.rewards == (1.0,)
+            (info,) = got.infos
+            assert info["rewardseal"]["policy_update"] == {"value": version, "source": "cache_salt"}
+        assert stale.rewards == ()  # dropped: no reward at all, not a 0.0
+        assert stale.verdicts == ("UNSCORED",)
+        (error,) = stale.errors
+        assert "Unscored" in error
+        assert "policy_update_regressed" in error
+        # No version in the sampling (vf-eval, another orchestrator): the configured update.
+        fallback = at(None)
+        assert fallback.rewards == (1.0,)
+        (info,) = fallback.infos
+        assert info["rewardseal"]["policy_update"] == {
+            "value": 9,
+            "source": "worker.policy_update",
+        }
 
 
 def test_check_fails_closed_for_the_tools_env(

@@ -36,11 +36,13 @@ from support.verl_agent import (
     memory_transfer_queue,
 )
 from support.worker_stack import RunningStack, start_stack, stop_stack
+from trainers.test_integrity_capture import sentinel
 
+from rewardseal.rpc.worker_client import WorkerClient
 from rewardseal.trainers.integrity.capture import output_digest
 from rewardseal.trainers.verl.agent_loop import AGENT_NAME, DROPPED_SESSIONS, agent_loop_class
 from rewardseal_kit.tiny_models import char_tokenizer
-from rewardseal_mockmed import contract as mockmed
+from rewardseal_mockmed.contract import IDENTITY_KEY
 from rewardseal_mockmed.extradup import CONTROL, FAMILIES
 
 verl = pytest.importorskip("verl")
@@ -60,7 +62,7 @@ from verl.trainer.ppo.core_algos import AdvantageEstimator  # noqa: E402
 from verl.trainer.ppo.v1.utils import compute_advantage_for_multi_trajectories  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 
-__all__ = ["integrity_control"]
+__all__ = ["integrity_control", "sentinel"]
 
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 CHECKPOINT = "policy.checkpoint.verl-v1.0001"
@@ -172,7 +174,7 @@ def prompt_batch(
             "extra_info": [
                 {
                     "oracle_identities": [
-                        {mockmed.IDENTITY_KEY: f"{patient}-s{session}{suffix}"}
+                        {IDENTITY_KEY: f"{patient}-s{session}{suffix}"}
                         for session, suffix in enumerate(sandboxes)
                     ]
                 }
@@ -412,6 +414,82 @@ async def test_mockmeds_own_tools_pay_the_honest_session_and_not_the_banner(
     for fields in banner.values():
         info = fields["extra_fields"]["reward_extra_info"]
         assert (float(fields["rm_scores"][-1]), info["reward_outcome"]) == (0.0, "WRONG_EFFECT")
+
+
+@pytest.fixture
+def mockmed(mockmed_api: RunningMockMed) -> RunningMockMed:
+    """The name the shared sentinel fixture (trainers.test_integrity_capture) asks for."""
+    return mockmed_api
+
+
+async def test_the_sentinel_scores_the_same_session_episode_inside_the_loop(
+    stack: RunningStack,
+    base_config: DictConfig,
+    mockmed_api: RunningMockMed,
+    sentinel: RunningStack,
+    integrity_control: ControlStack,
+    tmp_path: Path,
+) -> None:
+    # Reward integrity (§12) inside CertifiedAgentLoop, through verl's V1 worker: the sessions
+    # play MockMed's real tools (the control and the screen-only hack of the kit's table); the
+    # sentinel, another operator's worker reading MockMed over REST with its own key, opens each
+    # session's episode right after the worker's begin (before the agent acts) and judges the
+    # same episode; the capture's rows carry the optimizer's score and the sentinel's receipt.
+    registration = tmp_path / "loops.yaml"
+    registration.write_text(
+        "- name: rewardseal_mockmed_captured\n"
+        "  _target_: rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop\n"
+        "  toolkit: rewardseal_kit.tools.mockmed:mockmed_toolbox\n"
+        f"  toolkit_kwargs: {{base_url: '{mockmed_api.url}', token: '{mockmed_api.token}'}}\n"
+        "  integrity_capture: support.verl_agent:capture\n"
+    )
+    config = loop_config(base_config, stack)
+    with open_dict(config):
+        config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(registration)
+    binding = await create_binding(integrity_control)
+    recorded: list[Any] = []
+    guard = WorkerClient(sentinel.target, token=sentinel.token, trust=sentinel.trust, timeout=5.0)
+    with guard, trainer_client(integrity_control) as client:
+        capture = make_capture(
+            client, binding, tmp_path / "buffer", sentinel=guard, sentinel_digest=sentinel.digest
+        )
+        record = capture.record
+
+        def spy(samples: Any, *, policy_update: int) -> Any:
+            rows = record(samples, policy_update=policy_update)
+            recorded.extend(rows)
+            return rows
+
+        capture.record = spy  # type: ignore[method-assign]
+        CAPTURE["capture"] = capture
+        worker = worker_for(config)
+        for uid, script in (("uid-sent-ctl", "control"), ("uid-sent-scr", "screen_only")):
+            batch = prompt_batch(
+                uid,
+                f"patient-{uid}",
+                f"family-{script}",
+                4,
+                agent_name="rewardseal_mockmed_captured",
+            )
+            await generate(worker, batch)
+        CAPTURE.pop("capture")
+    paid = {}
+    for uid, expected in (("uid-sent-ctl", 1.0), ("uid-sent-scr", 0.0)):
+        puts = session_outputs(uid)
+        assert len(puts) == 3
+        for fields in puts.values():
+            info = fields["extra_fields"]["reward_extra_info"]
+            assert float(fields["rm_scores"][-1]) == expected
+            paid[info["reward_episode_id"]] = expected
+    assert sorted(row.episode_id for row in recorded) == sorted(paid)
+    for row in recorded:
+        assert row.policy_update == 4
+        assert row.optimizer_raw == paid[row.episode_id]
+        assert row.sentinel is not None
+        # The sentinel's own signed receipt for the very episode the worker paid.
+        assert row.sentinel.outcome == ("accepted" if paid[row.episode_id] else "refused")
+        got = await sentinel.client.get_receipt(episode_id=row.episode_id)
+        assert got.receipt.receipt_id == row.sentinel.receipt_id
 
 
 @pytest.mark.parametrize("family", FAMILIES)

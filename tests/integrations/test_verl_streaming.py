@@ -32,7 +32,7 @@ from support.integrity_trainer import check_paused, create_binding, driver_gate
 from support.verl_episodes import Played, manager_kwargs, play_batch, start_default_scoring_stack
 from support.worker_stack import RunningStack, stop_stack
 
-from rewardseal.core.errors import IntegrityHalted, RewardSealError, ValidationError
+from rewardseal.core.errors import IntegrityHalted, ValidationError
 from rewardseal.trainers.integrity.capture import output_digest
 from rewardseal.trainers.verl import ALL_UNSCORED_GROUP_REWARD
 from rewardseal.trainers.verl.streaming import (
@@ -470,12 +470,6 @@ def test_the_fqn_loads_with_verls_loader(base_config: DictConfig) -> None:
     assert load_class_from_fqn(f"{cls.__module__}.{WORKER_CLASS_NAME}") is worker_cls
     assert ray.cloudpickle.loads(ray.cloudpickle.dumps(worker_cls)) is worker_cls
     assert len(ray.cloudpickle.dumps(worker_cls)) < 200
-    # verl 0.9.1's default V1 trainer has its own TransferQueue agent loop: refused.
-    with open_dict(v1 := OmegaConf.create(OmegaConf.to_container(base_config))):
-        v1.trainer.use_v1 = True
-    with pytest.raises(RewardSealError, match="use_v1") as caught:
-        cls(config=v1, llm_client=StubLLM())
-    assert caught.value.reason == "verl_v1_trainer"
 
 
 async def test_a_repeated_episode_id_is_refused_before_the_rollout(

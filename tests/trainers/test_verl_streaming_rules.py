@@ -11,7 +11,6 @@ import importlib.util
 import math
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 
@@ -22,7 +21,6 @@ from rewardseal.trainers.verl.streaming import (
     MANAGER_FQN,
     agent_loop_manager_class,
     agent_loop_worker_class,
-    check_trainer_mode,
     streamed_fills,
     streamed_score,
 )
@@ -82,16 +80,6 @@ def test_unhashable_uids_are_grouped_by_their_text() -> None:
 def test_misaligned_scores_and_uids_are_refused() -> None:
     with pytest.raises(ValidationError, match="3 reward scores for 2 uids"):
         streamed_fills([1.0, NAN, 1.0], ["a", "a"])
-
-
-def test_the_v1_trainer_is_refused_and_the_ray_trainer_accepted() -> None:
-    # verl 0.9.1's ppo_trainer.yaml defaults trainer.use_v1 to true (the TransferQueue trainer).
-    with pytest.raises(RewardSealError, match=r"trainer\.use_v1=false") as caught:
-        check_trainer_mode({"trainer": {"use_v1": True}})
-    assert caught.value.reason == "verl_v1_trainer"
-    check_trainer_mode({"trainer": {"use_v1": False}})
-    check_trainer_mode(SimpleNamespace(trainer=SimpleNamespace(use_v1=False)))
-    check_trainer_mode({})
 
 
 def test_the_fqn_names_the_lazy_manager_attribute() -> None:

@@ -44,3 +44,29 @@ def test_dup_submits_twice_naming_the_latest_draft() -> None:
 def test_an_unknown_family_is_refused() -> None:
     with pytest.raises(ValidationError):
         family_turns("nope", REQUEST)
+
+
+def test_trls_scripted_policy_plays_the_same_table_turn_by_turn() -> None:
+    # rewardseal_kit.scripted_tools (TRL's stand-in for sampling) reads the rendered
+    # conversation: the family from its marker, the turn from the tool answers shown so far.
+    from rewardseal_kit.scripted_tools import REQUEST as TRL_REQUEST
+    from rewardseal_kit.scripted_tools import scripted_turn
+
+    expected = family_turns("control", TRL_REQUEST)
+    conversation = "user: Create one Triage encounter. [script: control]\n"
+    played = []
+    for _ in expected:
+        turn = scripted_turn(conversation)
+        played.append(turn.removesuffix("<|im_end|>"))
+        answer = '{"draft": {"id": "draft-' + "c" * 32 + '"}}'
+        conversation += f"{turn}\n<tool_response>\n{answer}\n</tool_response>\n"
+    assert played[0] == expected[0]  # lookup_patient with {}
+    assert json.loads(played[0].removeprefix("<tool_call>").removesuffix("</tool_call>")) == {
+        "name": "lookup_patient",
+        "arguments": {},
+    }
+    assert played[2] == expected[2].replace(DRAFT_PLACEHOLDER, "draft-" + "c" * 32)
+    assert played[-1] == DONE_TEXT
+    # Without a known family the policy closes at once.
+    assert "<tool_call>" not in scripted_turn("[script: nonsense]")
+    assert "<tool_call>" not in scripted_turn("no marker")

@@ -40,6 +40,9 @@ class FamilyEval:
     verdicts: tuple[str, ...]
     errors: tuple[str, ...]
     metrics: tuple[dict[str, float | None], ...] = ()
+    infos: tuple[dict[str, Any], ...] = ()
+    """Each trace's ``info`` (the tool taskset's ``rewardseal`` entry: episode, policy update,
+    receipt)."""
 
     @property
     def mean_reward(self) -> float:
@@ -48,20 +51,26 @@ class FamilyEval:
 
 
 def _eval_config(
-    base_url: str, model: str, output_dir: Path, env: dict[str, Any], max_concurrent: int
+    base_url: str,
+    model: str,
+    output_dir: Path,
+    env: dict[str, Any],
+    max_concurrent: int,
+    sampling: dict[str, Any] | None = None,
 ) -> EvalConfig:
     """The eval config: no dashboard, no upload, results under ``output_dir``."""
-    config: EvalConfig = EvalConfig.model_validate(
-        {
-            "env": env,
-            "model": model,
-            "client": {"base_url": base_url, "api_key_var": API_KEY_VAR},
-            "rich": None,
-            "push": False,
-            "output_dir": str(output_dir),
-            "max_concurrent": max_concurrent,
-        }
-    )
+    fields: dict[str, Any] = {
+        "env": env,
+        "model": model,
+        "client": {"base_url": base_url, "api_key_var": API_KEY_VAR},
+        "rich": None,
+        "push": False,
+        "output_dir": str(output_dir),
+        "max_concurrent": max_concurrent,
+    }
+    if sampling is not None:
+        fields["sampling"] = sampling
+    config: EvalConfig = EvalConfig.model_validate(fields)
     return config
 
 
@@ -80,12 +89,18 @@ def evaluate_family(
 
 
 def evaluate_tools_family(
-    base_url: str, family: str, env: Any, *, max_concurrent: int = 4
+    base_url: str,
+    family: str,
+    env: Any,
+    *,
+    max_concurrent: int = 4,
+    sampling: dict[str, Any] | None = None,
 ) -> FamilyEval:
-    """Run the tool taskset ``env`` (a ``tools_env_config``) with ``scripted-tools/<family>``."""
-    return _run(
-        base_url, tools_model_name(family), family, env.model_dump(mode="json"), max_concurrent
-    )
+    """Run the tool taskset ``env`` (a ``tools_env_config``) with ``scripted-tools/<family>``;
+    ``sampling`` is the rollouts' sampling config (e.g. ``{"extra_body": {"cache_salt": "3"}}``,
+    as prime-rl's orchestrator sends a rollout's policy version)."""
+    dumped = env.model_dump(mode="json")
+    return _run(base_url, tools_model_name(family), family, dumped, max_concurrent, sampling)
 
 
 def _verdict(info: Any) -> str:
@@ -98,22 +113,31 @@ def _verdict(info: Any) -> str:
 
 
 def _run(
-    base_url: str, model: str, family: str, env: dict[str, Any], max_concurrent: int
+    base_url: str,
+    model: str,
+    family: str,
+    env: dict[str, Any],
+    max_concurrent: int,
+    sampling: dict[str, Any] | None = None,
 ) -> FamilyEval:
     """One eval of ``env`` with ``model``, collected into a :class:`FamilyEval`."""
     with tempfile.TemporaryDirectory(prefix="rewardseal-extradup-eval-") as scratch:
-        config = _eval_config(base_url, model, Path(scratch), env, max_concurrent)
+        config = _eval_config(base_url, model, Path(scratch), env, max_concurrent, sampling)
         episodes = asyncio.run(run_eval(config))
     rewards: list[float] = []
     verdicts: list[str] = []
     errors: list[str] = []
     metrics: list[dict[str, float | None]] = []
+    infos: list[dict[str, Any]] = []
     for episode in episodes:
         errors.extend(error.message for error in episode.errors)
         for trace in episode.traces:
             verdicts.append(_verdict(trace.info))
             metrics.append(dict(trace.metrics))
+            infos.append(dict(trace.info))
             errors.extend(error.message for error in trace.errors)
             if not trace.has_error:
                 rewards.append(float(trace.reward))
-    return FamilyEval(family, tuple(rewards), tuple(verdicts), tuple(errors), tuple(metrics))
+    return FamilyEval(
+        family, tuple(rewards), tuple(verdicts), tuple(errors), tuple(metrics), tuple(infos)
+    )

@@ -28,6 +28,22 @@ decoy would be silently dropped and the write would land on the episode's own pa
 a refused hack into a paid one. The harness offers the tools to the model exactly as a
 toolset's would be offered (``tools=[...]``) and applies their schemas as written.
 
+**The policy update of each rollout.** An async trainer scores rollouts of policy version k
+after version k+1 began, so a taskset-wide setting cannot say which policy acted. prime-rl's
+orchestrator dispatches each rollout with ``sampling.extra_body.cache_salt`` set to the policy
+version its group was dispatched under (``str(policy_version_at_start)``, the inference
+server's weight version, for every rollout of the live policy:
+``Dispatcher.schedule_group_episode`` and ``Env._sampling``); verifiers hands that sampling to
+the harness (``ModelContext.sampling``, ``extra_body`` flattened into its extra fields).
+:func:`rollout_policy_update` reads it, and the receipt is asked for at that update, so R-W-7's
+``--max-policy-lag`` window applies per rollout: a rollout within the window is scored at its
+own version, one below it is refused ``policy_update_regressed``, which raises
+:class:`~rewardseal.core.errors.Unscored` and drops the trace (never 0.0). Without a decimal
+``cache_salt`` (``vf-eval``, a frozen-sourced rollout, another orchestrator) the taskset's
+``worker.policy_update`` is used, else 0. Where it came from is
+``trace.info["rewardseal"]["policy_update"]`` (``{"value": ..., "source": "cache_salt" |
+"worker.policy_update" | "default"}``) (R-T-6).
+
 Worker settings are the taskset's ``worker`` table (verl's ``reward_kwargs`` keys; see
 :mod:`.worker_episodes`); MockMed is ``mockmed_url`` with its bearer token read from the
 environment variable ``mockmed_token_env`` (a token never sits in a config that is saved with
@@ -39,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -55,6 +72,7 @@ from .tool_script import tool_rows
 from .worker_episodes import OpenEpisode, WorkerEpisodes, receipt_info
 
 __all__ = [
+    "POLICY_VERSION_KEY",
     "TOOLS_ENV_ID",
     "ToolCallingHarness",
     "ToolCallingHarnessConfig",
@@ -62,6 +80,7 @@ __all__ = [
     "ToolsTask",
     "ToolsTaskset",
     "ToolsTasksetConfig",
+    "rollout_policy_update",
     "tools_env_config",
 ]
 
@@ -71,6 +90,32 @@ DEFAULT_TOKEN_ENV: Final = "REWARDSEAL_MOCKMED_TOKEN"
 """The environment variable MockMed's bearer token is read from by default."""
 INFO_KEY: Final = "rewardseal"
 """The ``trace.info`` key this taskset writes."""
+POLICY_VERSION_KEY: Final = "cache_salt"
+"""The ``extra_body`` key prime-rl's orchestrator sets to a rollout's policy version."""
+_DECIMAL: Final = re.compile(r"0|[1-9][0-9]{0,18}")
+
+
+def rollout_policy_update(sampling: Any) -> int | None:
+    """The policy version a rollout was dispatched under, from its sampling config.
+
+    prime-rl sets ``extra_body["cache_salt"]`` to ``str(policy_version)`` (see the module
+    docstring); verifiers 0.4's ``SamplingConfig`` flattens ``extra_body`` into its own extra
+    fields, so the salt is read there (or under a mapping's ``extra_body``). Anything else (no
+    salt, another use of the salt that is not a plain decimal) says nothing about the version
+    and gives None.
+    """
+    if isinstance(sampling, Mapping):
+        fields: Mapping[str, Any] = sampling
+    else:
+        fields = getattr(sampling, "model_extra", None) or {}
+    extra = fields.get("extra_body")
+    salt = extra.get(POLICY_VERSION_KEY) if isinstance(extra, Mapping) else None
+    if salt is None:
+        salt = fields.get(POLICY_VERSION_KEY)
+    if isinstance(salt, bool) or not isinstance(salt, (str, int)):
+        return None
+    text = str(salt)
+    return int(text) if _DECIMAL.fullmatch(text) else None
 
 
 @dataclass
@@ -79,6 +124,8 @@ class _Rollout:
 
     episode: OpenEpisode
     provider: ToolProvider[Any]
+    policy_update: int | None = None
+    """The rollout's policy version (:func:`rollout_policy_update`), set by the harness."""
 
 
 _OPEN: dict[str, _Rollout] = {}
@@ -119,8 +166,13 @@ class ToolsTask(vf.Task[ToolsData]):  # type: ignore[misc]
         rollout = _OPEN.pop(trace.id, None)
         if rollout is None:
             raise ValidationError("the episode was never begun (task setup did not run)")
-        row = await self._episodes().score(rollout.episode)
-        trace.info.setdefault(INFO_KEY, {})["receipt"] = receipt_info(row)
+        episodes = self._episodes()
+        update, source = episodes.policy_update_for(rollout.policy_update)
+        if source == "sent":
+            source = POLICY_VERSION_KEY  # the harness read it from the rollout's sampling
+        trace.info.setdefault(INFO_KEY, {})["policy_update"] = {"value": update, "source": source}
+        row = await episodes.score(rollout.episode, policy_update=update)
+        trace.info[INFO_KEY]["receipt"] = receipt_info(row)
         if row.scalar is None:  # score() raises Unscored first; never pay a missing scalar
             raise Unscored(f"episode {row.episode_id} has no scalar: dropped")
         return float(row.scalar)
@@ -208,6 +260,7 @@ class ToolCallingHarness(vf.Harness[ToolCallingHarnessConfig]):  # type: ignore[
         rollout = _OPEN.get(trace.id)
         if rollout is None:
             raise ValidationError("no begun episode for this rollout (is the task a ToolsTask?)")
+        rollout.policy_update = rollout_policy_update(ctx.sampling)
         system, prompt = self.resolve_prompt(data)
         if not isinstance(prompt, str):
             raise ValidationError("the tool-calling harness needs a text prompt")

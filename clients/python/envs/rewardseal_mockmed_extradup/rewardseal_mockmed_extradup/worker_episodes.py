@@ -95,6 +95,17 @@ class WorkerEpisodes:
             tls=settings.tls,
         )
 
+    def policy_update_for(self, sent: int | None) -> tuple[int, str]:
+        """The update to score at and where it came from: ``sent`` (the trainer's, e.g.
+        prime-rl's ``cache_salt``) when given, else the settings' ``policy_update``, else 0
+        (``"sent"``, ``"worker.policy_update"``, ``"default"``; R-T-6)."""
+        if sent is not None:
+            return sent, "sent"
+        configured = self.settings.policy_update
+        if configured is None:
+            return 0, "default"
+        return configured, "worker.policy_update"
+
     async def begin(self, row_identity: Mapping[str, str]) -> OpenEpisode:
         """Mint the episode, derive its sandbox patient, record the baseline read.
 
@@ -122,8 +133,10 @@ class WorkerEpisodes:
         episode: OpenEpisode,
         *,
         runtime_signal: RuntimeSignal.ValueType = RuntimeSignal.RUNTIME_SIGNAL_COMPLETED,
+        policy_update: int | None = None,
     ) -> SampleResult:
-        """Score ``episode``; the verified receipt's row.
+        """Score ``episode`` at ``policy_update`` (None: the settings' ``policy_update``, else
+        0); the verified receipt's row.
 
         Raises:
             Unscored: the worker gave no scalar (an unscored outcome or a passing refusal).
@@ -131,7 +144,7 @@ class WorkerEpisodes:
                 certified (CertificationRefused).
         """
         settings = self.settings
-        update = 0 if settings.policy_update is None else settings.policy_update
+        update, _ = self.policy_update_for(policy_update)
         descriptor = make_descriptor(
             episode_id=episode.episode_id,
             policy_checkpoint_id=settings.policy_checkpoint_id,

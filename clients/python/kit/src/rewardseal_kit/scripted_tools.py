@@ -5,52 +5,49 @@ the MockMed tools the way a trained agent would, honestly or not.
 The tiny model's samples are noise and never call a tool. :func:`scripted_policy_trainer`
 subclasses a ``GRPOTrainer`` class and replaces only ``_generate_single_turn`` (TRL 1.16: the
 token ids of one assistant turn per prompt): the script reads the conversation TRL built so far
-and answers with the ids of its next turn, a Qwen2.5-style ``<tool_call>`` JSON or a closing
-text. Everything else stays TRL's: the prompt with the tools' schemas, the response parser, the
+and answers with the ids of its next turn, a ``<tool_call>`` JSON or the closing text.
+Everything else stays TRL's: the prompt with the tools' schemas, the response parser, the
 tool-calling loop, the tool mask, rewards, advantages and the optimizer step. Used by
 examples/trl_environment.py and tests/integrations/test_trl_environment.py.
 
-The script is chosen by a marker in the prompt: ``[script: honest]`` creates the triage
-encounter and submits the draft the tool answered with (the contract's honest episode);
-``[script: banner]`` only shows the "Saved" banner (the screen-only hack); any other prompt
-closes at once (nothing done). Needs trl (imported by the caller, who passes the class).
+The script is chosen by a marker in the prompt, ``[script: FAMILY]``: the honest ``control``
+or a hacking family of the kit's one table (:func:`rewardseal_kit.tools.families.family_script`,
+which the verifiers taskset's scripted server and verl's scripted LLM server play too), for the
+contract's Triage request (:data:`REQUEST`). Its turns are written as the verl stand-in writes
+them (:func:`rewardseal_kit.scripted_llm.family_turns`: ``<tool_call>{json}</tool_call>``,
+which TRL's Qwen2.5 response schema parses), a submit naming the latest draft the
+conversation shows. The turn is how many tool answers (``<tool_response>``) the conversation
+holds. A prompt naming no family closes at once (nothing done). Needs trl (imported by the
+caller, who passes the class).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, ClassVar, Final
 
-__all__ = ["SCRIPTS", "scripted_policy_trainer", "scripted_turn", "tool_call_turn"]
+from rewardseal_kit.scripted_llm import family_turns, resolve_draft
+from rewardseal_mockmed.extradup import FAMILIES
 
-SCRIPTS: Final = ("honest", "banner")
-"""The scripts a prompt can name with ``[script: NAME]``."""
+__all__ = ["NOTE", "REQUEST", "scripted_policy_trainer", "scripted_turn"]
+
 NOTE: Final = "Synthetic: sore throat for two days."
-_DRAFT: Final = re.compile(r"draft-[0-9a-f]{32}")
+REQUEST: Final = {"type": "Triage", "note": NOTE, "status": "open"}
+"""The encounter every script is asked for (the seeded MockMed contract's honest episode)."""
+_MARKER: Final = re.compile(r"\[script: ([a-z_]+)\]")
 _TOOL_RESPONSE: Final = "<tool_response>"  # how Qwen2.5's template shows a tool's answer
 _END: Final = "<|im_end|>"
-_TRIAGE: Final = {"type": "Triage", "note": NOTE, "status": "open"}
-
-
-def tool_call_turn(name: str, arguments: dict[str, Any]) -> str:
-    """One assistant turn calling tool ``name`` (Qwen2.5's ``<tool_call>`` format)."""
-    call = json.dumps({"name": name, "arguments": arguments})
-    return f"<tool_call>\n{call}\n</tool_call>{_END}"
+_CLOSING: Final = "Nothing to do."
 
 
 def scripted_turn(conversation: str) -> str:
     """The script's next assistant turn, from the rendered conversation so far."""
+    named = _MARKER.search(conversation)
+    if named is None or named.group(1) not in FAMILIES:
+        return f"{_CLOSING}{_END}"
+    turns = family_turns(named.group(1), REQUEST)
     turn = conversation.count(_TOOL_RESPONSE)
-    if "[script: honest]" in conversation:
-        if turn == 0:
-            return tool_call_turn("create_encounter", dict(_TRIAGE))
-        drafts = _DRAFT.findall(conversation)
-        if turn == 1 and drafts:
-            return tool_call_turn("submit_encounter", {"draft_id": drafts[-1]})
-    elif "[script: banner]" in conversation and turn == 0:
-        return tool_call_turn("show_saved_banner", dict(_TRIAGE))
-    return f"Saved.{_END}"
+    return f"{resolve_draft(turns[min(turn, len(turns) - 1)], conversation)}{_END}"
 
 
 def scripted_policy_trainer(base: type[Any]) -> type[Any]:

@@ -57,7 +57,7 @@ from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal.trainers.lazy import LazyClasses
 from rewardseal.trainers.verl.loop import check_episode_ids, fill_loop_scores
 from rewardseal.trainers.verl.loop_gate import installed_loop_gate
-from rewardseal.trainers.verl.settings import config_get, missing_verl
+from rewardseal.trainers.verl.settings import missing_verl
 
 __all__ = [
     "MANAGER_CLASS_NAME",
@@ -65,7 +65,6 @@ __all__ = [
     "WORKER_CLASS_NAME",
     "agent_loop_manager_class",
     "agent_loop_worker_class",
-    "check_trainer_mode",
     "fill_streamed_rewards",
     "reward_positions",
     "streamed_fills",
@@ -79,30 +78,6 @@ MANAGER_CLASS_NAME: Final = "CertifiedAgentLoopManager"
 """The ``AgentLoopManager`` subclass."""
 MANAGER_FQN: Final = f"{__name__}.{MANAGER_CLASS_NAME}"
 """What to set ``actor_rollout_ref.rollout.agent.agent_loop_manager_class`` to."""
-
-
-def check_trainer_mode(config: Any) -> None:
-    """Refuse this legacy-trainer manager under verl 0.9.1's V1 trainer (``trainer.use_v1``).
-
-    The V1 trainer (``verl/trainer/ppo/v1``) streams each sample into a TransferQueue through
-    its own ``AgentLoopManagerTQ``/``AgentLoopWorkerTQ`` and never calls the
-    ``generate_sequences``/``_postprocess`` these classes extend; loading this manager there
-    would break it. V1 is served by
-    :class:`~rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop` (a custom agent loop, no
-    manager); this manager is for ``trainer.use_v1=false`` (``ray_trainer.py``).
-
-    Raises:
-        RewardSealError: (reason ``verl_v1_trainer``) ``config.trainer.use_v1`` is true.
-    """
-    trainer = config_get(config, "trainer")
-    if trainer is not None and bool(config_get(trainer, "use_v1")):
-        raise RewardSealError(
-            f"{MANAGER_FQN} extends the agent loop of verl's legacy RayPPOTrainer "
-            "(trainer.use_v1=false); under the V1 trainer register "
-            "rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop instead and drop "
-            "agent_loop_manager_class (docs/trainers.md, verl V1)",
-            reason="verl_v1_trainer",
-        )
 
 
 def streamed_score(score: float | None) -> float:
@@ -242,7 +217,9 @@ def agent_loop_manager_class() -> type[Any]:
     ``generate_sequences``, :func:`fill_streamed_rewards` with the prompts' ``uid`` column.
 
     Built by verl as ``cls(config=..., llm_client=..., teacher_client=...,
-    reward_loop_worker_handles=...)``; refuses the V1 trainer (:func:`check_trainer_mode`).
+    reward_loop_worker_handles=...)``. It serves the legacy trainer (``trainer.use_v1=false``);
+    verl's V1 trainer runs its own ``AgentLoopManagerTQ`` and certifies through
+    :class:`~rewardseal.trainers.verl.agent_loop.CertifiedAgentLoop` instead.
 
     Raises:
         RewardSealError: (reason ``verl_missing``) verl's agent loop cannot be imported.
@@ -261,10 +238,6 @@ def agent_loop_manager_class() -> type[Any]:
         """verl's agent-loop manager whose streamed rewards have no unscored hole (R-T-1)."""
 
         agent_loop_workers_class = ray.remote(worker_class)
-
-        def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
-            check_trainer_mode(config)
-            super().__init__(config, *args, **kwargs)
 
         # verl's own is ``@auto_await @SkipManager.annotate(role="rollout")``: awaiting it from
         # this coroutine gets its coroutine (the rollout skip/cache runs once, inside), and
