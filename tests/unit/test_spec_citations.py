@@ -4,6 +4,7 @@ citation of a rule nobody wrote down, fails here rather than misleading a reader
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from functools import cache
@@ -115,10 +116,27 @@ def index_modules() -> set[str]:
     return modules
 
 
+@cache
+def source_packages() -> dict[str, tuple[Path, ...]]:
+    """Every ``src/<package>`` directory of the checkout, by package name, found in one walk.
+
+    Hidden directories (the virtual environments, ``.run``, ``.git``) are never entered: a glob
+    per module through ``.venv`` made this test take minutes.
+    """
+    found: dict[str, list[Path]] = {}
+    for dirpath, dirnames, _ in os.walk(REPO):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+        base = Path(dirpath)
+        if base.name == "src":
+            for name in dirnames:
+                found.setdefault(name, []).append(base / name)
+    return {name: tuple(paths) for name, paths in found.items()}
+
+
 def module_exists(dotted: str) -> bool:
     """True when ``dotted`` names a package, a module, or an attribute path inside one."""
     top = dotted.split(".")[0]
-    roots = [p for p in REPO.glob(f"**/src/{top}") if ".venv" not in p.parts]
+    roots = list(source_packages().get(top, ()))
     roots += [p for p in REPO.glob(f"clients/python/*/{top}") if p.is_dir()]
     parts = dotted.split(".")[1:]
     for root in roots:
