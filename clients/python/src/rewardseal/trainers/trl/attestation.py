@@ -30,6 +30,7 @@ from rewardseal.core.errors import RewardSealError, ValidationError
 from rewardseal.rpc.control_client import ControlClient
 from rewardseal.trainers.attestation import CheckpointAttester
 from rewardseal.trainers.lazy import LazyClasses
+from rewardseal.trainers.trl.callback_base import trainer_callback_base
 from rewardseal.trainers.trl.gate import CHECKPOINT_PREFIX
 
 __all__ = ["CLASS_NAME", "AttestationCore", "reward_attestation_class"]
@@ -96,16 +97,9 @@ def reward_attestation_class() -> type[Any]:
     Raises:
         RewardSealError: (reason ``transformers_missing``) transformers is not installed.
     """
-    try:
-        from transformers import TrainerCallback
-    except ImportError as exc:
-        raise RewardSealError(
-            f"transformers is not installed or cannot be imported ({exc}); install trl to use "
-            "the reward attestation callback",
-            reason="transformers_missing",
-        ) from None
+    TrainerCallback = trainer_callback_base("the reward attestation callback")  # noqa: N806 (a class)
 
-    class RewardAttestationCallback(AttestationCore, TrainerCallback):  # type: ignore[misc]
+    class RewardAttestationCallback(AttestationCore, TrainerCallback):  # type: ignore[misc,valid-type]
         """Writes a reward attestation into every checkpoint TRL saves; see the module
         docstring."""
 

@@ -45,9 +45,9 @@ import logging
 import os
 from typing import Any, Final
 
-from rewardseal.core.errors import RewardSealError
 from rewardseal.trainers.integrity.gate import BoundaryGate
 from rewardseal.trainers.lazy import LazyClasses
+from rewardseal.trainers.trl.callback_base import trainer_callback_base
 
 __all__ = [
     "CHECKPOINT_PREFIX",
@@ -129,16 +129,9 @@ def integrity_gate_class() -> type[Any]:
     Raises:
         RewardSealError: (reason ``transformers_missing``) transformers is not installed.
     """
-    try:
-        from transformers import TrainerCallback
-    except ImportError as exc:
-        raise RewardSealError(
-            f"transformers is not installed or cannot be imported ({exc}); install trl to use "
-            "the integrity gate",
-            reason="transformers_missing",
-        ) from None
+    TrainerCallback = trainer_callback_base("the integrity gate")  # noqa: N806 (a class)
 
-    class IntegrityGate(GateCore, TrainerCallback):  # type: ignore[misc]
+    class IntegrityGate(GateCore, TrainerCallback):  # type: ignore[misc,valid-type]
         """The integrity gate as a TRL/transformers callback; see the module docstring."""
 
     return IntegrityGate
