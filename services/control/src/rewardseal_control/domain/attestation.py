@@ -158,15 +158,11 @@ class CheckpointAttesting(DomainPart):
                 metadata={"policy_update_first": str(first), "policy_update_last": str(last)},
             )
         audits = await self._integrity_decisions(run_id, first, last) if run_id else []
-        now = self._clock()
-        revocation_lists = []
-        if scope.revocation_list is not None:
-            # Control's own head, signed by this key: opened (verified, then parsed) like any.
-            trust = TrustSet([self._key.public_key])
-            revocation_lists.append(open_revocation_list(scope.revocation_list, trust))
-        predicate = _predicate(scope, revocation_lists, audits, first, last, now, self._key.key_id)
-        statement = attestation.build_statement(subjects, predicate)
-        document = attestation.sign_attestation(statement, self._key)
+        # Parsing every receipt in scope, the Merkle tree and the signature are CPU work that
+        # grows with the scope: off the event loop, like the store read.
+        document, predicate = await asyncio.to_thread(
+            self._sign, scope, subjects, audits, first, last, self._clock()
+        )
         _log.info(
             "attested %d file(s) for %d receipt(s) of %s, policy updates %d..%d (root %s)",
             len(subjects),
@@ -177,6 +173,25 @@ class CheckpointAttesting(DomainPart):
             predicate.merkle.root,
         )
         return IssuedAttestation(document, predicate, scope.receipts)
+
+    def _sign(
+        self,
+        scope: AttestationScope,
+        subjects: list[dict[str, Any]],
+        audits: list[dict[str, Any]],
+        first: int,
+        last: int,
+        now: datetime,
+    ) -> tuple[dict[str, Any], RewardPredicate]:
+        """The predicate of ``scope`` and the signed DSSE document of its statement."""
+        revocation_lists = []
+        if scope.revocation_list is not None:
+            # Control's own head, signed by this key: opened (verified, then parsed) like any.
+            trust = TrustSet([self._key.public_key])
+            revocation_lists.append(open_revocation_list(scope.revocation_list, trust))
+        predicate = _predicate(scope, revocation_lists, audits, first, last, now, self._key.key_id)
+        statement = attestation.build_statement(subjects, predicate)
+        return attestation.sign_attestation(statement, self._key), predicate
 
     async def _integrity_decisions(
         self, run_id: str, first: int, last: int
